@@ -1,0 +1,173 @@
+use chrono::{DateTime, Utc};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Condition, RunResult};
+
+/// One execution of an UpgradePlan, and the record of what it did.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[kube(
+    group = "platform.syntasso.io",
+    version = "v1alpha1",
+    kind = "UpgradeRun",
+    plural = "upgraderuns",
+    singular = "upgraderun",
+    status = "UpgradeRunStatus",
+    doc = "An UpgradeRun is one execution of an UpgradePlan and the record of what it did. Delete an unfinished run to cancel it.",
+    category = "kratix",
+    printcolumn = r#"{"name":"Plan","type":"string","jsonPath":".spec.upgradePlanRef.name"}"#,
+    printcolumn = r#"{"name":"State","type":"string","jsonPath":".status.state"}"#,
+    printcolumn = r#"{"name":"Completed","type":"integer","jsonPath":".status.completedResources"}"#,
+    printcolumn = r#"{"name":"Total","type":"integer","jsonPath":".status.totalResources"}"#,
+    printcolumn = r#"{"name":"Suspended","type":"boolean","jsonPath":".spec.suspend"}"#,
+    printcolumn = r#"{"name":"Finished","type":"date","jsonPath":".status.finishedAt"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeRunSpec {
+    /// The plan this run executes. Immutable.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("upgradePlanRef is immutable: create a new run instead"))]
+    pub upgrade_plan_ref: UpgradePlanRef,
+    /// While true no new resource upgrade starts; upgrades in flight finish. A run created with
+    /// suspend=true is a preview: it takes its snapshot and patches nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
+}
+
+/// A reference to an UpgradePlan by name.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub struct UpgradePlanRef {
+    /// Name of the UpgradePlan (cluster-scoped).
+    #[schemars(length(min = 1))]
+    pub name: String,
+}
+
+/// Observed state of an UpgradeRun.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeRunStatus {
+    /// "" (plan not resolved yet), Pending, InProgress, Completed, Failed or Cancelled.
+    #[serde(default)]
+    pub state: RunState,
+    /// Resources in the snapshot, summed over groups (a resource in two groups counts twice).
+    #[serde(default)]
+    pub total_resources: i64,
+    /// Resources upgraded, summed over groups.
+    #[serde(default)]
+    pub completed_resources: i64,
+    /// The snapshot ConfigMaps (in the controller's snapshot namespace), in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_list_refs: Vec<ResourceListRef>,
+    /// Progress of each rollout group, in plan order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rollout_groups: Vec<GroupStatus>,
+    /// When the snapshot was taken and the run went InProgress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
+    /// When the run reached Completed, Failed or Cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<DateTime<Utc>>,
+    /// The newer run of the same plan that superseded this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<String>,
+    /// PlanResolved, TargetRevisionReady, RunSucceeded, Suspended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// A snapshot ConfigMap.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub struct ResourceListRef {
+    /// ConfigMap name.
+    pub name: String,
+}
+
+/// Counts of one rollout group.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub struct GroupStatus {
+    /// Group name, as in the plan.
+    pub name: String,
+    /// Resources in the group's snapshot.
+    #[serde(default)]
+    pub total: i64,
+    /// Resources at the target version.
+    #[serde(default)]
+    pub succeeded: i64,
+    /// Resources whose upgrade failed.
+    #[serde(default)]
+    pub failed: i64,
+    /// Resources skipped (deleted, or changed by someone else).
+    #[serde(default)]
+    pub skipped: i64,
+}
+
+/// Run states.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default, JsonSchema)]
+pub enum RunState {
+    #[default]
+    #[serde(rename = "")]
+    Unresolved,
+    Pending,
+    InProgress,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl RunState {
+    /// Completed, Failed and Cancelled are final.
+    pub fn is_terminal(self) -> bool {
+        self.result().is_some()
+    }
+
+    /// Pending and InProgress runs are active.
+    pub fn is_active(self) -> bool {
+        matches!(self, RunState::Pending | RunState::InProgress)
+    }
+
+    /// The terminal result this state stands for.
+    pub fn result(self) -> Option<RunResult> {
+        match self {
+            RunState::Completed => Some(RunResult::Completed),
+            RunState::Failed => Some(RunResult::Failed),
+            RunState::Cancelled => Some(RunResult::Cancelled),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Unresolved => "",
+            RunState::Pending => "Pending",
+            RunState::InProgress => "InProgress",
+            RunState::Completed => "Completed",
+            RunState::Failed => "Failed",
+            RunState::Cancelled => "Cancelled",
+        }
+    }
+}
+
+/// Condition types and reasons of runs and plans (spec §3.2, §4.3).
+pub mod reasons {
+    pub const READY: &str = "Ready";
+    pub const VALID: &str = "Valid";
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const PROMISE_RESOLVED: &str = "PromiseResolved";
+    pub const PROMISE_FOUND: &str = "PromiseFound";
+    pub const PROMISE_NOT_FOUND: &str = "PromiseNotFound";
+
+    pub const PLAN_RESOLVED: &str = "PlanResolved";
+    pub const PLAN_FOUND: &str = "PlanFound";
+    pub const PLAN_NOT_FOUND: &str = "PlanNotFound";
+    pub const TARGET_REVISION_READY: &str = "TargetRevisionReady";
+    pub const PROMISE_REVISION_READY: &str = "PromiseRevisionReady";
+    pub const PROMISE_REVISION_NOT_FOUND: &str = "PromiseRevisionNotFound";
+    pub const RUN_SUCCEEDED: &str = "RunSucceeded";
+    pub const RUN_COMPLETED: &str = "RunCompleted";
+    pub const RESOURCE_UPGRADE_FAILED: &str = "ResourceUpgradeFailed";
+    pub const RUN_CANCELLED: &str = "RunCancelled";
+    pub const SUSPENDED: &str = "Suspended";
+    pub const SUPERSEDED: &str = "Superseded";
+}

@@ -1,0 +1,101 @@
+//! `maxConcurrent`: an integer ≥ 1, or `"1%"`…`"100%"` of the group's size.
+
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+/// A parsed `maxConcurrent`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// Omitted: the whole group may start together.
+    Unlimited,
+    Count(u32),
+    Percent(u32),
+}
+
+/// Why a `maxConcurrent` value is unusable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    #[error("must be at least 1, got {0}")]
+    TooSmall(i32),
+    #[error("must be an integer or a percentage from \"1%\" to \"100%\", got {0:?}")]
+    Malformed(String),
+}
+
+impl Limit {
+    pub fn parse(value: Option<&IntOrString>) -> Result<Limit, LimitError> {
+        match value {
+            None => Ok(Limit::Unlimited),
+            Some(IntOrString::Int(n)) if *n >= 1 => Ok(Limit::Count(*n as u32)),
+            Some(IntOrString::Int(n)) => Err(LimitError::TooSmall(*n)),
+            Some(IntOrString::String(s)) => {
+                let percent = s
+                    .strip_suffix('%')
+                    .filter(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|digits| digits.parse::<u32>().ok())
+                    .filter(|p| (1..=100).contains(p))
+                    .ok_or_else(|| LimitError::Malformed(s.clone()))?;
+                Ok(Limit::Percent(percent))
+            }
+        }
+    }
+
+    /// The number of resources that may be in flight at once in a group of `group_size`:
+    /// percentages round down but never below 1; omitted means the whole group.
+    pub fn resolve(self, group_size: usize) -> usize {
+        match self {
+            Limit::Unlimited => group_size.max(1),
+            Limit::Count(n) => n as usize,
+            Limit::Percent(p) => (group_size * p as usize / 100).max(1),
+        }
+    }
+
+    /// As `resolve`, but `None` when no limit was set (the plugin's JSON shows `null`).
+    pub fn resolve_explicit(self, group_size: usize) -> Option<usize> {
+        match self {
+            Limit::Unlimited => None,
+            other => Some(other.resolve(group_size)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &str) -> IntOrString {
+        IntOrString::String(v.into())
+    }
+
+    #[test]
+    fn resolution_table() {
+        let cases: &[(Option<IntOrString>, usize, usize)] = &[
+            (Some(s("25%")), 7, 1), // 1.75 rounds down to 1
+            (Some(s("25%")), 3, 1), // 0.75 rounds down to 0, raised to 1
+            (Some(s("100%")), 5, 5),
+            (Some(s("50%")), 5, 2),
+            (Some(s("1%")), 250, 2),
+            (Some(s("10%")), 0, 1),
+            (Some(IntOrString::Int(5)), 3, 5),
+            (Some(IntOrString::Int(1)), 100, 1),
+            (None, 12, 12),
+            (None, 0, 1),
+        ];
+        for (value, size, want) in cases {
+            let limit = Limit::parse(value.as_ref()).unwrap();
+            assert_eq!(limit.resolve(*size), *want, "{value:?} of {size}");
+        }
+        assert_eq!(Limit::parse(None).unwrap().resolve_explicit(4), None);
+        assert_eq!(Limit::parse(Some(&s("50%"))).unwrap().resolve_explicit(4), Some(2));
+    }
+
+    #[test]
+    fn invalid_values() {
+        for bad in ["0%", "101%", "%", "25", "25 %", "-5%", "2.5%", "abc", ""] {
+            assert!(
+                matches!(Limit::parse(Some(&s(bad))), Err(LimitError::Malformed(_))),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(Limit::parse(Some(&IntOrString::Int(0))), Err(LimitError::TooSmall(0)));
+        assert_eq!(Limit::parse(Some(&IntOrString::Int(-3))), Err(LimitError::TooSmall(-3)));
+    }
+}

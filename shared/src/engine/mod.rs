@@ -1,0 +1,15 @@
+//! The decision engine: pure functions from (objects, now) to decisions.
+//!
+//! Nothing here reads a clock or talks to an API server; callers pass `now` and the objects.
+
+pub mod concurrency;
+pub mod cron;
+pub mod run;
+pub mod schedule;
+pub mod selector;
+pub mod snapshot;
+pub mod validate;
+pub mod version;
+pub mod window;
+
+pub use validate::{validate_plan, Problem};

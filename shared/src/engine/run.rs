@@ -1,0 +1,909 @@
+//! Evaluating an InProgress run (spec §5.5–5.9): from (frozen plan, snapshot, live bindings, run,
+//! now) to per-resource outcomes, group counts, which upgrades to start, and the run's verdict.
+//!
+//! Nothing is remembered between reconciles except the counts of completed groups: in-flight
+//! upgrades are derived from live bindings, so limits hold across restarts and leader changes.
+
+use chrono::{DateTime, Utc};
+
+use super::concurrency::Limit;
+use super::snapshot::{Snapshot, SnapshotResource};
+use super::window::{Gate, GateState};
+use crate::api::kratix::{ResourceBinding, MANUAL_RECONCILIATION_LABEL, UPGRADE_FAILED};
+use crate::api::{GroupStatus, UpgradePlanSpec, RETRY_REQUESTED_BY_ANNOTATION};
+
+/// Why a resource is skipped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SkipReason {
+    BindingGone,
+    BeingDeleted,
+    /// Someone else changed the binding after the snapshot; it is never overwritten.
+    ChangedByOthers {
+        spec_version: String,
+        last_applied_version: String,
+    },
+}
+
+impl std::fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SkipReason::BindingGone => write!(f, "its ResourceBinding no longer exists"),
+            SkipReason::BeingDeleted => write!(f, "its ResourceBinding is being deleted"),
+            SkipReason::ChangedByOthers { spec_version, last_applied_version } => write!(
+                f,
+                "its ResourceBinding was changed by someone else (spec.version {spec_version:?}, lastAppliedVersion {last_applied_version:?})"
+            ),
+        }
+    }
+}
+
+/// The state of one resource of the current group, in the precedence order of spec §5.5.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Skipped(SkipReason),
+    Succeeded,
+    Failed {
+        message: String,
+    },
+    /// Upgrading. `request_retry`: its only failure predates this run, so Kratix must be asked to
+    /// try again (once).
+    InFlight {
+        request_retry: bool,
+    },
+    NotStarted,
+}
+
+impl Outcome {
+    pub fn is_done(&self) -> bool {
+        matches!(self, Outcome::Succeeded | Outcome::Skipped(_))
+    }
+}
+
+/// Evaluates one snapshot resource against its live binding (`None`: the binding is gone).
+pub fn evaluate_resource(
+    resource: &SnapshotResource,
+    live: Option<&ResourceBinding>,
+    to: &str,
+    run_name: &str,
+    run_created: DateTime<Utc>,
+) -> Outcome {
+    let Some(b) = live else {
+        return Outcome::Skipped(SkipReason::BindingGone);
+    };
+    if b.metadata.deletion_timestamp.is_some() {
+        return Outcome::Skipped(SkipReason::BeingDeleted);
+    }
+    let applied = b.last_applied_version();
+    if applied == to {
+        return Outcome::Succeeded;
+    }
+    let spec_version = b.spec.version.as_str();
+    let spec_drifted = spec_version != resource.spec_version && spec_version != to;
+    let applied_drifted = applied != resource.last_applied_version && applied != to;
+    if spec_drifted || applied_drifted {
+        return Outcome::Skipped(SkipReason::ChangedByOthers {
+            spec_version: spec_version.to_string(),
+            last_applied_version: applied.to_string(),
+        });
+    }
+    let failure = b
+        .upgrade_condition()
+        .filter(|c| c.status == "False" && c.reason == UPGRADE_FAILED && b.failed_version() == Some(to));
+    if let Some(c) = failure {
+        // A condition without a transition time cannot be placed after the run: treat it as old.
+        if c.last_transition_time.is_some_and(|t| t >= run_created) {
+            return Outcome::Failed {
+                message: c.message.clone(),
+            };
+        }
+    }
+    if spec_version == to {
+        let already_asked = b
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(MANUAL_RECONCILIATION_LABEL))
+            || b.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(RETRY_REQUESTED_BY_ANNOTATION))
+                .is_some_and(|r| r == run_name);
+        return Outcome::InFlight {
+            request_retry: failure.is_some() && !already_asked,
+        };
+    }
+    Outcome::NotStarted
+}
+
+/// A binding the controller must patch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindingAction {
+    pub resource: SnapshotResource,
+    /// The binding's resourceVersion when evaluated: the patch's precondition.
+    pub resource_version: Option<String>,
+    /// The version it upgrades from (its live lastAppliedVersion).
+    pub from: String,
+}
+
+/// Why resources of the current group are waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Blocked {
+    Suspended,
+    WindowClosed,
+    ConcurrencyLimit,
+}
+
+impl Blocked {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Blocked::Suspended => "Suspended",
+            Blocked::WindowClosed => "WindowClosed",
+            Blocked::ConcurrencyLimit => "ConcurrencyLimit",
+        }
+    }
+}
+
+/// Where the run stands after this evaluation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Still running; the group at this index is current.
+    InProgress {
+        group: usize,
+    },
+    Completed,
+    /// Resources of this group failed.
+    Failed {
+        group: usize,
+        failed: usize,
+    },
+    /// The target PromiseRevision disappeared after the snapshot.
+    RevisionMissing,
+}
+
+/// Everything the controller needs to act on a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evaluation {
+    pub verdict: Verdict,
+    /// Counts per group, in plan order.
+    pub groups: Vec<GroupStatus>,
+    /// Outcomes of the groups evaluated live this time (index, outcomes in snapshot order).
+    pub outcomes: Vec<(usize, Vec<Outcome>)>,
+    /// Upgrades to start now: patch `spec.version := to`.
+    pub start: Vec<BindingAction>,
+    /// Bindings to label for a Kratix retry.
+    pub retry: Vec<BindingAction>,
+    /// The current group's resolved limit, in-flight count and gate.
+    pub limit: Option<usize>,
+    pub in_flight: usize,
+    pub gate: Option<GateState>,
+    /// Why not-started resources of the current group wait, if they do.
+    pub blocked: Option<Blocked>,
+    /// When to look again without any watch event (the gate's next change).
+    pub wake_at: Option<DateTime<Utc>>,
+}
+
+impl Evaluation {
+    pub fn completed_resources(&self) -> i64 {
+        self.groups.iter().map(|g| g.succeeded).sum()
+    }
+
+    pub fn total_resources(&self) -> i64 {
+        self.groups.iter().map(|g| g.total).sum()
+    }
+}
+
+/// The inputs of [`evaluate`] other than the live bindings.
+#[derive(Debug, Clone, Copy)]
+pub struct RunContext<'a> {
+    pub run_name: &'a str,
+    pub run_created: DateTime<Utc>,
+    /// `spec.suspend` of the run (user suspend, preview or superseded).
+    pub suspended: bool,
+    /// The plan as frozen in the snapshot.
+    pub plan: &'a UpgradePlanSpec,
+    pub snapshot: &'a Snapshot,
+    /// `status.rolloutGroups` as last written: groups recorded complete stay complete.
+    pub recorded: &'a [GroupStatus],
+    pub revision_present: bool,
+    pub now: DateTime<Utc>,
+}
+
+fn counts(name: &str, total: usize, outcomes: &[Outcome]) -> GroupStatus {
+    let n = |f: fn(&Outcome) -> bool| outcomes.iter().filter(|o| f(o)).count() as i64;
+    GroupStatus {
+        name: name.to_string(),
+        total: total as i64,
+        succeeded: n(|o| matches!(o, Outcome::Succeeded)),
+        failed: n(|o| matches!(o, Outcome::Failed { .. })),
+        skipped: n(|o| matches!(o, Outcome::Skipped(_))),
+    }
+}
+
+fn recorded_complete(recorded: Option<&GroupStatus>, name: &str, total: usize) -> Option<GroupStatus> {
+    recorded
+        .filter(|g| g.name == name && g.total == total as i64 && g.failed == 0 && g.succeeded + g.skipped == g.total)
+        .cloned()
+}
+
+/// Evaluates an InProgress run. `lookup(namespace, binding)` returns the live binding.
+pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<&'b ResourceBinding>) -> Evaluation {
+    let to = ctx.plan.upgrade_path.to.as_str();
+    let mut eval = Evaluation {
+        verdict: Verdict::Completed,
+        groups: ctx
+            .snapshot
+            .groups
+            .iter()
+            .map(|g| GroupStatus {
+                name: g.name.clone(),
+                total: g.resources.len() as i64,
+                ..Default::default()
+            })
+            .collect(),
+        outcomes: Vec::new(),
+        start: Vec::new(),
+        retry: Vec::new(),
+        limit: None,
+        in_flight: 0,
+        gate: None,
+        blocked: None,
+        wake_at: None,
+    };
+    if !ctx.revision_present {
+        eval.verdict = Verdict::RevisionMissing;
+        for (i, g) in ctx.recorded.iter().enumerate().take(eval.groups.len()) {
+            if g.name == eval.groups[i].name {
+                eval.groups[i] = g.clone();
+            }
+        }
+        return eval;
+    }
+
+    for (index, group) in ctx.snapshot.groups.iter().enumerate() {
+        if let Some(done) = recorded_complete(ctx.recorded.get(index), &group.name, group.resources.len()) {
+            eval.groups[index] = done;
+            continue;
+        }
+        let live: Vec<Option<&ResourceBinding>> = group
+            .resources
+            .iter()
+            .map(|r| lookup(&r.namespace, &r.binding))
+            .collect();
+        let outcomes: Vec<Outcome> = group
+            .resources
+            .iter()
+            .zip(&live)
+            .map(|(r, b)| evaluate_resource(r, *b, to, ctx.run_name, ctx.run_created))
+            .collect();
+        eval.groups[index] = counts(&group.name, group.resources.len(), &outcomes);
+        let failed = eval.groups[index].failed as usize;
+        if failed > 0 {
+            eval.outcomes.push((index, outcomes));
+            eval.verdict = Verdict::Failed { group: index, failed };
+            return eval;
+        }
+        if outcomes.iter().all(Outcome::is_done) {
+            eval.outcomes.push((index, outcomes));
+            continue;
+        }
+
+        // The current group: retries, then starts within gate and limit.
+        let plan_group = ctx.plan.rollout_groups.iter().find(|g| g.name == group.name);
+        // A frozen plan was validated before its snapshot; if it still does not parse, be
+        // conservative: one at a time, gate closed.
+        let limit = plan_group
+            .map(|g| Limit::parse(g.max_concurrent.as_ref()).unwrap_or(Limit::Count(1)))
+            .unwrap_or(Limit::Count(1))
+            .resolve(group.resources.len());
+        let gate = plan_group.map(|g| Gate::compile(g.resource_upgrade_windows.as_deref().unwrap_or_default()));
+        let gate_state = match &gate {
+            Some(Ok(g)) => g.state(ctx.now),
+            _ => GateState {
+                open: false,
+                next_open: None,
+                next_close: None,
+            },
+        };
+        let action = |i: usize| BindingAction {
+            resource: group.resources[i].clone(),
+            resource_version: live[i].and_then(|b| b.metadata.resource_version.clone()),
+            from: live[i]
+                .map(|b| b.last_applied_version().to_string())
+                .unwrap_or_default(),
+        };
+        let mut in_flight = 0;
+        let mut not_started = Vec::new();
+        for (i, o) in outcomes.iter().enumerate() {
+            match o {
+                Outcome::InFlight { request_retry } => {
+                    in_flight += 1;
+                    if *request_retry && !ctx.suspended {
+                        eval.retry.push(action(i));
+                    }
+                }
+                Outcome::NotStarted => not_started.push(i),
+                _ => {}
+            }
+        }
+        let slots = limit.saturating_sub(in_flight);
+        if !not_started.is_empty() {
+            eval.blocked = if ctx.suspended {
+                Some(Blocked::Suspended)
+            } else if !gate_state.open {
+                Some(Blocked::WindowClosed)
+            } else if slots == 0 {
+                Some(Blocked::ConcurrencyLimit)
+            } else {
+                None
+            };
+            if eval.blocked.is_none() {
+                eval.start = not_started.iter().take(slots).map(|&i| action(i)).collect();
+            }
+            eval.wake_at = if gate_state.open {
+                gate_state.next_close
+            } else {
+                gate_state.next_open
+            };
+        }
+        eval.limit = Some(limit);
+        eval.in_flight = in_flight;
+        eval.gate = Some(gate_state);
+        eval.outcomes.push((index, outcomes));
+        eval.verdict = Verdict::InProgress { group: index };
+        return eval;
+    }
+    eval
+}
+
+/// Exact texts of conditions and events (spec §4.3–4.4).
+pub mod texts {
+    pub fn plan_found(plan: &str) -> String {
+        format!("UpgradePlan \"{plan}\" found")
+    }
+    pub fn plan_not_found(plan: &str) -> String {
+        format!("UpgradePlan \"{plan}\" not found")
+    }
+    pub fn revision_ready(promise: &str, to: &str) -> String {
+        format!("PromiseRevision for promise \"{promise}\" version \"{to}\" is ready")
+    }
+    pub fn revision_not_found(promise: &str, to: &str) -> String {
+        format!("PromiseRevision for promise \"{promise}\" version \"{to}\" not found")
+    }
+    pub fn group_failed(failed: usize, group: &str) -> String {
+        format!("{failed} resource(s) failed to upgrade in rollout group \"{group}\"")
+    }
+    pub fn group_in_progress(group: &str, succeeded: i64, total: i64, to: &str) -> String {
+        format!("Group \"{group}\": {succeeded}/{total} resources upgraded to {to}")
+    }
+    pub fn resource_started(resource: &str, from: &str, to: &str) -> String {
+        format!("Resource {resource} upgrading from {from} to {to}")
+    }
+    pub fn resource_failed(resource: &str, to: &str, detail: &str) -> String {
+        format!("Resource {resource} failed to upgrade to {to}: {detail}")
+    }
+    pub fn resource_skipped(resource: &str, why: &str) -> String {
+        format!("Resource {resource} skipped: {why}")
+    }
+    /// Message of the UpgradeRunFailed / UpgradeRunCompleted events and of RunCompleted.
+    pub fn run_summary(completed: i64, total: i64, to: &str) -> String {
+        format!("{completed}/{total} resources upgraded to {to}")
+    }
+    pub fn run_cancelled() -> String {
+        "UpgradeRun was deleted before it finished".to_string()
+    }
+    pub fn superseded(newer: &str) -> String {
+        format!("Superseded by UpgradeRun \"{newer}\"")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::kratix::{BindingCondition, UPGRADE_IN_PROGRESS, UPGRADE_SUCCEEDED};
+    use crate::api::{UpgradeWindow, WindowKind};
+    use crate::engine::snapshot::assign;
+    use crate::engine::snapshot::tests::{binding, group, match_all, plan};
+    use crate::engine::version::VersionMatcher;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    const CREATED: &str = "2026-06-01T10:00:00Z";
+
+    fn with_condition(
+        mut b: ResourceBinding,
+        status: &str,
+        reason: &str,
+        at: &str,
+        failed: Option<&str>,
+    ) -> ResourceBinding {
+        let s = b.status.get_or_insert_with(Default::default);
+        s.failed_version = failed.map(Into::into);
+        s.conditions = vec![BindingCondition {
+            type_: UPGRADE_SUCCEEDED.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: "workflow failed: simulated".into(),
+            last_transition_time: Some(utc(at)),
+        }];
+        b
+    }
+
+    fn snap_res(b: &ResourceBinding) -> SnapshotResource {
+        SnapshotResource::from_binding(b)
+    }
+
+    #[test]
+    fn resource_outcome_table() {
+        let created = utc(CREATED);
+        // Snapshot taken when the binding was at v1 (spec v1).
+        let at_v1 = binding("ns", "r", &[], "v1", "v1");
+        let snap = snap_res(&at_v1);
+        let floating = binding("ns", "r", &[], "v1", "latest");
+        let snap_floating = snap_res(&floating);
+        let mut deleting = binding("ns", "r", &[], "v1", "v2");
+        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        let mut relabelled = binding("ns", "r", &[], "v1", "v2");
+        relabelled
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(MANUAL_RECONCILIATION_LABEL.into(), "true".into());
+        let relabelled = with_condition(relabelled, "False", UPGRADE_FAILED, "2026-05-01T00:00:00Z", Some("v2"));
+        let cases: Vec<(&str, &SnapshotResource, Option<ResourceBinding>, Outcome)> = vec![
+            ("binding gone", &snap, None, Outcome::Skipped(SkipReason::BindingGone)),
+            (
+                "being deleted",
+                &snap,
+                Some(deleting),
+                Outcome::Skipped(SkipReason::BeingDeleted),
+            ),
+            (
+                "already at target: succeeded, never patched",
+                &snap,
+                Some(binding("ns", "r", &[], "v2", "v2")),
+                Outcome::Succeeded,
+            ),
+            (
+                "succeeded even if spec moved on",
+                &snap,
+                Some(binding("ns", "r", &[], "v2", "v3")),
+                Outcome::Succeeded,
+            ),
+            ("not started", &snap, Some(at_v1.clone()), Outcome::NotStarted),
+            (
+                "in flight",
+                &snap,
+                Some(binding("ns", "r", &[], "v1", "v2")),
+                Outcome::InFlight { request_retry: false },
+            ),
+            (
+                "drift: spec changed by someone",
+                &snap,
+                Some(binding("ns", "r", &[], "v1", "v1.5")),
+                Outcome::Skipped(SkipReason::ChangedByOthers {
+                    spec_version: "v1.5".into(),
+                    last_applied_version: "v1".into(),
+                }),
+            ),
+            (
+                "drift: applied changed by someone",
+                &snap,
+                Some(binding("ns", "r", &[], "v1.5", "v1.5")),
+                Outcome::Skipped(SkipReason::ChangedByOthers {
+                    spec_version: "v1.5".into(),
+                    last_applied_version: "v1.5".into(),
+                }),
+            ),
+            (
+                "drift: applied changed, spec ours",
+                &snap,
+                Some(binding("ns", "r", &[], "v0", "v2")),
+                Outcome::Skipped(SkipReason::ChangedByOthers {
+                    spec_version: "v2".into(),
+                    last_applied_version: "v0".into(),
+                }),
+            ),
+            (
+                "drift beats failure",
+                &snap,
+                Some(with_condition(
+                    binding("ns", "r", &[], "v1", "v1.5"),
+                    "False",
+                    UPGRADE_FAILED,
+                    "2026-06-01T11:00:00Z",
+                    Some("v2"),
+                )),
+                Outcome::Skipped(SkipReason::ChangedByOthers {
+                    spec_version: "v1.5".into(),
+                    last_applied_version: "v1".into(),
+                }),
+            ),
+            (
+                "failed during this run",
+                &snap,
+                Some(with_condition(
+                    binding("ns", "r", &[], "v1", "v2"),
+                    "False",
+                    UPGRADE_FAILED,
+                    "2026-06-01T10:00:00Z",
+                    Some("v2"),
+                )),
+                Outcome::Failed {
+                    message: "workflow failed: simulated".into(),
+                },
+            ),
+            (
+                "failure of another version is not ours",
+                &snap,
+                Some(with_condition(
+                    binding("ns", "r", &[], "v1", "v2"),
+                    "False",
+                    UPGRADE_FAILED,
+                    "2026-06-01T11:00:00Z",
+                    Some("v1.9"),
+                )),
+                Outcome::InFlight { request_retry: false },
+            ),
+            (
+                "failure before the run: in flight, ask for a retry",
+                &snap,
+                Some(with_condition(
+                    binding("ns", "r", &[], "v1", "v2"),
+                    "False",
+                    UPGRADE_FAILED,
+                    "2026-05-01T00:00:00Z",
+                    Some("v2"),
+                )),
+                Outcome::InFlight { request_retry: true },
+            ),
+            (
+                "retry already asked (label present)",
+                &snap,
+                Some(relabelled),
+                Outcome::InFlight { request_retry: false },
+            ),
+            (
+                "old failure, not yet re-pinned: not started",
+                &snap,
+                Some(with_condition(
+                    at_v1.clone(),
+                    "False",
+                    UPGRADE_FAILED,
+                    "2026-05-01T00:00:00Z",
+                    Some("v2"),
+                )),
+                Outcome::NotStarted,
+            ),
+            (
+                "in progress after retry",
+                &snap,
+                Some(with_condition(
+                    binding("ns", "r", &[], "v1", "v2"),
+                    "Unknown",
+                    UPGRADE_IN_PROGRESS,
+                    "2026-06-01T10:05:00Z",
+                    Some("v2"),
+                )),
+                Outcome::InFlight { request_retry: false },
+            ),
+            (
+                "floating binding not started",
+                &snap_floating,
+                Some(floating.clone()),
+                Outcome::NotStarted,
+            ),
+            (
+                "floating binding pinned: in flight",
+                &snap_floating,
+                Some(binding("ns", "r", &[], "v1", "v2")),
+                Outcome::InFlight { request_retry: false },
+            ),
+        ];
+        for (name, snapshot, live, want) in cases {
+            assert_eq!(
+                evaluate_resource(snapshot, live.as_ref(), "v2", "run-1", created),
+                want,
+                "{name}"
+            );
+        }
+        // The retry is asked once per run: the annotation naming this run suppresses it.
+        let mut asked = with_condition(
+            binding("ns", "r", &[], "v1", "v2"),
+            "False",
+            UPGRADE_FAILED,
+            "2026-05-01T00:00:00Z",
+            Some("v2"),
+        );
+        asked.metadata.annotations = Some([(RETRY_REQUESTED_BY_ANNOTATION.to_string(), "run-1".to_string())].into());
+        assert_eq!(
+            evaluate_resource(&snap, Some(&asked), "v2", "run-1", created),
+            Outcome::InFlight { request_retry: false }
+        );
+        assert_eq!(
+            evaluate_resource(&snap, Some(&asked), "v2", "run-2", created),
+            Outcome::InFlight { request_retry: true }
+        );
+    }
+
+    struct World {
+        spec: UpgradePlanSpec,
+        snapshot: Snapshot,
+        live: Vec<ResourceBinding>,
+    }
+
+    impl World {
+        fn new(spec: UpgradePlanSpec, bindings: Vec<ResourceBinding>) -> World {
+            let m = VersionMatcher::compile(&spec.upgrade_path.from).unwrap();
+            let snapshot = assign(&spec, &m, &bindings).snapshot;
+            World {
+                spec,
+                snapshot,
+                live: bindings,
+            }
+        }
+
+        fn set(&mut self, name: &str, applied: &str, spec_version: &str) {
+            let b = self.live.iter_mut().find(|b| b.spec.resource_ref.name == name).unwrap();
+            b.spec.version = spec_version.into();
+            b.status.get_or_insert_with(Default::default).last_applied_version = applied.into();
+        }
+
+        fn fail(&mut self, name: &str, at: &str) {
+            let i = self.live.iter().position(|b| b.spec.resource_ref.name == name).unwrap();
+            let to = self.spec.upgrade_path.to.clone();
+            let b = self.live[i].clone();
+            self.live[i] = with_condition(b, "False", UPGRADE_FAILED, at, Some(&to));
+        }
+
+        fn eval(&self, recorded: &[GroupStatus], suspended: bool, now: &str) -> Evaluation {
+            let ctx = RunContext {
+                run_name: "run-1",
+                run_created: utc(CREATED),
+                suspended,
+                plan: &self.spec,
+                snapshot: &self.snapshot,
+                recorded,
+                revision_present: true,
+                now: utc(now),
+            };
+            evaluate(&ctx, |ns, name| {
+                self.live
+                    .iter()
+                    .find(|b| b.metadata.namespace.as_deref() == Some(ns) && b.metadata.name.as_deref() == Some(name))
+            })
+        }
+    }
+
+    fn started(e: &Evaluation) -> Vec<&str> {
+        e.start.iter().map(|a| a.resource.name.as_str()).collect()
+    }
+
+    #[test]
+    fn groups_run_in_order_within_the_limit() {
+        let mut dev = group("dev", &[("env", "dev")]);
+        dev.max_concurrent = Some(IntOrString::String("50%".into()));
+        let prod = group("prod", &[("env", "prod")]);
+        let bindings = vec![
+            binding("a", "d1", &[("env", "dev")], "v1", "v1"),
+            binding("a", "d2", &[("env", "dev")], "v1", "v1"),
+            binding("a", "d3", &[("env", "dev")], "v1", "v1"),
+            binding("a", "d4", &[("env", "dev")], "v1", "v1"),
+            binding("b", "p1", &[("env", "prod")], "v1", "v1"),
+        ];
+        let mut w = World::new(plan(&["v1"], "v2", vec![dev, prod]), bindings);
+        let now = "2026-06-01T10:01:00Z";
+
+        let e = w.eval(&[], false, now);
+        assert_eq!(e.verdict, Verdict::InProgress { group: 0 });
+        assert_eq!(started(&e), vec!["d1", "d2"]); // 50% of 4
+        assert_eq!(e.limit, Some(2));
+        assert_eq!(e.start[0].from, "v1");
+
+        w.set("d1", "v1", "v2");
+        w.set("d2", "v1", "v2");
+        let e = w.eval(&[], false, now);
+        assert!(e.start.is_empty());
+        assert_eq!((e.in_flight, e.blocked), (2, Some(Blocked::ConcurrencyLimit)));
+
+        w.set("d1", "v2", "v2");
+        let e = w.eval(&[], false, now);
+        assert_eq!(started(&e), vec!["d3"]);
+        assert_eq!(
+            e.groups[0],
+            GroupStatus {
+                name: "dev".into(),
+                total: 4,
+                succeeded: 1,
+                failed: 0,
+                skipped: 0
+            }
+        );
+
+        for n in ["d2", "d3", "d4"] {
+            w.set(n, "v2", "v2");
+        }
+        // The dev group completes and prod starts in the same evaluation.
+        let e = w.eval(&[], false, now);
+        assert_eq!(e.verdict, Verdict::InProgress { group: 1 });
+        assert_eq!(started(&e), vec!["p1"]);
+        let recorded = e.groups.clone();
+
+        // Someone rolls d1 back after dev completed: the recorded group stays complete.
+        w.set("d1", "v1", "v1");
+        w.set("p1", "v2", "v2");
+        let e = w.eval(&recorded, false, now);
+        assert_eq!(e.verdict, Verdict::Completed);
+        assert_eq!((e.completed_resources(), e.total_resources()), (5, 5));
+    }
+
+    #[test]
+    fn suspended_runs_start_nothing_but_in_flight_continue() {
+        let mut w = World::new(
+            plan(&["v1"], "v2", vec![match_all("all")]),
+            vec![binding("a", "x", &[], "v1", "v1"), binding("a", "y", &[], "v1", "v1")],
+        );
+        w.set("x", "v1", "v2");
+        let e = w.eval(&[], true, "2026-06-01T10:01:00Z");
+        assert!(e.start.is_empty());
+        assert_eq!(e.blocked, Some(Blocked::Suspended));
+        w.set("x", "v2", "v2");
+        assert_eq!(w.eval(&[], true, "2026-06-01T10:01:00Z").groups[0].succeeded, 1);
+    }
+
+    #[test]
+    fn window_gate_blocks_and_wakes() {
+        let mut g = match_all("all");
+        g.resource_upgrade_windows = Some(vec![UpgradeWindow {
+            kind: WindowKind::Allow,
+            schedule: "0 22 * * *".into(),
+            duration: "4h".into(),
+            time_zone: Some("Europe/London".into()),
+        }]);
+        let w = World::new(plan(&["v1"], "v2", vec![g]), vec![binding("a", "x", &[], "v1", "v1")]);
+        let e = w.eval(&[], false, "2026-06-01T12:00:00Z");
+        assert_eq!(e.blocked, Some(Blocked::WindowClosed));
+        assert_eq!(e.wake_at, Some(utc("2026-06-01T21:00:00Z"))); // 22:00 BST
+        let e = w.eval(&[], false, "2026-06-01T21:00:00Z");
+        assert_eq!(started(&e), vec!["x"]);
+        assert_eq!(e.wake_at, Some(utc("2026-06-02T01:00:00Z")));
+    }
+
+    #[test]
+    fn failure_racing_success_fails_the_run_and_stops_later_groups() {
+        let bindings = vec![
+            binding("a", "x", &[("env", "dev")], "v1", "v2"),
+            binding("a", "y", &[("env", "dev")], "v1", "v2"),
+            binding("a", "z", &[("env", "prod")], "v1", "v1"),
+        ];
+        let mut w = World::new(
+            plan(
+                &["v1"],
+                "v2",
+                vec![group("dev", &[("env", "dev")]), group("prod", &[("env", "prod")])],
+            ),
+            bindings,
+        );
+        // In the same reconcile x succeeded and y failed.
+        w.set("x", "v2", "v2");
+        w.fail("y", "2026-06-01T10:02:00Z");
+        let e = w.eval(&[], false, "2026-06-01T10:03:00Z");
+        assert_eq!(e.verdict, Verdict::Failed { group: 0, failed: 1 });
+        assert!(e.start.is_empty());
+        assert_eq!(
+            e.groups[0],
+            GroupStatus {
+                name: "dev".into(),
+                total: 2,
+                succeeded: 1,
+                failed: 1,
+                skipped: 0
+            }
+        );
+        assert_eq!(
+            e.groups[1],
+            GroupStatus {
+                name: "prod".into(),
+                total: 1,
+                ..Default::default()
+            }
+        );
+        // A failure wins even while other resources are still in flight.
+        let mut w2 = World::new(w.spec.clone(), w.live.clone());
+        w2.set("x", "v1", "v2");
+        assert!(matches!(
+            w2.eval(&[], false, "2026-06-01T10:03:00Z").verdict,
+            Verdict::Failed { .. }
+        ));
+    }
+
+    #[test]
+    fn skipped_resources_complete_a_group_and_empty_runs_complete_at_once() {
+        let mut w = World::new(
+            plan(&["v1"], "v2", vec![match_all("all")]),
+            vec![binding("a", "x", &[], "v1", "v1"), binding("a", "y", &[], "v1", "v1")],
+        );
+        w.live.retain(|b| b.spec.resource_ref.name != "x"); // gone
+        w.set("y", "v1.5", "v1.5"); // changed by someone else
+        let e = w.eval(&[], false, "2026-06-01T10:03:00Z");
+        assert_eq!(e.verdict, Verdict::Completed);
+        assert_eq!(e.groups[0].skipped, 2);
+
+        let empty = World::new(
+            plan(&["v9"], "v10", vec![match_all("all")]),
+            vec![binding("a", "x", &[], "v1", "v1")],
+        );
+        let e = empty.eval(&[], false, "2026-06-01T10:03:00Z");
+        assert_eq!(e.verdict, Verdict::Completed);
+        assert_eq!(e.total_resources(), 0);
+    }
+
+    #[test]
+    fn missing_revision_after_snapshot_fails() {
+        let w = World::new(
+            plan(&["v1"], "v2", vec![match_all("all")]),
+            vec![binding("a", "x", &[], "v1", "v1")],
+        );
+        let ctx = RunContext {
+            run_name: "run-1",
+            run_created: utc(CREATED),
+            suspended: false,
+            plan: &w.spec,
+            snapshot: &w.snapshot,
+            recorded: &[],
+            revision_present: false,
+            now: utc(CREATED),
+        };
+        let e = evaluate(&ctx, |_, _| None);
+        assert_eq!(e.verdict, Verdict::RevisionMissing);
+        assert!(e.start.is_empty());
+    }
+
+    #[test]
+    fn retry_requested_for_old_failures() {
+        let mut w = World::new(
+            plan(&["v1"], "v2", vec![match_all("all")]),
+            vec![binding("a", "x", &[], "v1", "v1")],
+        );
+        w.set("x", "v1", "v2");
+        w.fail("x", "2026-05-01T00:00:00Z");
+        let e = w.eval(&[], false, "2026-06-01T10:03:00Z");
+        assert_eq!(e.retry.len(), 1);
+        assert_eq!(e.in_flight, 1);
+        assert!(
+            w.eval(&[], true, "2026-06-01T10:03:00Z").retry.is_empty(),
+            "suspended runs do not retry"
+        );
+    }
+
+    #[test]
+    fn event_texts() {
+        assert_eq!(
+            texts::group_in_progress("dev", 3, 5, "v2.0.0"),
+            "Group \"dev\": 3/5 resources upgraded to v2.0.0"
+        );
+        assert_eq!(
+            texts::resource_started("ns/r", "v1.0.0", "v2.0.0"),
+            "Resource ns/r upgrading from v1.0.0 to v2.0.0"
+        );
+        assert_eq!(
+            texts::resource_failed("ns/r", "v2.0.0", "workflow failed: simulated"),
+            "Resource ns/r failed to upgrade to v2.0.0: workflow failed: simulated"
+        );
+        assert_eq!(
+            texts::group_failed(1, "dev"),
+            "1 resource(s) failed to upgrade in rollout group \"dev\""
+        );
+        assert_eq!(texts::run_summary(4, 5, "v2.0.0"), "4/5 resources upgraded to v2.0.0");
+        assert_eq!(
+            texts::revision_ready("redis", "v2.0.0"),
+            "PromiseRevision for promise \"redis\" version \"v2.0.0\" is ready"
+        );
+        assert_eq!(texts::plan_found("p"), "UpgradePlan \"p\" found");
+    }
+}

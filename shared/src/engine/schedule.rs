@@ -1,0 +1,238 @@
+//! A plan's triggers (spec §6): the `executeAt` instant and every `repeatSchedule` firing.
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+
+use super::cron::{parse_zone, resolve_local_time, CronSchedule};
+use crate::api::UpgradeExecutionPolicy;
+
+/// Longest plan name whose scheduled run names (`<plan>-YYYYMMDD-HHMM`) fit in 253 characters.
+pub const MAX_SCHEDULED_PLAN_NAME: usize = 229;
+
+/// A plan's compiled execution policy.
+#[derive(Debug, Clone)]
+pub struct Triggers {
+    pub zone: Tz,
+    pub execute_at: Option<DateTime<Utc>>,
+    pub repeat: Option<CronSchedule>,
+}
+
+/// What the controller should do about triggers now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TriggerAction {
+    /// Nothing is due.
+    None,
+    /// Create the run for this trigger instant.
+    CreateRun(DateTime<Utc>),
+    /// The plan is suspended: record this trigger as serviced without a run (no back-fill later).
+    Skip(DateTime<Utc>),
+}
+
+impl Triggers {
+    /// Compiles a policy. Errors are reported by [`crate::engine::validate`], which names fields;
+    /// here any error means "no triggers".
+    pub fn compile(policy: &UpgradeExecutionPolicy) -> Option<Triggers> {
+        let zone = parse_zone(policy.time_zone.as_deref()).ok()?;
+        let execute_at = match &policy.execute_at {
+            Some(v) => Some(resolve_local_time(v, zone).ok()?),
+            None => None,
+        };
+        let repeat = match &policy.repeat_schedule {
+            Some(s) => Some(s.parse().ok()?),
+            None => None,
+        };
+        Some(Triggers {
+            zone,
+            execute_at,
+            repeat,
+        })
+    }
+
+    /// The earliest trigger strictly after `now` (the plan's `nextRunAt`), ignoring an
+    /// `executeAt` that precedes the plan's creation (it never fires).
+    pub fn next_after(&self, now: DateTime<Utc>, created: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let once = self.execute_at.filter(|t| *t > now && *t >= created);
+        let repeat = self.repeat.as_ref().and_then(|c| c.next_after(now, self.zone));
+        once.into_iter().chain(repeat).min()
+    }
+
+    /// The next `n` triggers after `now`, in order.
+    pub fn upcoming(&self, now: DateTime<Utc>, created: DateTime<Utc>, n: usize) -> Vec<DateTime<Utc>> {
+        let mut out: Vec<DateTime<Utc>> = self
+            .repeat
+            .as_ref()
+            .map(|c| c.upcoming(now, self.zone, n))
+            .unwrap_or_default();
+        out.extend(self.execute_at.filter(|t| *t > now && *t >= created));
+        out.sort();
+        out.dedup();
+        out.truncate(n);
+        out
+    }
+
+    /// The most recent trigger at or before `now`.
+    pub fn latest_at_or_before(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let once = self.execute_at.filter(|t| *t <= now);
+        let repeat = self.repeat.as_ref().and_then(|c| c.latest_at_or_before(now, self.zone));
+        once.into_iter().chain(repeat).max()
+    }
+
+    /// The most recent due trigger T (T ≤ now, T > lastScheduledAt, T ≥ creation) and what to do
+    /// with it. Older missed triggers are never back-filled.
+    pub fn due(
+        &self,
+        now: DateTime<Utc>,
+        created: DateTime<Utc>,
+        last_scheduled: Option<DateTime<Utc>>,
+        suspended: bool,
+    ) -> TriggerAction {
+        let Some(t) = self.latest_at_or_before(now) else {
+            return TriggerAction::None;
+        };
+        if t < created || last_scheduled.is_some_and(|last| t <= last) {
+            return TriggerAction::None;
+        }
+        if suspended {
+            TriggerAction::Skip(t)
+        } else {
+            TriggerAction::CreateRun(t)
+        }
+    }
+
+    /// True when `executeAt` is set but precedes the plan's creation, so it never fires.
+    pub fn execute_at_before_creation(&self, created: DateTime<Utc>) -> bool {
+        self.execute_at.is_some_and(|t| t < created)
+    }
+}
+
+/// Name of the scheduled run for trigger `t`: `<plan>-YYYYMMDD-HHMM` in UTC.
+pub fn scheduled_run_name(plan: &str, t: DateTime<Utc>) -> String {
+    format!("{plan}-{}", t.format("%Y%m%d-%H%M"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    fn seed_policy() -> UpgradeExecutionPolicy {
+        UpgradeExecutionPolicy {
+            repeat_schedule: Some("0 23 * * 6".into()),
+            execute_at: Some("2026-05-01T23:00".into()),
+            time_zone: Some("Europe/London".into()),
+        }
+    }
+
+    #[test]
+    fn seed_policy_next_runs() {
+        let t = Triggers::compile(&seed_policy()).unwrap();
+        let created = utc("2026-04-01T00:00:00Z");
+        // executeAt 2026-05-01 23:00 BST is Friday 22:00Z; then Saturdays 23:00 BST.
+        assert_eq!(
+            t.upcoming(utc("2026-04-30T00:00:00Z"), created, 3),
+            vec![
+                utc("2026-05-01T22:00:00Z"),
+                utc("2026-05-02T22:00:00Z"),
+                utc("2026-05-09T22:00:00Z")
+            ]
+        );
+        assert_eq!(
+            t.next_after(utc("2026-05-01T22:00:00Z"), created),
+            Some(utc("2026-05-02T22:00:00Z"))
+        );
+    }
+
+    #[test]
+    fn due_trigger_table() {
+        let t = Triggers::compile(&seed_policy()).unwrap();
+        let created = utc("2026-04-01T00:00:00Z");
+        let cases: &[(&str, &str, Option<&str>, bool, TriggerAction)] = &[
+            (
+                "nothing fired yet",
+                "2026-04-02T00:00:00Z",
+                None,
+                false,
+                TriggerAction::None,
+            ),
+            (
+                "first Saturday fires",
+                "2026-04-04T22:00:30Z",
+                None,
+                false,
+                TriggerAction::CreateRun(utc("2026-04-04T22:00:00Z")),
+            ),
+            (
+                "already serviced",
+                "2026-04-04T22:05:00Z",
+                Some("2026-04-04T22:00:00Z"),
+                false,
+                TriggerAction::None,
+            ),
+            // Down for three weeks: only the most recent trigger fires, no back-fill.
+            (
+                "missed triggers not back-filled",
+                "2026-04-26T10:00:00Z",
+                Some("2026-04-04T22:00:00Z"),
+                false,
+                TriggerAction::CreateRun(utc("2026-04-25T22:00:00Z")),
+            ),
+            (
+                "executeAt fires",
+                "2026-05-01T22:01:00Z",
+                Some("2026-04-25T22:00:00Z"),
+                false,
+                TriggerAction::CreateRun(utc("2026-05-01T22:00:00Z")),
+            ),
+            (
+                "suspended: skipped",
+                "2026-05-02T22:00:00Z",
+                Some("2026-05-01T22:00:00Z"),
+                true,
+                TriggerAction::Skip(utc("2026-05-02T22:00:00Z")),
+            ),
+        ];
+        for (name, now, last, suspended, want) in cases {
+            assert_eq!(t.due(utc(now), created, last.map(utc), *suspended), *want, "{name}");
+        }
+    }
+
+    #[test]
+    fn triggers_before_creation_never_fire() {
+        let t = Triggers::compile(&UpgradeExecutionPolicy {
+            repeat_schedule: None,
+            execute_at: Some("2026-01-01T00:00".into()),
+            time_zone: None,
+        })
+        .unwrap();
+        let created = utc("2026-02-01T00:00:00Z");
+        assert!(t.execute_at_before_creation(created));
+        assert_eq!(
+            t.due(utc("2026-02-02T00:00:00Z"), created, None, false),
+            TriggerAction::None
+        );
+        assert_eq!(t.next_after(utc("2025-12-01T00:00:00Z"), created), None);
+        // A schedule firing before creation is ignored too.
+        let t = Triggers::compile(&UpgradeExecutionPolicy {
+            repeat_schedule: Some("0 * * * *".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(
+            t.due(utc("2026-02-01T00:30:00Z"), utc("2026-02-01T00:10:00Z"), None, false),
+            TriggerAction::None
+        );
+    }
+
+    #[test]
+    fn run_names() {
+        assert_eq!(
+            scheduled_run_name("redis-v1-to-v2", utc("2026-05-02T22:00:00Z")),
+            "redis-v1-to-v2-20260502-2200"
+        );
+        let longest = "p".repeat(MAX_SCHEDULED_PLAN_NAME);
+        assert!(scheduled_run_name(&longest, utc("2026-05-02T22:00:00Z")).len() <= 253);
+    }
+}

@@ -1,0 +1,537 @@
+//! Eligibility, group assignment and the snapshot a run freezes (spec §5.4).
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::selector::{self, SelectorKind, TermFailure};
+use super::version::VersionMatcher;
+use crate::api::kratix::{ResourceBinding, NOT_SET_VERSION, PROMISE_NAME_LABEL, RESOURCE_NAME_LABEL};
+use crate::api::UpgradePlanSpec;
+
+/// Above this many bytes of resources a snapshot ConfigMap is split (ConfigMaps hold 1 MiB).
+pub const SNAPSHOT_SHARD_BYTES: usize = 900 * 1024;
+/// ConfigMap key holding the snapshot JSON.
+pub const SNAPSHOT_RESOURCES_KEY: &str = "resources";
+/// ConfigMap key (first shard) holding the plan spec frozen for the run.
+pub const SNAPSHOT_PLAN_KEY: &str = "plan";
+
+/// One resource as frozen in a snapshot. `name`/`namespace` are the Resource Request's.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotResource {
+    pub namespace: String,
+    pub name: String,
+    /// Name of the ResourceBinding (in the binding's namespace, which is `namespace`).
+    pub binding: String,
+    pub last_applied_version: String,
+    pub spec_version: String,
+}
+
+impl SnapshotResource {
+    pub fn from_binding(b: &ResourceBinding) -> Self {
+        let namespace = b.metadata.namespace.clone().unwrap_or_default();
+        let binding = b.metadata.name.clone().unwrap_or_default();
+        let name = Some(b.spec.resource_ref.name.clone())
+            .filter(|n| !n.is_empty())
+            .or_else(|| {
+                b.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(RESOURCE_NAME_LABEL).cloned())
+            })
+            .unwrap_or_else(|| binding.clone());
+        SnapshotResource {
+            namespace,
+            name,
+            binding,
+            last_applied_version: b.last_applied_version().to_string(),
+            spec_version: b.spec.version.clone(),
+        }
+    }
+
+    /// `<namespace>/<name>` of the Resource Request, as events print it.
+    pub fn display_name(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A group's frozen membership, in start order.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+pub struct SnapshotGroup {
+    pub name: String,
+    pub resources: Vec<SnapshotResource>,
+}
+
+/// The resources a run works on, per group, in plan order.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+pub struct Snapshot {
+    pub groups: Vec<SnapshotGroup>,
+}
+
+/// Why a binding of the Promise is not eligible.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ineligibility {
+    BeingDeleted,
+    Unversioned,
+    VersionNotInFrom { version: String },
+}
+
+impl fmt::Display for Ineligibility {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Ineligibility::BeingDeleted => write!(f, "being deleted"),
+            Ineligibility::Unversioned => write!(f, "unversioned (no status.lastAppliedVersion)"),
+            Ineligibility::VersionNotInFrom { version } => write!(f, "version {version} is not in upgradePath.from"),
+        }
+    }
+}
+
+/// Why an eligible binding is in no group: for each group, the reason it was not selected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unassigned {
+    pub resource: SnapshotResource,
+    pub why: Vec<(String, String)>,
+}
+
+/// Everything a plan makes of the Promise's bindings now.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Assignment {
+    pub snapshot: Snapshot,
+    /// Eligible bindings no group selects: they would never be upgraded.
+    pub unassigned: Vec<Unassigned>,
+    /// Bindings in more than one group, with the groups.
+    pub in_several_groups: Vec<(SnapshotResource, Vec<String>)>,
+    /// Bindings of the Promise that are not eligible, with the reason.
+    pub ineligible: Vec<(SnapshotResource, Ineligibility)>,
+}
+
+/// Eligibility of one binding: being deleted, unversioned, or version not in `from`.
+pub fn eligibility(b: &ResourceBinding, matcher: &VersionMatcher) -> Result<(), Ineligibility> {
+    if b.metadata.deletion_timestamp.is_some() {
+        return Err(Ineligibility::BeingDeleted);
+    }
+    let version = b.last_applied_version();
+    if version.is_empty() || version == NOT_SET_VERSION {
+        return Err(Ineligibility::Unversioned);
+    }
+    if !matcher.matches(version) {
+        return Err(Ineligibility::VersionNotInFrom {
+            version: version.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Whether `b` belongs to `promise` (by Kratix's label, or its promiseRef).
+pub fn belongs_to(b: &ResourceBinding, promise: &str) -> bool {
+    b.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(PROMISE_NAME_LABEL))
+        .is_some_and(|p| p == promise)
+        || b.spec.promise_ref.name == promise
+}
+
+/// Assigns the Promise's eligible bindings to the plan's groups. A binding may be in several
+/// groups (groups are not de-duplicated); `matchAll` takes only bindings no earlier group took.
+/// Order within a group is (namespace, binding name): the order upgrades start in.
+pub fn assign(spec: &UpgradePlanSpec, matcher: &VersionMatcher, bindings: &[ResourceBinding]) -> Assignment {
+    let mut ours: Vec<&ResourceBinding> = bindings
+        .iter()
+        .filter(|b| belongs_to(b, &spec.promise_ref.name))
+        .collect();
+    ours.sort_by(|a, b| (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name)));
+
+    let mut out = Assignment::default();
+    let mut eligible = Vec::new();
+    for b in ours {
+        match eligibility(b, matcher) {
+            Ok(()) => eligible.push(b),
+            Err(why) => out.ineligible.push((SnapshotResource::from_binding(b), why)),
+        }
+    }
+
+    let empty = Default::default();
+    let mut taken: BTreeSet<usize> = BTreeSet::new();
+    let mut memberships: Vec<Vec<String>> = vec![Vec::new(); eligible.len()];
+    let mut reasons: Vec<Vec<(String, String)>> = vec![Vec::new(); eligible.len()];
+    for group in &spec.rollout_groups {
+        let sel = group.selectors.as_ref();
+        let mut members = Vec::new();
+        for (i, b) in eligible.iter().enumerate() {
+            let labels = b.metadata.labels.as_ref().unwrap_or(&empty);
+            let verdict = match selector::kind(sel) {
+                SelectorKind::All if taken.contains(&i) => Err("taken by an earlier group (matchAll)".to_string()),
+                _ => selector::check(sel, labels).map_err(|e: TermFailure| e.to_string()),
+            };
+            match verdict {
+                Ok(()) => members.push(i),
+                Err(why) => reasons[i].push((group.name.clone(), why)),
+            }
+        }
+        for &i in &members {
+            memberships[i].push(group.name.clone());
+        }
+        taken.extend(members.iter().copied());
+        out.snapshot.groups.push(SnapshotGroup {
+            name: group.name.clone(),
+            resources: members
+                .iter()
+                .map(|&i| SnapshotResource::from_binding(eligible[i]))
+                .collect(),
+        });
+    }
+    for (i, b) in eligible.iter().enumerate() {
+        let resource = SnapshotResource::from_binding(b);
+        match memberships[i].len() {
+            0 => out.unassigned.push(Unassigned {
+                resource,
+                why: std::mem::take(&mut reasons[i]),
+            }),
+            1 => {}
+            _ => out.in_several_groups.push((resource, memberships[i].clone())),
+        }
+    }
+    out
+}
+
+/// Name of the `index`-th (0-based) snapshot ConfigMap of `run`.
+pub fn snapshot_config_map_name(run: &str, index: usize) -> String {
+    if index == 0 {
+        format!("{run}-resource-snapshot")
+    } else {
+        format!("{run}-resource-snapshot-{}", index + 1)
+    }
+}
+
+/// Splits a snapshot into shards whose resources serialize to at most `max_bytes` each. Every
+/// group appears in the first shard (so group order survives even for empty groups); a group's
+/// resources continue in later shards in order. [`merge_shards`] undoes it.
+pub fn shard(snapshot: &Snapshot, max_bytes: usize) -> Vec<Snapshot> {
+    let mut shards = vec![Snapshot::default()];
+    let mut size = 0usize;
+    for group in &snapshot.groups {
+        let mut current = SnapshotGroup {
+            name: group.name.clone(),
+            resources: Vec::new(),
+        };
+        for r in &group.resources {
+            let len = serde_json::to_string(r).map(|s| s.len() + 1).unwrap_or(0);
+            if size + len > max_bytes && size > 0 {
+                if let Some(s) = shards.last_mut() {
+                    s.groups.push(std::mem::take(&mut current));
+                }
+                current.name = group.name.clone();
+                shards.push(Snapshot::default());
+                size = 0;
+            }
+            size += len;
+            current.resources.push(r.clone());
+        }
+        if let Some(s) = shards.last_mut() {
+            s.groups.push(current);
+        }
+    }
+    shards
+}
+
+/// Joins shards back into one snapshot, concatenating each group's resources in shard order.
+pub fn merge_shards(shards: impl IntoIterator<Item = Snapshot>) -> Snapshot {
+    let mut merged = Snapshot::default();
+    for shard in shards {
+        for group in shard.groups {
+            match merged.groups.iter_mut().find(|g| g.name == group.name) {
+                Some(existing) => existing.resources.extend(group.resources),
+                None => merged.groups.push(group),
+            }
+        }
+    }
+    merged
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::api::kratix::{ResourceBindingSpec, ResourceBindingStatus};
+    use crate::api::{PromiseRef, RolloutGroup, RolloutSelectors, UpgradePath};
+    use std::collections::BTreeMap;
+
+    /// A binding of promise `redis` in `ns`, with labels and versions.
+    pub fn binding(ns: &str, name: &str, labels: &[(&str, &str)], applied: &str, spec: &str) -> ResourceBinding {
+        let mut l: BTreeMap<String, String> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        l.insert(PROMISE_NAME_LABEL.into(), "redis".into());
+        l.insert(RESOURCE_NAME_LABEL.into(), name.into());
+        let mut b = ResourceBinding::new(
+            &format!("{name}-binding"),
+            ResourceBindingSpec {
+                version: spec.into(),
+                ..Default::default()
+            },
+        );
+        b.metadata.namespace = Some(ns.into());
+        b.metadata.labels = Some(l);
+        b.spec.resource_ref.name = name.into();
+        b.spec.resource_ref.namespace = ns.into();
+        b.spec.promise_ref.name = "redis".into();
+        b.status = Some(ResourceBindingStatus {
+            last_applied_version: applied.into(),
+            ..Default::default()
+        });
+        b
+    }
+
+    pub fn group(name: &str, labels: &[(&str, &str)]) -> RolloutGroup {
+        RolloutGroup {
+            name: name.into(),
+            selectors: Some(RolloutSelectors {
+                match_labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    pub fn match_all(name: &str) -> RolloutGroup {
+        RolloutGroup {
+            name: name.into(),
+            selectors: Some(RolloutSelectors {
+                match_all: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    pub fn plan(from: &[&str], to: &str, groups: Vec<RolloutGroup>) -> UpgradePlanSpec {
+        UpgradePlanSpec {
+            promise_ref: PromiseRef { name: "redis".into() },
+            upgrade_path: UpgradePath {
+                from: from.iter().map(|s| s.to_string()).collect(),
+                to: to.into(),
+            },
+            rollout_groups: groups,
+            ..Default::default()
+        }
+    }
+
+    fn names(g: &SnapshotGroup) -> Vec<&str> {
+        g.resources.iter().map(|r| r.name.as_str()).collect()
+    }
+
+    #[test]
+    fn eligibility_table() {
+        let m = VersionMatcher::compile(&[r"/v1\.1\..*/".to_string()]).unwrap();
+        let mut deleting = binding("a", "d", &[], "v1.1.0", "v1.1.0");
+        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        let cases: Vec<(ResourceBinding, Result<(), Ineligibility>)> = vec![
+            (binding("a", "ok", &[], "v1.1.0", "v1.1.0"), Ok(())),
+            (binding("a", "floating", &[], "v1.1.3", "latest"), Ok(())),
+            (
+                binding("a", "ten", &[], "v1.10.0", "v1.10.0"),
+                Err(Ineligibility::VersionNotInFrom {
+                    version: "v1.10.0".into(),
+                }),
+            ),
+            (
+                binding("a", "empty", &[], "", "v1.1.0"),
+                Err(Ineligibility::Unversioned),
+            ),
+            (
+                binding("a", "notset", &[], "not-set", "v1.1.0"),
+                Err(Ineligibility::Unversioned),
+            ),
+            (deleting, Err(Ineligibility::BeingDeleted)),
+        ];
+        for (b, want) in cases {
+            assert_eq!(eligibility(&b, &m), want, "{:?}", b.metadata.name);
+        }
+        let mut no_status = binding("a", "nostatus", &[], "", "v1");
+        no_status.status = None;
+        assert_eq!(eligibility(&no_status, &m), Err(Ineligibility::Unversioned));
+    }
+
+    #[test]
+    fn assignment_with_overlap_match_all_and_leftovers() {
+        let spec = plan(
+            &["v1.0.0"],
+            "v2.0.0",
+            vec![
+                group("dev", &[("env", "dev")]),
+                group("eu", &[("region", "eu")]),
+                match_all("rest"),
+            ],
+        );
+        let bindings = vec![
+            binding(
+                "ns1",
+                "a-dev-eu",
+                &[("env", "dev"), ("region", "eu")],
+                "v1.0.0",
+                "v1.0.0",
+            ),
+            binding(
+                "ns1",
+                "b-prod-eu",
+                &[("env", "prod"), ("region", "eu")],
+                "v1.0.0",
+                "v1.0.0",
+            ),
+            binding(
+                "ns2",
+                "c-prod-us",
+                &[("env", "prod"), ("region", "us")],
+                "v1.0.0",
+                "v1.0.0",
+            ),
+            binding("ns2", "d-old", &[("env", "dev")], "v0.9.0", "v0.9.0"),
+            binding("ns0", "e-dev", &[("env", "dev")], "v1.0.0", "v1.0.0"),
+        ];
+        let a = assign(
+            &spec,
+            &VersionMatcher::compile(&spec.upgrade_path.from).unwrap(),
+            &bindings,
+        );
+        let groups: Vec<Vec<&str>> = a.snapshot.groups.iter().map(names).collect();
+        assert_eq!(
+            groups,
+            vec![
+                vec!["e-dev", "a-dev-eu"],
+                vec!["a-dev-eu", "b-prod-eu"],
+                vec!["c-prod-us"]
+            ]
+        );
+        assert_eq!(a.in_several_groups.len(), 1);
+        assert_eq!(a.in_several_groups[0].1, vec!["dev".to_string(), "eu".to_string()]);
+        assert_eq!(a.ineligible.len(), 1);
+        assert!(a.unassigned.is_empty());
+
+        // Without matchAll, c-prod-us is eligible but unassigned, and we say why for each group.
+        let spec = plan(
+            &["v1.0.0"],
+            "v2.0.0",
+            vec![group("dev", &[("env", "dev")]), group("eu", &[("region", "eu")])],
+        );
+        let a = assign(
+            &spec,
+            &VersionMatcher::compile(&spec.upgrade_path.from).unwrap(),
+            &bindings,
+        );
+        assert_eq!(a.unassigned.len(), 1);
+        assert_eq!(a.unassigned[0].resource.name, "c-prod-us");
+        assert_eq!(
+            a.unassigned[0].why,
+            vec![
+                (
+                    "dev".to_string(),
+                    "matchLabels env=dev: label env is \"prod\"".to_string()
+                ),
+                (
+                    "eu".to_string(),
+                    "matchLabels region=eu: label region is \"us\"".to_string()
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn match_all_first_takes_everything_and_empty_selector_nothing() {
+        let empty = RolloutGroup {
+            name: "none".into(),
+            ..Default::default()
+        };
+        let spec = plan(&["v1"], "v2", vec![empty, match_all("all"), match_all("again")]);
+        let bindings = vec![binding("a", "x", &[], "v1", "v1"), binding("a", "y", &[], "v1", "v1")];
+        let a = assign(
+            &spec,
+            &VersionMatcher::compile(&spec.upgrade_path.from).unwrap(),
+            &bindings,
+        );
+        let groups: Vec<Vec<&str>> = a.snapshot.groups.iter().map(names).collect();
+        assert_eq!(groups, vec![vec![], vec!["x", "y"], vec![]]);
+    }
+
+    #[test]
+    fn other_promises_are_ignored() {
+        let spec = plan(&["v1"], "v2", vec![match_all("all")]);
+        let mut other = binding("a", "pg", &[], "v1", "v1");
+        other
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(PROMISE_NAME_LABEL.into(), "postgres".into());
+        other.spec.promise_ref.name = "postgres".into();
+        let a = assign(
+            &spec,
+            &VersionMatcher::compile(&spec.upgrade_path.from).unwrap(),
+            &[other],
+        );
+        assert!(a.snapshot.groups[0].resources.is_empty() && a.ineligible.is_empty());
+    }
+
+    #[test]
+    fn sharding_round_trips_and_respects_the_limit() {
+        let spec = plan(
+            &["v1"],
+            "v2",
+            vec![
+                group("a", &[("g", "a")]),
+                group("empty", &[("g", "none")]),
+                group("b", &[("g", "b")]),
+            ],
+        );
+        let bindings: Vec<ResourceBinding> = (0..300)
+            .map(|i| {
+                binding(
+                    &format!("ns-{i:03}"),
+                    &format!("res-{i:03}"),
+                    &[("g", if i % 3 == 0 { "a" } else { "b" })],
+                    "v1",
+                    "v1",
+                )
+            })
+            .collect();
+        let snapshot = assign(
+            &spec,
+            &VersionMatcher::compile(&spec.upgrade_path.from).unwrap(),
+            &bindings,
+        )
+        .snapshot;
+        let limit = 4096;
+        let shards = shard(&snapshot, limit);
+        assert!(shards.len() > 5, "{} shards", shards.len());
+        for s in &shards {
+            let bytes: usize = s
+                .groups
+                .iter()
+                .flat_map(|g| &g.resources)
+                .map(|r| serde_json::to_string(r).unwrap().len() + 1)
+                .sum();
+            assert!(bytes <= limit, "{bytes}");
+        }
+        assert_eq!(shards[0].groups[0].name, "a");
+        assert_eq!(merge_shards(shards), snapshot);
+        assert_eq!(shard(&snapshot, SNAPSHOT_SHARD_BYTES).len(), 1);
+        assert_eq!(snapshot_config_map_name("r", 0), "r-resource-snapshot");
+        assert_eq!(snapshot_config_map_name("r", 1), "r-resource-snapshot-2");
+    }
+
+    #[test]
+    fn snapshot_json_shape() {
+        let spec = plan(&["v1"], "v2", vec![match_all("all")]);
+        let a = assign(
+            &spec,
+            &VersionMatcher::compile(&spec.upgrade_path.from).unwrap(),
+            &[binding("ns", "x", &[], "v1", "latest")],
+        );
+        assert_eq!(
+            serde_json::to_value(&a.snapshot).unwrap(),
+            serde_json::json!({"groups":[{"name":"all","resources":[
+                {"namespace":"ns","name":"x","binding":"x-binding","lastAppliedVersion":"v1","specVersion":"latest"}]}]})
+        );
+    }
+}

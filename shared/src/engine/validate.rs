@@ -1,0 +1,372 @@
+//! Plan validation: every problem the CRD schema cannot catch (or that a pre-CEL API server lets
+//! through), each with its field path. One function serves the controller (the `Ready`
+//! condition) and the plugin (`explain -f`).
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+
+use super::concurrency::Limit;
+use super::cron::{parse_zone, resolve_local_time, CronSchedule};
+use super::schedule::MAX_SCHEDULED_PLAN_NAME;
+use super::version::{is_regex_pattern, VersionMatcher};
+use super::window::{Gate, SEARCH_HORIZON_DAYS};
+use crate::api::kratix::LATEST_VERSION;
+use crate::api::{SelectorOperator, UpgradePlanSpec};
+
+/// One problem, located by its field path (`spec.rolloutGroups[1].maxConcurrent`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Joins problems into one condition message.
+pub fn summarize(problems: &[Problem]) -> String {
+    problems.iter().map(Problem::to_string).collect::<Vec<_>>().join("; ")
+}
+
+/// Every problem of the plan named `name`. `now` is needed to tell a window that can never open
+/// within the search horizon.
+pub fn validate_plan(name: &str, spec: &UpgradePlanSpec, now: DateTime<Utc>) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let mut add = |field: String, message: String| problems.push(Problem { field, message });
+
+    if spec.promise_ref.name.trim().is_empty() {
+        add("spec.promiseRef.name".into(), "must name a Promise".into());
+    }
+
+    let path = &spec.upgrade_path;
+    if path.from.is_empty() {
+        add(
+            "spec.upgradePath.from".into(),
+            "must list at least one version or /regex/".into(),
+        );
+    }
+    if let Err(errors) = VersionMatcher::compile(&path.from) {
+        for (i, e) in errors {
+            add(format!("spec.upgradePath.from[{i}]"), e.to_string());
+        }
+    }
+    if path.to.is_empty() {
+        add("spec.upgradePath.to".into(), "must name the target version".into());
+    } else if is_regex_pattern(&path.to) {
+        add(
+            "spec.upgradePath.to".into(),
+            "must be an exact version, not a /regex/ pattern".into(),
+        );
+    } else if path.to == LATEST_VERSION {
+        add(
+            "spec.upgradePath.to".into(),
+            "must be an exact version: 'latest' is not a version a resource can be pinned to".into(),
+        );
+    }
+
+    if let Some(policy) = &spec.upgrade_execution_policy {
+        if name.len() > MAX_SCHEDULED_PLAN_NAME {
+            add(
+                "metadata.name".into(),
+                format!(
+                    "is {} characters; a plan with upgradeExecutionPolicy may have at most {MAX_SCHEDULED_PLAN_NAME}, so that its run names (<plan>-YYYYMMDD-HHMM) fit in 253",
+                    name.len()
+                ),
+            );
+        }
+        if policy.repeat_schedule.is_none() && policy.execute_at.is_none() {
+            add(
+                "spec.upgradeExecutionPolicy".into(),
+                "set repeatSchedule, executeAt, or both (or remove the policy to run only by hand)".into(),
+            );
+        }
+        let zone = match parse_zone(policy.time_zone.as_deref()) {
+            Ok(z) => Some(z),
+            Err(e) => {
+                add("spec.upgradeExecutionPolicy.timeZone".into(), e.to_string());
+                None
+            }
+        };
+        if let Some(s) = &policy.repeat_schedule {
+            if let Err(e) = s.parse::<CronSchedule>() {
+                add("spec.upgradeExecutionPolicy.repeatSchedule".into(), e.to_string());
+            }
+        }
+        if let (Some(v), Some(zone)) = (&policy.execute_at, zone) {
+            if let Err(e) = resolve_local_time(v, zone) {
+                add("spec.upgradeExecutionPolicy.executeAt".into(), e.to_string());
+            }
+        }
+    }
+
+    if spec.rollout_groups.is_empty() {
+        add(
+            "spec.rolloutGroups".into(),
+            "must have at least one rollout group".into(),
+        );
+    }
+    let mut seen = BTreeSet::new();
+    for (gi, group) in spec.rollout_groups.iter().enumerate() {
+        let at = format!("spec.rolloutGroups[{gi}]");
+        if group.name.trim().is_empty() {
+            add(format!("{at}.name"), "must not be empty".into());
+        } else if !seen.insert(group.name.as_str()) {
+            add(
+                format!("{at}.name"),
+                format!("duplicate group name {:?}: group names must be unique", group.name),
+            );
+        }
+        if let Some(sel) = &group.selectors {
+            let others = sel.match_labels.is_some() || sel.match_expressions.is_some();
+            if sel.match_all == Some(true) && others {
+                add(
+                    format!("{at}.selectors.matchAll"),
+                    "cannot be combined with matchLabels or matchExpressions".into(),
+                );
+            }
+            for (ei, r) in sel.match_expressions.iter().flatten().enumerate() {
+                let values = r.values.as_deref().unwrap_or_default();
+                let field = format!("{at}.selectors.matchExpressions[{ei}]");
+                if r.key.is_empty() {
+                    add(format!("{field}.key"), "must not be empty".into());
+                }
+                match r.operator {
+                    SelectorOperator::In | SelectorOperator::NotIn if values.is_empty() => add(
+                        format!("{field}.values"),
+                        format!("must not be empty for operator {:?}", r.operator),
+                    ),
+                    SelectorOperator::Exists | SelectorOperator::DoesNotExist if !values.is_empty() => add(
+                        format!("{field}.values"),
+                        format!("must be omitted for operator {:?}", r.operator),
+                    ),
+                    _ => {}
+                }
+            }
+        }
+        if let Err(e) = Limit::parse(group.max_concurrent.as_ref()) {
+            add(format!("{at}.maxConcurrent"), e.to_string());
+        }
+        let windows = group.resource_upgrade_windows.as_deref().unwrap_or_default();
+        let mut all_windows_ok = true;
+        for (wi, w) in windows.iter().enumerate() {
+            // Check each field on its own so that every problem of the window is reported.
+            let field = format!("{at}.resourceUpgradeWindows[{wi}]");
+            if let Err(e) = w.schedule.parse::<CronSchedule>() {
+                add(format!("{field}.schedule"), e.to_string());
+                all_windows_ok = false;
+            }
+            if let Err(e) = super::window::parse_go_duration(&w.duration) {
+                add(format!("{field}.duration"), e);
+                all_windows_ok = false;
+            }
+            if let Err(e) = parse_zone(w.time_zone.as_deref()) {
+                add(format!("{field}.timeZone"), e.to_string());
+                all_windows_ok = false;
+            }
+        }
+        if all_windows_ok && !windows.is_empty() {
+            if let Ok(gate) = Gate::compile(windows) {
+                let state = gate.state(now);
+                if !state.open && state.next_open.is_none() {
+                    add(
+                        format!("{at}.resourceUpgradeWindows"),
+                        format!("the windows never let an upgrade start: the gate stays closed for the next {SEARCH_HORIZON_DAYS} days"),
+                    );
+                }
+            }
+        }
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{UpgradePlan, UpgradePlanSpec};
+
+    fn now() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-06-01T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
+    fn parse(yaml: &str) -> UpgradePlan {
+        serde_saphyr::from_str(yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"))
+    }
+
+    const SEED: &str = r#"
+apiVersion: platform.syntasso.io/v1alpha1
+kind: UpgradePlan
+metadata:
+  name: redis-v1-to-v2
+spec:
+  promiseRef:
+    name: redis
+  upgradePath:
+    from:
+      - "v1.0.0"
+    to: "v2.0.0"
+  upgradeExecutionPolicy:
+    repeatSchedule: "0 23 * * 6"
+    executeAt: "2026-05-01T23:00"
+    timeZone: "Europe/London"
+  rolloutGroups:
+    - name: dev
+      selectors:
+        matchExpressions:
+        - key: prod
+          operator: NotIn
+          values: ["true"]
+        matchLabels:
+          env: dev
+      maxConcurrent: 5
+      resourceUpgradeWindows:
+        - kind: allow
+          schedule: "0 22 * * *"
+          duration: "4h"
+          timeZone: "Europe/London"
+"#;
+
+    #[test]
+    fn the_seed_plan_is_valid() {
+        let plan = parse(SEED);
+        assert_eq!(validate_plan("redis-v1-to-v2", &plan.spec, now()), vec![]);
+        let regex = parse(&SEED.replace("\"v1.0.0\"", "\"/v1\\\\.1\\\\..*/\""));
+        assert_eq!(regex.spec.upgrade_path.from, vec![r"/v1\.1\..*/".to_string()]);
+        assert_eq!(validate_plan("p", &regex.spec, now()), vec![]);
+    }
+
+    fn fields(spec: &UpgradePlanSpec, name: &str) -> Vec<String> {
+        validate_plan(name, spec, now()).into_iter().map(|p| p.field).collect()
+    }
+
+    #[test]
+    fn every_problem_with_its_field() {
+        let table: Vec<(&str, String, Vec<&str>)> = vec![
+            (
+                "invalid regex",
+                SEED.replace("- \"v1.0.0\"", "- \"v1.0.0\"\n      - \"/v1(/\""),
+                vec!["spec.upgradePath.from[1]"],
+            ),
+            (
+                "to is a pattern",
+                SEED.replace("to: \"v2.0.0\"", "to: \"/v2.*/\""),
+                vec!["spec.upgradePath.to"],
+            ),
+            (
+                "to is latest",
+                SEED.replace("to: \"v2.0.0\"", "to: latest"),
+                vec!["spec.upgradePath.to"],
+            ),
+            (
+                "six-field cron",
+                SEED.replace("0 23 * * 6", "0 0 23 * * 6"),
+                vec!["spec.upgradeExecutionPolicy.repeatSchedule"],
+            ),
+            (
+                "bad executeAt",
+                SEED.replace("2026-05-01T23:00", "2026-05-01 23:00"),
+                vec!["spec.upgradeExecutionPolicy.executeAt"],
+            ),
+            (
+                "bad zone",
+                SEED.replace(
+                    "timeZone: \"Europe/London\"\n  rolloutGroups",
+                    "timeZone: \"Europe/Londres\"\n  rolloutGroups",
+                ),
+                vec!["spec.upgradeExecutionPolicy.timeZone"],
+            ),
+            (
+                "percentage",
+                SEED.replace("maxConcurrent: 5", "maxConcurrent: \"150%\""),
+                vec!["spec.rolloutGroups[0].maxConcurrent"],
+            ),
+            (
+                "zero",
+                SEED.replace("maxConcurrent: 5", "maxConcurrent: 0"),
+                vec!["spec.rolloutGroups[0].maxConcurrent"],
+            ),
+            (
+                "window schedule and duration both wrong",
+                SEED.replace("schedule: \"0 22 * * *\"", "schedule: \"@every 1h\"")
+                    .replace("duration: \"4h\"", "duration: \"0s\""),
+                vec![
+                    "spec.rolloutGroups[0].resourceUpgradeWindows[0].schedule",
+                    "spec.rolloutGroups[0].resourceUpgradeWindows[0].duration",
+                ],
+            ),
+            (
+                "In without values",
+                SEED.replace("values: [\"true\"]", "values: []"),
+                vec!["spec.rolloutGroups[0].selectors.matchExpressions[0].values"],
+            ),
+            (
+                "Exists with values",
+                SEED.replace("operator: NotIn", "operator: Exists"),
+                vec!["spec.rolloutGroups[0].selectors.matchExpressions[0].values"],
+            ),
+            (
+                "matchAll with labels",
+                SEED.replace("        matchLabels:", "        matchAll: true\n        matchLabels:"),
+                vec!["spec.rolloutGroups[0].selectors.matchAll"],
+            ),
+            (
+                "policy without triggers",
+                SEED.replace(
+                    "    repeatSchedule: \"0 23 * * 6\"\n    executeAt: \"2026-05-01T23:00\"\n",
+                    "",
+                ),
+                vec!["spec.upgradeExecutionPolicy"],
+            ),
+        ];
+        for (name, yaml, want) in table {
+            let plan = parse(&yaml);
+            assert_eq!(fields(&plan.spec, "redis-v1-to-v2"), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn structural_problems() {
+        let mut spec = parse(SEED).spec;
+        spec.rollout_groups.push(spec.rollout_groups[0].clone());
+        assert_eq!(fields(&spec, "p"), vec!["spec.rolloutGroups[1].name"]);
+        let long = "p".repeat(230);
+        assert_eq!(
+            fields(&spec, &long),
+            vec!["metadata.name", "spec.rolloutGroups[1].name"]
+        );
+        spec.upgrade_execution_policy = None;
+        assert_eq!(
+            fields(&spec, &long),
+            vec!["spec.rolloutGroups[1].name"],
+            "no policy, no name limit"
+        );
+        spec.rollout_groups.clear();
+        assert_eq!(fields(&spec, "p"), vec!["spec.rolloutGroups"]);
+    }
+
+    #[test]
+    fn a_gate_that_never_opens_is_invalid() {
+        let deny_all_day = |zone: &str| {
+            SEED.replace(
+                "        - kind: allow\n          schedule: \"0 22 * * *\"\n          duration: \"4h\"\n          timeZone: \"Europe/London\"",
+                &format!("        - kind: deny\n          schedule: \"0 0 * * *\"\n          duration: \"24h\"\n          timeZone: \"{zone}\""),
+            )
+        };
+        let problems = validate_plan("p", &parse(&deny_all_day("UTC")).spec, now());
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].field, "spec.rolloutGroups[0].resourceUpgradeWindows");
+        assert!(problems[0].to_string().contains("never let an upgrade start"));
+        // In Europe/London, 25 October 2026 lasts 25 hours: a 24h window (elapsed time) leaves the
+        // last hour open, so the plan is valid.
+        assert_eq!(
+            validate_plan("p", &parse(&deny_all_day("Europe/London")).spec, now()),
+            vec![]
+        );
+    }
+}

@@ -1,0 +1,410 @@
+//! Resource upgrade windows and a group's gate (spec §7).
+//!
+//! A window is active at t when some firing s of its schedule has s ≤ t < s + duration. Durations
+//! are elapsed time. The gate: no windows → open; only allow → open while an allow is active; only
+//! deny → open unless a deny is active; both → open while an allow is active and no deny is.
+
+use std::time::Duration as StdDuration;
+
+use chrono::{DateTime, Duration, Utc};
+use chrono_tz::Tz;
+
+use super::cron::{parse_zone, CronError, CronSchedule, TimeError};
+use crate::api::{UpgradeWindow, WindowKind};
+
+/// How far ahead the gate is searched for its next change.
+pub const SEARCH_HORIZON_DAYS: i64 = 400;
+/// At most this many window boundaries are walked per search (a window that opens every minute
+/// still gets several days of look-ahead).
+const MAX_BOUNDARY_STEPS: usize = 20_000;
+
+/// Why a window is unusable, with the field it concerns.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WindowError {
+    #[error("schedule: {0}")]
+    Schedule(#[from] CronError),
+    #[error("timeZone: {0}")]
+    Zone(#[from] TimeError),
+    #[error("duration: {0}")]
+    Duration(String),
+}
+
+impl WindowError {
+    /// The field of the window the error concerns.
+    pub fn field(&self) -> &'static str {
+        match self {
+            WindowError::Schedule(_) => "schedule",
+            WindowError::Zone(_) => "timeZone",
+            WindowError::Duration(_) => "duration",
+        }
+    }
+
+    /// The message without the field prefix.
+    pub fn detail(&self) -> String {
+        match self {
+            WindowError::Schedule(e) => e.to_string(),
+            WindowError::Zone(e) => e.to_string(),
+            WindowError::Duration(e) => e.clone(),
+        }
+    }
+}
+
+/// Parses a Go duration (`4h`, `30m`, `1h30m`, `90s`), as the API server's CEL `duration()` does,
+/// and requires it to be positive.
+pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
+    let parsed: kube::core::Duration = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a duration such as \"4h\", \"30m\" or \"1h30m\": {e}"))?;
+    if parsed.is_negative() {
+        return Err(format!("{s:?} must be greater than zero"));
+    }
+    let std: StdDuration = parsed.into();
+    if std.is_zero() {
+        return Err(format!("{s:?} must be greater than zero"));
+    }
+    Duration::from_std(std).map_err(|_| format!("{s:?} is too long"))
+}
+
+/// A compiled window.
+#[derive(Debug, Clone)]
+pub struct Window {
+    pub kind: WindowKind,
+    pub schedule: CronSchedule,
+    pub zone: Tz,
+    pub duration: Duration,
+}
+
+impl Window {
+    pub fn compile(w: &UpgradeWindow) -> Result<Window, WindowError> {
+        Ok(Window {
+            kind: w.kind,
+            schedule: w.schedule.parse()?,
+            zone: parse_zone(w.time_zone.as_deref())?,
+            duration: parse_go_duration(&w.duration).map_err(WindowError::Duration)?,
+        })
+    }
+
+    /// The start of the opening that covers `t`, if the window is active at `t`.
+    fn covering_start(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        // The latest start at or before t is the only candidate: an earlier opening ends earlier.
+        let s = self.schedule.latest_at_or_before(t, self.zone)?;
+        (t < s + self.duration).then_some(s)
+    }
+
+    pub fn is_active(&self, t: DateTime<Utc>) -> bool {
+        self.covering_start(t).is_some()
+    }
+
+    /// The first instant after `t` at which `is_active` changes, if any within the step budget.
+    fn next_change(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let Some(mut start) = self.covering_start(t) else {
+            return self.schedule.next_after(t, self.zone);
+        };
+        // Active: the opening ends at start + duration unless a later opening already covers
+        // that instant; follow the chain of overlapping openings.
+        for _ in 0..MAX_BOUNDARY_STEPS {
+            let end = start + self.duration;
+            match self.covering_start(end) {
+                Some(next) if next > start => start = next,
+                _ => return Some(end),
+            }
+        }
+        None
+    }
+}
+
+/// The gate of one rollout group.
+#[derive(Debug, Clone, Default)]
+pub struct Gate {
+    windows: Vec<Window>,
+}
+
+/// The gate at an instant, with its next changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GateState {
+    pub open: bool,
+    /// The next instant the gate opens (after the next close, when open now). `None`: no windows,
+    /// or it does not open within the search horizon.
+    pub next_open: Option<DateTime<Utc>>,
+    /// The next instant the gate closes (after the next open, when closed now).
+    pub next_close: Option<DateTime<Utc>>,
+}
+
+impl Gate {
+    /// Compiles a group's windows; on failure returns each bad window's index and error.
+    pub fn compile(windows: &[UpgradeWindow]) -> Result<Gate, Vec<(usize, WindowError)>> {
+        let mut compiled = Vec::new();
+        let mut errors = Vec::new();
+        for (i, w) in windows.iter().enumerate() {
+            match Window::compile(w) {
+                Ok(w) => compiled.push(w),
+                Err(e) => errors.push((i, e)),
+            }
+        }
+        if errors.is_empty() {
+            Ok(Gate { windows: compiled })
+        } else {
+            Err(errors)
+        }
+    }
+
+    pub fn windows(&self) -> &[Window] {
+        &self.windows
+    }
+
+    pub fn is_open(&self, t: DateTime<Utc>) -> bool {
+        let mut has_allow = false;
+        let mut allow_active = false;
+        for w in &self.windows {
+            match w.kind {
+                WindowKind::Allow => {
+                    has_allow = true;
+                    allow_active = allow_active || w.is_active(t);
+                }
+                WindowKind::Deny => {
+                    if w.is_active(t) {
+                        return false;
+                    }
+                }
+            }
+        }
+        !has_allow || allow_active
+    }
+
+    /// The first instant after `t` at which `is_open` differs from `is_open(t)`.
+    pub fn next_change(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        if self.windows.is_empty() {
+            return None;
+        }
+        let horizon = t + Duration::days(SEARCH_HORIZON_DAYS);
+        let initial = self.is_open(t);
+        let mut cursor = t;
+        for _ in 0..MAX_BOUNDARY_STEPS {
+            let next = self.windows.iter().filter_map(|w| w.next_change(cursor)).min()?;
+            if next > horizon {
+                return None;
+            }
+            if self.is_open(next) != initial {
+                return Some(next);
+            }
+            cursor = next;
+        }
+        None
+    }
+
+    /// The gate at `t` and its next open and close instants.
+    pub fn state(&self, t: DateTime<Utc>) -> GateState {
+        let open = self.is_open(t);
+        let first = self.next_change(t);
+        let second = first.and_then(|c| self.next_change(c));
+        if open {
+            GateState {
+                open,
+                next_close: first,
+                next_open: second,
+            }
+        } else {
+            GateState {
+                open,
+                next_open: first,
+                next_close: second,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    fn w(kind: WindowKind, schedule: &str, duration: &str, tz: Option<&str>) -> UpgradeWindow {
+        UpgradeWindow {
+            kind,
+            schedule: schedule.into(),
+            duration: duration.into(),
+            time_zone: tz.map(Into::into),
+        }
+    }
+
+    fn gate(ws: &[UpgradeWindow]) -> Gate {
+        Gate::compile(ws).unwrap()
+    }
+
+    use WindowKind::{Allow, Deny};
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_go_duration("4h"), Ok(Duration::hours(4)));
+        assert_eq!(parse_go_duration("1h30m"), Ok(Duration::minutes(90)));
+        assert_eq!(parse_go_duration("90s"), Ok(Duration::seconds(90)));
+        for bad in ["0s", "0", "-1h", "4 hours", "", "1d"] {
+            assert!(parse_go_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn seed_window_across_london_daylight_saving() {
+        // "0 22 * * *" for 4h in Europe/London: 4 elapsed hours even across each change.
+        let g = gate(&[w(Allow, "0 22 * * *", "4h", Some("Europe/London"))]);
+        let cases: &[(&str, bool)] = &[
+            // Night of 28→29 March: opens 22:00 GMT (22:00Z), closes 4h later at 02:00Z = 03:00 BST.
+            ("2026-03-28T21:59:59Z", false),
+            ("2026-03-28T22:00:00Z", true),
+            ("2026-03-29T01:59:59Z", true),
+            ("2026-03-29T02:00:00Z", false),
+            // Night of 24→25 October: opens 22:00 BST (21:00Z), closes at 01:00Z = 01:00 GMT.
+            ("2026-10-24T20:59:59Z", false),
+            ("2026-10-24T21:00:00Z", true),
+            ("2026-10-25T00:59:59Z", true),
+            ("2026-10-25T01:00:00Z", false),
+        ];
+        for (t, want) in cases {
+            assert_eq!(g.is_open(utc(t)), *want, "{t}");
+        }
+        assert_eq!(
+            g.state(utc("2026-03-28T12:00:00Z")),
+            GateState {
+                open: false,
+                next_open: Some(utc("2026-03-28T22:00:00Z")),
+                next_close: Some(utc("2026-03-29T02:00:00Z")),
+            }
+        );
+        assert_eq!(
+            g.state(utc("2026-10-24T23:00:00Z")),
+            GateState {
+                open: true,
+                next_close: Some(utc("2026-10-25T01:00:00Z")),
+                next_open: Some(utc("2026-10-25T22:00:00Z")), // 22:00 GMT
+            }
+        );
+    }
+
+    #[test]
+    fn gate_table() {
+        // Allow 09:00–17:00 UTC on weekdays; deny 12:00–13:00 UTC every day.
+        let allow = w(Allow, "0 9 * * 1-5", "8h", None);
+        let deny = w(Deny, "0 12 * * *", "1h", None);
+        // 2026-03-02 is a Monday, 2026-03-07 a Saturday.
+        let cases: &[(&str, Vec<UpgradeWindow>, &str, bool)] = &[
+            ("no windows: open", vec![], "2026-03-07T03:00:00Z", true),
+            ("allow only, inside", vec![allow.clone()], "2026-03-02T10:00:00Z", true),
+            (
+                "allow only, outside",
+                vec![allow.clone()],
+                "2026-03-02T18:00:00Z",
+                false,
+            ),
+            (
+                "allow only, weekend",
+                vec![allow.clone()],
+                "2026-03-07T10:00:00Z",
+                false,
+            ),
+            ("deny only, outside", vec![deny.clone()], "2026-03-02T10:00:00Z", true),
+            ("deny only, inside", vec![deny.clone()], "2026-03-02T12:30:00Z", false),
+            (
+                "both, allow without deny",
+                vec![allow.clone(), deny.clone()],
+                "2026-03-02T10:00:00Z",
+                true,
+            ),
+            (
+                "both, deny wins",
+                vec![allow.clone(), deny.clone()],
+                "2026-03-02T12:30:00Z",
+                false,
+            ),
+            (
+                "both, neither active",
+                vec![allow.clone(), deny.clone()],
+                "2026-03-07T10:00:00Z",
+                false,
+            ),
+            ("start is inclusive", vec![allow.clone()], "2026-03-02T09:00:00Z", true),
+            ("end is exclusive", vec![allow.clone()], "2026-03-02T17:00:00Z", false),
+        ];
+        for (name, ws, t, want) in cases {
+            assert_eq!(gate(ws).is_open(utc(t)), *want, "{name}");
+        }
+    }
+
+    #[test]
+    fn next_open_and_close_with_deny_inside_allow() {
+        let g = gate(&[w(Allow, "0 9 * * 1-5", "8h", None), w(Deny, "0 12 * * *", "1h", None)]);
+        let s = g.state(utc("2026-03-02T10:00:00Z"));
+        assert_eq!(
+            s,
+            GateState {
+                open: true,
+                next_close: Some(utc("2026-03-02T12:00:00Z")),
+                next_open: Some(utc("2026-03-02T13:00:00Z"))
+            }
+        );
+        // Friday evening: next open is Monday 09:00.
+        let s = g.state(utc("2026-03-06T18:00:00Z"));
+        assert_eq!(s.next_open, Some(utc("2026-03-09T09:00:00Z")));
+        assert_eq!(s.next_close, Some(utc("2026-03-09T12:00:00Z")));
+    }
+
+    #[test]
+    fn overlapping_openings_chain() {
+        // Opens hourly for 90 minutes: always active once it started.
+        let g = gate(&[w(Allow, "0 * * * *", "90m", None)]);
+        let s = g.state(utc("2026-03-02T10:15:00Z"));
+        assert!(s.open);
+        assert_eq!(s.next_close, None, "never closes within the search budget");
+        // Opens hourly for 30 minutes.
+        let g = gate(&[w(Allow, "0 * * * *", "30m", None)]);
+        assert_eq!(
+            g.state(utc("2026-03-02T10:45:00Z")),
+            GateState {
+                open: false,
+                next_open: Some(utc("2026-03-02T11:00:00Z")),
+                next_close: Some(utc("2026-03-02T11:30:00Z"))
+            }
+        );
+    }
+
+    #[test]
+    fn deny_that_covers_everything_never_opens() {
+        let g = gate(&[w(Deny, "0 0 * * *", "24h", None)]);
+        let s = g.state(utc("2026-03-02T10:15:00Z"));
+        assert_eq!(
+            s,
+            GateState {
+                open: false,
+                next_open: None,
+                next_close: None
+            }
+        );
+    }
+
+    #[test]
+    fn no_windows_never_changes() {
+        assert_eq!(
+            gate(&[]).state(utc("2026-03-02T10:15:00Z")),
+            GateState {
+                open: true,
+                next_open: None,
+                next_close: None
+            }
+        );
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let errs = Gate::compile(&[
+            w(Allow, "0 22 * * *", "4h", None),
+            w(Allow, "0 22 * *", "4h", None),
+            w(Deny, "0 1 * * *", "0s", Some("Nowhere/Land")),
+        ])
+        .unwrap_err();
+        assert_eq!(errs.len(), 2);
+        assert_eq!((errs[0].0, errs[0].1.field()), (1, "schedule"));
+        assert_eq!(errs[1].0, 2);
+    }
+}

@@ -1,0 +1,10 @@
+//! `upgradeplan`: the UpgradePlan / UpgradeRun API types and the pure decision engine.
+//!
+//! Nothing in this crate performs I/O. The controller and the kubectl plugin feed it objects they
+//! read and the current time; it answers with decisions (what to patch, what status to write, when
+//! to wake up next). Keeping every decision here gives both binaries identical answers.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod crd;
+pub mod engine;
