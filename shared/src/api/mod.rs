@@ -9,6 +9,25 @@ pub use condition::{find_condition, set_condition, Condition, ConditionStatus};
 pub use plan::*;
 pub use run::*;
 
+/// Schema transform for status types: `#[serde(default)]` makes schemars emit `default` values,
+/// which mean nothing in a status only the controller writes, and which Kubernetes 1.20 rejects
+/// for empty strings. Removes them recursively.
+pub(crate) fn drop_schema_defaults(schema: &mut schemars::Schema) {
+    fn strip(value: &mut serde_json::Value) {
+        match value {
+            serde_json::Value::Object(map) => {
+                map.remove("default");
+                map.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    let mut value = serde_json::Value::from(std::mem::take(schema));
+    strip(&mut value);
+    *schema = schemars::Schema::try_from(value).unwrap_or_default();
+}
+
 /// API group of UpgradePlan and UpgradeRun.
 pub const GROUP: &str = "platform.syntasso.io";
 /// API version of UpgradePlan and UpgradeRun.

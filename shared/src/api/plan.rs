@@ -196,14 +196,15 @@ pub enum WindowKind {
 /// Observed state of an UpgradePlan.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = super::drop_schema_defaults)]
 pub struct UpgradePlanStatus {
     /// The metadata.generation the controller last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// `Running` while a run of this plan is Pending or InProgress, otherwise `Available`. Success
     /// or failure is not a phase: see lastRun.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<PlanPhase>,
+    #[serde(default)]
+    pub phase: PlanPhase,
     /// Name of the plan's active (Pending or InProgress, not superseded) run; empty when none.
     #[serde(default)]
     pub active_run_ref: String,
@@ -224,8 +225,9 @@ pub struct UpgradePlanStatus {
 }
 
 /// Plan phases.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
 pub enum PlanPhase {
+    #[default]
     Available,
     Running,
 }

@@ -46,6 +46,7 @@ pub struct UpgradePlanRef {
 /// Observed state of an UpgradeRun.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = super::drop_schema_defaults)]
 pub struct UpgradeRunStatus {
     /// "" (plan not resolved yet), Pending, InProgress, Completed, Failed or Cancelled.
     #[serde(default)]

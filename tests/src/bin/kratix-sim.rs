@@ -1,1 +1,62 @@
-fn main() {}
+//! kratix-sim: a stand-in for Kratix's ResourceBinding handling, for tests and demos.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use upgradeplan_e2e::sim::{self, SimConfig};
+
+/// Plays Kratix for ResourceBindings (platform.kratix.io/v1alpha1), so that upgradeplan can be
+/// tested and demonstrated without Kratix.
+///
+/// When a binding's spec.version changes (or `latest` resolves to a new latest PromiseRevision),
+/// it sets UpgradeSucceeded=Unknown/UpgradeInProgress, waits for the workflow delay, then sets
+/// status.lastAppliedVersion and UpgradeSucceeded=True/UpgradeComplete — or, when the binding's
+/// annotation `kratix-sim/fail-version` equals the target version, UpgradeSucceeded=False/
+/// UpgradeFailed with status.failedVersion and the message "workflow failed: simulated".
+///
+/// Like Kratix, it never retries a failed version on its own: label the binding
+/// `kratix.io/manual-reconciliation=true` to retry (the label is removed). Without the
+/// PromiseRevision of the target version, the binding stays in progress until it appears.
+///
+/// Per-binding knobs (annotations): `kratix-sim/delay: 30s` (Go duration), `kratix-sim/fail-version: v2.0.0`.
+#[derive(Parser)]
+#[command(name = "kratix-sim", version)]
+struct Cli {
+    /// Workflow duration for bindings without a `kratix-sim/delay` annotation (Go duration: 0s, 500ms, 2s, 1m).
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    delay: Duration,
+    /// Only handle bindings of this Promise (label kratix.io/promise-name). Default: all.
+    #[arg(long, value_name = "NAME")]
+    promise: Option<String>,
+    /// Path to a kubeconfig. Default: $KUBECONFIG, ~/.kube/config, or in-cluster.
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<std::path::PathBuf>,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    s.parse::<kube::core::Duration>().map(Duration::from).map_err(|e| format!("{s:?} is not a Go duration such as 500ms or 2s: {e}"))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+    let cli = Cli::parse();
+    let config = match &cli.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
+        }
+        None => kube::Config::infer().await.context("no kubeconfig: set KUBECONFIG or pass --kubeconfig")?,
+    };
+    let client = kube::Client::try_from(config)?;
+    tracing::info!(delay = ?cli.delay, promise = ?cli.promise, "kratix-sim running");
+    let shutdown = async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term.recv() => {} }
+    };
+    sim::run(client, SimConfig { delay: cli.delay, promise: cli.promise }, shutdown).await;
+    Ok(())
+}

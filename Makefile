@@ -1,0 +1,49 @@
+# upgradeplan — the two commands are `make demo` and `make test`; the rest are their parts.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+CARGO ?= cargo
+# One control plane per checkout by default; override to run instances side by side.
+export TESTENV_DIR ?= /tmp/upgradeplan-testenv
+export TESTENV_API_PORT ?= 16443
+export TESTENV_ETCD_PORT ?= 12379
+
+.PHONY: help test check unit integration cluster-install cluster-start cluster-stop crds build deps
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
+
+deps: ## install the Debian packages the build needs (run as root on a fresh machine)
+	@command -v cc >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends build-essential >/dev/null; }
+	@command -v cargo >/dev/null || { echo "cargo not found: install Rust with rustup (https://rustup.rs)" >&2; exit 1; }
+	@rustup component list --installed 2>/dev/null | grep -q clippy || rustup component add clippy rustfmt 2>/dev/null || true
+
+build: deps ## build every binary (upgradeplan-controller, kubectl-upgradeplan, kratix-sim)
+	$(CARGO) build --workspace --bins
+
+crds: ## regenerate deploy/crds from the Rust types
+	$(CARGO) run -q -p upgradeplan-controller -- crd --output-dir deploy/crds
+
+check: deps ## formatting and lints
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+unit: deps ## tests that need no cluster (engine tables, CRD freshness, CEL rules)
+	$(CARGO) test --workspace --locked --exclude upgradeplan-e2e
+	$(CARGO) test --locked -p upgradeplan-e2e --lib
+
+cluster-install: ## get etcd, kube-apiserver, kube-controller-manager (cached; builds once, ~10 min)
+	tests/cluster.sh install
+
+cluster-start: cluster-install ## start the test control plane (prints export lines)
+	tests/cluster.sh start
+
+cluster-stop: ## stop the test control plane started by cluster-start
+	tests/cluster.sh stop
+
+integration: deps cluster-install ## tests against a real control plane, started and stopped here
+	$(CARGO) build --workspace --locked --tests --bins
+	@trap 'tests/cluster.sh stop' EXIT; \
+	eval "$$(tests/cluster.sh start)"; \
+	$(CARGO) test --locked -p upgradeplan-e2e --tests
+
+test: check unit integration ## everything: format, lints, unit and integration tests

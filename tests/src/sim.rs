@@ -1,0 +1,289 @@
+//! kratix-sim: plays Kratix for ResourceBindings (spec §2, §12).
+//!
+//! Stateless and watch-driven: every decision is derived from the binding's live spec, labels,
+//! annotations and status, so the simulator can restart at any time.
+//!
+//! On a binding whose `spec.version` (or the latest revision, for `latest`) differs from what
+//! was applied: set `UpgradeSucceeded=Unknown/UpgradeInProgress`; after the delay set either
+//! `lastAppliedVersion` and `True/UpgradeComplete`, or, when the annotation
+//! `kratix-sim/fail-version` equals the target, `False/UpgradeFailed` with `failedVersion`.
+//! A failed version is never retried unless the label `kratix.io/manual-reconciliation: "true"`
+//! is present (it is removed when the retry starts). Without the target PromiseRevision the
+//! binding stays in progress, as in Kratix.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use upgradeplan::api::kratix::{
+    PromiseRevision, ResourceBinding, LATEST_REVISION_LABEL, LATEST_VERSION, MANUAL_RECONCILIATION_LABEL,
+    PROMISE_NAME_LABEL, UPGRADE_COMPLETE, UPGRADE_FAILED, UPGRADE_IN_PROGRESS, UPGRADE_SUCCEEDED,
+};
+
+/// Annotation: Go duration the simulated workflow takes for this binding.
+pub const DELAY_ANNOTATION: &str = "kratix-sim/delay";
+/// Annotation: the upgrade to this version fails.
+pub const FAIL_VERSION_ANNOTATION: &str = "kratix-sim/fail-version";
+/// Message of a simulated failure.
+pub const FAILURE_MESSAGE: &str = "workflow failed: simulated";
+const FIELD_MANAGER: &str = "kratix-sim";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// How the simulator is configured.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Workflow duration when the binding has no `kratix-sim/delay` annotation.
+    pub delay: Duration,
+    /// Only bindings of this Promise (label `kratix.io/promise-name`); all when `None`.
+    pub promise: Option<String>,
+}
+
+struct Ctx {
+    client: Client,
+    config: SimConfig,
+}
+
+/// What the simulator does next for one binding (pure, so it is unit-tested).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing to do until the binding changes.
+    Idle,
+    /// Remove the retry label and start the upgrade again.
+    Retry { target: String },
+    /// The target's PromiseRevision is missing: stay in progress until it appears.
+    WaitForRevision { target: String },
+    /// Mark the upgrade to `target` in progress now.
+    Start { target: String },
+    /// In progress: finish at this instant.
+    FinishAt { target: String, at: DateTime<Utc> },
+    /// Finish now: succeed or fail.
+    Finish { target: String, fail: bool },
+}
+
+fn in_progress_message(target: &str) -> String {
+    format!("upgrading to {target}")
+}
+
+fn waiting_message(target: &str) -> String {
+    format!("waiting for the PromiseRevision of version {target}")
+}
+
+/// Decides the next step. `target` is `spec.version` resolved (`latest` → the latest revision's
+/// version; `None` when there is no latest revision yet); `revision_exists` tells whether the
+/// target's PromiseRevision exists.
+pub fn decide(b: &ResourceBinding, target: Option<&str>, revision_exists: bool, delay: Duration, now: DateTime<Utc>) -> Step {
+    let Some(target) = target.filter(|t| !t.is_empty()) else {
+        return Step::Idle;
+    };
+    let target = target.to_string();
+    let cond = b.upgrade_condition();
+    let retry = b.labels().get(MANUAL_RECONCILIATION_LABEL).is_some_and(|v| v == "true");
+    let applied = b.last_applied_version() == target;
+    let failed = b.failed_version() == Some(target.as_str()) && cond.is_some_and(|c| c.status == "False");
+    if retry {
+        return Step::Retry { target };
+    }
+    if applied && cond.is_none_or(|c| c.status == "True") {
+        return Step::Idle;
+    }
+    if failed {
+        return Step::Idle; // Kratix never retries a failed version on its own.
+    }
+    if !revision_exists {
+        let waiting = cond.is_some_and(|c| c.status == "Unknown" && c.message == waiting_message(&target));
+        return if waiting { Step::Idle } else { Step::WaitForRevision { target } };
+    }
+    match cond {
+        Some(c) if c.status == "Unknown" && c.message == in_progress_message(&target) => {
+            let started = c.last_transition_time.unwrap_or(now);
+            let at = started + chrono::Duration::from_std(delay).unwrap_or_default();
+            if at <= now {
+                let fail = b.annotations().get(FAIL_VERSION_ANNOTATION).is_some_and(|v| *v == target);
+                Step::Finish { target, fail }
+            } else {
+                Step::FinishAt { target, at }
+            }
+        }
+        _ => Step::Start { target },
+    }
+}
+
+fn binding_delay(b: &ResourceBinding, default: Duration) -> Duration {
+    b.annotations()
+        .get(DELAY_ANNOTATION)
+        .and_then(|d| d.parse::<kube::core::Duration>().ok())
+        .map(Duration::from)
+        .unwrap_or(default)
+}
+
+fn promise_of(b: &ResourceBinding) -> String {
+    b.labels().get(PROMISE_NAME_LABEL).cloned().unwrap_or_else(|| b.spec.promise_ref.name.clone())
+}
+
+fn condition(status: &str, reason: &str, message: &str, now: DateTime<Utc>) -> serde_json::Value {
+    json!([{"type": UPGRADE_SUCCEEDED, "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)}])
+}
+
+async fn reconcile(b: Arc<ResourceBinding>, ctx: Arc<Ctx>) -> Result<Action, SimError> {
+    let ns = b.namespace().unwrap_or_default();
+    let api: Api<ResourceBinding> = Api::namespaced(ctx.client.clone(), &ns);
+    let revisions: Api<PromiseRevision> = Api::all(ctx.client.clone());
+    let promise = promise_of(&b);
+    let of_promise = revisions.list(&ListParams::default().labels(&format!("{PROMISE_NAME_LABEL}={promise}"))).await?;
+    let target = if b.spec.version == LATEST_VERSION {
+        of_promise
+            .items
+            .iter()
+            .find(|r| r.labels().get(LATEST_REVISION_LABEL).is_some_and(|v| v == "true") || r.status.as_ref().is_some_and(|s| s.latest))
+            .map(|r| r.spec.version.clone())
+    } else {
+        Some(b.spec.version.clone())
+    };
+    let revision_exists = target.as_ref().is_some_and(|t| of_promise.items.iter().any(|r| &r.spec.version == t));
+    let delay = binding_delay(&b, ctx.config.delay);
+    let now = Utc::now();
+    let status = |body: serde_json::Value| Patch::Merge(json!({"status": body}));
+    let pp = PatchParams { field_manager: Some(FIELD_MANAGER.to_string()), ..Default::default() };
+    let name = b.name_any();
+    match decide(&b, target.as_deref(), revision_exists, delay, now) {
+        Step::Idle => Ok(Action::await_change()),
+        Step::Retry { target } => {
+            api.patch(&name, &pp, &Patch::Merge(json!({"metadata": {"labels": {MANUAL_RECONCILIATION_LABEL: null}}}))).await?;
+            api.patch_status(&name, &pp, &status(json!({"conditions": condition("Unknown", UPGRADE_IN_PROGRESS, &in_progress_message(&target), now)}))).await?;
+            tracing::info!(binding = %format!("{ns}/{name}"), %target, "retry requested: upgrade restarted");
+            Ok(Action::requeue(delay))
+        }
+        Step::WaitForRevision { target } => {
+            api.patch_status(&name, &pp, &status(json!({"conditions": condition("Unknown", UPGRADE_IN_PROGRESS, &waiting_message(&target), now)}))).await?;
+            tracing::info!(binding = %format!("{ns}/{name}"), %target, "waiting for PromiseRevision");
+            Ok(Action::await_change())
+        }
+        Step::Start { target } => {
+            api.patch_status(&name, &pp, &status(json!({"conditions": condition("Unknown", UPGRADE_IN_PROGRESS, &in_progress_message(&target), now)}))).await?;
+            tracing::info!(binding = %format!("{ns}/{name}"), %target, ?delay, "upgrade started");
+            Ok(Action::requeue(delay))
+        }
+        Step::FinishAt { at, .. } => Ok(Action::requeue((at - now).to_std().unwrap_or_default())),
+        Step::Finish { target, fail: true } => {
+            api.patch_status(&name, &pp, &status(json!({"failedVersion": target,
+                "conditions": condition("False", UPGRADE_FAILED, FAILURE_MESSAGE, now)}))).await?;
+            tracing::info!(binding = %format!("{ns}/{name}"), %target, "upgrade failed (simulated)");
+            Ok(Action::await_change())
+        }
+        Step::Finish { target, fail: false } => {
+            api.patch_status(&name, &pp, &status(json!({"lastAppliedVersion": target, "failedVersion": null,
+                "conditions": condition("True", UPGRADE_COMPLETE, &format!("upgraded to {target}"), now)}))).await?;
+            tracing::info!(binding = %format!("{ns}/{name}"), %target, "upgrade complete");
+            Ok(Action::await_change())
+        }
+    }
+}
+
+fn error_policy(b: Arc<ResourceBinding>, err: &SimError, _: Arc<Ctx>) -> Action {
+    tracing::warn!(binding = %format!("{}/{}", b.namespace().unwrap_or_default(), b.name_any()), error = %err, "reconcile failed; retrying");
+    Action::requeue(Duration::from_millis(500))
+}
+
+/// Runs the simulator until `shutdown` resolves.
+pub async fn run(client: Client, config: SimConfig, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+    let selector = config.promise.as_ref().map(|p| format!("{PROMISE_NAME_LABEL}={p}"));
+    let mut wc = watcher::Config::default();
+    if let Some(s) = &selector {
+        wc = wc.labels(s);
+    }
+    let bindings: Api<ResourceBinding> = Api::all(client.clone());
+    let revisions: Api<PromiseRevision> = Api::all(client.clone());
+    let controller = Controller::new(bindings, wc.clone());
+    let store = controller.store();
+    // A new or changed revision wakes the bindings of its Promise (they may be waiting for it).
+    let rev_config = match &selector {
+        Some(s) => watcher::Config::default().labels(s),
+        None => watcher::Config::default(),
+    };
+    controller
+        .watches(revisions, rev_config, move |rev: PromiseRevision| {
+            let promise = rev.labels().get(PROMISE_NAME_LABEL).cloned().unwrap_or(rev.spec.promise_ref.name.clone());
+            store
+                .state()
+                .into_iter()
+                .filter(|b| promise_of(b) == promise)
+                .map(|b| ObjectRef::from_obj(&*b))
+                .collect::<Vec<_>>()
+        })
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, Arc::new(Ctx { client, config }))
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use upgradeplan::api::kratix::{BindingCondition, ResourceBindingSpec, ResourceBindingStatus};
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    fn b(applied: &str, cond: Option<(&str, &str, &str)>, failed: Option<&str>) -> ResourceBinding {
+        let mut b = ResourceBinding::new("b", ResourceBindingSpec { version: "v2".into(), ..Default::default() });
+        b.status = Some(ResourceBindingStatus {
+            last_applied_version: applied.into(),
+            failed_version: failed.map(Into::into),
+            conditions: cond
+                .map(|(status, message, at)| BindingCondition {
+                    type_: UPGRADE_SUCCEEDED.into(),
+                    status: status.into(),
+                    reason: String::new(),
+                    message: message.into(),
+                    last_transition_time: Some(utc(at)),
+                })
+                .into_iter()
+                .collect(),
+        });
+        b
+    }
+
+    #[test]
+    fn step_table() {
+        let now = utc("2026-06-01T10:00:10Z");
+        let d = Duration::from_secs(5);
+        let t = |s: &str| s.to_string();
+        let cases: Vec<(&str, ResourceBinding, bool, Step)> = vec![
+            ("applied", b("v2", Some(("True", "", "2026-06-01T10:00:00Z")), None), true, Step::Idle),
+            ("new version", b("v1", Some(("True", "", "2026-06-01T10:00:00Z")), None), true, Step::Start { target: t("v2") }),
+            ("no revision", b("v1", None, None), false, Step::WaitForRevision { target: t("v2") }),
+            ("still waiting", b("v1", Some(("Unknown", &waiting_message("v2"), "2026-06-01T10:00:00Z")), None), false, Step::Idle),
+            ("revision appeared", b("v1", Some(("Unknown", &waiting_message("v2"), "2026-06-01T10:00:00Z")), None), true,
+                Step::Start { target: t("v2") }),
+            ("in progress, not yet", b("v1", Some(("Unknown", &in_progress_message("v2"), "2026-06-01T10:00:08Z")), None), true,
+                Step::FinishAt { target: t("v2"), at: utc("2026-06-01T10:00:13Z") }),
+            ("in progress, due", b("v1", Some(("Unknown", &in_progress_message("v2"), "2026-06-01T10:00:00Z")), None), true,
+                Step::Finish { target: t("v2"), fail: false }),
+            ("failed is not retried", b("v1", Some(("False", FAILURE_MESSAGE, "2026-06-01T10:00:00Z")), Some("v2")), true, Step::Idle),
+        ];
+        for (name, binding, rev, want) in cases {
+            assert_eq!(decide(&binding, Some("v2"), rev, d, now), want, "{name}");
+        }
+        let mut retry = b("v1", Some(("False", FAILURE_MESSAGE, "2026-06-01T10:00:00Z")), Some("v2"));
+        retry.metadata.labels = Some([(MANUAL_RECONCILIATION_LABEL.to_string(), "true".to_string())].into());
+        assert_eq!(decide(&retry, Some("v2"), true, d, now), Step::Retry { target: t("v2") });
+        let mut failing = b("v1", Some(("Unknown", &in_progress_message("v2"), "2026-06-01T10:00:00Z")), None);
+        failing.metadata.annotations = Some([(FAIL_VERSION_ANNOTATION.to_string(), "v2".to_string())].into());
+        assert_eq!(decide(&failing, Some("v2"), true, d, now), Step::Finish { target: t("v2"), fail: true });
+        assert_eq!(decide(&failing, None, true, d, now), Step::Idle, "latest without a latest revision");
+    }
+}

@@ -1,0 +1,79 @@
+//! Our CRDs on the real API server: they install, the seed plan applies unchanged, and the
+//! schema rejects what it should. (CEL rules are checked client-side in shared/tests/crd.rs:
+//! the test server, Kubernetes 1.20, predates CEL.)
+#![allow(clippy::unwrap_used)]
+
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{json, Value};
+use upgradeplan_e2e::harness::TestEnv;
+
+fn plans(env: &TestEnv) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("platform.syntasso.io", "v1alpha1", "UpgradePlan"), "upgradeplans");
+    Api::all_with(env.client.clone(), &ar)
+}
+
+fn seed(name: &str) -> Value {
+    json!({
+        "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradePlan", "metadata": {"name": name},
+        "spec": {
+            "promiseRef": {"name": "redis"},
+            "upgradePath": {"from": ["v1.0.0", "/v1\\.1\\..*/"], "to": "v2.0.0"},
+            "upgradeExecutionPolicy": {"repeatSchedule": "0 23 * * 6", "executeAt": "2026-05-01T23:00", "timeZone": "Europe/London"},
+            "rolloutGroups": [{
+                "name": "dev",
+                "selectors": {"matchExpressions": [{"key": "prod", "operator": "NotIn", "values": ["true"]}], "matchLabels": {"env": "dev"}},
+                "maxConcurrent": 5,
+                "resourceUpgradeWindows": [{"kind": "allow", "schedule": "0 22 * * *", "duration": "4h", "timeZone": "Europe/London"}]
+            }, {"name": "prod", "selectors": {"matchAll": true}, "maxConcurrent": "25%"}]
+        }
+    })
+}
+
+fn with(mut v: Value, pointer: &str, value: Value) -> Value {
+    *v.pointer_mut(pointer).unwrap() = value;
+    v
+}
+
+async fn create(env: &TestEnv, v: Value) -> Result<(), String> {
+    let obj: DynamicObject = serde_json::from_value(v).unwrap();
+    let result = plans(env).create(&PostParams::default(), &obj).await.map(|_| ()).map_err(|e| e.to_string());
+    let _ = plans(env).delete(&obj.metadata.name.unwrap(), &Default::default()).await;
+    result
+}
+
+#[tokio::test]
+async fn seed_plan_applies_and_the_schema_rejects_bad_plans() {
+    let env = TestEnv::new("crd").await.unwrap();
+    let name = format!("{}-plan", env.id);
+    create(&env, seed(&name)).await.unwrap();
+    let cases: Vec<(&str, Value, &str)> = vec![
+        ("unknown window kind", with(seed(&name), "/spec/rolloutGroups/0/resourceUpgradeWindows/0/kind", json!("sometimes")), "kind"),
+        ("bad duration", with(seed(&name), "/spec/rolloutGroups/0/resourceUpgradeWindows/0/duration", json!("4 hours")), "duration"),
+        ("executeAt with seconds", with(seed(&name), "/spec/upgradeExecutionPolicy/executeAt", json!("2026-05-01T23:00:00")), "executeAt"),
+        ("unknown operator", with(seed(&name), "/spec/rolloutGroups/0/selectors/matchExpressions/0/operator", json!("Like")), "operator"),
+        ("no groups", with(seed(&name), "/spec/rolloutGroups", json!([])), "rolloutGroups"),
+        ("empty from", with(seed(&name), "/spec/upgradePath/from", json!([])), "from"),
+        ("missing to", with(seed(&name), "/spec/upgradePath", json!({"from": ["v1"]})), "to"),
+        ("duplicate group names", with(seed(&name), "/spec/rolloutGroups/1/name", json!("dev")), "rolloutGroups"),
+    ];
+    for (what, plan, field) in cases {
+        let err = create(&env, plan).await.expect_err(what);
+        assert!(err.contains(field), "{what}: error should name {field}: {err}");
+    }
+    env.teardown().await.unwrap();
+}
+
+#[tokio::test]
+async fn binding_printer_columns_match_kratix() {
+    let env = TestEnv::new("crd-cols").await.unwrap();
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(env.client.clone());
+    let crd = crds.get("resourcebindings.platform.kratix.io").await.unwrap();
+    let cols: Vec<String> = crd.spec.versions[0].additional_printer_columns.iter().flatten().map(|c| c.name.clone()).collect();
+    assert_eq!(cols, vec!["Resource", "Promise", "Desired", "Applied"]);
+    let plan = crds.get("upgradeplans.platform.syntasso.io").await.unwrap();
+    let cols: Vec<String> = plan.spec.versions[0].additional_printer_columns.iter().flatten().map(|c| c.name.clone()).collect();
+    assert_eq!(cols, vec!["Promise", "From", "To", "Phase", "Active Run", "Last Result", "Next Run", "Age"]);
+    env.teardown().await.unwrap();
+}
