@@ -24,7 +24,10 @@ use upgradeplan::api::kratix::{
 
 /// The workspace root (for fixtures and generated CRDs).
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
 }
 
 /// A client for the control plane named by `KUBECONFIG`.
@@ -53,10 +56,15 @@ pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
                 let crd: CustomResourceDefinition =
                     serde_saphyr::from_str(doc).with_context(|| format!("parsing a CRD in {}", file.display()))?;
                 let name = crd.name_any();
-                create_or_replace(&api, crd).await.with_context(|| format!("installing CRD {name}"))?;
-                tokio::time::timeout(Duration::from_secs(30), await_condition(api.clone(), &name, conditions::is_crd_established()))
+                create_or_replace(&api, crd)
                     .await
-                    .with_context(|| format!("CRD {name} not established within 30 s"))??;
+                    .with_context(|| format!("installing CRD {name}"))?;
+                tokio::time::timeout(
+                    Duration::from_secs(30),
+                    await_condition(api.clone(), &name, conditions::is_crd_established()),
+                )
+                .await
+                .with_context(|| format!("CRD {name} not established within 30 s"))??;
             }
         }
         Ok::<(), anyhow::Error>(())
@@ -91,7 +99,10 @@ static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// A unique, DNS-compatible id: `<prefix>-<pid><counter><nanos>` (≤ 40 characters).
 pub fn unique_id(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let prefix: String = prefix.chars().take(20).collect();
     format!("{prefix}-{:x}{n:x}{:x}", std::process::id() % 0xfff, nanos % 0xfffff)
@@ -112,14 +123,24 @@ impl TestEnv {
         let client = client().await?;
         install_crds(&client).await?;
         let id = unique_id(prefix);
-        Ok(TestEnv { client, promise: format!("{id}-promise"), id, namespaces: Vec::new(), sim: None })
+        Ok(TestEnv {
+            client,
+            promise: format!("{id}-promise"),
+            id,
+            namespaces: Vec::new(),
+            sim: None,
+        })
     }
 
     /// Creates the namespace `<id>-<suffix>` and returns its name.
     pub async fn namespace(&mut self, suffix: &str) -> anyhow::Result<String> {
         let name = format!("{}-{suffix}", self.id);
         let api: Api<Namespace> = Api::all(self.client.clone());
-        api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": name}}))?).await?;
+        api.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name}}))?,
+        )
+        .await?;
         self.namespaces.push(name.clone());
         Ok(name)
     }
@@ -139,7 +160,11 @@ impl TestEnv {
     }
 
     fn revision_name(&self, version: &str) -> String {
-        format!("{}-{}", self.promise, version.to_ascii_lowercase().replace(['.', '_'], "-"))
+        format!(
+            "{}-{}",
+            self.promise,
+            version.to_ascii_lowercase().replace(['.', '_'], "-")
+        )
     }
 
     pub async fn create_revision(&self, version: &str, latest: bool) -> anyhow::Result<()> {
@@ -155,7 +180,12 @@ impl TestEnv {
             "spec": {"promiseRef": {"name": self.promise}, "version": version}
         }))?;
         api.create(&PostParams::default(), &rev).await?;
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({"status": {"latest": latest}}))).await?;
+        api.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"latest": latest}})),
+        )
+        .await?;
         Ok(())
     }
 
@@ -167,15 +197,26 @@ impl TestEnv {
             let latest = rev.spec.version == version;
             let value = if latest { json!("true") } else { serde_json::Value::Null };
             let name = rev.name_any();
-            api.patch(&name, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {LATEST_REVISION_LABEL: value}}}))).await?;
-            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({"status": {"latest": latest}}))).await?;
+            api.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {LATEST_REVISION_LABEL: value}}})),
+            )
+            .await?;
+            api.patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"latest": latest}})),
+            )
+            .await?;
         }
         Ok(())
     }
 
     pub async fn delete_revision(&self, version: &str) -> anyhow::Result<()> {
         let api: Api<PromiseRevision> = Api::all(self.client.clone());
-        api.delete(&self.revision_name(version), &DeleteParams::default()).await?;
+        api.delete(&self.revision_name(version), &DeleteParams::default())
+            .await?;
         Ok(())
     }
 
@@ -201,7 +242,11 @@ impl TestEnv {
         let created = api.create(&PostParams::default(), &b).await?;
         match applied {
             Some(v) => Ok(api
-                .patch_status(&created.name_any(), &PatchParams::default(), &Patch::Merge(json!({"status": {"lastAppliedVersion": v}})))
+                .patch_status(
+                    &created.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"lastAppliedVersion": v}})),
+                )
                 .await?),
             None => Ok(created),
         }
@@ -212,8 +257,16 @@ impl TestEnv {
     }
 
     /// Merge-patches a binding (spec, metadata).
-    pub async fn patch_binding(&self, ns: &str, binding: &str, patch: serde_json::Value) -> anyhow::Result<ResourceBinding> {
-        Ok(self.bindings_api(ns).patch(binding, &PatchParams::default(), &Patch::Merge(patch)).await?)
+    pub async fn patch_binding(
+        &self,
+        ns: &str,
+        binding: &str,
+        patch: serde_json::Value,
+    ) -> anyhow::Result<ResourceBinding> {
+        Ok(self
+            .bindings_api(ns)
+            .patch(binding, &PatchParams::default(), &Patch::Merge(patch))
+            .await?)
     }
 
     /// Waits (watch-driven) until `binding` satisfies `pred`, for at most `timeout`.
@@ -233,7 +286,10 @@ impl TestEnv {
             Ok(Err(e)) => Err(anyhow!("watching {ns}/{binding}: {e}")),
             Err(_) => {
                 let now = api.get_opt(binding).await?;
-                Err(anyhow!("timed out after {timeout:?} waiting for {ns}/{binding}: {what}; it is now {:#?}", now.map(|b| (b.spec, b.status, b.metadata.labels))))
+                Err(anyhow!(
+                    "timed out after {timeout:?} waiting for {ns}/{binding}: {what}; it is now {:#?}",
+                    now.map(|b| (b.spec, b.status, b.metadata.labels))
+                ))
             }
         }
     }

@@ -83,7 +83,13 @@ fn waiting_message(target: &str) -> String {
 /// Decides the next step. `target` is `spec.version` resolved (`latest` → the latest revision's
 /// version; `None` when there is no latest revision yet); `revision_exists` tells whether the
 /// target's PromiseRevision exists.
-pub fn decide(b: &ResourceBinding, target: Option<&str>, revision_exists: bool, delay: Duration, now: DateTime<Utc>) -> Step {
+pub fn decide(
+    b: &ResourceBinding,
+    target: Option<&str>,
+    revision_exists: bool,
+    delay: Duration,
+    now: DateTime<Utc>,
+) -> Step {
     let Some(target) = target.filter(|t| !t.is_empty()) else {
         return Step::Idle;
     };
@@ -103,14 +109,21 @@ pub fn decide(b: &ResourceBinding, target: Option<&str>, revision_exists: bool, 
     }
     if !revision_exists {
         let waiting = cond.is_some_and(|c| c.status == "Unknown" && c.message == waiting_message(&target));
-        return if waiting { Step::Idle } else { Step::WaitForRevision { target } };
+        return if waiting {
+            Step::Idle
+        } else {
+            Step::WaitForRevision { target }
+        };
     }
     match cond {
         Some(c) if c.status == "Unknown" && c.message == in_progress_message(&target) => {
             let started = c.last_transition_time.unwrap_or(now);
             let at = started + chrono::Duration::from_std(delay).unwrap_or_default();
             if at <= now {
-                let fail = b.annotations().get(FAIL_VERSION_ANNOTATION).is_some_and(|v| *v == target);
+                let fail = b
+                    .annotations()
+                    .get(FAIL_VERSION_ANNOTATION)
+                    .is_some_and(|v| *v == target);
                 Step::Finish { target, fail }
             } else {
                 Step::FinishAt { target, at }
@@ -129,7 +142,10 @@ fn binding_delay(b: &ResourceBinding, default: Duration) -> Duration {
 }
 
 fn promise_of(b: &ResourceBinding) -> String {
-    b.labels().get(PROMISE_NAME_LABEL).cloned().unwrap_or_else(|| b.spec.promise_ref.name.clone())
+    b.labels()
+        .get(PROMISE_NAME_LABEL)
+        .cloned()
+        .unwrap_or_else(|| b.spec.promise_ref.name.clone())
 }
 
 fn condition(status: &str, reason: &str, message: &str, now: DateTime<Utc>) -> serde_json::Value {
@@ -142,32 +158,54 @@ async fn reconcile(b: Arc<ResourceBinding>, ctx: Arc<Ctx>) -> Result<Action, Sim
     let api: Api<ResourceBinding> = Api::namespaced(ctx.client.clone(), &ns);
     let revisions: Api<PromiseRevision> = Api::all(ctx.client.clone());
     let promise = promise_of(&b);
-    let of_promise = revisions.list(&ListParams::default().labels(&format!("{PROMISE_NAME_LABEL}={promise}"))).await?;
+    let of_promise = revisions
+        .list(&ListParams::default().labels(&format!("{PROMISE_NAME_LABEL}={promise}")))
+        .await?;
     let target = if b.spec.version == LATEST_VERSION {
         of_promise
             .items
             .iter()
-            .find(|r| r.labels().get(LATEST_REVISION_LABEL).is_some_and(|v| v == "true") || r.status.as_ref().is_some_and(|s| s.latest))
+            .find(|r| {
+                r.labels().get(LATEST_REVISION_LABEL).is_some_and(|v| v == "true")
+                    || r.status.as_ref().is_some_and(|s| s.latest)
+            })
             .map(|r| r.spec.version.clone())
     } else {
         Some(b.spec.version.clone())
     };
-    let revision_exists = target.as_ref().is_some_and(|t| of_promise.items.iter().any(|r| &r.spec.version == t));
+    let revision_exists = target
+        .as_ref()
+        .is_some_and(|t| of_promise.items.iter().any(|r| &r.spec.version == t));
     let delay = binding_delay(&b, ctx.config.delay);
     let now = Utc::now();
     let status = |body: serde_json::Value| Patch::Merge(json!({"status": body}));
-    let pp = PatchParams { field_manager: Some(FIELD_MANAGER.to_string()), ..Default::default() };
+    let pp = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..Default::default()
+    };
     let name = b.name_any();
     match decide(&b, target.as_deref(), revision_exists, delay, now) {
         Step::Idle => Ok(Action::await_change()),
         Step::Retry { target } => {
-            api.patch(&name, &pp, &Patch::Merge(json!({"metadata": {"labels": {MANUAL_RECONCILIATION_LABEL: null}}}))).await?;
+            api.patch(
+                &name,
+                &pp,
+                &Patch::Merge(json!({"metadata": {"labels": {MANUAL_RECONCILIATION_LABEL: null}}})),
+            )
+            .await?;
             api.patch_status(&name, &pp, &status(json!({"conditions": condition("Unknown", UPGRADE_IN_PROGRESS, &in_progress_message(&target), now)}))).await?;
             tracing::info!(binding = %format!("{ns}/{name}"), %target, "retry requested: upgrade restarted");
             Ok(Action::requeue(delay))
         }
         Step::WaitForRevision { target } => {
-            api.patch_status(&name, &pp, &status(json!({"conditions": condition("Unknown", UPGRADE_IN_PROGRESS, &waiting_message(&target), now)}))).await?;
+            api.patch_status(
+                &name,
+                &pp,
+                &status(
+                    json!({"conditions": condition("Unknown", UPGRADE_IN_PROGRESS, &waiting_message(&target), now)}),
+                ),
+            )
+            .await?;
             tracing::info!(binding = %format!("{ns}/{name}"), %target, "waiting for PromiseRevision");
             Ok(Action::await_change())
         }
@@ -178,14 +216,24 @@ async fn reconcile(b: Arc<ResourceBinding>, ctx: Arc<Ctx>) -> Result<Action, Sim
         }
         Step::FinishAt { at, .. } => Ok(Action::requeue((at - now).to_std().unwrap_or_default())),
         Step::Finish { target, fail: true } => {
-            api.patch_status(&name, &pp, &status(json!({"failedVersion": target,
-                "conditions": condition("False", UPGRADE_FAILED, FAILURE_MESSAGE, now)}))).await?;
+            api.patch_status(
+                &name,
+                &pp,
+                &status(json!({"failedVersion": target,
+                "conditions": condition("False", UPGRADE_FAILED, FAILURE_MESSAGE, now)})),
+            )
+            .await?;
             tracing::info!(binding = %format!("{ns}/{name}"), %target, "upgrade failed (simulated)");
             Ok(Action::await_change())
         }
         Step::Finish { target, fail: false } => {
-            api.patch_status(&name, &pp, &status(json!({"lastAppliedVersion": target, "failedVersion": null,
-                "conditions": condition("True", UPGRADE_COMPLETE, &format!("upgraded to {target}"), now)}))).await?;
+            api.patch_status(
+                &name,
+                &pp,
+                &status(json!({"lastAppliedVersion": target, "failedVersion": null,
+                "conditions": condition("True", UPGRADE_COMPLETE, &format!("upgraded to {target}"), now)})),
+            )
+            .await?;
             tracing::info!(binding = %format!("{ns}/{name}"), %target, "upgrade complete");
             Ok(Action::await_change())
         }
@@ -198,7 +246,11 @@ fn error_policy(b: Arc<ResourceBinding>, err: &SimError, _: Arc<Ctx>) -> Action 
 }
 
 /// Runs the simulator until `shutdown` resolves.
-pub async fn run(client: Client, config: SimConfig, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+pub async fn run(
+    client: Client,
+    config: SimConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
     let selector = config.promise.as_ref().map(|p| format!("{PROMISE_NAME_LABEL}={p}"));
     let mut wc = watcher::Config::default();
     if let Some(s) = &selector {
@@ -215,7 +267,11 @@ pub async fn run(client: Client, config: SimConfig, shutdown: impl std::future::
     };
     controller
         .watches(revisions, rev_config, move |rev: PromiseRevision| {
-            let promise = rev.labels().get(PROMISE_NAME_LABEL).cloned().unwrap_or(rev.spec.promise_ref.name.clone());
+            let promise = rev
+                .labels()
+                .get(PROMISE_NAME_LABEL)
+                .cloned()
+                .unwrap_or(rev.spec.promise_ref.name.clone());
             store
                 .state()
                 .into_iter()
@@ -239,7 +295,13 @@ mod tests {
     }
 
     fn b(applied: &str, cond: Option<(&str, &str, &str)>, failed: Option<&str>) -> ResourceBinding {
-        let mut b = ResourceBinding::new("b", ResourceBindingSpec { version: "v2".into(), ..Default::default() });
+        let mut b = ResourceBinding::new(
+            "b",
+            ResourceBindingSpec {
+                version: "v2".into(),
+                ..Default::default()
+            },
+        );
         b.status = Some(ResourceBindingStatus {
             last_applied_version: applied.into(),
             failed_version: failed.map(Into::into),
@@ -263,27 +325,111 @@ mod tests {
         let d = Duration::from_secs(5);
         let t = |s: &str| s.to_string();
         let cases: Vec<(&str, ResourceBinding, bool, Step)> = vec![
-            ("applied", b("v2", Some(("True", "", "2026-06-01T10:00:00Z")), None), true, Step::Idle),
-            ("new version", b("v1", Some(("True", "", "2026-06-01T10:00:00Z")), None), true, Step::Start { target: t("v2") }),
-            ("no revision", b("v1", None, None), false, Step::WaitForRevision { target: t("v2") }),
-            ("still waiting", b("v1", Some(("Unknown", &waiting_message("v2"), "2026-06-01T10:00:00Z")), None), false, Step::Idle),
-            ("revision appeared", b("v1", Some(("Unknown", &waiting_message("v2"), "2026-06-01T10:00:00Z")), None), true,
-                Step::Start { target: t("v2") }),
-            ("in progress, not yet", b("v1", Some(("Unknown", &in_progress_message("v2"), "2026-06-01T10:00:08Z")), None), true,
-                Step::FinishAt { target: t("v2"), at: utc("2026-06-01T10:00:13Z") }),
-            ("in progress, due", b("v1", Some(("Unknown", &in_progress_message("v2"), "2026-06-01T10:00:00Z")), None), true,
-                Step::Finish { target: t("v2"), fail: false }),
-            ("failed is not retried", b("v1", Some(("False", FAILURE_MESSAGE, "2026-06-01T10:00:00Z")), Some("v2")), true, Step::Idle),
+            (
+                "applied",
+                b("v2", Some(("True", "", "2026-06-01T10:00:00Z")), None),
+                true,
+                Step::Idle,
+            ),
+            (
+                "new version",
+                b("v1", Some(("True", "", "2026-06-01T10:00:00Z")), None),
+                true,
+                Step::Start { target: t("v2") },
+            ),
+            (
+                "no revision",
+                b("v1", None, None),
+                false,
+                Step::WaitForRevision { target: t("v2") },
+            ),
+            (
+                "still waiting",
+                b(
+                    "v1",
+                    Some(("Unknown", &waiting_message("v2"), "2026-06-01T10:00:00Z")),
+                    None,
+                ),
+                false,
+                Step::Idle,
+            ),
+            (
+                "revision appeared",
+                b(
+                    "v1",
+                    Some(("Unknown", &waiting_message("v2"), "2026-06-01T10:00:00Z")),
+                    None,
+                ),
+                true,
+                Step::Start { target: t("v2") },
+            ),
+            (
+                "in progress, not yet",
+                b(
+                    "v1",
+                    Some(("Unknown", &in_progress_message("v2"), "2026-06-01T10:00:08Z")),
+                    None,
+                ),
+                true,
+                Step::FinishAt {
+                    target: t("v2"),
+                    at: utc("2026-06-01T10:00:13Z"),
+                },
+            ),
+            (
+                "in progress, due",
+                b(
+                    "v1",
+                    Some(("Unknown", &in_progress_message("v2"), "2026-06-01T10:00:00Z")),
+                    None,
+                ),
+                true,
+                Step::Finish {
+                    target: t("v2"),
+                    fail: false,
+                },
+            ),
+            (
+                "failed is not retried",
+                b(
+                    "v1",
+                    Some(("False", FAILURE_MESSAGE, "2026-06-01T10:00:00Z")),
+                    Some("v2"),
+                ),
+                true,
+                Step::Idle,
+            ),
         ];
         for (name, binding, rev, want) in cases {
             assert_eq!(decide(&binding, Some("v2"), rev, d, now), want, "{name}");
         }
-        let mut retry = b("v1", Some(("False", FAILURE_MESSAGE, "2026-06-01T10:00:00Z")), Some("v2"));
+        let mut retry = b(
+            "v1",
+            Some(("False", FAILURE_MESSAGE, "2026-06-01T10:00:00Z")),
+            Some("v2"),
+        );
         retry.metadata.labels = Some([(MANUAL_RECONCILIATION_LABEL.to_string(), "true".to_string())].into());
-        assert_eq!(decide(&retry, Some("v2"), true, d, now), Step::Retry { target: t("v2") });
-        let mut failing = b("v1", Some(("Unknown", &in_progress_message("v2"), "2026-06-01T10:00:00Z")), None);
+        assert_eq!(
+            decide(&retry, Some("v2"), true, d, now),
+            Step::Retry { target: t("v2") }
+        );
+        let mut failing = b(
+            "v1",
+            Some(("Unknown", &in_progress_message("v2"), "2026-06-01T10:00:00Z")),
+            None,
+        );
         failing.metadata.annotations = Some([(FAIL_VERSION_ANNOTATION.to_string(), "v2".to_string())].into());
-        assert_eq!(decide(&failing, Some("v2"), true, d, now), Step::Finish { target: t("v2"), fail: true });
-        assert_eq!(decide(&failing, None, true, d, now), Step::Idle, "latest without a latest revision");
+        assert_eq!(
+            decide(&failing, Some("v2"), true, d, now),
+            Step::Finish {
+                target: t("v2"),
+                fail: true
+            }
+        );
+        assert_eq!(
+            decide(&failing, None, true, d, now),
+            Step::Idle,
+            "latest without a latest revision"
+        );
     }
 }

@@ -9,7 +9,10 @@ use serde_json::{json, Value};
 use upgradeplan_e2e::harness::TestEnv;
 
 fn plans(env: &TestEnv) -> Api<DynamicObject> {
-    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("platform.syntasso.io", "v1alpha1", "UpgradePlan"), "upgradeplans");
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("platform.syntasso.io", "v1alpha1", "UpgradePlan"),
+        "upgradeplans",
+    );
     Api::all_with(env.client.clone(), &ar)
 }
 
@@ -37,8 +40,14 @@ fn with(mut v: Value, pointer: &str, value: Value) -> Value {
 
 async fn create(env: &TestEnv, v: Value) -> Result<(), String> {
     let obj: DynamicObject = serde_json::from_value(v).unwrap();
-    let result = plans(env).create(&PostParams::default(), &obj).await.map(|_| ()).map_err(|e| e.to_string());
-    let _ = plans(env).delete(&obj.metadata.name.unwrap(), &Default::default()).await;
+    let result = plans(env)
+        .create(&PostParams::default(), &obj)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string());
+    let _ = plans(env)
+        .delete(&obj.metadata.name.unwrap(), &Default::default())
+        .await;
     result
 }
 
@@ -48,14 +57,62 @@ async fn seed_plan_applies_and_the_schema_rejects_bad_plans() {
     let name = format!("{}-plan", env.id);
     create(&env, seed(&name)).await.unwrap();
     let cases: Vec<(&str, Value, &str)> = vec![
-        ("unknown window kind", with(seed(&name), "/spec/rolloutGroups/0/resourceUpgradeWindows/0/kind", json!("sometimes")), "kind"),
-        ("bad duration", with(seed(&name), "/spec/rolloutGroups/0/resourceUpgradeWindows/0/duration", json!("4 hours")), "duration"),
-        ("executeAt with seconds", with(seed(&name), "/spec/upgradeExecutionPolicy/executeAt", json!("2026-05-01T23:00:00")), "executeAt"),
-        ("unknown operator", with(seed(&name), "/spec/rolloutGroups/0/selectors/matchExpressions/0/operator", json!("Like")), "operator"),
-        ("no groups", with(seed(&name), "/spec/rolloutGroups", json!([])), "rolloutGroups"),
-        ("empty from", with(seed(&name), "/spec/upgradePath/from", json!([])), "from"),
-        ("missing to", with(seed(&name), "/spec/upgradePath", json!({"from": ["v1"]})), "to"),
-        ("duplicate group names", with(seed(&name), "/spec/rolloutGroups/1/name", json!("dev")), "rolloutGroups"),
+        (
+            "unknown window kind",
+            with(
+                seed(&name),
+                "/spec/rolloutGroups/0/resourceUpgradeWindows/0/kind",
+                json!("sometimes"),
+            ),
+            "kind",
+        ),
+        (
+            "bad duration",
+            with(
+                seed(&name),
+                "/spec/rolloutGroups/0/resourceUpgradeWindows/0/duration",
+                json!("4 hours"),
+            ),
+            "duration",
+        ),
+        (
+            "executeAt with seconds",
+            with(
+                seed(&name),
+                "/spec/upgradeExecutionPolicy/executeAt",
+                json!("2026-05-01T23:00:00"),
+            ),
+            "executeAt",
+        ),
+        (
+            "unknown operator",
+            with(
+                seed(&name),
+                "/spec/rolloutGroups/0/selectors/matchExpressions/0/operator",
+                json!("Like"),
+            ),
+            "operator",
+        ),
+        (
+            "no groups",
+            with(seed(&name), "/spec/rolloutGroups", json!([])),
+            "rolloutGroups",
+        ),
+        (
+            "empty from",
+            with(seed(&name), "/spec/upgradePath/from", json!([])),
+            "from",
+        ),
+        (
+            "missing to",
+            with(seed(&name), "/spec/upgradePath", json!({"from": ["v1"]})),
+            "to",
+        ),
+        (
+            "duplicate group names",
+            with(seed(&name), "/spec/rolloutGroups/1/name", json!("dev")),
+            "rolloutGroups",
+        ),
     ];
     for (what, plan, field) in cases {
         let err = create(&env, plan).await.expect_err(what);
@@ -70,10 +127,32 @@ async fn binding_printer_columns_match_kratix() {
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(env.client.clone());
     let crd = crds.get("resourcebindings.platform.kratix.io").await.unwrap();
-    let cols: Vec<String> = crd.spec.versions[0].additional_printer_columns.iter().flatten().map(|c| c.name.clone()).collect();
+    let cols: Vec<String> = crd.spec.versions[0]
+        .additional_printer_columns
+        .iter()
+        .flatten()
+        .map(|c| c.name.clone())
+        .collect();
     assert_eq!(cols, vec!["Resource", "Promise", "Desired", "Applied"]);
     let plan = crds.get("upgradeplans.platform.syntasso.io").await.unwrap();
-    let cols: Vec<String> = plan.spec.versions[0].additional_printer_columns.iter().flatten().map(|c| c.name.clone()).collect();
-    assert_eq!(cols, vec!["Promise", "From", "To", "Phase", "Active Run", "Last Result", "Next Run", "Age"]);
+    let cols: Vec<String> = plan.spec.versions[0]
+        .additional_printer_columns
+        .iter()
+        .flatten()
+        .map(|c| c.name.clone())
+        .collect();
+    assert_eq!(
+        cols,
+        vec![
+            "Promise",
+            "From",
+            "To",
+            "Phase",
+            "Active Run",
+            "Last Result",
+            "Next Run",
+            "Age"
+        ]
+    );
     env.teardown().await.unwrap();
 }

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use serde_json::json;
-use upgradeplan::api::kratix::{ResourceBinding, MANUAL_RECONCILIATION_LABEL, UPGRADE_COMPLETE, UPGRADE_FAILED, UPGRADE_IN_PROGRESS};
+use upgradeplan::api::kratix::{
+    ResourceBinding, MANUAL_RECONCILIATION_LABEL, UPGRADE_COMPLETE, UPGRADE_FAILED, UPGRADE_IN_PROGRESS,
+};
 use upgradeplan_e2e::harness::TestEnv;
 use upgradeplan_e2e::sim::{DELAY_ANNOTATION, FAILURE_MESSAGE, FAIL_VERSION_ANNOTATION};
 
@@ -36,13 +38,29 @@ async fn upgrade_succeeds_through_in_progress() {
     let (env, ns) = world("sim-ok", &["v1.0.0", "v2.0.0"], "v2.0.0").await;
     let b = env.binding(&ns, "cache", &[], "v1.0.0", Some("v1.0.0")).await.unwrap();
     let name = b.metadata.name.clone().unwrap();
-    env.patch_binding(&ns, &name, json!({"metadata": {"annotations": {DELAY_ANNOTATION: "1s"}}, "spec": {"version": "v2.0.0"}}))
+    env.patch_binding(
+        &ns,
+        &name,
+        json!({"metadata": {"annotations": {DELAY_ANNOTATION: "1s"}}, "spec": {"version": "v2.0.0"}}),
+    )
+    .await
+    .unwrap();
+    let in_progress = env
+        .wait_binding(&ns, &name, WAIT, "UpgradeInProgress", |b| {
+            reason(b) == UPGRADE_IN_PROGRESS
+        })
         .await
         .unwrap();
-    let in_progress = env.wait_binding(&ns, &name, WAIT, "UpgradeInProgress", |b| reason(b) == UPGRADE_IN_PROGRESS).await.unwrap();
     assert_eq!(in_progress.upgrade_condition().unwrap().status, "Unknown");
-    assert_eq!(in_progress.last_applied_version(), "v1.0.0", "not applied while in progress");
-    let done = env.wait_binding(&ns, &name, WAIT, "upgrade to v2.0.0", completed("v2.0.0")).await.unwrap();
+    assert_eq!(
+        in_progress.last_applied_version(),
+        "v1.0.0",
+        "not applied while in progress"
+    );
+    let done = env
+        .wait_binding(&ns, &name, WAIT, "upgrade to v2.0.0", completed("v2.0.0"))
+        .await
+        .unwrap();
     assert_eq!(done.upgrade_condition().unwrap().status, "True");
     assert_eq!(done.failed_version(), None);
     env.teardown().await.unwrap();
@@ -53,20 +71,40 @@ async fn failure_is_reported_and_never_retried_until_asked() {
     let (env, ns) = world("sim-fail", &["v1.0.0", "v2.0.0"], "v2.0.0").await;
     let b = env.binding(&ns, "db", &[], "v1.0.0", Some("v1.0.0")).await.unwrap();
     let name = b.metadata.name.clone().unwrap();
-    env.patch_binding(&ns, &name, json!({"metadata": {"annotations": {FAIL_VERSION_ANNOTATION: "v2.0.0"}}, "spec": {"version": "v2.0.0"}}))
+    env.patch_binding(
+        &ns,
+        &name,
+        json!({"metadata": {"annotations": {FAIL_VERSION_ANNOTATION: "v2.0.0"}}, "spec": {"version": "v2.0.0"}}),
+    )
+    .await
+    .unwrap();
+    let f = env
+        .wait_binding(&ns, &name, WAIT, "UpgradeFailed", failed)
         .await
         .unwrap();
-    let f = env.wait_binding(&ns, &name, WAIT, "UpgradeFailed", failed).await.unwrap();
     let cond = f.upgrade_condition().unwrap().clone();
-    assert_eq!((cond.status.as_str(), cond.message.as_str()), ("False", FAILURE_MESSAGE));
+    assert_eq!(
+        (cond.status.as_str(), cond.message.as_str()),
+        ("False", FAILURE_MESSAGE)
+    );
     assert_eq!(f.failed_version(), Some("v2.0.0"));
-    assert_eq!(f.last_applied_version(), "v1.0.0", "a failure leaves lastAppliedVersion alone");
+    assert_eq!(
+        f.last_applied_version(),
+        "v1.0.0",
+        "a failure leaves lastAppliedVersion alone"
+    );
 
     // Kratix never retries on its own: an unrelated change must not restart the upgrade.
-    env.patch_binding(&ns, &name, json!({"metadata": {"annotations": {"touched": "yes"}}})).await.unwrap();
+    env.patch_binding(&ns, &name, json!({"metadata": {"annotations": {"touched": "yes"}}}))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let still = env.bindings_api(&ns).get(&name).await.unwrap();
-    assert_eq!(still.upgrade_condition().unwrap(), &cond, "the failed upgrade was retried without the retry label");
+    assert_eq!(
+        still.upgrade_condition().unwrap(),
+        &cond,
+        "the failed upgrade was retried without the retry label"
+    );
 
     // The retry label asks for another attempt; it is removed, and this time the workflow passes.
     env.patch_binding(
@@ -76,8 +114,19 @@ async fn failure_is_reported_and_never_retried_until_asked() {
     )
     .await
     .unwrap();
-    let done = env.wait_binding(&ns, &name, WAIT, "retry to succeed", completed("v2.0.0")).await.unwrap();
-    assert!(!done.metadata.labels.as_ref().unwrap().contains_key(MANUAL_RECONCILIATION_LABEL), "retry label removed");
+    let done = env
+        .wait_binding(&ns, &name, WAIT, "retry to succeed", completed("v2.0.0"))
+        .await
+        .unwrap();
+    assert!(
+        !done
+            .metadata
+            .labels
+            .as_ref()
+            .unwrap()
+            .contains_key(MANUAL_RECONCILIATION_LABEL),
+        "retry label removed"
+    );
     assert_eq!(done.failed_version(), None);
     env.teardown().await.unwrap();
 }
@@ -87,15 +136,29 @@ async fn missing_revision_keeps_the_binding_in_progress() {
     let (env, ns) = world("sim-norev", &["v1.0.0"], "v1.0.0").await;
     let b = env.binding(&ns, "queue", &[], "v1.0.0", Some("v1.0.0")).await.unwrap();
     let name = b.metadata.name.clone().unwrap();
-    env.patch_binding(&ns, &name, json!({"spec": {"version": "v3.0.0"}})).await.unwrap();
-    env.wait_binding(&ns, &name, WAIT, "in progress, waiting for the revision", |b| reason(b) == UPGRADE_IN_PROGRESS).await.unwrap();
+    env.patch_binding(&ns, &name, json!({"spec": {"version": "v3.0.0"}}))
+        .await
+        .unwrap();
+    env.wait_binding(&ns, &name, WAIT, "in progress, waiting for the revision", |b| {
+        reason(b) == UPGRADE_IN_PROGRESS
+    })
+    .await
+    .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let waiting = env.bindings_api(&ns).get(&name).await.unwrap();
     assert_eq!(waiting.last_applied_version(), "v1.0.0");
     assert_eq!(reason(&waiting), UPGRADE_IN_PROGRESS);
     // The revision appears: the revision watch wakes the binding and the upgrade completes.
     env.create_revision("v3.0.0", false).await.unwrap();
-    env.wait_binding(&ns, &name, WAIT, "upgrade once the revision exists", completed("v3.0.0")).await.unwrap();
+    env.wait_binding(
+        &ns,
+        &name,
+        WAIT,
+        "upgrade once the revision exists",
+        completed("v3.0.0"),
+    )
+    .await
+    .unwrap();
     env.teardown().await.unwrap();
 }
 
@@ -104,28 +167,50 @@ async fn delay_annotation_holds_the_upgrade_in_progress() {
     let (env, ns) = world("sim-delay", &["v1.0.0", "v2.0.0"], "v2.0.0").await;
     let b = env.binding(&ns, "slow", &[], "v1.0.0", Some("v1.0.0")).await.unwrap();
     let name = b.metadata.name.clone().unwrap();
-    env.patch_binding(&ns, &name, json!({"metadata": {"annotations": {DELAY_ANNOTATION: "3s"}}, "spec": {"version": "v2.0.0"}}))
+    env.patch_binding(
+        &ns,
+        &name,
+        json!({"metadata": {"annotations": {DELAY_ANNOTATION: "3s"}}, "spec": {"version": "v2.0.0"}}),
+    )
+    .await
+    .unwrap();
+    let started = env
+        .wait_binding(&ns, &name, WAIT, "in progress", |b| reason(b) == UPGRADE_IN_PROGRESS)
         .await
         .unwrap();
-    let started = env.wait_binding(&ns, &name, WAIT, "in progress", |b| reason(b) == UPGRADE_IN_PROGRESS).await.unwrap();
-    let done = env.wait_binding(&ns, &name, WAIT, "completion", completed("v2.0.0")).await.unwrap();
+    let done = env
+        .wait_binding(&ns, &name, WAIT, "completion", completed("v2.0.0"))
+        .await
+        .unwrap();
     let t0 = started.upgrade_condition().unwrap().last_transition_time.unwrap();
     let t1 = done.upgrade_condition().unwrap().last_transition_time.unwrap();
     // Transition times have one-second resolution.
-    assert!(t1 - t0 >= chrono::Duration::seconds(2), "completed {:?} after starting", t1 - t0);
+    assert!(
+        t1 - t0 >= chrono::Duration::seconds(2),
+        "completed {:?} after starting",
+        t1 - t0
+    );
     env.teardown().await.unwrap();
 }
 
 #[tokio::test]
 async fn floating_latest_binding_follows_the_latest_revision() {
     let (env, ns) = world("sim-latest", &["v1.0.0", "v2.0.0"], "v2.0.0").await;
-    let b = env.binding(&ns, "floating", &[], "latest", Some("v1.0.0")).await.unwrap();
+    let b = env
+        .binding(&ns, "floating", &[], "latest", Some("v1.0.0"))
+        .await
+        .unwrap();
     let name = b.metadata.name.clone().unwrap();
-    let done = env.wait_binding(&ns, &name, WAIT, "latest resolves to v2.0.0", completed("v2.0.0")).await.unwrap();
+    let done = env
+        .wait_binding(&ns, &name, WAIT, "latest resolves to v2.0.0", completed("v2.0.0"))
+        .await
+        .unwrap();
     assert_eq!(done.spec.version, "latest", "the simulator never rewrites spec.version");
     env.create_revision("v3.0.0", false).await.unwrap();
     env.mark_latest("v3.0.0").await.unwrap();
-    env.wait_binding(&ns, &name, WAIT, "latest moves to v3.0.0", completed("v3.0.0")).await.unwrap();
+    env.wait_binding(&ns, &name, WAIT, "latest moves to v3.0.0", completed("v3.0.0"))
+        .await
+        .unwrap();
     env.teardown().await.unwrap();
 }
 
@@ -133,7 +218,13 @@ async fn floating_latest_binding_follows_the_latest_revision() {
 fn help_documents_the_knobs() {
     let out = std::process::Command::new(SIM).arg("--help").output().unwrap();
     let help = String::from_utf8(out.stdout).unwrap();
-    for needle in ["--delay", "--promise", "kratix-sim/delay", "kratix-sim/fail-version", "kratix.io/manual-reconciliation"] {
+    for needle in [
+        "--delay",
+        "--promise",
+        "kratix-sim/delay",
+        "kratix-sim/fail-version",
+        "kratix.io/manual-reconciliation",
+    ] {
         assert!(help.contains(needle), "--help lacks {needle}:\n{help}");
     }
 }

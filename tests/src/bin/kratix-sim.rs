@@ -35,7 +35,9 @@ struct Cli {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    s.parse::<kube::core::Duration>().map(Duration::from).map_err(|e| format!("{s:?} is not a Go duration such as 500ms or 2s: {e}"))
+    s.parse::<kube::core::Duration>()
+        .map(Duration::from)
+        .map_err(|e| format!("{s:?} is not a Go duration such as 500ms or 2s: {e}"))
 }
 
 #[tokio::main]
@@ -46,17 +48,29 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let config = match &cli.kubeconfig {
         Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+            let kc =
+                kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
             kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?
         }
-        None => kube::Config::infer().await.context("no kubeconfig: set KUBECONFIG or pass --kubeconfig")?,
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig: set KUBECONFIG or pass --kubeconfig")?,
     };
     let client = kube::Client::try_from(config)?;
     tracing::info!(delay = ?cli.delay, promise = ?cli.promise, "kratix-sim running");
     let shutdown = async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
         tokio::select! { _ = tokio::signal::ctrl_c() => {}, _ = term.recv() => {} }
     };
-    sim::run(client, SimConfig { delay: cli.delay, promise: cli.promise }, shutdown).await;
+    sim::run(
+        client,
+        SimConfig {
+            delay: cli.delay,
+            promise: cli.promise,
+        },
+        shutdown,
+    )
+    .await;
     Ok(())
 }
