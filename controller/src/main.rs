@@ -1,19 +1,86 @@
 //! `upgradeplan-controller`: executes UpgradePlans and UpgradeRuns in a cluster.
 
+mod context;
+mod error;
+mod events;
+mod http;
+mod leader;
+mod plan;
+mod run;
+mod watch;
+
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
 
-use anyhow::Context;
-use clap::{Parser, Subcommand};
+use anyhow::Context as _;
+use clap::{Parser, Subcommand, ValueEnum};
+use futures::StreamExt;
+use kube::runtime::controller::{Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Client, ResourceExt};
+use upgradeplan::api::kratix::{Promise, PromiseRevision, ResourceBinding, PROMISE_NAME_LABEL};
+use upgradeplan::api::{UpgradePlan, UpgradeRun, DEFAULT_SNAPSHOT_NAMESPACE};
 
+use crate::context::{run_plan, Ctx};
+
+/// Executes UpgradePlans and UpgradeRuns (platform.syntasso.io/v1alpha1): creates runs on the
+/// plans' schedules and upgrades Kratix ResourceBindings group by group, within windows and
+/// concurrency limits.
+///
+/// Runs in-cluster (service account) or outside with a kubeconfig ($KUBECONFIG, --kubeconfig,
+/// --context). With --leader-elect, only the holder of the Lease acts; the others wait.
 #[derive(Parser)]
-#[command(
-    name = "upgradeplan-controller",
-    version,
-    about = "Executes UpgradePlans and UpgradeRuns (platform.syntasso.io/v1alpha1)"
-)]
+#[command(name = "upgradeplan-controller", version)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    /// Path to a kubeconfig. Default: $KUBECONFIG, ~/.kube/config, or the in-cluster service account.
+    #[arg(long, value_name = "FILE", global = true)]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use. Default: the current context.
+    #[arg(long, value_name = "NAME", global = true)]
+    context: Option<String>,
+    /// Namespace of the runs' snapshot ConfigMaps. It must exist.
+    #[arg(long, value_name = "NS", default_value = DEFAULT_SNAPSHOT_NAMESPACE)]
+    snapshot_namespace: String,
+    /// Only handle UpgradePlans matching this label selector (and their runs), e.g.
+    /// `team=payments`: to shard plans across controllers or canary a new version. Default: all.
+    #[arg(long, value_name = "SELECTOR")]
+    selector: Option<String>,
+    /// Address of /metrics.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
+    metrics_addr: SocketAddr,
+    /// Address of /healthz and /readyz.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8081")]
+    health_addr: SocketAddr,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Log level or filter (e.g. info, debug, upgradeplan_controller=debug). RUST_LOG wins when set.
+    #[arg(long, value_name = "FILTER", default_value = "info")]
+    log_level: String,
+    /// Elect a leader through a Lease; only the leader acts. Use it whenever more than one replica runs.
+    #[arg(long)]
+    leader_elect: bool,
+    /// Name of the leader-election Lease.
+    #[arg(long, value_name = "NAME", default_value = "upgradeplan-controller")]
+    leader_election_id: String,
+    /// Namespace of the leader-election Lease. Default: the pod's namespace in-cluster, else `default`.
+    #[arg(long, value_name = "NS")]
+    leader_election_namespace: Option<String>,
+    /// How long a Lease stays valid without renewal; a standby takes over after this when the leader dies.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
+    lease_duration: Duration,
+    /// The leader stops acting when it could not renew for this long.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    renew_deadline: Duration,
+    /// Interval between leader-election attempts and renewals.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    retry_period: Duration,
 }
 
 #[derive(Subcommand)]
@@ -28,23 +95,48 @@ enum Command {
     },
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    s.parse::<kube::core::Duration>()
+        .map(Duration::from)
+        .map_err(|e| format!("{s:?} is not a Go duration such as 15s or 1m: {e}"))
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Crd { output_dir } => write_crds(output_dir),
+    if let Some(Command::Crd { output_dir }) = &cli.command {
+        return write_crds(output_dir.as_deref());
+    }
+    init_logging(&cli);
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run(cli))
+}
+
+fn init_logging(cli: &Cli) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cli.log_level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
     }
 }
 
-fn write_crds(output_dir: Option<PathBuf>) -> anyhow::Result<()> {
+fn write_crds(output_dir: Option<&std::path::Path>) -> anyhow::Result<()> {
     let files = upgradeplan::crd::crd_files();
     match output_dir {
-        None => {
-            for (_, yaml) in files {
-                print!("{yaml}");
-            }
-        }
+        None => files.iter().for_each(|(_, yaml)| print!("{yaml}")),
         Some(dir) => {
-            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             for (name, yaml) in files {
                 let path = dir.join(name);
                 std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
@@ -53,4 +145,265 @@ fn write_crds(output_dir: Option<PathBuf>) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+async fn client(cli: &Cli) -> anyhow::Result<Client> {
+    let options = kube::config::KubeConfigOptions {
+        context: cli.context.clone(),
+        ..Default::default()
+    };
+    let config = match &cli.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &options).await?
+        }
+        None if cli.context.is_some() => kube::Config::from_kubeconfig(&options).await?,
+        None => kube::Config::infer()
+            .await
+            .context("no cluster configuration: set KUBECONFIG, pass --kubeconfig, or run in a pod")?,
+    };
+    Ok(Client::try_from(config)?)
+}
+
+fn identity() -> String {
+    let host = std::env::var("POD_NAME")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()))
+        .unwrap_or_else(|_| "upgradeplan-controller".into());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{host}_{:x}{:x}", std::process::id(), nanos)
+}
+
+fn leader_namespace(cli: &Cli) -> String {
+    cli.leader_election_namespace.clone().unwrap_or_else(|| {
+        std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+            .map(|ns| ns.trim().to_string())
+            .unwrap_or_else(|_| "default".into())
+    })
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term.recv() => {},
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let client = client(&cli).await?;
+    let version = client.apiserver_version().await.context("reaching the API server")?;
+    tracing::info!(server = %version.git_version, version = env!("CARGO_PKG_VERSION"), "upgradeplan-controller starting");
+
+    let health = Arc::new(http::Health::default());
+    let bound = http::serve(cli.health_addr, health.clone())
+        .await
+        .with_context(|| format!("binding --health-addr {}", cli.health_addr))?;
+    tracing::info!(%bound, "serving /healthz and /readyz");
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    {
+        let health = health.clone();
+        let stop_tx = stop_tx.clone();
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            tracing::info!("shutdown requested: readiness off, stopping controllers");
+            health.ready.store(false, Ordering::SeqCst);
+            let _ = stop_tx.send(true);
+        });
+    }
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    };
+
+    // A standby is healthy and ready: it is waiting, as it should.
+    health.ready.store(true, Ordering::SeqCst);
+    let elector = cli.leader_elect.then(|| {
+        leader::Elector::new(
+            client.clone(),
+            leader::ElectorConfig {
+                namespace: leader_namespace(&cli),
+                name: cli.leader_election_id.clone(),
+                identity: identity(),
+                lease_duration: cli.lease_duration,
+                renew_deadline: cli.renew_deadline,
+                retry_period: cli.retry_period,
+            },
+        )
+    });
+    if let Some(elector) = &elector {
+        tracing::info!(lease = %cli.leader_election_id, "waiting for leadership");
+        tokio::select! {
+            _ = elector.acquire() => tracing::info!("leading"),
+            _ = stopped() => return Ok(()),
+        }
+    }
+
+    let lost = async {
+        match &elector {
+            Some(e) => e.hold().await,
+            None => std::future::pending().await,
+        }
+    };
+    let controllers = run_controllers(client.clone(), &cli, stopped.clone());
+    let lost_leadership = tokio::select! {
+        _ = controllers => false,
+        _ = lost => true,
+    };
+    health.ready.store(false, Ordering::SeqCst);
+    if let Some(elector) = &elector {
+        if !lost_leadership {
+            elector.release().await;
+        }
+    }
+    if lost_leadership {
+        anyhow::bail!("lost leadership: exiting so that a restart re-enters the election");
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn run_controllers<F, Fut>(client: Client, cli: &Cli, stopped: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + Sync + 'static,
+{
+    let all = watcher::Config::default;
+    let (plans, plans_w) = reflector::store::<UpgradePlan>();
+    let (runs, runs_w) = reflector::store::<UpgradeRun>();
+    let (bindings, bindings_w) = reflector::store::<ResourceBinding>();
+    let (revisions, revisions_w) = reflector::store::<PromiseRevision>();
+    let (promises, promises_w) = reflector::store::<Promise>();
+    let plan_config = || match &cli.selector {
+        Some(s) => watcher::Config::default().labels(s),
+        None => watcher::Config::default(),
+    };
+    let plan_stream =
+        reflector::reflector(plans_w, watch::watch_all::<UpgradePlan>(client.clone(), plan_config())).touched_objects();
+    let run_stream =
+        reflector::reflector(runs_w, watch::watch_all::<UpgradeRun>(client.clone(), all())).touched_objects();
+    let binding_stream =
+        reflector::reflector(bindings_w, watch::watch_all::<ResourceBinding>(client.clone(), all())).touched_objects();
+    let revision_stream =
+        reflector::reflector(revisions_w, watch::watch_all::<PromiseRevision>(client.clone(), all())).touched_objects();
+    let promise_stream =
+        reflector::reflector(promises_w, watch::watch_all::<Promise>(client.clone(), all())).touched_objects();
+
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        recorder: events::Publisher::new(client.clone(), "upgradeplan-controller", identity()),
+        snapshot_namespace: cli.snapshot_namespace.clone(),
+        selective: cli.selector.is_some(),
+        plans: plans.clone(),
+        runs: runs.clone(),
+        bindings: bindings.clone(),
+        revisions: revisions.clone(),
+        promises: promises.clone(),
+        frozen: Default::default(),
+        reported: Default::default(),
+    });
+    // Reconciles of one object never overlap; a little debounce merges bursts of binding events.
+    let config = ControllerConfig::default().debounce(Duration::from_millis(50));
+
+    // Active runs of the plans of a Promise.
+    let active_runs_of_promise = {
+        let (plans, runs) = (plans.clone(), runs.clone());
+        move |promise: &str| -> Vec<ObjectRef<UpgradeRun>> {
+            let plan_names: Vec<String> = plans
+                .state()
+                .iter()
+                .filter(|p| p.spec.promise_ref.name == promise)
+                .map(|p| p.name_any())
+                .collect();
+            runs.state()
+                .iter()
+                .filter(|r| plan_names.iter().any(|p| p == run_plan(r)))
+                .filter(|r| !r.status.as_ref().is_some_and(|s| s.state.is_terminal()))
+                .map(|r| ObjectRef::from_obj(&**r))
+                .collect()
+        }
+    };
+    let binding_to_runs = {
+        let f = active_runs_of_promise.clone();
+        move |b: ResourceBinding| {
+            f(b.labels()
+                .get(PROMISE_NAME_LABEL)
+                .map(String::as_str)
+                .unwrap_or(&b.spec.promise_ref.name))
+        }
+    };
+    let revision_to_runs = {
+        let f = active_runs_of_promise.clone();
+        move |r: PromiseRevision| {
+            f(r.labels()
+                .get(PROMISE_NAME_LABEL)
+                .map(String::as_str)
+                .unwrap_or(&r.spec.promise_ref.name))
+        }
+    };
+    let plan_to_runs = {
+        let runs = runs.clone();
+        move |p: UpgradePlan| -> Vec<ObjectRef<UpgradeRun>> {
+            let name = p.name_any();
+            runs.state()
+                .iter()
+                .filter(|r| r.spec.upgrade_plan_ref.name == name)
+                .map(|r| ObjectRef::from_obj(&**r))
+                .collect()
+        }
+    };
+    let run_controller = Controller::for_stream(run_stream, runs.clone())
+        .with_config(config.clone())
+        .watches_stream(binding_stream, binding_to_runs)
+        .watches_stream(revision_stream, revision_to_runs)
+        .watches_stream(
+            watch::watch_all::<UpgradePlan>(client.clone(), plan_config()).touched_objects(),
+            plan_to_runs,
+        )
+        .graceful_shutdown_on(stopped())
+        .run(run::reconcile, run::error_policy, ctx.clone())
+        .for_each(|_| futures::future::ready(()));
+
+    let run_to_plan = {
+        let plans = plans.clone();
+        move |r: UpgradeRun| {
+            let plan = ObjectRef::<UpgradePlan>::new(run_plan(&r));
+            plans.get(&plan).map(|_| plan)
+        }
+    };
+    let promise_to_plans = {
+        let plans = plans.clone();
+        move |p: Promise| -> Vec<ObjectRef<UpgradePlan>> {
+            let name = p.name_any();
+            plans
+                .state()
+                .iter()
+                .filter(|pl| pl.spec.promise_ref.name == name)
+                .map(|pl| ObjectRef::from_obj(&**pl))
+                .collect()
+        }
+    };
+    let plan_controller = Controller::for_stream(plan_stream, plans.clone())
+        .with_config(config)
+        .watches_stream(
+            watch::watch_all::<UpgradeRun>(client.clone(), all()).touched_objects(),
+            run_to_plan,
+        )
+        .watches_stream(promise_stream, promise_to_plans)
+        .graceful_shutdown_on(stopped())
+        .run(plan::reconcile, plan::error_policy, ctx.clone())
+        .for_each(|_| futures::future::ready(()));
+
+    tracing::info!(snapshot_namespace = %cli.snapshot_namespace, "controllers running");
+    tokio::join!(run_controller, plan_controller);
 }

@@ -8,3 +8,4 @@
 pub mod api;
 pub mod crd;
 pub mod engine;
+pub mod time;

@@ -21,6 +21,7 @@ use upgradeplan::api::kratix::{
     Promise, PromiseRevision, ResourceBinding, LATEST_REVISION_LABEL, PROMISE_NAME_LABEL, PROMISE_VERSION_LABEL,
     RESOURCE_NAME_LABEL,
 };
+use upgradeplan::api::{UpgradePlan, UpgradeRun};
 
 /// The workspace root (for fixtures and generated CRDs).
 pub fn repo_root() -> PathBuf {
@@ -73,6 +74,36 @@ pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Waits (watch-driven) until the object `name` satisfies `pred`, for at most `timeout`; on
+/// timeout the error shows the object as it is.
+pub async fn wait_for<K>(
+    api: Api<K>,
+    name: &str,
+    timeout: Duration,
+    what: &str,
+    pred: impl Fn(&K) -> bool,
+) -> anyhow::Result<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug + Send + 'static,
+{
+    let cond = move |o: Option<&K>| o.is_some_and(&pred);
+    match tokio::time::timeout(timeout, await_condition(api.clone(), name, cond)).await {
+        Ok(Ok(Some(o))) => Ok(o),
+        Ok(Ok(None)) => Err(anyhow!("{name} disappeared while waiting for: {what}")),
+        Ok(Err(e)) => Err(anyhow!("watching {name}: {e}")),
+        Err(_) => {
+            let now = api
+                .get_opt(name)
+                .await?
+                .map(|o| serde_json::to_string_pretty(&o).unwrap_or_default());
+            Err(anyhow!(
+                "timed out after {timeout:?} waiting for {name}: {what}; it is now {}",
+                now.unwrap_or_else(|| "gone".into())
+            ))
+        }
+    }
+}
+
 /// Creates `crd`, or replaces it when it exists. (Server-side apply would be simpler, but on
 /// Kubernetes 1.20 it rejects `x-kubernetes-validations`, which create and replace drop.)
 async fn create_or_replace(api: &Api<CustomResourceDefinition>, crd: CustomResourceDefinition) -> anyhow::Result<()> {
@@ -116,6 +147,52 @@ pub struct TestEnv {
     pub promise: String,
     namespaces: Vec<String>,
     sim: Option<tokio::process::Child>,
+    controllers: u32,
+}
+
+/// A controller process started by a test; killed when dropped.
+pub struct ControllerProcess {
+    pub child: tokio::process::Child,
+    pub log: PathBuf,
+}
+
+impl ControllerProcess {
+    /// SIGKILL, as a crash would.
+    pub async fn kill(&mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    /// SIGTERM, then wait for the exit status.
+    pub async fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        if let Some(pid) = self.child.id() {
+            std::process::Command::new("kill")
+                .arg("-TERM")
+                .arg(pid.to_string())
+                .status()?;
+        }
+        Ok(tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await??)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// A binary of this workspace, built next to the test executable (`cargo build --workspace --bins`).
+pub fn workspace_bin(name: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| anyhow!("unexpected test executable path {}", exe.display()))?;
+    let bin = dir.join(name);
+    if !bin.exists() {
+        bail!(
+            "{} is missing: run `cargo build --workspace --bins` first (make test does)",
+            bin.display()
+        );
+    }
+    Ok(bin)
 }
 
 impl TestEnv {
@@ -129,6 +206,7 @@ impl TestEnv {
             id,
             namespaces: Vec::new(),
             sim: None,
+            controllers: 0,
         })
     }
 
@@ -309,6 +387,117 @@ impl TestEnv {
             .with_context(|| format!("starting {exe}"))?;
         self.sim = Some(child);
         Ok(log)
+    }
+
+    /// The label every plan of this test carries; its controller only handles those.
+    pub fn selector(&self) -> (String, String) {
+        ("upgradeplan-test".to_string(), self.id.clone())
+    }
+
+    /// Name of this test's snapshot namespace (see [`TestEnv::start_controller`]).
+    pub fn snapshot_namespace(&self) -> String {
+        format!("{}-snap", self.id)
+    }
+
+    /// Starts `upgradeplan-controller` for this test's plans only, with its own snapshot
+    /// namespace (created on first use), health port chosen by the OS, and a log file.
+    pub async fn start_controller(&mut self, extra_args: &[&str]) -> anyhow::Result<ControllerProcess> {
+        let snap = self.snapshot_namespace();
+        if !self.namespaces.contains(&snap) {
+            self.namespace("snap").await?;
+        }
+        self.controllers += 1;
+        let log = std::env::temp_dir().join(format!("{}-controller-{}.log", self.id, self.controllers));
+        let (k, v) = self.selector();
+        let child = tokio::process::Command::new(workspace_bin("upgradeplan-controller")?)
+            .args(["--selector", &format!("{k}={v}"), "--snapshot-namespace", &snap])
+            .args(["--health-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"])
+            .args(["--log-level", "info,upgradeplan_controller=debug"])
+            .args(extra_args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting upgradeplan-controller")?;
+        Ok(ControllerProcess { child, log })
+    }
+
+    pub fn plans(&self) -> Api<UpgradePlan> {
+        Api::all(self.client.clone())
+    }
+
+    pub fn runs(&self) -> Api<UpgradeRun> {
+        Api::all(self.client.clone())
+    }
+
+    /// Creates the plan `<id>-<suffix>` (labelled for this test's controller) for this test's
+    /// Promise. `spec` is the plan spec without `promiseRef`.
+    pub async fn create_plan(&self, suffix: &str, mut spec: serde_json::Value) -> anyhow::Result<String> {
+        let name = format!("{}-{suffix}", self.id);
+        spec["promiseRef"] = json!({"name": self.promise});
+        let (k, v) = self.selector();
+        let plan: UpgradePlan = serde_json::from_value(json!({
+            "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradePlan",
+            "metadata": {"name": name, "labels": {k: v}}, "spec": spec
+        }))?;
+        self.plans()
+            .create(&PostParams::default(), &plan)
+            .await
+            .with_context(|| format!("creating plan {name}"))?;
+        Ok(name)
+    }
+
+    /// Creates a run of `plan` by hand, as a user would (no label, no owner).
+    pub async fn create_run(&self, name: &str, plan: &str, suspend: bool) -> anyhow::Result<String> {
+        let run: UpgradeRun = serde_json::from_value(json!({
+            "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeRun",
+            "metadata": {"name": name}, "spec": {"upgradePlanRef": {"name": plan}, "suspend": suspend}
+        }))?;
+        self.runs()
+            .create(&PostParams::default(), &run)
+            .await
+            .with_context(|| format!("creating run {name}"))?;
+        Ok(name.to_string())
+    }
+
+    /// Waits (watch-driven) until the run satisfies `pred`.
+    pub async fn wait_run(
+        &self,
+        name: &str,
+        timeout: Duration,
+        what: &str,
+        pred: impl Fn(&UpgradeRun) -> bool,
+    ) -> anyhow::Result<UpgradeRun> {
+        wait_for(self.runs(), name, timeout, what, pred).await
+    }
+
+    /// Waits (watch-driven) until the plan satisfies `pred`.
+    pub async fn wait_plan(
+        &self,
+        name: &str,
+        timeout: Duration,
+        what: &str,
+        pred: impl Fn(&UpgradePlan) -> bool,
+    ) -> anyhow::Result<UpgradePlan> {
+        wait_for(self.plans(), name, timeout, what, pred).await
+    }
+
+    /// Events recorded on a cluster-scoped object: (type, reason, message), oldest first.
+    pub async fn events_of(&self, name: &str) -> anyhow::Result<Vec<(String, String, String)>> {
+        let api: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(self.client.clone(), "default");
+        let lp = kube::api::ListParams::default().fields(&format!("involvedObject.name={name}"));
+        let mut events = api.list(&lp).await?.items;
+        events.sort_by_key(|e| e.metadata.creation_timestamp.clone().map(|t| t.0));
+        Ok(events
+            .into_iter()
+            .map(|e| {
+                (
+                    e.type_.unwrap_or_default(),
+                    e.reason.unwrap_or_default(),
+                    e.message.unwrap_or_default(),
+                )
+            })
+            .collect())
     }
 
     /// Deletes what the test created (namespaces go in the background) and stops kratix-sim.

@@ -24,7 +24,7 @@ pub struct Condition {
     /// Machine-readable CamelCase reason for the last transition.
     pub reason: String,
     /// Human-readable detail.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
     /// When the status last changed.
     pub last_transition_time: DateTime<Utc>,

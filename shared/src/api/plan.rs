@@ -206,7 +206,8 @@ pub struct UpgradePlanStatus {
     #[serde(default)]
     pub phase: PlanPhase,
     /// Name of the plan's active (Pending or InProgress, not superseded) run; empty when none.
-    #[serde(default)]
+    // Empty strings are omitted: Kubernetes 1.20's server-side apply turns them into null.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub active_run_ref: String,
     /// The earliest future trigger (RFC 3339, UTC). Absent without an execution policy or when
     /// nothing will fire.
@@ -244,10 +245,10 @@ pub struct LastRun {
     /// Completed, Failed or Cancelled.
     pub result: RunResult,
     /// Reason of the run's RunSucceeded condition.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
     /// Message of the run's RunSucceeded condition.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
 }
 

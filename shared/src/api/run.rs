@@ -49,7 +49,7 @@ pub struct UpgradePlanRef {
 #[schemars(transform = super::drop_schema_defaults)]
 pub struct UpgradeRunStatus {
     /// "" (plan not resolved yet), Pending, InProgress, Completed, Failed or Cancelled.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "RunState::is_unresolved")]
     pub state: RunState,
     /// Resources in the snapshot, summed over groups (a resource in two groups counts twice).
     #[serde(default)]
@@ -118,6 +118,11 @@ pub enum RunState {
 }
 
 impl RunState {
+    /// "": the run's plan was not found yet (never written: absent means the same).
+    pub fn is_unresolved(&self) -> bool {
+        *self == RunState::Unresolved
+    }
+
     /// Completed, Failed and Cancelled are final.
     pub fn is_terminal(self) -> bool {
         self.result().is_some()

@@ -44,6 +44,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
     let config = match &cli.kubeconfig {

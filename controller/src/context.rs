@@ -1,0 +1,133 @@
+//! What both reconcilers share: the client, caches, the event recorder, and status writes.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use upgradeplan::api::kratix::{Promise, PromiseRevision, ResourceBinding, PROMISE_NAME_LABEL};
+use upgradeplan::api::UpgradePlanSpec;
+use upgradeplan::api::{UpgradePlan, UpgradeRun, FIELD_MANAGER, PLAN_LABEL};
+use upgradeplan::engine::snapshot::Snapshot;
+
+use crate::error::Result;
+use crate::events::{EventType, Publisher};
+
+/// A run's snapshot and frozen plan, as read from its ConfigMaps.
+pub struct Frozen {
+    pub snapshot: Snapshot,
+    pub plan: UpgradePlanSpec,
+}
+
+pub struct Ctx {
+    pub client: Client,
+    pub recorder: Publisher,
+    pub snapshot_namespace: String,
+    /// `--selector` was given: only plans matching it (and their runs) are ours.
+    pub selective: bool,
+    pub plans: Store<UpgradePlan>,
+    pub runs: Store<UpgradeRun>,
+    pub bindings: Store<ResourceBinding>,
+    pub revisions: Store<PromiseRevision>,
+    pub promises: Store<Promise>,
+    /// Snapshots by run UID: they never change once written.
+    pub frozen: Mutex<HashMap<String, Arc<Frozen>>>,
+    /// (run UID, event reason, binding) already reported, so per-resource events are not repeated
+    /// on every reconcile. Lost on restart, which at worst repeats an event.
+    pub reported: Mutex<HashSet<(String, &'static str, String)>>,
+}
+
+impl Ctx {
+    pub fn plan(&self, name: &str) -> Option<Arc<UpgradePlan>> {
+        self.plans.get(&ObjectRef::new(name))
+    }
+
+    /// Runs of `plan` (by label or, for runs not yet labelled, by reference).
+    pub fn runs_of(&self, plan: &str) -> Vec<Arc<UpgradeRun>> {
+        self.runs.state().into_iter().filter(|r| run_plan(r) == plan).collect()
+    }
+
+    /// Bindings of `promise`, all namespaces, from the cache.
+    pub fn bindings_of(&self, promise: &str) -> Vec<ResourceBinding> {
+        self.bindings
+            .state()
+            .into_iter()
+            .filter(|b| b.labels().get(PROMISE_NAME_LABEL).map(String::as_str) == Some(promise))
+            .map(|b| (*b).clone())
+            .collect()
+    }
+
+    pub fn binding(&self, namespace: &str, name: &str) -> Option<Arc<ResourceBinding>> {
+        self.bindings.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// Whether the PromiseRevision of (promise, version) exists.
+    pub fn revision_exists(&self, promise: &str, version: &str) -> bool {
+        self.revisions.state().iter().any(|r| {
+            let of = r
+                .labels()
+                .get(PROMISE_NAME_LABEL)
+                .cloned()
+                .unwrap_or_else(|| r.spec.promise_ref.name.clone());
+            of == promise && r.spec.version == version
+        })
+    }
+
+    /// Publishes an event on `obj`; failures are logged, never fatal.
+    pub async fn event<K: Resource<DynamicType = ()>>(&self, obj: &K, type_: EventType, reason: &str, note: String) {
+        if let Err(e) = self.recorder.publish(&obj.object_ref(&()), type_, reason, &note).await {
+            tracing::warn!(error = %e, reason, "publishing an event failed");
+        }
+    }
+
+    /// Reports a per-resource event once per run.
+    pub async fn event_once(
+        &self,
+        run: &UpgradeRun,
+        type_: EventType,
+        reason: &'static str,
+        binding: String,
+        note: String,
+    ) {
+        let key = (run.uid().unwrap_or_default(), reason, binding);
+        let first = self.reported.lock().map(|mut seen| seen.insert(key)).unwrap_or(true);
+        if first {
+            self.event(run, type_, reason, note).await;
+        }
+    }
+
+    /// Forgets what was cached for a run that is finished or gone.
+    pub fn forget_run(&self, uid: &str) {
+        if let Ok(mut f) = self.frozen.lock() {
+            f.remove(uid);
+        }
+        if let Ok(mut r) = self.reported.lock() {
+            r.retain(|(u, _, _)| u != uid);
+        }
+    }
+}
+
+/// The plan a run belongs to.
+pub fn run_plan(run: &UpgradeRun) -> &str {
+    run.labels()
+        .get(PLAN_LABEL)
+        .map(String::as_str)
+        .unwrap_or(run.spec.upgrade_plan_ref.name.as_str())
+}
+
+/// Writes `status` of a cluster-scoped object with server-side apply under our field manager.
+pub async fn apply_status<K>(client: &Client, name: &str, status: impl serde::Serialize) -> Result<()>
+where
+    K: Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::all(client.clone());
+    let body = json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status});
+    api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(body))
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,28 @@
+//! The controller's errors. Each has a short label for logs and metrics.
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("encoding JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("snapshot of run {run}: {detail}")]
+    Snapshot { run: String, detail: String },
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+impl Error {
+    /// A low-cardinality label for the kind of error.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(e)) if e.code == 409 => "conflict",
+            Error::Kube(_) => "kube",
+            Error::Json(_) => "json",
+            Error::Snapshot { .. } => "snapshot",
+            Error::Finalizer(_) => "finalizer",
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,154 @@
+//! Leader election on a coordination.k8s.io/v1 Lease (kube 5 ships none).
+//!
+//! Same protocol as client-go's: a candidate takes the Lease when it is free or its holder failed
+//! to renew within `leaseDurationSeconds`; the leader renews every retry period and gives up
+//! leadership when it could not renew for the renew deadline. Writes use the resourceVersion as a
+//! precondition, so two candidates never both succeed.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::Client;
+
+#[derive(Debug, Clone)]
+pub struct ElectorConfig {
+    pub namespace: String,
+    pub name: String,
+    pub identity: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+pub struct Elector {
+    api: Api<Lease>,
+    config: ElectorConfig,
+}
+
+impl Elector {
+    pub fn new(client: Client, config: ElectorConfig) -> Elector {
+        Elector {
+            api: Api::namespaced(client, &config.namespace),
+            config,
+        }
+    }
+
+    /// One attempt to take or renew the Lease; true when we hold it afterwards.
+    async fn try_acquire_or_renew(&self) -> Result<bool, kube::Error> {
+        let now = Timestamp::now();
+        let me = &self.config.identity;
+        let duration_s = self.config.lease_duration.as_secs().max(1) as i32;
+        let pp = PostParams::default();
+        let Some(mut lease) = self.api.get_opt(&self.config.name).await? else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.config.name.clone()),
+                    ..Default::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(me.clone()),
+                    lease_duration_seconds: Some(duration_s),
+                    acquire_time: Some(MicroTime(now)),
+                    renew_time: Some(MicroTime(now)),
+                    lease_transitions: Some(0),
+                    ..Default::default()
+                }),
+            };
+            return match self.api.create(&pp, &lease).await {
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+                Err(e) => Err(e),
+            };
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let held_for = spec.lease_duration_seconds.unwrap_or(duration_s).max(1) as i64;
+        let expired = spec
+            .renew_time
+            .as_ref()
+            .is_none_or(|t| t.0.as_second() + held_for < now.as_second());
+        if holder != *me && !holder.is_empty() && !expired {
+            return Ok(false);
+        }
+        let taking_over = holder != *me;
+        lease.spec = Some(LeaseSpec {
+            holder_identity: Some(me.clone()),
+            lease_duration_seconds: Some(duration_s),
+            acquire_time: if taking_over {
+                Some(MicroTime(now))
+            } else {
+                spec.acquire_time
+            },
+            renew_time: Some(MicroTime(now)),
+            lease_transitions: Some(spec.lease_transitions.unwrap_or(0) + i32::from(taking_over)),
+            ..spec
+        });
+        match self.api.replace(&self.config.name, &pp, &lease).await {
+            Ok(_) => {
+                if taking_over {
+                    tracing::info!(lease = %self.config.name, previous = %holder, "acquired leadership");
+                }
+                Ok(true)
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits until this candidate holds the Lease.
+    pub async fn acquire(&self) {
+        loop {
+            match self.try_acquire_or_renew().await {
+                Ok(true) => return,
+                Ok(false) => tracing::debug!("lease held by another candidate"),
+                Err(e) => tracing::warn!(error = %e, "leader election attempt failed"),
+            }
+            tokio::time::sleep(self.config.retry_period).await;
+        }
+    }
+
+    /// Renews the Lease until a renewal has not succeeded for the renew deadline; then returns
+    /// (leadership is lost and the process must stop acting).
+    pub async fn hold(&self) {
+        let mut last_renewed = tokio::time::Instant::now();
+        loop {
+            tokio::time::sleep(self.config.retry_period).await;
+            match self.try_acquire_or_renew().await {
+                Ok(true) => last_renewed = tokio::time::Instant::now(),
+                Ok(false) => {
+                    tracing::error!("the lease was taken by another candidate");
+                    return;
+                }
+                Err(e) => tracing::warn!(error = %e, "renewing the lease failed"),
+            }
+            if last_renewed.elapsed() > self.config.renew_deadline {
+                tracing::error!(deadline = ?self.config.renew_deadline, "could not renew the lease in time");
+                return;
+            }
+        }
+    }
+
+    /// Gives the Lease up so that a standby takes over at once (not after the lease duration).
+    pub async fn release(&self) {
+        let Ok(Some(mut lease)) = self.api.get_opt(&self.config.name).await else {
+            return;
+        };
+        let Some(spec) = lease.spec.as_mut() else { return };
+        if spec.holder_identity.as_deref() != Some(&self.config.identity) {
+            return;
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        match self
+            .api
+            .replace(&self.config.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => tracing::info!(lease = %self.config.name, "released leadership"),
+            Err(e) => tracing::warn!(error = %e, "releasing the lease failed"),
+        }
+    }
+}

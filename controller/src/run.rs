@@ -1,0 +1,696 @@
+//! Run reconciliation (spec §5): admission and superseding, the revision gate, the snapshot, the
+//! rollout (via the engine), terminal states, and cancel-by-delete.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::events::EventType;
+use chrono::Utc;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use upgradeplan::api::kratix::MANUAL_RECONCILIATION_LABEL;
+use upgradeplan::api::{
+    reasons, set_condition, Condition, ConditionStatus, GroupStatus, ResourceListRef, RunState, UpgradePlan,
+    UpgradeRun, UpgradeRunStatus, PLAN_LABEL, PREVIEW_ANNOTATION, RETRY_REQUESTED_BY_ANNOTATION, RUN_FINALIZER,
+};
+use upgradeplan::engine::admission::{admit, is_preview, last_run_of, Admission, RunFacts};
+use upgradeplan::engine::run::{evaluate, texts, BindingAction, Evaluation, Outcome, RunContext, Verdict};
+use upgradeplan::engine::snapshot::{
+    assign, merge_shards, shard, snapshot_config_map_name, Snapshot, SNAPSHOT_PLAN_KEY, SNAPSHOT_RESOURCES_KEY,
+    SNAPSHOT_SHARD_BYTES,
+};
+use upgradeplan::engine::validate::{summarize as summarize_problems, validate_plan};
+use upgradeplan::engine::version::VersionMatcher;
+use upgradeplan::time::to_chrono;
+
+use crate::context::{apply_status, run_plan, Ctx, Frozen};
+use crate::error::{Error, Result};
+use crate::plan::refresh_after_run;
+
+/// Label on snapshot ConfigMaps naming their run.
+pub const RUN_LABEL: &str = "platform.syntasso.io/upgrade-run";
+
+pub async fn reconcile(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
+    // Caches must be complete before a decision: a binding missing from a half-filled cache
+    // would look deleted.
+    ctx.plans.wait_until_ready().await.ok();
+    ctx.runs.wait_until_ready().await.ok();
+    ctx.bindings.wait_until_ready().await.ok();
+    ctx.revisions.wait_until_ready().await.ok();
+    if ctx.selective && ctx.plan(&run.spec.upgrade_plan_ref.name).is_none() {
+        return Ok(Action::await_change()); // another controller's run
+    }
+    let api: Api<UpgradeRun> = Api::all(ctx.client.clone());
+    finalizer(&api, RUN_FINALIZER, run, |event| async {
+        match event {
+            Finalizer::Apply(run) => apply(run, ctx.clone()).await,
+            Finalizer::Cleanup(run) => cleanup(run, ctx.clone()).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+fn cond(type_: &str, status: ConditionStatus, reason: &str, message: String) -> Condition {
+    Condition::new(type_, status, reason, message, Utc::now())
+}
+
+async fn write(ctx: &Ctx, run: &UpgradeRun, status: &UpgradeRunStatus) -> Result<()> {
+    if run.status.as_ref() != Some(status) {
+        apply_status::<UpgradeRun>(&ctx.client, &run.name_any(), status).await?;
+    }
+    Ok(())
+}
+
+async fn apply(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
+    let mut status = run.status.clone().unwrap_or_default();
+    if status.state.is_terminal() {
+        return Ok(Action::await_change());
+    }
+    let run_name = run.name_any();
+    let plan_name = run.spec.upgrade_plan_ref.name.clone();
+    let Some(plan) = ctx.plan(&plan_name) else {
+        set_condition(
+            &mut status.conditions,
+            cond(
+                reasons::PLAN_RESOLVED,
+                ConditionStatus::False,
+                reasons::PLAN_NOT_FOUND,
+                texts::plan_not_found(&plan_name),
+            ),
+        );
+        write(&ctx, &run, &status).await?;
+        return Ok(Action::await_change());
+    };
+    ensure_metadata(&ctx, &run, &plan).await?;
+    set_condition(
+        &mut status.conditions,
+        cond(
+            reasons::PLAN_RESOLVED,
+            ConditionStatus::True,
+            reasons::PLAN_FOUND,
+            texts::plan_found(&plan_name),
+        ),
+    );
+
+    // Admission, and on every pass the re-check that keeps one active run per plan.
+    let mut facts = RunFacts::of(&run);
+    if facts.preview && !run.spec.suspend {
+        facts.preview = false; // a preview that was resumed rolls out like any run
+    }
+    if !facts.superseded {
+        let others: Vec<RunFacts> = ctx
+            .runs_of(&plan_name)
+            .iter()
+            .filter(|r| r.name_any() != run_name)
+            .map(|r| RunFacts::of(r))
+            .collect();
+        match admit(&facts, &others) {
+            Admission::SupersededBy(newer) => {
+                supersede(&ctx, &run_name, &newer).await?;
+                return Ok(Action::await_change());
+            }
+            Admission::Proceed { supersede: older } => {
+                for old in older {
+                    supersede(&ctx, &old, &run_name).await?;
+                }
+            }
+        }
+    }
+    if status.state == RunState::Unresolved {
+        status.state = RunState::Pending;
+    }
+    set_suspended_condition(&run, &mut status, facts.preview);
+
+    let promise = plan.spec.promise_ref.name.clone();
+    if status.state == RunState::Pending {
+        let problems = validate_plan(&plan_name, &plan.spec, Utc::now());
+        if !problems.is_empty() {
+            set_condition(
+                &mut status.conditions,
+                cond(
+                    reasons::PLAN_RESOLVED,
+                    ConditionStatus::False,
+                    "PlanInvalid",
+                    format!(
+                        "UpgradePlan \"{plan_name}\" is invalid: {}",
+                        summarize_problems(&problems)
+                    ),
+                ),
+            );
+            write(&ctx, &run, &status).await?;
+            return Ok(Action::await_change());
+        }
+        let to = plan.spec.upgrade_path.to.clone();
+        if !ctx.revision_exists(&promise, &to) {
+            set_condition(
+                &mut status.conditions,
+                cond(
+                    reasons::TARGET_REVISION_READY,
+                    ConditionStatus::False,
+                    reasons::PROMISE_REVISION_NOT_FOUND,
+                    texts::revision_not_found(&promise, &to),
+                ),
+            );
+            write(&ctx, &run, &status).await?;
+            return Ok(Action::await_change());
+        }
+        set_condition(
+            &mut status.conditions,
+            cond(
+                reasons::TARGET_REVISION_READY,
+                ConditionStatus::True,
+                reasons::PROMISE_REVISION_READY,
+                texts::revision_ready(&promise, &to),
+            ),
+        );
+        let frozen = take_snapshot(&ctx, &run, &plan).await?;
+        status.resource_list_refs = frozen.1;
+        status.rollout_groups = frozen
+            .0
+            .snapshot
+            .groups
+            .iter()
+            .map(|g| GroupStatus {
+                name: g.name.clone(),
+                total: g.resources.len() as i64,
+                ..Default::default()
+            })
+            .collect();
+        status.total_resources = status.rollout_groups.iter().map(|g| g.total).sum();
+        status.started_at = Some(Utc::now());
+        status.state = RunState::InProgress;
+        tracing::info!(run = %run_name, plan = %plan_name, resources = status.total_resources, "snapshot taken; run in progress");
+    }
+    progress(&ctx, &run, status, &promise).await
+}
+
+/// Evaluates an InProgress run and carries out the decision.
+async fn progress(ctx: &Ctx, run: &UpgradeRun, mut status: UpgradeRunStatus, promise: &str) -> Result<Action> {
+    let run_name = run.name_any();
+    let frozen = match load_snapshot(ctx, run, &status).await {
+        Ok(f) => f,
+        Err(e @ Error::Snapshot { .. }) => {
+            let message = e.to_string();
+            finish(ctx, run, status, RunState::Failed, "SnapshotMissing", message).await?;
+            return Ok(Action::await_change());
+        }
+        Err(e) => return Err(e),
+    };
+    let to = frozen.plan.upgrade_path.to.clone();
+    let previous_groups = status.rollout_groups.clone();
+    // Live bindings of the snapshot, from the cache (no API list per reconcile).
+    let live: std::collections::HashMap<(String, String), Arc<upgradeplan::api::kratix::ResourceBinding>> = frozen
+        .snapshot
+        .groups
+        .iter()
+        .flat_map(|g| &g.resources)
+        .filter_map(|r| {
+            ctx.binding(&r.namespace, &r.binding)
+                .map(|b| ((r.namespace.clone(), r.binding.clone()), b))
+        })
+        .collect();
+    let eval = evaluate(
+        &RunContext {
+            run_name: &run_name,
+            run_created: run
+                .meta()
+                .creation_timestamp
+                .as_ref()
+                .map(|t| to_chrono(&t.0))
+                .unwrap_or_default(),
+            suspended: run.spec.suspend || status.superseded_by.is_some(),
+            plan: &frozen.plan,
+            snapshot: &frozen.snapshot,
+            recorded: &previous_groups,
+            revision_present: ctx.revision_exists(promise, &to),
+            now: Utc::now(),
+        },
+        |ns, name| live.get(&(ns.to_string(), name.to_string())).map(|b| b.as_ref()),
+    );
+    status.rollout_groups = eval.groups.clone();
+    status.completed_resources = eval.completed_resources();
+    status.total_resources = eval.total_resources();
+
+    let mut conflict = false;
+    for action in &eval.retry {
+        conflict |= patch_binding(ctx, action, json!({"labels": {MANUAL_RECONCILIATION_LABEL: "true"}, "annotations": {RETRY_REQUESTED_BY_ANNOTATION: run_name}}), None).await?;
+    }
+    for action in &eval.start {
+        let started = !patch_binding(ctx, action, json!({}), Some(&to)).await?;
+        conflict |= !started;
+        if started {
+            let note = texts::resource_started(&action.resource.display_name(), &action.from, &to);
+            ctx.event(run, EventType::Normal, "ResourceUpgradeStarted", note).await;
+        }
+    }
+    report_outcomes(ctx, run, &eval, &previous_groups, &frozen.snapshot, &to).await;
+
+    match eval.verdict {
+        Verdict::InProgress { .. } => {
+            write(ctx, run, &status).await?;
+            Ok(match (conflict, eval.wake_at) {
+                (true, _) => Action::requeue(std::time::Duration::from_millis(200)),
+                (false, Some(at)) => Action::requeue((at - Utc::now()).to_std().unwrap_or_default()),
+                (false, None) => Action::await_change(),
+            })
+        }
+        Verdict::Completed => {
+            let message = texts::run_summary(status.completed_resources, status.total_resources, &to);
+            finish(ctx, run, status, RunState::Completed, reasons::RUN_COMPLETED, message).await?;
+            Ok(Action::await_change())
+        }
+        Verdict::Failed { group, failed } => {
+            let message = texts::group_failed(failed, &frozen.snapshot.groups[group].name);
+            let summary = texts::run_summary(status.completed_resources, status.total_resources, &to);
+            finish(
+                ctx,
+                run,
+                status,
+                RunState::Failed,
+                reasons::RESOURCE_UPGRADE_FAILED,
+                message,
+            )
+            .await?;
+            ctx.event(run, EventType::Warning, "UpgradeRunFailed", summary).await;
+            Ok(Action::await_change())
+        }
+        Verdict::RevisionMissing => {
+            finish(
+                ctx,
+                run,
+                status,
+                RunState::Failed,
+                reasons::PROMISE_REVISION_NOT_FOUND,
+                texts::revision_not_found(promise, &to),
+            )
+            .await?;
+            Ok(Action::await_change())
+        }
+    }
+}
+
+/// Per-resource and per-group events for what changed since the last write.
+async fn report_outcomes(
+    ctx: &Ctx,
+    run: &UpgradeRun,
+    eval: &Evaluation,
+    previous: &[GroupStatus],
+    snapshot: &Snapshot,
+    to: &str,
+) {
+    for (index, outcomes) in &eval.outcomes {
+        let group = &snapshot.groups[*index];
+        for (resource, outcome) in group.resources.iter().zip(outcomes) {
+            let key = format!("{}/{}", resource.namespace, resource.binding);
+            match outcome {
+                Outcome::Skipped(why) => {
+                    let note = texts::resource_skipped(&resource.display_name(), &why.to_string());
+                    ctx.event_once(run, EventType::Warning, "ResourceSkipped", key, note)
+                        .await;
+                }
+                Outcome::Failed { message } => {
+                    let note = texts::resource_failed(&resource.display_name(), to, message);
+                    ctx.event_once(run, EventType::Warning, "ResourceUpgradeFailed", key, note)
+                        .await;
+                }
+                _ => {}
+            }
+        }
+        let now = &eval.groups[*index];
+        let before = previous.get(*index).map(|g| g.succeeded).unwrap_or(0);
+        if now.succeeded != before
+            || (previous.get(*index).is_none_or(|g| g.total == 0) && now.total > 0 && before == 0 && now.succeeded == 0)
+        {
+            let note = texts::group_in_progress(&now.name, now.succeeded, now.total, to);
+            ctx.event_once(
+                run,
+                EventType::Normal,
+                "GroupInProgress",
+                format!("{}:{}", now.name, now.succeeded),
+                note,
+            )
+            .await;
+        }
+    }
+}
+
+/// Patches a binding with its resourceVersion as precondition: `metadata` merged, and
+/// `spec.version := to` when given. Returns true on a conflict (someone changed it first: the
+/// next reconcile re-evaluates; nothing is overwritten).
+async fn patch_binding(
+    ctx: &Ctx,
+    action: &BindingAction,
+    mut metadata: serde_json::Value,
+    to: Option<&str>,
+) -> Result<bool> {
+    let api: Api<upgradeplan::api::kratix::ResourceBinding> =
+        Api::namespaced(ctx.client.clone(), &action.resource.namespace);
+    if let Some(rv) = &action.resource_version {
+        metadata["resourceVersion"] = json!(rv);
+    }
+    let mut body = json!({"metadata": metadata});
+    if let Some(to) = to {
+        body["spec"] = json!({"version": to});
+    }
+    let pp = PatchParams {
+        field_manager: Some(upgradeplan::api::FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match api.patch(&action.resource.binding, &pp, &Patch::Merge(body)).await {
+        Ok(_) => Ok(false),
+        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(true),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Moves a run to a terminal state, records it on the plan, and announces it.
+async fn finish(
+    ctx: &Ctx,
+    run: &UpgradeRun,
+    mut status: UpgradeRunStatus,
+    state: RunState,
+    reason: &str,
+    message: String,
+) -> Result<()> {
+    let succeeded = if state == RunState::Completed {
+        ConditionStatus::True
+    } else {
+        ConditionStatus::False
+    };
+    set_condition(
+        &mut status.conditions,
+        cond(reasons::RUN_SUCCEEDED, succeeded, reason, message.clone()),
+    );
+    status.state = state;
+    status.finished_at = Some(Utc::now());
+    apply_status::<UpgradeRun>(&ctx.client, &run.name_any(), &status).await?;
+    let mut finished = run.clone();
+    finished.status = Some(status.clone());
+    refresh_after_run(ctx, run_plan(run), last_run_of(&finished)).await?;
+    if state == RunState::Completed {
+        ctx.event(run, EventType::Normal, "UpgradeRunCompleted", message).await;
+    }
+    tracing::info!(run = %run.name_any(), state = state.as_str(), reason, "run finished");
+    ctx.forget_run(&run.uid().unwrap_or_default());
+    Ok(())
+}
+
+fn set_suspended_condition(run: &UpgradeRun, status: &mut UpgradeRunStatus, preview: bool) {
+    let c = match (&status.superseded_by, run.spec.suspend) {
+        (Some(newer), _) => cond(
+            reasons::SUSPENDED,
+            ConditionStatus::True,
+            reasons::SUPERSEDED,
+            texts::superseded(newer),
+        ),
+        (None, true) if preview => cond(
+            reasons::SUSPENDED,
+            ConditionStatus::True,
+            reasons::SUSPENDED,
+            "Preview: the snapshot is taken and nothing is patched; set spec.suspend=false to roll it out".into(),
+        ),
+        (None, true) => cond(
+            reasons::SUSPENDED,
+            ConditionStatus::True,
+            reasons::SUSPENDED,
+            "Suspended: no new resource upgrade starts".into(),
+        ),
+        (None, false) => cond(
+            reasons::SUSPENDED,
+            ConditionStatus::False,
+            "NotSuspended",
+            "Not suspended".into(),
+        ),
+    };
+    set_condition(&mut status.conditions, c);
+}
+
+/// Marks `name` superseded by `newer`: suspended, recorded, no longer the active run.
+async fn supersede(ctx: &Ctx, name: &str, newer: &str) -> Result<()> {
+    let api: Api<UpgradeRun> = Api::all(ctx.client.clone());
+    let Some(old) = api.get_opt(name).await? else {
+        return Ok(());
+    };
+    let mut status = old.status.clone().unwrap_or_default();
+    if status.superseded_by.is_some() || status.state.is_terminal() {
+        return Ok(());
+    }
+    let pp = PatchParams {
+        field_manager: Some(upgradeplan::api::FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    api.patch(name, &pp, &Patch::Merge(json!({"spec": {"suspend": true}})))
+        .await?;
+    status.superseded_by = Some(newer.to_string());
+    if status.state == RunState::Unresolved {
+        status.state = RunState::Pending;
+    }
+    set_condition(
+        &mut status.conditions,
+        cond(
+            reasons::SUSPENDED,
+            ConditionStatus::True,
+            reasons::SUPERSEDED,
+            texts::superseded(newer),
+        ),
+    );
+    apply_status::<UpgradeRun>(&ctx.client, name, &status).await?;
+    ctx.event(&old, EventType::Normal, reasons::SUPERSEDED, texts::superseded(newer))
+        .await;
+    tracing::info!(run = %name, by = %newer, "run superseded");
+    Ok(())
+}
+
+/// Adds what a run must carry: the plan label, the ownerReference to the plan (so deleting the
+/// plan deletes its runs), and the preview mark for a run admitted while suspended.
+async fn ensure_metadata(ctx: &Ctx, run: &UpgradeRun, plan: &UpgradePlan) -> Result<()> {
+    let mut patch = serde_json::Map::new();
+    if run.labels().get(PLAN_LABEL) != Some(&plan.name_any()) {
+        patch.insert("labels".into(), json!({PLAN_LABEL: plan.name_any()}));
+    }
+    let owned = run
+        .owner_references()
+        .iter()
+        .any(|o| Some(&o.uid) == plan.uid().as_ref());
+    if !owned {
+        if let Some(owner) = plan.controller_owner_ref(&()) {
+            let mut owners: Vec<_> = run
+                .owner_references()
+                .iter()
+                .filter(|o| o.controller != Some(true))
+                .cloned()
+                .collect();
+            owners.push(owner);
+            patch.insert("ownerReferences".into(), serde_json::to_value(owners)?);
+        }
+    }
+    let unadmitted = run.status.as_ref().map(|s| s.state).unwrap_or_default() == RunState::Unresolved;
+    if unadmitted && run.spec.suspend && is_preview(run) && !run.annotations().contains_key(PREVIEW_ANNOTATION) {
+        patch.insert("annotations".into(), json!({PREVIEW_ANNOTATION: "true"}));
+    }
+    if patch.is_empty() {
+        return Ok(());
+    }
+    let api: Api<UpgradeRun> = Api::all(ctx.client.clone());
+    let pp = PatchParams {
+        field_manager: Some(upgradeplan::api::FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    api.patch(&run.name_any(), &pp, &Patch::Merge(json!({"metadata": patch})))
+        .await?;
+    Ok(())
+}
+
+fn snapshot_error(run: &UpgradeRun, detail: impl Into<String>) -> Error {
+    Error::Snapshot {
+        run: run.name_any(),
+        detail: detail.into(),
+    }
+}
+
+/// Takes the run's snapshot and writes its ConfigMaps, or, when a previous attempt already
+/// wrote them (crash between write and status), reuses those: a snapshot is taken once.
+async fn take_snapshot(ctx: &Ctx, run: &UpgradeRun, plan: &UpgradePlan) -> Result<(Arc<Frozen>, Vec<ResourceListRef>)> {
+    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.snapshot_namespace);
+    let run_name = run.name_any();
+    let existing = cms
+        .list(&ListParams::default().labels(&format!("{RUN_LABEL}={run_name}")))
+        .await?;
+    let ours: Vec<ConfigMap> = existing
+        .items
+        .into_iter()
+        .filter(|cm| cm.owner_references().iter().any(|o| Some(&o.uid) == run.uid().as_ref()))
+        .collect();
+    if !ours.is_empty() {
+        let mut refs: Vec<ResourceListRef> = ours.iter().map(|cm| ResourceListRef { name: cm.name_any() }).collect();
+        refs.sort_by_key(|r| shard_index(&run_name, &r.name));
+        let frozen = read_shards(run, ours)?;
+        return Ok((frozen, refs));
+    }
+    let matcher = VersionMatcher::compile(&plan.spec.upgrade_path.from)
+        .map_err(|_| snapshot_error(run, "upgradePath.from does not compile"))?;
+    let bindings = ctx.bindings_of(&plan.spec.promise_ref.name);
+    let snapshot = assign(&plan.spec, &matcher, &bindings).snapshot;
+    let frozen_plan = serde_json::to_string(&plan.spec)?;
+    let mut refs = Vec::new();
+    for (i, part) in shard(&snapshot, SNAPSHOT_SHARD_BYTES).into_iter().enumerate() {
+        let name = snapshot_config_map_name(&run_name, i);
+        let mut data = BTreeMap::from([(SNAPSHOT_RESOURCES_KEY.to_string(), serde_json::to_string(&part)?)]);
+        if i == 0 {
+            data.insert(SNAPSHOT_PLAN_KEY.to_string(), frozen_plan.clone());
+        }
+        let cm = ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(ctx.snapshot_namespace.clone()),
+                labels: Some(
+                    [
+                        (PLAN_LABEL.to_string(), plan.name_any()),
+                        (RUN_LABEL.to_string(), run_name.clone()),
+                    ]
+                    .into(),
+                ),
+                // A namespaced object may be owned by a cluster-scoped one: deleting the run
+                // garbage-collects its snapshot even when the finalizer never ran.
+                owner_references: run.controller_owner_ref(&()).map(|o| vec![o]),
+                ..Default::default()
+            },
+            data: Some(data),
+            ..Default::default()
+        };
+        match cms.create(&PostParams::default(), &cm).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                return Err(snapshot_error(
+                    run,
+                    format!(
+                        "namespace {:?} does not exist: create it or start the controller with --snapshot-namespace",
+                        ctx.snapshot_namespace
+                    ),
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        refs.push(ResourceListRef { name });
+    }
+    let frozen = Arc::new(Frozen {
+        snapshot,
+        plan: plan.spec.clone(),
+    });
+    if let (Some(uid), Ok(mut cache)) = (run.uid(), ctx.frozen.lock()) {
+        cache.insert(uid, frozen.clone());
+    }
+    Ok((frozen, refs))
+}
+
+fn shard_index(run: &str, name: &str) -> usize {
+    name.strip_prefix(&format!("{run}-resource-snapshot-"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+}
+
+fn read_shards(run: &UpgradeRun, mut cms: Vec<ConfigMap>) -> Result<Arc<Frozen>> {
+    let run_name = run.name_any();
+    cms.sort_by_key(|cm| shard_index(&run_name, &cm.name_any()));
+    let mut plan = None;
+    let mut shards = Vec::new();
+    for cm in &cms {
+        let data = cm.data.clone().unwrap_or_default();
+        let resources = data.get(SNAPSHOT_RESOURCES_KEY).ok_or_else(|| {
+            snapshot_error(
+                run,
+                format!("ConfigMap {} has no key {SNAPSHOT_RESOURCES_KEY:?}", cm.name_any()),
+            )
+        })?;
+        shards.push(
+            serde_json::from_str::<Snapshot>(resources)
+                .map_err(|e| snapshot_error(run, format!("ConfigMap {}: {e}", cm.name_any())))?,
+        );
+        if let Some(p) = data.get(SNAPSHOT_PLAN_KEY) {
+            plan = Some(
+                serde_json::from_str(p)
+                    .map_err(|e| snapshot_error(run, format!("ConfigMap {} key plan: {e}", cm.name_any())))?,
+            );
+        }
+    }
+    let plan = plan.ok_or_else(|| snapshot_error(run, "no ConfigMap carries the frozen plan"))?;
+    Ok(Arc::new(Frozen {
+        snapshot: merge_shards(shards),
+        plan,
+    }))
+}
+
+/// The run's snapshot, from memory or from its ConfigMaps.
+async fn load_snapshot(ctx: &Ctx, run: &UpgradeRun, status: &UpgradeRunStatus) -> Result<Arc<Frozen>> {
+    let uid = run.uid().unwrap_or_default();
+    if let Some(f) = ctx.frozen.lock().ok().and_then(|c| c.get(&uid).cloned()) {
+        return Ok(f);
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.snapshot_namespace);
+    let mut found = Vec::new();
+    for r in &status.resource_list_refs {
+        match cms.get_opt(&r.name).await? {
+            Some(cm) => found.push(cm),
+            None => {
+                return Err(snapshot_error(
+                    run,
+                    format!("ConfigMap {}/{} is missing", ctx.snapshot_namespace, r.name),
+                ))
+            }
+        }
+    }
+    if found.is_empty() {
+        return Err(snapshot_error(run, "status.resourceListRefs is empty"));
+    }
+    let frozen = read_shards(run, found)?;
+    if let Ok(mut cache) = ctx.frozen.lock() {
+        cache.insert(uid, frozen.clone());
+    }
+    Ok(frozen)
+}
+
+/// Deleting a run: an unfinished run becomes Cancelled (recorded on the plan); the snapshot goes.
+async fn cleanup(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
+    let status = run.status.clone().unwrap_or_default();
+    if !status.state.is_terminal() {
+        finish(
+            &ctx,
+            &run,
+            status.clone(),
+            RunState::Cancelled,
+            reasons::RUN_CANCELLED,
+            texts::run_cancelled(),
+        )
+        .await?;
+        let note = format!(
+            "{} ({}/{} resources upgraded)",
+            texts::run_cancelled(),
+            status.completed_resources,
+            status.total_resources
+        );
+        ctx.event(&*run, EventType::Warning, "UpgradeRunCancelled", note).await;
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.snapshot_namespace);
+    let lp = ListParams::default().labels(&format!("{RUN_LABEL}={}", run.name_any()));
+    for cm in cms.list(&lp).await?.items {
+        if cm.owner_references().iter().any(|o| Some(&o.uid) == run.uid().as_ref()) {
+            match cms.delete(&cm.name_any(), &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    ctx.forget_run(&run.uid().unwrap_or_default());
+    Ok(Action::await_change())
+}
+
+pub fn error_policy(run: Arc<UpgradeRun>, err: &Error, _: Arc<Ctx>) -> Action {
+    tracing::warn!(run = %run.name_any(), error = %err, kind = err.metric_label(), "run reconcile failed; retrying");
+    Action::requeue(std::time::Duration::from_secs(2))
+}

@@ -1,0 +1,60 @@
+//! Watch streams that survive malformed objects.
+//!
+//! A typed watch fails as a whole when one object does not deserialize, which would stop the
+//! controller from seeing anything of that kind. These streams watch untyped objects and convert
+//! each one, logging and skipping any that do not fit the type.
+
+use futures::{Stream, StreamExt};
+use kube::api::{Api, DynamicObject};
+use kube::core::ApiResource;
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+
+fn typed<K: Resource<DynamicType = ()> + DeserializeOwned>(obj: DynamicObject) -> Option<K> {
+    let name = format!(
+        "{}/{}",
+        obj.metadata.namespace.clone().unwrap_or_default(),
+        obj.metadata.name.clone().unwrap_or_default()
+    );
+    match serde_json::to_value(&obj).and_then(serde_json::from_value::<K>) {
+        Ok(k) => Some(k),
+        Err(e) => {
+            tracing::warn!(kind = %K::kind(&()), object = %name.trim_start_matches('/'), error = %e, "ignoring an object that does not match its schema");
+            None
+        }
+    }
+}
+
+fn convert<K: Resource<DynamicType = ()> + DeserializeOwned>(
+    ev: watcher::Event<DynamicObject>,
+) -> Option<watcher::Event<K>> {
+    use watcher::Event::*;
+    Some(match ev {
+        Apply(o) => Apply(typed(o)?),
+        Delete(o) => Delete(typed(o)?),
+        InitApply(o) => InitApply(typed(o)?),
+        Init => Init,
+        InitDone => InitDone,
+    })
+}
+
+/// A watch of every `K` in the cluster (all namespaces), with backoff, skipping malformed objects.
+pub fn watch_all<K>(
+    client: Client,
+    config: watcher::Config,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Send + 'static,
+{
+    let api: Api<DynamicObject> = Api::all_with(client, &ApiResource::erase::<K>(&()));
+    watcher(api, config).default_backoff().filter_map(|ev| async move {
+        match ev {
+            Ok(ev) => convert(ev).map(Ok),
+            Err(e) => {
+                tracing::warn!(kind = %K::kind(&()), error = %e, "watch error; retrying");
+                Some(Err(e))
+            }
+        }
+    })
+}

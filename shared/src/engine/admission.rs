@@ -1,0 +1,306 @@
+//! Admission and superseding (spec §5.2), and the plan status fields derived from its runs
+//! (`phase`, `activeRunRef`, `lastRun`, spec §3.2).
+//!
+//! One run rolls out per plan at a time and the newest wins. A preview (a run created with
+//! `suspend: true`) never supersedes anything and is never the plan's active run.
+
+use chrono::{DateTime, Utc};
+
+use crate::api::{find_condition, reasons, LastRun, PlanPhase, RunState, UpgradeRun, PREVIEW_ANNOTATION};
+
+/// What admission needs to know about a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunFacts {
+    pub name: String,
+    pub created: DateTime<Utc>,
+    pub state: RunState,
+    pub preview: bool,
+    pub superseded: bool,
+}
+
+impl RunFacts {
+    pub fn of(run: &UpgradeRun) -> RunFacts {
+        let status = run.status.clone().unwrap_or_default();
+        RunFacts {
+            name: run.metadata.name.clone().unwrap_or_default(),
+            created: run
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| crate::time::to_chrono(&t.0))
+                .unwrap_or_default(),
+            state: status.state,
+            preview: is_preview(run),
+            superseded: status.superseded_by.is_some(),
+        }
+    }
+
+    /// Pending or InProgress, not superseded, not a preview: a candidate for the plan's active run.
+    pub fn contends(&self) -> bool {
+        self.state.is_active() && !self.superseded && !self.preview
+    }
+
+    fn order_key(&self) -> (DateTime<Utc>, &str) {
+        (self.created, &self.name)
+    }
+}
+
+/// A run is a preview when it was admitted while created suspended (recorded by annotation), or
+/// when it is still unadmitted and suspended.
+pub fn is_preview(run: &UpgradeRun) -> bool {
+    let annotated = run
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(PREVIEW_ANNOTATION))
+        .is_some_and(|v| v == "true");
+    let unadmitted = run.status.as_ref().map(|s| s.state).unwrap_or_default() == RunState::Unresolved;
+    annotated || (unadmitted && run.spec.suspend)
+}
+
+/// The outcome of admitting (or re-checking) `run` against its plan's other runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// `run` may roll out; these older active runs must be superseded by it.
+    Proceed { supersede: Vec<String> },
+    /// A newer active run exists: `run` is superseded by it.
+    SupersededBy(String),
+}
+
+/// Decides admission of `run` among `others` (the plan's other runs; `run` itself is ignored if
+/// present). Called at admission and on every reconcile of an active run, so that two runs
+/// admitted at the same moment still end with one winner.
+pub fn admit(run: &RunFacts, others: &[RunFacts]) -> Admission {
+    if run.preview {
+        return Admission::Proceed { supersede: vec![] };
+    }
+    let contenders: Vec<&RunFacts> = others.iter().filter(|o| o.name != run.name && o.contends()).collect();
+    if let Some(newest) = contenders
+        .iter()
+        .filter(|o| o.order_key() > run.order_key())
+        .max_by(|a, b| a.order_key().cmp(&b.order_key()))
+    {
+        return Admission::SupersededBy(newest.name.clone());
+    }
+    let mut supersede: Vec<String> = contenders.iter().map(|o| o.name.clone()).collect();
+    supersede.sort();
+    Admission::Proceed { supersede }
+}
+
+/// The run-derived part of a plan's status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunsSummary {
+    pub phase: PlanPhase,
+    pub active_run_ref: String,
+    pub last_run: Option<LastRun>,
+}
+
+/// The `lastRun` a terminal run stands for.
+pub fn last_run_of(run: &UpgradeRun) -> Option<LastRun> {
+    let status = run.status.as_ref()?;
+    let result = status.state.result()?;
+    let cond = find_condition(&status.conditions, reasons::RUN_SUCCEEDED);
+    Some(LastRun {
+        name: run.metadata.name.clone().unwrap_or_default(),
+        finished_at: status.finished_at,
+        result,
+        reason: cond.map(|c| c.reason.clone()).unwrap_or_default(),
+        message: cond.map(|c| c.message.clone()).unwrap_or_default(),
+    })
+}
+
+/// Phase, active run and last run of a plan from its runs. `previous` is the plan's current
+/// `lastRun` (never cleared: a newer finished run replaces it); `finished` is a run that just
+/// ended and may be about to disappear (a cancelled run whose finalizer is being released).
+pub fn summarize(runs: &[&UpgradeRun], previous: Option<&LastRun>, finished: Option<LastRun>) -> RunsSummary {
+    let active = runs
+        .iter()
+        .map(|r| RunFacts::of(r))
+        .filter(RunFacts::contends)
+        .max_by(|a, b| a.order_key().cmp(&b.order_key()))
+        .map(|f| f.name)
+        .unwrap_or_default();
+    let last_run = runs
+        .iter()
+        .filter_map(|r| last_run_of(r))
+        .chain(previous.cloned())
+        .chain(finished)
+        .max_by(|a, b| (a.finished_at, &a.name).cmp(&(b.finished_at, &b.name)));
+    RunsSummary {
+        phase: if active.is_empty() {
+            PlanPhase::Available
+        } else {
+            PlanPhase::Running
+        },
+        active_run_ref: active,
+        last_run,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{Condition, ConditionStatus, RunResult, UpgradePlanRef, UpgradeRunSpec, UpgradeRunStatus};
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    fn facts(name: &str, created: &str, state: RunState, preview: bool, superseded: bool) -> RunFacts {
+        RunFacts {
+            name: name.into(),
+            created: utc(created),
+            state,
+            preview,
+            superseded,
+        }
+    }
+
+    #[test]
+    fn admission_table() {
+        use RunState::*;
+        let old = facts("old", "2026-01-01T00:00:00Z", InProgress, false, false);
+        let older = facts("older", "2025-12-01T00:00:00Z", Pending, false, false);
+        let newer = facts("newer", "2026-02-01T00:00:00Z", Pending, false, false);
+        let me = facts("me", "2026-01-15T00:00:00Z", Unresolved, false, false);
+        let preview = facts("preview", "2026-01-20T00:00:00Z", Unresolved, true, false);
+        let done = facts("done", "2026-01-10T00:00:00Z", Completed, false, false);
+        let superseded = facts("sup", "2026-01-11T00:00:00Z", InProgress, false, true);
+        let cases: Vec<(&str, &RunFacts, Vec<RunFacts>, Admission)> = vec![
+            ("alone", &me, vec![], Admission::Proceed { supersede: vec![] }),
+            (
+                "supersedes every older active run",
+                &me,
+                vec![old.clone(), older.clone(), done.clone(), superseded.clone()],
+                Admission::Proceed {
+                    supersede: vec!["old".into(), "older".into()],
+                },
+            ),
+            (
+                "a newer active run wins",
+                &me,
+                vec![old.clone(), newer.clone()],
+                Admission::SupersededBy("newer".into()),
+            ),
+            (
+                "previews never supersede",
+                &preview,
+                vec![old.clone()],
+                Admission::Proceed { supersede: vec![] },
+            ),
+            (
+                "previews are not contenders",
+                &me,
+                vec![facts("p2", "2026-03-01T00:00:00Z", Pending, true, false)],
+                Admission::Proceed { supersede: vec![] },
+            ),
+            (
+                "re-check of an active run with a newer one",
+                &old,
+                vec![me.clone(), facts("me", "2026-01-15T00:00:00Z", Pending, false, false)],
+                Admission::SupersededBy("me".into()),
+            ),
+        ];
+        for (name, run, others, want) in cases {
+            assert_eq!(admit(run, &others), want, "{name}");
+        }
+        // Same creation second: the name breaks the tie, so both sides agree on one winner.
+        let a = facts("a", "2026-01-01T00:00:00Z", Pending, false, false);
+        let b = facts("b", "2026-01-01T00:00:00Z", Pending, false, false);
+        assert_eq!(admit(&a, std::slice::from_ref(&b)), Admission::SupersededBy("b".into()));
+        assert_eq!(
+            admit(&b, &[a]),
+            Admission::Proceed {
+                supersede: vec!["a".into()]
+            }
+        );
+    }
+
+    fn run(name: &str, created: &str, state: RunState, finished: Option<&str>, suspend: bool) -> UpgradeRun {
+        let mut r = UpgradeRun::new(
+            name,
+            UpgradeRunSpec {
+                upgrade_plan_ref: UpgradePlanRef { name: "p".into() },
+                suspend,
+            },
+        );
+        r.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            crate::time::to_jiff(utc(created)),
+        ));
+        let mut status = UpgradeRunStatus {
+            state,
+            finished_at: finished.map(utc),
+            ..Default::default()
+        };
+        if let Some(result) = state.result() {
+            let (s, reason) = match result {
+                RunResult::Completed => (ConditionStatus::True, reasons::RUN_COMPLETED),
+                RunResult::Failed => (ConditionStatus::False, reasons::RESOURCE_UPGRADE_FAILED),
+                RunResult::Cancelled => (ConditionStatus::False, reasons::RUN_CANCELLED),
+            };
+            status.conditions.push(Condition::new(
+                reasons::RUN_SUCCEEDED,
+                s,
+                reason,
+                format!("{name} ended"),
+                utc(created),
+            ));
+        }
+        r.status = Some(status);
+        r
+    }
+
+    #[test]
+    fn plan_summary() {
+        let done = run(
+            "done",
+            "2026-01-01T00:00:00Z",
+            RunState::Failed,
+            Some("2026-01-01T01:00:00Z"),
+            false,
+        );
+        let active = run("active", "2026-01-02T00:00:00Z", RunState::InProgress, None, false);
+        let mut preview = run("preview", "2026-01-03T00:00:00Z", RunState::Pending, None, true);
+        preview.metadata.annotations = Some([(PREVIEW_ANNOTATION.to_string(), "true".to_string())].into());
+        let s = summarize(&[&done, &active, &preview], None, None);
+        assert_eq!(s.phase, PlanPhase::Running);
+        assert_eq!(s.active_run_ref, "active");
+        let last = s.last_run.unwrap();
+        assert_eq!(
+            (last.name.as_str(), last.result, last.reason.as_str()),
+            ("done", RunResult::Failed, reasons::RESOURCE_UPGRADE_FAILED)
+        );
+
+        // lastRun is never cleared: with the run gone, the previous value stays.
+        let s = summarize(&[], Some(&last), None);
+        assert_eq!(
+            (s.phase, s.active_run_ref.as_str(), s.last_run.as_ref()),
+            (PlanPhase::Available, "", Some(&last))
+        );
+        // A run that just finished (and is about to vanish) replaces an older lastRun.
+        let cancelled = last_run_of(&run(
+            "gone",
+            "2026-01-05T00:00:00Z",
+            RunState::Cancelled,
+            Some("2026-01-05T01:00:00Z"),
+            false,
+        ))
+        .unwrap();
+        assert_eq!(
+            summarize(&[], Some(&last), Some(cancelled.clone())).last_run,
+            Some(cancelled)
+        );
+        // An unadmitted suspended run counts as a preview.
+        assert!(is_preview(&run(
+            "x",
+            "2026-01-05T00:00:00Z",
+            RunState::Unresolved,
+            None,
+            true
+        )));
+        assert!(
+            !is_preview(&run("y", "2026-01-05T00:00:00Z", RunState::InProgress, None, true)),
+            "suspended after admission"
+        );
+    }
+}
