@@ -23,12 +23,16 @@ pub enum EventType {
     Warning,
 }
 
+/// (object uid, type, reason, message): what makes two events the same.
+type EventKey = (String, &'static str, String, String);
+/// Where the aggregated Event lives: (namespace, name, count).
+type EventSlot = (String, String, i32);
+
 pub struct Publisher {
     client: Client,
     component: String,
     instance: String,
-    /// (object uid, type, reason, message) → (event namespace, event name, count).
-    seen: Mutex<HashMap<(String, &'static str, String, String), (String, String, i32)>>,
+    seen: Mutex<HashMap<EventKey, EventSlot>>,
 }
 
 impl Publisher {
