@@ -15,6 +15,36 @@ use upgradeplan::engine::snapshot::Snapshot;
 use crate::error::Result;
 use crate::events::{EventType, Publisher};
 
+/// How long a reconcile waits before retrying while the caches are still filling.
+pub const CACHE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Whether each watch has delivered its initial list.
+///
+/// Tracked here rather than with `Store::wait_until_ready`: in kube-runtime 5 that future keeps
+/// only the last waiter's waker, so a reconciler waiting beside the Controller can sleep forever.
+#[derive(Default)]
+pub struct Synced {
+    flags: Mutex<Vec<Arc<std::sync::atomic::AtomicBool>>>,
+}
+
+impl Synced {
+    /// A new flag for one watch, set when its initial list is complete.
+    pub fn flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        if let Ok(mut flags) = self.flags.lock() {
+            flags.push(flag.clone());
+        }
+        flag
+    }
+
+    pub fn all(&self) -> bool {
+        self.flags
+            .lock()
+            .map(|f| f.iter().all(|x| x.load(std::sync::atomic::Ordering::SeqCst)))
+            .unwrap_or(false)
+    }
+}
+
 /// A run's snapshot and frozen plan, as read from its ConfigMaps.
 pub struct Frozen {
     pub snapshot: Snapshot,
@@ -25,13 +55,15 @@ pub struct Ctx {
     pub client: Client,
     pub recorder: Publisher,
     pub snapshot_namespace: String,
-    /// `--selector` was given: only plans matching it (and their runs) are ours.
-    pub selective: bool,
+    /// `--selector`: only plans matching it, and their runs, are ours.
+    pub selector: Option<String>,
     pub plans: Store<UpgradePlan>,
     pub runs: Store<UpgradeRun>,
     pub bindings: Store<ResourceBinding>,
     pub revisions: Store<PromiseRevision>,
     pub promises: Store<Promise>,
+    /// Whether every cache above has its initial list.
+    pub synced: Synced,
     /// Snapshots by run UID: they never change once written.
     pub frozen: Mutex<HashMap<String, Arc<Frozen>>>,
     /// (run UID, event reason, binding) already reported, so per-resource events are not repeated
@@ -105,6 +137,25 @@ impl Ctx {
         }
         if let Ok(mut r) = self.reported.lock() {
             r.retain(|(u, _, _)| u != uid);
+        }
+    }
+}
+
+/// Annotation naming the `--selector` of the controller that took a run on, so that the run
+/// stays recognisably its own after the plan is deleted (to release the finalizer).
+pub const SELECTOR_ANNOTATION: &str = "platform.syntasso.io/controller-selector";
+
+impl Ctx {
+    /// Whether this controller handles `run`: always without `--selector`; with one, when the
+    /// run's plan is in our (selected) cache, or the run was taken on by a controller with our
+    /// selector.
+    pub fn handles(&self, run: &UpgradeRun) -> bool {
+        match &self.selector {
+            None => true,
+            Some(sel) => {
+                self.plan(&run.spec.upgrade_plan_ref.name).is_some()
+                    || run.annotations().get(SELECTOR_ANNOTATION) == Some(sel)
+            }
         }
     }
 }

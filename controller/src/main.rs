@@ -288,27 +288,37 @@ where
         Some(s) => watcher::Config::default().labels(s),
         None => watcher::Config::default(),
     };
-    let plan_stream =
-        reflector::reflector(plans_w, watch::watch_all::<UpgradePlan>(client.clone(), plan_config())).touched_objects();
-    let run_stream =
-        reflector::reflector(runs_w, watch::watch_all::<UpgradeRun>(client.clone(), all())).touched_objects();
-    let binding_stream =
-        reflector::reflector(bindings_w, watch::watch_all::<ResourceBinding>(client.clone(), all())).touched_objects();
-    let revision_stream =
-        reflector::reflector(revisions_w, watch::watch_all::<PromiseRevision>(client.clone(), all())).touched_objects();
-    let promise_stream =
-        reflector::reflector(promises_w, watch::watch_all::<Promise>(client.clone(), all())).touched_objects();
+    let synced = context::Synced::default();
+    // Each cache's stream marks its flag once the initial list has been applied to the store.
+    macro_rules! cached {
+        ($writer:expr, $kind:ty, $config:expr) => {{
+            let flag = synced.flag();
+            reflector::reflector($writer, watch::watch_all::<$kind>(client.clone(), $config))
+                .inspect(move |ev| {
+                    if matches!(ev, Ok(watcher::Event::InitDone)) {
+                        flag.store(true, Ordering::SeqCst);
+                    }
+                })
+                .touched_objects()
+        }};
+    }
+    let plan_stream = cached!(plans_w, UpgradePlan, plan_config());
+    let run_stream = cached!(runs_w, UpgradeRun, all());
+    let binding_stream = cached!(bindings_w, ResourceBinding, all());
+    let revision_stream = cached!(revisions_w, PromiseRevision, all());
+    let promise_stream = cached!(promises_w, Promise, all());
 
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         recorder: events::Publisher::new(client.clone(), "upgradeplan-controller", identity()),
         snapshot_namespace: cli.snapshot_namespace.clone(),
-        selective: cli.selector.is_some(),
+        selector: cli.selector.clone(),
         plans: plans.clone(),
         runs: runs.clone(),
         bindings: bindings.clone(),
         revisions: revisions.clone(),
         promises: promises.clone(),
+        synced,
         frozen: Default::default(),
         reported: Default::default(),
     });

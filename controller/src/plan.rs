@@ -30,8 +30,9 @@ fn created(plan: &UpgradePlan) -> DateTime<Utc> {
 }
 
 pub async fn reconcile(plan: Arc<UpgradePlan>, ctx: Arc<Ctx>) -> Result<Action> {
-    ctx.runs.wait_until_ready().await.ok();
-    ctx.promises.wait_until_ready().await.ok();
+    if !ctx.synced.all() {
+        return Ok(Action::requeue(crate::context::CACHE_WAIT));
+    }
     if plan.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }

@@ -27,7 +27,7 @@ use upgradeplan::engine::validate::{summarize as summarize_problems, validate_pl
 use upgradeplan::engine::version::VersionMatcher;
 use upgradeplan::time::to_chrono;
 
-use crate::context::{apply_status, run_plan, Ctx, Frozen};
+use crate::context::{apply_status, run_plan, Ctx, Frozen, SELECTOR_ANNOTATION};
 use crate::error::{Error, Result};
 use crate::plan::refresh_after_run;
 
@@ -37,11 +37,10 @@ pub const RUN_LABEL: &str = "platform.syntasso.io/upgrade-run";
 pub async fn reconcile(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
     // Caches must be complete before a decision: a binding missing from a half-filled cache
     // would look deleted.
-    ctx.plans.wait_until_ready().await.ok();
-    ctx.runs.wait_until_ready().await.ok();
-    ctx.bindings.wait_until_ready().await.ok();
-    ctx.revisions.wait_until_ready().await.ok();
-    if ctx.selective && ctx.plan(&run.spec.upgrade_plan_ref.name).is_none() {
+    if !ctx.synced.all() {
+        return Ok(Action::requeue(crate::context::CACHE_WAIT));
+    }
+    if !ctx.handles(&run) {
         return Ok(Action::await_change()); // another controller's run
     }
     let api: Api<UpgradeRun> = Api::all(ctx.client.clone());
@@ -125,6 +124,11 @@ async fn apply(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
         status.state = RunState::Pending;
     }
     set_suspended_condition(&run, &mut status, facts.preview);
+    if status.superseded_by.is_some() {
+        // A superseded run keeps its state and does nothing more; the newer run carries on.
+        write(&ctx, &run, &status).await?;
+        return Ok(Action::await_change());
+    }
 
     let promise = plan.spec.promise_ref.name.clone();
     if status.state == RunState::Pending {
@@ -489,9 +493,18 @@ async fn ensure_metadata(ctx: &Ctx, run: &UpgradeRun, plan: &UpgradePlan) -> Res
             patch.insert("ownerReferences".into(), serde_json::to_value(owners)?);
         }
     }
+    let mut annotations = serde_json::Map::new();
     let unadmitted = run.status.as_ref().map(|s| s.state).unwrap_or_default() == RunState::Unresolved;
     if unadmitted && run.spec.suspend && is_preview(run) && !run.annotations().contains_key(PREVIEW_ANNOTATION) {
-        patch.insert("annotations".into(), json!({PREVIEW_ANNOTATION: "true"}));
+        annotations.insert(PREVIEW_ANNOTATION.into(), json!("true"));
+    }
+    if let Some(selector) = &ctx.selector {
+        if run.annotations().get(SELECTOR_ANNOTATION) != Some(selector) {
+            annotations.insert(SELECTOR_ANNOTATION.into(), json!(selector));
+        }
+    }
+    if !annotations.is_empty() {
+        patch.insert("annotations".into(), annotations.into());
     }
     if patch.is_empty() {
         return Ok(());

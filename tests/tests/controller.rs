@@ -239,3 +239,722 @@ async fn three_group_plan_completes_in_order_within_limits() {
     assert_eq!((ps.phase, ps.active_run_ref.as_str()), (PlanPhase::Available, ""));
     env.teardown().await.unwrap();
 }
+
+fn two_groups() -> serde_json::Value {
+    json!({
+        "upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
+        "rolloutGroups": [
+            {"name": "dev", "selectors": {"matchLabels": {"env": "dev"}}},
+            {"name": "prod", "selectors": {"matchLabels": {"env": "prod"}}}
+        ]
+    })
+}
+
+fn condition<'a>(r: &'a UpgradeRun, type_: &str) -> Option<&'a upgradeplan::api::Condition> {
+    r.status.as_ref().and_then(|s| find_condition(&s.conditions, type_))
+}
+
+async fn spec_versions(env: &TestEnv) -> BTreeMap<String, String> {
+    let api: Api<ResourceBinding> = Api::all(env.client.clone());
+    let lp = kube::api::ListParams::default().labels(&format!("{PROMISE_NAME_LABEL}={}", env.promise));
+    api.list(&lp)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|b| (b.name_any(), b.spec.version.clone()))
+        .collect()
+}
+
+async fn snapshot_config_maps(env: &TestEnv, run: &str) -> Vec<String> {
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(env.client.clone(), &env.snapshot_namespace());
+    let lp = kube::api::ListParams::default().labels(&format!("platform.syntasso.io/upgrade-run={run}"));
+    api.list(&lp)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|c| c.name_any())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_failing_resource_fails_the_run_and_later_groups_never_start() {
+    let (env, controller, _) = world("e2e-fail", &[("dev", 2), ("prod", 2)], "0s").await;
+    let dev_ns = format!("{}-dev", env.id);
+    let failing = format!("dev-0-{}", env.promise);
+    env.patch_binding(
+        &dev_ns,
+        &failing,
+        json!({"metadata": {"annotations": {"kratix-sim/fail-version": "v2.0.0"}}}),
+    )
+    .await
+    .unwrap();
+    let plan = env.create_plan("plan", two_groups()).await.unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    let done = env
+        .wait_run(&run, WAIT, "terminal", terminal)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    let status = done.status.clone().unwrap();
+    assert_eq!(status.state, RunState::Failed);
+    let c = condition(&done, reasons::RUN_SUCCEEDED).unwrap();
+    assert_eq!(
+        (c.status, c.reason.as_str()),
+        (ConditionStatus::False, reasons::RESOURCE_UPGRADE_FAILED)
+    );
+    assert_eq!(c.message, "1 resource(s) failed to upgrade in rollout group \"dev\"");
+    assert_eq!(status.rollout_groups[0].failed, 1);
+    assert_eq!(status.rollout_groups[1], group("prod", 2, 0, 0, 0));
+    let versions = spec_versions(&env).await;
+    assert!(
+        versions
+            .iter()
+            .filter(|(n, _)| n.starts_with("prod-"))
+            .all(|(_, v)| v == "v1.0.0"),
+        "prod untouched: {versions:?}"
+    );
+    let events = env.events_of(&run).await.unwrap();
+    let detail = format!("Resource {dev_ns}/dev-0 failed to upgrade to v2.0.0: workflow failed: simulated");
+    assert!(
+        events
+            .iter()
+            .any(|(t, r, m)| t == "Warning" && r == "ResourceUpgradeFailed" && *m == detail),
+        "{events:#?}"
+    );
+    assert!(
+        events.iter().any(|(t, r, m)| t == "Warning"
+            && r == "UpgradeRunFailed"
+            && m.ends_with("/4 resources upgraded to v2.0.0")),
+        "{events:#?}"
+    );
+    let p = env
+        .wait_plan(&plan, WAIT, "lastRun", |p| {
+            p.status.as_ref().is_some_and(|s| s.last_run.is_some())
+        })
+        .await
+        .unwrap();
+    let last = p.status.unwrap().last_run.unwrap();
+    assert_eq!(
+        (last.result, last.reason.as_str(), last.message.as_str()),
+        (RunResult::Failed, reasons::RESOURCE_UPGRADE_FAILED, c.message.as_str())
+    );
+    env.teardown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_preview_snapshots_and_patches_nothing_until_resumed() {
+    let (env, controller, _) = world("e2e-preview", &[("dev", 3)], "0s").await;
+    let plan = env.create_plan("plan", two_groups()).await.unwrap();
+    let run = env.create_run(&format!("{plan}-preview"), &plan, true).await.unwrap();
+    let r = env
+        .wait_run(&run, WAIT, "snapshot taken", |r| {
+            r.status.as_ref().is_some_and(|s| !s.resource_list_refs.is_empty())
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    assert_eq!(state(&r), RunState::InProgress);
+    assert_eq!(r.status.as_ref().unwrap().total_resources, 3);
+    assert_eq!(
+        snapshot_config_maps(&env, &run).await,
+        vec![format!("{run}-resource-snapshot")]
+    );
+    let s = condition(&r, reasons::SUSPENDED).unwrap();
+    assert_eq!(
+        (s.status, s.reason.as_str()),
+        (ConditionStatus::True, reasons::SUSPENDED)
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        spec_versions(&env).await.values().all(|v| v == "v1.0.0"),
+        "a preview patches nothing"
+    );
+    let p = env.plans().get(&plan).await.unwrap();
+    assert_eq!(
+        p.status.unwrap().active_run_ref,
+        "",
+        "a preview is never the active run"
+    );
+    env.runs()
+        .patch(
+            &run,
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"suspend": false}})),
+        )
+        .await
+        .unwrap();
+    let done = env
+        .wait_run(&run, WAIT, "completion after resume", terminal)
+        .await
+        .unwrap();
+    assert_eq!(state(&done), RunState::Completed);
+    assert_eq!(done.status.unwrap().completed_resources, 3);
+    env.teardown().await.unwrap();
+}
+
+/// The next minute boundary at least `margin` away.
+fn next_minute(margin: i64) -> chrono::DateTime<chrono::Utc> {
+    use chrono::{DurationRound, Utc};
+    let t = (Utc::now() + chrono::Duration::seconds(margin))
+        .duration_trunc(chrono::Duration::minutes(1))
+        .unwrap();
+    t + chrono::Duration::minutes(1)
+}
+
+#[tokio::test]
+async fn scheduled_runs_fire_once_per_trigger_and_not_while_suspended() {
+    let (env, controller, _) = world("e2e-sched", &[("dev", 1)], "0s").await;
+    let t = next_minute(15);
+    let london = t.with_timezone(&chrono_tz::Europe::London);
+    // No eligible resources (from v9): the runs complete at once, as records.
+    let base = |policy: serde_json::Value, suspend: bool| {
+        json!({"upgradePath": {"from": ["v9"], "to": "v2.0.0"}, "upgradeExecutionPolicy": policy, "suspend": suspend,
+               "rolloutGroups": [{"name": "all", "selectors": {"matchAll": true}}]})
+    };
+    let once = env
+        .create_plan(
+            "once",
+            base(
+                json!({"executeAt": london.format("%Y-%m-%dT%H:%M").to_string(), "timeZone": "Europe/London"}),
+                false,
+            ),
+        )
+        .await
+        .unwrap();
+    let every = env
+        .create_plan("every", base(json!({"repeatSchedule": "* * * * *"}), false))
+        .await
+        .unwrap();
+    let paused = env
+        .create_plan("paused", base(json!({"repeatSchedule": "* * * * *"}), true))
+        .await
+        .unwrap();
+    let p = env
+        .wait_plan(&once, WAIT, "nextRunAt", |p| {
+            p.status.as_ref().is_some_and(|s| s.next_run_at.is_some())
+        })
+        .await
+        .unwrap();
+    assert_eq!(p.status.unwrap().next_run_at, Some(t));
+
+    let expected = format!("{once}-{}", t.format("%Y%m%d-%H%M"));
+    let r = env
+        .wait_run(&expected, WAIT, "the executeAt run", terminal)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    assert_eq!(
+        state(&r),
+        RunState::Completed,
+        "zero eligible resources complete at once"
+    );
+    assert_eq!(
+        r.annotations()
+            .get(upgradeplan::api::SCHEDULED_AT_ANNOTATION)
+            .map(String::as_str),
+        Some(t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true).as_str())
+    );
+    assert_eq!(r.labels().get(upgradeplan::api::PLAN_LABEL), Some(&once));
+    let p = env
+        .wait_plan(&once, WAIT, "lastScheduledAt", |p| {
+            p.status.as_ref().is_some_and(|s| s.last_scheduled_at == Some(t))
+        })
+        .await
+        .unwrap();
+    assert_eq!(p.status.unwrap().next_run_at, None, "executeAt fires once");
+
+    let every_run = format!("{every}-{}", t.format("%Y%m%d-%H%M"));
+    env.wait_run(&every_run, WAIT, "the repeatSchedule run", terminal)
+        .await
+        .unwrap();
+    let p = env
+        .wait_plan(&every, WAIT, "lastScheduledAt", |p| {
+            p.status.as_ref().is_some_and(|s| s.last_scheduled_at == Some(t))
+        })
+        .await
+        .unwrap();
+    assert_eq!(p.status.unwrap().next_run_at, Some(t + chrono::Duration::minutes(1)));
+    env.plans()
+        .patch(
+            &every,
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"suspend": true}})),
+        )
+        .await
+        .unwrap();
+
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let runs = env.runs().list(&Default::default()).await.unwrap().items;
+    let count = |plan: &str| runs.iter().filter(|r| r.spec.upgrade_plan_ref.name == plan).count();
+    assert_eq!(
+        (count(&once), count(&every), count(&paused)),
+        (1, 1, 0),
+        "one run per trigger; none while suspended"
+    );
+    let p = env.plans().get(&paused).await.unwrap().status.unwrap();
+    assert_eq!(
+        p.last_scheduled_at,
+        Some(t),
+        "the suspended plan's trigger was skipped, not queued"
+    );
+    env.teardown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_newer_run_supersedes_the_active_one() {
+    let (env, controller, _) = world("e2e-super", &[("dev", 4)], "2s").await;
+    let mut spec = two_groups();
+    spec["rolloutGroups"][0]["maxConcurrent"] = json!(1);
+    let plan = env.create_plan("plan", spec).await.unwrap();
+    let first = env.create_run(&format!("{plan}-a"), &plan, false).await.unwrap();
+    env.wait_run(&first, WAIT, "in progress", |r| state(r) == RunState::InProgress)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let second = env.create_run(&format!("{plan}-b"), &plan, false).await.unwrap();
+    let old = env
+        .wait_run(&first, WAIT, "superseded", |r| {
+            r.status.as_ref().is_some_and(|s| s.superseded_by.is_some())
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        old.status.as_ref().unwrap().superseded_by.as_deref(),
+        Some(second.as_str())
+    );
+    assert!(old.spec.suspend);
+    let s = condition(&old, reasons::SUSPENDED).unwrap();
+    assert_eq!(
+        (s.status, s.reason.as_str()),
+        (ConditionStatus::True, reasons::SUPERSEDED)
+    );
+    let done = env
+        .wait_run(&second, WAIT, "the newer run completes", terminal)
+        .await
+        .unwrap();
+    assert_eq!(state(&done), RunState::Completed);
+    let old = env.runs().get(&first).await.unwrap();
+    assert_eq!(state(&old), RunState::InProgress, "a superseded run keeps its state");
+    let p = env.plans().get(&plan).await.unwrap().status.unwrap();
+    assert_eq!(p.last_run.unwrap().name, second);
+    env.teardown().await.unwrap();
+}
+
+#[tokio::test]
+async fn deleting_a_run_cancels_it_and_deleting_the_plan_removes_its_runs() {
+    let (env, controller, _) = world("e2e-cancel", &[("dev", 3)], "3s").await;
+    let mut spec = two_groups();
+    spec["rolloutGroups"][0]["maxConcurrent"] = json!(1);
+    let plan = env.create_plan("plan", spec).await.unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    env.wait_run(&run, WAIT, "in progress", |r| state(r) == RunState::InProgress)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    assert_eq!(snapshot_config_maps(&env, &run).await.len(), 1);
+    env.runs().delete(&run, &Default::default()).await.unwrap();
+    let p = env
+        .wait_plan(&plan, WAIT, "lastRun Cancelled", |p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.last_run.as_ref())
+                .is_some_and(|l| l.result == RunResult::Cancelled)
+        })
+        .await
+        .unwrap();
+    let last = p.status.unwrap().last_run.unwrap();
+    assert_eq!(
+        (last.name.as_str(), last.reason.as_str()),
+        (run.as_str(), reasons::RUN_CANCELLED)
+    );
+    for _ in 0..50 {
+        if env.runs().get_opt(&run).await.unwrap().is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        env.runs().get_opt(&run).await.unwrap().is_none(),
+        "the finalizer was released"
+    );
+    assert!(
+        snapshot_config_maps(&env, &run).await.is_empty(),
+        "the snapshot was deleted"
+    );
+
+    let second = env.create_run(&format!("{plan}-2"), &plan, true).await.unwrap();
+    env.wait_run(&second, WAIT, "owned by the plan", |r| !r.owner_references().is_empty())
+        .await
+        .unwrap();
+    env.plans().delete(&plan, &Default::default()).await.unwrap();
+    let mut gone = false;
+    for _ in 0..150 {
+        if env.runs().get_opt(&second).await.unwrap().is_none() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(gone, "deleting the plan deleted its run (garbage collection)");
+    env.teardown().await.unwrap();
+}
+
+#[tokio::test]
+async fn drifted_and_deleted_bindings_are_skipped_and_never_overwritten() {
+    let (env, controller, _) = world("e2e-drift", &[("dev", 3)], "0s").await;
+    let plan = env.create_plan("plan", two_groups()).await.unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, true).await.unwrap();
+    env.wait_run(&run, WAIT, "snapshot", |r| state(r) == RunState::InProgress)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    let ns = format!("{}-dev", env.id);
+    let drifted = format!("dev-0-{}", env.promise);
+    let deleted = format!("dev-1-{}", env.promise);
+    env.patch_binding(&ns, &drifted, json!({"spec": {"version": "v1.5.0"}}))
+        .await
+        .unwrap();
+    env.bindings_api(&ns)
+        .delete(&deleted, &Default::default())
+        .await
+        .unwrap();
+    env.runs()
+        .patch(
+            &run,
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"suspend": false}})),
+        )
+        .await
+        .unwrap();
+    let done = env.wait_run(&run, WAIT, "terminal", terminal).await.unwrap();
+    let status = done.status.unwrap();
+    assert_eq!(status.state, RunState::Completed);
+    assert_eq!(status.rollout_groups[0], group("dev", 3, 1, 0, 2));
+    assert_eq!(
+        spec_versions(&env).await.get(&drifted).map(String::as_str),
+        Some("v1.5.0"),
+        "never overwritten"
+    );
+    let events = env.events_of(&run).await.unwrap();
+    assert_eq!(
+        events
+            .iter()
+            .filter(|(t, r, _)| t == "Warning" && r == "ResourceSkipped")
+            .count(),
+        2,
+        "{events:#?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|(_, r, m)| r == "ResourceSkipped" && m.starts_with(&format!("Resource {ns}/dev-1 skipped: "))),
+        "{events:#?}"
+    );
+    env.teardown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_missing_revision_makes_the_run_wait_and_a_deleted_one_fails_it() {
+    let mut env = TestEnv::new("e2e-rev").await.unwrap();
+    env.promise_with_revisions(&["v1.0.0"], "v1.0.0").await.unwrap();
+    let ns = env.namespace("dev").await.unwrap();
+    for i in 0..3 {
+        env.binding(&ns, &format!("dev-{i}"), &[("env", "dev")], "v1.0.0", Some("v1.0.0"))
+            .await
+            .unwrap();
+    }
+    env.start_sim(SIM, &["--delay", "0s"]).unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
+    let plan = env.create_plan("plan", two_groups()).await.unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    let waiting = env
+        .wait_run(&run, WAIT, "waiting for the revision", |r| {
+            condition(r, reasons::TARGET_REVISION_READY).is_some_and(|c| c.status == ConditionStatus::False)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    assert_eq!(state(&waiting), RunState::Pending);
+    let c = condition(&waiting, reasons::TARGET_REVISION_READY).unwrap();
+    assert_eq!(c.reason, reasons::PROMISE_REVISION_NOT_FOUND);
+    env.create_revision("v2.0.0", true).await.unwrap();
+    let done = env.wait_run(&run, WAIT, "terminal", terminal).await.unwrap();
+    assert_eq!(state(&done), RunState::Completed);
+    let c = condition(&done, reasons::TARGET_REVISION_READY).unwrap();
+    assert_eq!(
+        c.message,
+        format!(
+            "PromiseRevision for promise \"{}\" version \"v2.0.0\" is ready",
+            env.promise
+        )
+    );
+
+    // A run to v3.0.0 whose revision disappears after the snapshot fails.
+    env.create_revision("v3.0.0", false).await.unwrap();
+    let mut spec = two_groups();
+    spec["upgradePath"] = json!({"from": ["v2.0.0"], "to": "v3.0.0"});
+    spec["rolloutGroups"][0]["maxConcurrent"] = json!(1);
+    let plan3 = env.create_plan("plan3", spec).await.unwrap();
+    for i in 0..3 {
+        env.patch_binding(
+            &ns,
+            &format!("dev-{i}-{}", env.promise),
+            json!({"metadata": {"annotations": {"kratix-sim/delay": "3s"}}}),
+        )
+        .await
+        .unwrap();
+    }
+    let run3 = env.create_run(&format!("{plan3}-1"), &plan3, false).await.unwrap();
+    env.wait_run(&run3, WAIT, "in progress", |r| state(r) == RunState::InProgress)
+        .await
+        .unwrap();
+    env.delete_revision("v3.0.0").await.unwrap();
+    let failed = env.wait_run(&run3, WAIT, "terminal", terminal).await.unwrap();
+    assert_eq!(state(&failed), RunState::Failed);
+    let c = condition(&failed, reasons::RUN_SUCCEEDED).unwrap();
+    assert_eq!(c.reason, reasons::PROMISE_REVISION_NOT_FOUND);
+    env.teardown().await.unwrap();
+}
+
+#[tokio::test]
+async fn windows_gate_the_start_of_upgrades() {
+    let (env, controller, _) = world("e2e-window", &[("dev", 2), ("prod", 2)], "0s").await;
+    let seen = observe(&env, "v2.0.0");
+    let t = next_minute(20);
+    let cron = format!("{} {} * * *", t.format("%M"), t.format("%H"));
+    let mut spec = two_groups();
+    spec["rolloutGroups"][0]["resourceUpgradeWindows"] =
+        json!([{"kind": "allow", "schedule": cron, "duration": "10m"}]);
+    spec["rolloutGroups"][1]["resourceUpgradeWindows"] = json!([{"kind": "deny", "schedule": cron, "duration": "40s"}]);
+    let plan = env.create_plan("plan", spec).await.unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    env.wait_run(&run, WAIT, "in progress", |r| state(r) == RunState::InProgress)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    let done = env
+        .wait_run(&run, Duration::from_secs(180), "terminal", terminal)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    assert_eq!(state(&done), RunState::Completed);
+    let o = std::mem::take(&mut *seen.lock().unwrap());
+    assert_eq!(o.timeline.iter().filter(|(k, _, _)| *k == "start").count(), 4);
+    let finished = done.status.unwrap().finished_at.unwrap();
+    assert!(
+        finished >= t + chrono::Duration::seconds(40),
+        "the deny window held prod until {}, finished {finished}",
+        t + chrono::Duration::seconds(40)
+    );
+    let events = env.events_of(&run).await.unwrap();
+    // The first start event must not precede the allow window: events carry second precision.
+    let api: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(env.client.clone(), "default");
+    let lp =
+        kube::api::ListParams::default().fields(&format!("involvedObject.name={run},reason=ResourceUpgradeStarted"));
+    let starts: Vec<chrono::DateTime<chrono::Utc>> = api
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|e| e.first_timestamp.as_ref().map(|t| upgradeplan::time::to_chrono(&t.0)))
+        .collect();
+    assert_eq!(starts.len(), 4, "{events:#?}");
+    assert!(
+        starts.iter().all(|s| *s >= t),
+        "a start before the allow window opened at {t}: {starts:?}"
+    );
+    assert_eq!(
+        starts
+            .iter()
+            .filter(|s| **s >= t + chrono::Duration::seconds(40))
+            .count(),
+        2,
+        "prod waited for the deny window: {starts:?}"
+    );
+    env.teardown().await.unwrap();
+}
+
+#[tokio::test]
+async fn invalid_plans_are_not_ready_and_create_no_runs() {
+    let mut env = TestEnv::new("e2e-invalid").await.unwrap();
+    env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
+        .await
+        .unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
+    let cases = [
+        (
+            "cron",
+            json!({"repeatSchedule": "0 0 * * * *"}),
+            None,
+            "spec.upgradeExecutionPolicy.repeatSchedule",
+        ),
+        (
+            "zone",
+            json!({"repeatSchedule": "* * * * *", "timeZone": "Europe/Londres"}),
+            None,
+            "spec.upgradeExecutionPolicy.timeZone",
+        ),
+        (
+            "regex",
+            json!({"repeatSchedule": "* * * * *"}),
+            Some("/v1(/"),
+            "spec.upgradePath.from[0]",
+        ),
+        (
+            "never",
+            json!({"repeatSchedule": "0 0 31 2 *"}),
+            None,
+            "spec.upgradeExecutionPolicy.repeatSchedule",
+        ),
+    ];
+    let mut plans = vec![];
+    for (suffix, policy, from, field) in cases {
+        let spec = json!({"upgradePath": {"from": [from.unwrap_or("v1.0.0")], "to": "v2.0.0"}, "upgradeExecutionPolicy": policy,
+                          "rolloutGroups": [{"name": "all", "selectors": {"matchAll": true}}]});
+        let plan = env.create_plan(suffix, spec).await.unwrap();
+        let p = env
+            .wait_plan(&plan, WAIT, "Ready=False", |p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| find_condition(&s.conditions, reasons::READY))
+                    .is_some_and(|c| c.status == ConditionStatus::False)
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+        let status = p.status.unwrap();
+        let ready = find_condition(&status.conditions, reasons::READY).unwrap();
+        assert_eq!(ready.reason, reasons::INVALID_SPEC);
+        assert!(
+            ready.message.starts_with(&format!("{field}: ")),
+            "{suffix}: {}",
+            ready.message
+        );
+        assert_eq!(status.next_run_at, None);
+        plans.push(plan);
+    }
+    // Every one of them would have fired by now if it were valid ("* * * * *").
+    tokio::time::sleep(Duration::from_secs(65)).await;
+    let runs = env.runs().list(&Default::default()).await.unwrap().items;
+    assert!(
+        runs.iter().all(|r| !plans.contains(&r.spec.upgrade_plan_ref.name)),
+        "an invalid plan created a run"
+    );
+    env.teardown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_controller_killed_mid_run_resumes_without_double_patches() {
+    let (mut env, mut controller, _) = world("e2e-crash", &[("dev", 6)], "1500ms").await;
+    let seen = observe(&env, "v2.0.0");
+    let mut spec = two_groups();
+    spec["rolloutGroups"][0]["maxConcurrent"] = json!(2);
+    let plan = env.create_plan("plan", spec).await.unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    env.wait_run(&run, WAIT, "2 done", |r| {
+        r.status.as_ref().is_some_and(|s| s.completed_resources >= 2)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    controller.kill().await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let restarted = env.start_controller(&[]).await.unwrap();
+    let done = env
+        .wait_run(&run, WAIT, "terminal", terminal)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", restarted.log_text()));
+    assert_eq!(state(&done), RunState::Completed);
+    assert_eq!(done.status.unwrap().completed_resources, 6);
+    let o = std::mem::take(&mut *seen.lock().unwrap());
+    assert_eq!(o.max_in_flight.get("dev"), Some(&2), "{o:?}");
+    assert!(
+        o.spec_changes.len() == 6 && o.spec_changes.values().all(|n| *n == 1),
+        "each binding patched exactly once: {o:?}"
+    );
+    env.teardown().await.unwrap();
+}
+
+#[tokio::test]
+async fn with_leader_election_only_the_leader_acts_and_a_standby_takes_over() {
+    let mut env = TestEnv::new("e2e-leader").await.unwrap();
+    env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
+        .await
+        .unwrap();
+    let ns = env.namespace("dev").await.unwrap();
+    for i in 0..2 {
+        env.binding(&ns, &format!("dev-{i}"), &[("env", "dev")], "v1.0.0", Some("v1.0.0"))
+            .await
+            .unwrap();
+    }
+    env.start_sim(SIM, &[]).unwrap();
+    let lease = format!("{}-lease", env.id);
+    let args = [
+        "--leader-elect",
+        "--leader-election-namespace",
+        &ns,
+        "--leader-election-id",
+        &lease,
+        "--lease-duration",
+        "4s",
+        "--renew-deadline",
+        "3s",
+        "--retry-period",
+        "500ms",
+    ];
+    let mut a = env.start_controller(&args).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut b = env.start_controller(&args).await.unwrap();
+    let plan = env.create_plan("plan", two_groups()).await.unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    env.wait_run(&run, WAIT, "terminal", terminal)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", a.log_text()));
+    assert!(a.log_text().contains("leading"), "{}", a.log_text());
+    assert!(!b.log_text().contains("leading"), "two leaders: {}", b.log_text());
+    assert!(
+        !b.log_text().contains("reconcil"),
+        "the standby acted: {}",
+        b.log_text()
+    );
+
+    // The leader stops gracefully: it releases the Lease and the standby takes over at once.
+    let status = a.terminate().await.unwrap();
+    assert!(
+        status.success(),
+        "graceful shutdown exits 0: {status:?}\n{}",
+        a.log_text()
+    );
+    assert!(a.log_text().contains("released leadership"), "{}", a.log_text());
+    for _ in 0..40 {
+        if b.log_text().contains("leading") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        b.log_text().contains("leading"),
+        "the standby did not take over: {}",
+        b.log_text()
+    );
+    env.binding(&ns, "dev-2", &[("env", "dev")], "v1.0.0", Some("v1.0.0"))
+        .await
+        .unwrap();
+    let second = env.create_run(&format!("{plan}-2"), &plan, false).await.unwrap();
+    let done = env
+        .wait_run(&second, WAIT, "terminal", terminal)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", b.log_text()));
+    assert_eq!(done.status.unwrap().completed_resources, 1);
+
+    // A leader that dies without releasing is replaced within the lease duration.
+    let mut c = env.start_controller(&args).await.unwrap();
+    b.kill().await;
+    for _ in 0..60 {
+        if c.log_text().contains("leading") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        c.log_text().contains("leading"),
+        "no takeover after the leader died: {}",
+        c.log_text()
+    );
+    c.kill().await;
+    env.teardown().await.unwrap();
+}
