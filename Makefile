@@ -7,7 +7,7 @@ export TESTENV_DIR ?= /tmp/upgradeplan-testenv
 export TESTENV_API_PORT ?= 16443
 export TESTENV_ETCD_PORT ?= 12379
 
-.PHONY: help test check unit integration cluster-install cluster-start cluster-stop crds build deps
+.PHONY: help demo demo-stop test check unit integration cluster-install cluster-start cluster-stop crds build deps
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -44,6 +44,13 @@ integration: deps cluster-install ## tests against a real control plane, started
 	$(CARGO) build --workspace --locked --tests --bins
 	@trap 'tests/cluster.sh stop' EXIT; \
 	eval "$$(tests/cluster.sh start)"; \
-	$(CARGO) test --locked -p upgradeplan-e2e --tests
+	$(CARGO) test --locked -p upgradeplan-e2e --tests -- --test-threads 16
+
+demo: deps cluster-install ## a local control plane, kratix-sim, the controller, a plan and a run to watch
+	$(CARGO) build --workspace --locked --bins
+	scripts/demo.sh start
+
+demo-stop: ## stop everything `make demo` started
+	scripts/demo.sh stop
 
 test: check unit integration ## everything: format, lints, unit and integration tests

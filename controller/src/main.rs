@@ -101,6 +101,9 @@ enum LogFormat {
     Json,
 }
 
+/// How long reconciles in flight get to finish after SIGTERM.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     s.parse::<kube::core::Duration>()
         .map(Duration::from)
@@ -256,8 +259,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
     };
     let controllers = run_controllers(client.clone(), &cli, stopped.clone());
+    // Reconciles in flight finish; but a controller still waiting for its first cache sync
+    // does not observe shutdown, so the process leaves after a grace period regardless.
+    let grace = async {
+        stopped().await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+        tracing::warn!(grace = ?SHUTDOWN_GRACE, "controllers did not stop in time; exiting anyway");
+    };
     let lost_leadership = tokio::select! {
         _ = controllers => false,
+        _ = grace => false,
         _ = lost => true,
     };
     health.ready.store(false, Ordering::SeqCst);

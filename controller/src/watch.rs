@@ -58,3 +58,37 @@ where
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use upgradeplan::api::kratix::ResourceBinding;
+
+    fn object(spec: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "platform.kratix.io/v1alpha1", "kind": "ResourceBinding",
+            "metadata": {"name": "b", "namespace": "ns"}, "spec": spec
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn malformed_objects_are_skipped_and_the_watch_goes_on() {
+        let good = object(json!({"version": "v1"}));
+        let bad = object(json!({"version": {"not": "a string"}}));
+        assert!(
+            matches!(convert::<ResourceBinding>(watcher::Event::Apply(good.clone())), Some(watcher::Event::Apply(b)) if b.spec.version == "v1")
+        );
+        assert!(convert::<ResourceBinding>(watcher::Event::Apply(bad.clone())).is_none());
+        assert!(convert::<ResourceBinding>(watcher::Event::InitApply(bad)).is_none());
+        assert!(matches!(
+            convert::<ResourceBinding>(watcher::Event::InitDone),
+            Some(watcher::Event::InitDone)
+        ));
+        assert!(matches!(
+            convert::<ResourceBinding>(watcher::Event::Init),
+            Some(watcher::Event::Init)
+        ));
+    }
+}

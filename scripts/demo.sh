@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# scripts/demo.sh start|stop — the `make demo` / `make demo-stop` walkthrough.
+#
+# start: a local control plane (its own instance: $DEMO_DIR, ports 17443/13379), the CRDs,
+# kratix-sim standing in for Kratix, the controller, a Promise with two versions, 30 resources in
+# three namespaces, a three-group plan and a run; then follows the run until it finishes.
+# stop: stops the controller, kratix-sim and the control plane, by PID.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export TESTENV_DIR="${DEMO_DIR:-/tmp/upgradeplan-demo}"
+export TESTENV_API_PORT="${DEMO_API_PORT:-17443}"
+export TESTENV_ETCD_PORT="${DEMO_ETCD_PORT:-13379}"
+BIN=target/debug
+say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+
+stop_pid() { # name
+  local f="$TESTENV_DIR/demo-$1.pid" pid
+  [ -f "$f" ] || return 0
+  pid="$(cat "$f")"
+  if [ -r "/proc/$pid/status" ]; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 150); do [ -r "/proc/$pid/status" ] || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"
+}
+
+cmd_stop() {
+  stop_pid upgradeplan-controller
+  stop_pid kratix-sim
+  tests/cluster.sh stop
+  echo "demo stopped"
+}
+
+status_patch() { # namespace binding json
+  curl -fsS -o /dev/null --cacert "$TESTENV_DIR/pki/ca.crt" --cert "$TESTENV_DIR/pki/admin.crt" --key "$TESTENV_DIR/pki/admin.key" \
+    -X PATCH -H 'Content-Type: application/merge-patch+json' -d "$3" \
+    "https://127.0.0.1:$TESTENV_API_PORT/apis/platform.kratix.io/v1alpha1/namespaces/$1/resourcebindings/$2/status"
+}
+
+cmd_start() {
+  say "Control plane (etcd, kube-apiserver, kube-controller-manager) on 127.0.0.1:$TESTENV_API_PORT"
+  eval "$(tests/cluster.sh start)"
+  say "CRDs: Kratix's (test fixtures) and upgradeplan's (deploy/crds)"
+  # --validate=false: Kubernetes 1.20's OpenAPI does not know x-kubernetes-validations.
+  kubectl apply --validate=false -f tests/fixtures/kratix-crds.yaml -f deploy/crds/ >/dev/null
+  kubectl wait --for condition=established --timeout=60s crd --all >/dev/null
+  kubectl create namespace kratix-platform-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+
+  say "kratix-sim (plays Kratix: each upgrade takes 1s) and upgradeplan-controller"
+  setsid "$BIN/kratix-sim" --delay 1s >"$TESTENV_DIR/logs/kratix-sim.log" 2>&1 </dev/null &
+  echo $! >"$TESTENV_DIR/demo-kratix-sim.pid"
+  setsid "$BIN/upgradeplan-controller" --health-addr 127.0.0.1:18081 --metrics-addr 127.0.0.1:18080 \
+    >"$TESTENV_DIR/logs/upgradeplan-controller.log" 2>&1 </dev/null &
+  echo $! >"$TESTENV_DIR/demo-upgradeplan-controller.pid"
+
+  say "Promise redis (v1.0.0, v2.0.0) and 30 resources at v1.0.0 in team-a, team-b, team-c"
+  kubectl apply -f examples/demo/promise.yaml >/dev/null
+  local envs=(dev staging prod) ns i env name
+  for ns in team-a team-b team-c; do
+    kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+    for i in $(seq 0 9); do
+      env="${envs[$(( (i + ${#ns}) % 3 ))]}"
+      [ "$ns" = team-c ] && [ "$i" -ge 7 ] && env=prod
+      name="cache-$i"
+      cat <<YAML
+apiVersion: platform.kratix.io/v1alpha1
+kind: ResourceBinding
+metadata:
+  name: $name-redis
+  namespace: $ns
+  labels: {kratix.io/promise-name: redis, kratix.io/resource-name: $name, env: $env}
+spec:
+  version: v1.0.0
+  promiseRef: {name: redis}
+  resourceRef: {name: $name, namespace: $ns}
+---
+YAML
+    done
+  done | kubectl apply -f - >/dev/null
+  for ns in team-a team-b team-c; do
+    for i in $(seq 0 9); do status_patch "$ns" "cache-$i-redis" '{"status":{"lastAppliedVersion":"v1.0.0"}}'; done
+  done
+  kubectl get resourcebindings -A | sed -n 1,6p; echo "   … (30 in all)"
+
+  say "The plan (examples/demo/plan.yaml)"
+  kubectl apply -f examples/demo/plan.yaml >/dev/null
+  sleep 1
+  kubectl get upgradeplan redis-v1-to-v2 -o wide
+  if [ -x "$BIN/kubectl-upgradeplan" ]; then "$BIN/kubectl-upgradeplan" explain redis-v1-to-v2 || true; fi
+
+  say "A run (examples/demo/run.yaml), followed until it finishes"
+  kubectl apply -f examples/demo/run.yaml >/dev/null
+  local last="" now state=""
+  for _ in $(seq 1 180); do
+    now="$(kubectl get upgraderun redis-v1-to-v2-demo -o jsonpath='{.status.state} {.status.completedResources}/{.status.totalResources} {range .status.rolloutGroups[*]}{.name}={.succeeded}/{.total} {end}')"
+    if [ "$now" != "$last" ]; then echo "  $(date +%T)  $now"; last="$now"; fi
+    state="${now%% *}"
+    case "$state" in Completed|Failed|Cancelled) break ;; esac
+    sleep 1
+  done
+  kubectl get upgraderuns
+  kubectl get upgradeplans
+  kubectl get events --field-selector involvedObject.name=redis-v1-to-v2-demo --sort-by=.lastTimestamp | tail -5
+  if [ -x "$BIN/kubectl-upgradeplan" ]; then "$BIN/kubectl-upgradeplan" history redis-v1-to-v2 || true; fi
+
+  cat <<TXT
+
+The demo is still running. Look around:
+  export KUBECONFIG=$TESTENV_DIR/admin.kubeconfig
+  kubectl get upgradeplans,upgraderuns
+  kubectl describe upgraderun redis-v1-to-v2-demo
+  kubectl get resourcebindings -A
+  kubectl get configmap -n kratix-platform-system redis-v1-to-v2-demo-resource-snapshot -o yaml
+  logs: $TESTENV_DIR/logs/
+Stop it with: make demo-stop
+TXT
+  [ "$state" = Completed ]
+}
+
+case "${1:-}" in
+  start) cmd_start ;;
+  stop) cmd_stop ;;
+  *) echo "usage: $0 start|stop" >&2; exit 2 ;;
+esac
