@@ -1,0 +1,176 @@
+//! The command line, in kubectl's conventions.
+
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Understand and operate UpgradePlans (platform.syntasso.io/v1alpha1): explain a plan, see which
+/// resources it would upgrade and when, follow runs, and start, suspend, resume or cancel them.
+#[derive(Parser, Debug)]
+#[command(
+    name = "kubectl upgradeplan",
+    bin_name = "kubectl upgradeplan",
+    version,
+    propagate_version = true
+)]
+#[command(
+    after_help = "Examples:\n  kubectl upgradeplan explain -f plan.yaml            # lint a plan before applying it (exit 1 when invalid)\n  kubectl upgradeplan match redis-v1-to-v2 --resource team-a/cache-3\n  kubectl upgradeplan run redis-v1-to-v2 && kubectl upgradeplan status <run> -w\n  kubectl upgradeplan history redis-v1-to-v2"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags every command takes, as kubectl has them.
+#[derive(Args, Debug, Clone)]
+pub struct Global {
+    /// Path to the kubeconfig file to use.
+    #[arg(long, global = true, value_name = "FILE", env = "KUBECONFIG", hide_env = true)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Only consider resources (ResourceBindings) in this namespace. Plans and runs are cluster-scoped.
+    #[arg(short = 'n', long, global = true, value_name = "NS")]
+    pub namespace: Option<String>,
+    /// Consider resources in all namespaces (the default for plans, which span namespaces).
+    #[arg(short = 'A', long, global = true)]
+    pub all_namespaces: bool,
+    /// How long to wait for a single server request, e.g. 10s, 1m (0: no limit).
+    #[arg(long, global = true, value_name = "DURATION", default_value = "0", value_parser = parse_duration)]
+    pub request_timeout: std::time::Duration,
+    /// Output format.
+    #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    /// Don't print headers in tables.
+    #[arg(long, global = true)]
+    pub no_headers: bool,
+    /// No colour (also when NO_COLOR is set or the output is not a terminal).
+    #[arg(long, global = true)]
+    pub no_color: bool,
+    /// Namespace of the runs' snapshot ConfigMaps (the controller's --snapshot-namespace).
+    #[arg(long, global = true, value_name = "NS", default_value = upgradeplan::api::DEFAULT_SNAPSHOT_NAMESPACE)]
+    pub snapshot_namespace: String,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    Table,
+    Wide,
+    Json,
+    Yaml,
+}
+
+/// A plan named in the cluster, or read from a file.
+#[derive(Args, Debug, Clone)]
+pub struct PlanSource {
+    /// The UpgradePlan's name in the cluster.
+    #[arg(value_name = "PLAN", required_unless_present = "filename")]
+    pub plan: Option<String>,
+    /// Read the plan from a YAML or JSON file instead ("-" for stdin); works without a cluster.
+    #[arg(short = 'f', long = "filename", value_name = "FILE", conflicts_with = "plan")]
+    pub filename: Option<PathBuf>,
+    /// Evaluate as at this instant (RFC 3339, e.g. 2026-05-02T21:00:00Z) instead of now.
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub now: Option<DateTime<Utc>>,
+    /// Read ResourceBindings from a file (the output of `kubectl get resourcebindings -A -o yaml`
+    /// or -o json) instead of the cluster.
+    #[arg(long, value_name = "FILE")]
+    pub bindings: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Explain a plan in plain words: what it upgrades, when, each group, its windows, and every
+    /// problem with its field path. Exits 1 when the plan is invalid (a CI lint with -f).
+    Explain {
+        #[command(flatten)]
+        source: PlanSource,
+        /// How many upcoming triggers to show.
+        #[arg(long, value_name = "N", default_value_t = 5)]
+        runs: usize,
+    },
+    /// Show which resources a run would upgrade now, group by group, and why the others would not.
+    Match {
+        #[command(flatten)]
+        source: PlanSource,
+        /// Answer "when will mine be upgraded?" for one Resource Request.
+        #[arg(long, value_name = "NS/NAME")]
+        resource: Option<String>,
+    },
+    /// The plan's runs, newest first; with RUN, the outcome of each resource of that run.
+    History {
+        /// The UpgradePlan.
+        plan: String,
+        /// One of its runs.
+        run: Option<String>,
+        /// Show at most this many runs.
+        #[arg(long, value_name = "N", default_value_t = 20)]
+        limit: usize,
+    },
+    /// List plans (or one) with their phase, active run, last result and next run.
+    Get {
+        /// One plan; all when omitted.
+        plan: Option<String>,
+        /// Watch: redraw on every change.
+        #[arg(short = 'w', long)]
+        watch: bool,
+    },
+    /// Start a run of a plan now (a manual trigger) and print its name.
+    Run {
+        /// The UpgradePlan.
+        plan: String,
+        /// Create a preview: the run takes its snapshot and patches nothing until resumed.
+        #[arg(long)]
+        preview: bool,
+        /// Name of the run (default: generated from the plan's name).
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+    },
+    /// Progress of a run by group, and what it waits for. With -w, follow it: exit 0 when it
+    /// completes, 1 when it fails, 2 when it is cancelled, 3 on --timeout.
+    Status {
+        /// The UpgradeRun.
+        run: String,
+        /// Follow the run until it finishes.
+        #[arg(short = 'w', long)]
+        watch: bool,
+        /// With -w, give up after this long (e.g. 30m).
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        timeout: Option<std::time::Duration>,
+    },
+    /// Suspend a plan (no scheduled runs) or a run (no new upgrades start). TARGET is a name, or
+    /// plan/NAME or run/NAME when both exist.
+    Suspend { target: String },
+    /// Resume a suspended plan or run (a preview run starts rolling out).
+    Resume { target: String },
+    /// Cancel a run (delete it: it ends Cancelled; upgrades already started are not rolled back).
+    Cancel {
+        run: String,
+        /// Don't ask for confirmation.
+        #[arg(short = 'y', long)]
+        yes: bool,
+    },
+    /// Print a shell completion script (bash, zsh or fish) for kubectl-upgradeplan.
+    Completion { shell: clap_complete::Shell },
+    /// Print the plugin's version and the API server's.
+    Version,
+}
+
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    if s == "0" {
+        return Ok(std::time::Duration::ZERO);
+    }
+    s.parse::<kube::core::Duration>()
+        .map(Into::into)
+        .map_err(|e| format!("{s:?} is not a duration such as 30s, 5m or 1h: {e}"))
+}
+
+pub fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| format!("{s:?} is not an RFC 3339 time such as 2026-05-02T21:00:00Z: {e}"))
+}

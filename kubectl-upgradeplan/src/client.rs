@@ -1,0 +1,116 @@
+//! Connecting to the cluster, and errors that say what to do.
+
+use anyhow::{anyhow, Context};
+use kube::api::{Api, ListParams};
+use kube::Client;
+use upgradeplan::api::kratix::{ResourceBinding, PROMISE_NAME_LABEL};
+use upgradeplan::api::{UpgradePlan, UpgradeRun, PLAN_LABEL};
+
+use crate::cli::Global;
+
+pub async fn connect(g: &Global) -> anyhow::Result<Client> {
+    let options = kube::config::KubeConfigOptions {
+        context: g.context.clone(),
+        ..Default::default()
+    };
+    let mut config = match &g.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &options).await?
+        }
+        None if g.context.is_some() => kube::Config::from_kubeconfig(&options).await?,
+        None => kube::Config::infer()
+            .await
+            .context("no cluster configured: set KUBECONFIG or pass --kubeconfig")?,
+    };
+    if !g.request_timeout.is_zero() {
+        config.read_timeout = Some(g.request_timeout);
+        config.connect_timeout = Some(g.request_timeout);
+        config.write_timeout = Some(g.request_timeout);
+    }
+    Ok(Client::try_from(config)?)
+}
+
+/// Turns an API error into a message that names the verb and resource and says what to do.
+pub fn explain_error(e: kube::Error, verb: &str, resource: &str, name: Option<&str>) -> anyhow::Error {
+    let what = match name {
+        Some(n) => format!("{resource} \"{n}\""),
+        None => resource.to_string(),
+    };
+    match &e {
+        kube::Error::Api(s) if s.code == 404 && name.is_some() && !s.message.contains("could not find the requested resource") => {
+            anyhow!("{what} not found (`kubectl get {resource}` lists them)")
+        }
+        kube::Error::Api(s) if s.code == 404 => anyhow!(
+            "the server has no {resource}: the upgradeplan CRDs are not installed (kubectl apply -f deploy/crds/, or upgradeplan-controller crd | kubectl apply -f -)"
+        ),
+        kube::Error::Api(s) if s.code == 403 => anyhow!(
+            "forbidden: you may not {verb} {resource} ({}). Ask for a Role granting `{verb}` on {resource}",
+            s.message
+        ),
+        kube::Error::Api(s) if s.code == 401 => anyhow!("unauthorized: your credentials were refused ({}); check your kubeconfig", s.message),
+        _ => anyhow!(e).context(format!("cannot {verb} {what}")),
+    }
+}
+
+pub async fn get_plan(client: &Client, name: &str) -> anyhow::Result<UpgradePlan> {
+    Api::<UpgradePlan>::all(client.clone())
+        .get(name)
+        .await
+        .map_err(|e| explain_error(e, "get", "upgradeplans", Some(name)))
+}
+
+pub async fn get_run(client: &Client, name: &str) -> anyhow::Result<UpgradeRun> {
+    Api::<UpgradeRun>::all(client.clone())
+        .get(name)
+        .await
+        .map_err(|e| explain_error(e, "get", "upgraderuns", Some(name)))
+}
+
+pub async fn list_plans(client: &Client) -> anyhow::Result<Vec<UpgradePlan>> {
+    Ok(Api::<UpgradePlan>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| explain_error(e, "list", "upgradeplans", None))?
+        .items)
+}
+
+/// The plan's runs: by label, and runs created by hand not yet labelled by the controller.
+pub async fn runs_of(client: &Client, plan: &str) -> anyhow::Result<Vec<UpgradeRun>> {
+    let all = Api::<UpgradeRun>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| explain_error(e, "list", "upgraderuns", None))?;
+    Ok(all
+        .items
+        .into_iter()
+        .filter(|r| {
+            r.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(PLAN_LABEL))
+                .map(String::as_str)
+                .unwrap_or(&r.spec.upgrade_plan_ref.name)
+                == plan
+        })
+        .collect())
+}
+
+/// The Promise's bindings, in one namespace or all.
+pub async fn bindings_of(
+    client: &Client,
+    promise: &str,
+    namespace: Option<&str>,
+) -> anyhow::Result<Vec<ResourceBinding>> {
+    let api: Api<ResourceBinding> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let lp = ListParams::default().labels(&format!("{PROMISE_NAME_LABEL}={promise}"));
+    Ok(api
+        .list(&lp)
+        .await
+        .map_err(|e| explain_error(e, "list", "resourcebindings", None))?
+        .items)
+}

@@ -1,0 +1,188 @@
+//! Dynamic completion for `kubectl upgradeplan <TAB>` through kubectl's plugin-completion
+//! protocol (kubectl ≥ 1.26): kubectl runs `kubectl_complete-upgradeplan ARGS… PARTIAL` and reads
+//! one candidate per line, then a `:<directive>` line (cobra's ShellCompDirective).
+
+use std::time::Duration;
+
+use clap::CommandFactory;
+use kube::api::{Api, ListParams};
+use upgradeplan::api::{UpgradePlan, UpgradeRun};
+
+use crate::cli::{Cli, Global};
+
+/// cobra's ShellCompDirectiveDefault: let the shell complete file names.
+pub const DIRECTIVE_FILES: u8 = 0;
+/// cobra's ShellCompDirectiveNoFileComp.
+pub const DIRECTIVE_NO_FILES: u8 = 4;
+
+/// What a position on the command line takes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Want {
+    Commands,
+    Flags(String),
+    Plans,
+    Runs,
+    PlansAndRuns,
+    RunsOfPlan(String),
+    Values(Vec<String>),
+    Files,
+    Nothing,
+}
+
+const PLAN_VERBS: [&str; 5] = ["explain", "match", "history", "get", "run"];
+
+/// Decides what to complete for `args` (the last one is the word being completed). Pure.
+pub fn want(args: &[String]) -> Want {
+    let Some((partial, before)) = args.split_last() else {
+        return Want::Commands;
+    };
+    if let Some(prev) = before.last() {
+        match prev.as_str() {
+            "-o" | "--output" => return Want::Values(["table", "wide", "json", "yaml"].map(String::from).to_vec()),
+            "-f" | "--filename" | "--bindings" | "--kubeconfig" => return Want::Files,
+            "--context"
+            | "-n"
+            | "--namespace"
+            | "--now"
+            | "--runs"
+            | "--limit"
+            | "--name"
+            | "--timeout"
+            | "--resource"
+            | "--request-timeout"
+            | "--snapshot-namespace" => return Want::Nothing,
+            _ => {}
+        }
+    }
+    let words: Vec<&String> = before.iter().filter(|w| !w.starts_with('-')).collect();
+    let Some(command) = words.first() else {
+        return if partial.starts_with('-') {
+            Want::Flags(String::new())
+        } else {
+            Want::Commands
+        };
+    };
+    if partial.starts_with('-') {
+        return Want::Flags(command.to_string());
+    }
+    let position = words.len() - 1; // positional arguments already given after the command
+    match (command.as_str(), position) {
+        ("history", 1) => Want::RunsOfPlan(words[1].to_string()),
+        (c, 0) if PLAN_VERBS.contains(&c) => Want::Plans,
+        ("status" | "cancel", 0) => Want::Runs,
+        ("suspend" | "resume", 0) => Want::PlansAndRuns,
+        ("completion", 0) => Want::Values(["bash", "zsh", "fish"].map(String::from).to_vec()),
+        _ => Want::Nothing,
+    }
+}
+
+fn flags_of(command: &str) -> Vec<String> {
+    let cli = Cli::command();
+    let cmd = if command.is_empty() {
+        Some(&cli)
+    } else {
+        cli.find_subcommand(command)
+    };
+    let mut out: Vec<String> = cmd
+        .into_iter()
+        .flat_map(|c| c.get_arguments())
+        .chain(cli.get_arguments())
+        .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The candidates and directive for `args`; cluster lookups use `global` and give up quietly.
+pub async fn complete(args: &[String], global: &Global) -> (Vec<String>, u8) {
+    let partial = args.last().cloned().unwrap_or_default();
+    let (candidates, directive) = match want(args) {
+        Want::Commands => (
+            Cli::command()
+                .get_subcommands()
+                .map(|c| c.get_name().to_string())
+                .collect(),
+            DIRECTIVE_NO_FILES,
+        ),
+        Want::Flags(cmd) => (flags_of(&cmd), DIRECTIVE_NO_FILES),
+        Want::Values(v) => (v, DIRECTIVE_NO_FILES),
+        Want::Files => (vec![], DIRECTIVE_FILES),
+        Want::Nothing => (vec![], DIRECTIVE_NO_FILES),
+        Want::Plans => (names(global, false, None).await, DIRECTIVE_NO_FILES),
+        Want::Runs => (names(global, true, None).await, DIRECTIVE_NO_FILES),
+        Want::RunsOfPlan(p) => (names(global, true, Some(&p)).await, DIRECTIVE_NO_FILES),
+        Want::PlansAndRuns => {
+            let mut all = names(global, false, None).await;
+            all.extend(names(global, true, None).await);
+            (all, DIRECTIVE_NO_FILES)
+        }
+    };
+    (
+        candidates.into_iter().filter(|c| c.starts_with(&partial)).collect(),
+        directive,
+    )
+}
+
+async fn names(global: &Global, runs: bool, plan: Option<&str>) -> Vec<String> {
+    let lookup = async {
+        let client = crate::client::connect(global).await.ok()?;
+        let names: Vec<String> = if runs {
+            let lp = match plan {
+                Some(p) => ListParams::default().labels(&format!("{}={p}", upgradeplan::api::PLAN_LABEL)),
+                None => ListParams::default(),
+            };
+            Api::<UpgradeRun>::all(client)
+                .list(&lp)
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .filter_map(|r| r.metadata.name)
+                .collect()
+        } else {
+            Api::<UpgradePlan>::all(client)
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .filter_map(|p| p.metadata.name)
+                .collect()
+        };
+        Some(names)
+    };
+    tokio::time::timeout(Duration::from_secs(3), lookup)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(args: &[&str]) -> Want {
+        want(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn positions() {
+        assert_eq!(w(&[""]), Want::Commands);
+        assert_eq!(w(&["ex"]), Want::Commands);
+        assert_eq!(w(&["explain", ""]), Want::Plans);
+        assert_eq!(w(&["status", "r"]), Want::Runs);
+        assert_eq!(w(&["history", "plan", ""]), Want::RunsOfPlan("plan".into()));
+        assert_eq!(w(&["suspend", ""]), Want::PlansAndRuns);
+        assert_eq!(
+            w(&["explain", "-o", ""]),
+            Want::Values(vec!["table".into(), "wide".into(), "json".into(), "yaml".into()])
+        );
+        assert_eq!(w(&["explain", "-f", ""]), Want::Files);
+        assert_eq!(w(&["match", "--n"]), Want::Flags("match".into()));
+        assert_eq!(w(&["explain", "p", ""]), Want::Nothing);
+        assert!(flags_of("match").contains(&"--resource".to_string()));
+        assert!(flags_of("match").contains(&"--kubeconfig".to_string()));
+    }
+}

@@ -1,0 +1,297 @@
+//! `explain`: a plan in plain words. Everything is computed by the engine.
+
+use chrono::{DateTime, Offset, TimeZone, Utc};
+use chrono_tz::Tz;
+use serde::Serialize;
+use upgradeplan::api::kratix::ResourceBinding;
+use upgradeplan::api::{UpgradePlan, WindowKind};
+use upgradeplan::engine::concurrency::Limit;
+use upgradeplan::engine::schedule::Triggers;
+use upgradeplan::engine::selector;
+use upgradeplan::engine::snapshot::assign;
+use upgradeplan::engine::validate::{validate_plan, Problem};
+use upgradeplan::engine::version::{is_regex_pattern, VersionMatcher};
+use upgradeplan::engine::window::{Gate, GateState};
+
+use crate::output::{utc, Style};
+
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WindowJson {
+    pub open: bool,
+    pub next_open: Option<DateTime<Utc>>,
+    pub next_close: Option<DateTime<Utc>>,
+}
+
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupJson {
+    pub name: String,
+    pub window: WindowJson,
+    pub selector: String,
+    /// Resolved against current membership when bindings are known; else the limit as written.
+    pub max_concurrent: Option<usize>,
+}
+
+/// The `-o json` contract of `explain` (spec §10), with a few additions.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ExplainJson {
+    pub plan: String,
+    pub valid: bool,
+    pub problems: Vec<Problem>,
+    pub next_runs: Vec<DateTime<Utc>>,
+    pub groups: Vec<GroupJson>,
+    pub promise: String,
+    pub from: Vec<String>,
+    pub to: String,
+}
+
+/// Whether the UTC offset of `zone` changes during the local day of `t`.
+fn daylight_saving_day(t: DateTime<Utc>, zone: Tz) -> bool {
+    let day = t.with_timezone(&zone).date_naive();
+    // The offset in force at the first instant of a local day (midnight, or just after a gap).
+    let start_offset = |d: chrono::NaiveDate| {
+        (0..24 * 60)
+            .filter_map(|m| {
+                zone.from_local_datetime(&(d.and_hms_opt(0, 0, 0).unwrap_or_default() + chrono::Duration::minutes(m)))
+                    .earliest()
+            })
+            .map(|x| x.offset().fix())
+            .next()
+    };
+    start_offset(day) != day.succ_opt().and_then(start_offset)
+}
+
+fn local(t: DateTime<Utc>, zone: Tz) -> String {
+    t.with_timezone(&zone).format("%Y-%m-%d %H:%M %Z").to_string()
+}
+
+fn gate_words(style: &Style, s: &GateState, has_windows: bool) -> String {
+    if !has_windows {
+        return format!("{} (no windows)", style.state("open"));
+    }
+    let at = |t: Option<DateTime<Utc>>| t.map(utc).unwrap_or_else(|| "not within 400 days".to_string());
+    if s.open {
+        format!(
+            "{} now; closes {}, opens again {}",
+            style.state("open"),
+            at(s.next_close),
+            at(s.next_open)
+        )
+    } else {
+        format!(
+            "{} now; opens {}, closes {}",
+            style.state("closed"),
+            at(s.next_open),
+            at(s.next_close)
+        )
+    }
+}
+
+/// Explains `plan` as at `now`. `bindings`: the Promise's bindings, when known, to resolve
+/// percentages against current membership.
+pub fn explain(
+    plan: &UpgradePlan,
+    bindings: Option<&[ResourceBinding]>,
+    now: DateTime<Utc>,
+    runs: usize,
+    viewer: Tz,
+    style: &Style,
+) -> (ExplainJson, String) {
+    let name = plan.metadata.name.clone().unwrap_or_default();
+    let spec = &plan.spec;
+    let problems = validate_plan(&name, spec, now);
+    let created = plan
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| upgradeplan::time::to_chrono(&t.0))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC);
+    let triggers = spec.upgrade_execution_policy.as_ref().and_then(Triggers::compile);
+    let next_runs = match &triggers {
+        Some(t) if !spec.suspend => t.upcoming(now, created, runs),
+        _ => vec![],
+    };
+    let membership = match (bindings, VersionMatcher::compile(&spec.upgrade_path.from)) {
+        (Some(b), Ok(m)) => Some(assign(spec, &m, b).snapshot),
+        _ => None,
+    };
+
+    let mut out = String::new();
+    let mut line = |s: String| {
+        out.push_str(&s);
+        out.push('\n');
+    };
+    let verdict = if problems.is_empty() {
+        style.state("valid")
+    } else {
+        style.state("invalid")
+    };
+    line(format!(
+        "{} {} — Promise {} — {verdict}",
+        style.bold("UpgradePlan"),
+        style.bold(&name),
+        spec.promise_ref.name
+    ));
+    line(String::new());
+    let froms: Vec<String> = spec
+        .upgrade_path
+        .from
+        .iter()
+        .map(|f| {
+            if is_regex_pattern(f) {
+                format!("any version matching {f} (whole version)")
+            } else {
+                f.clone()
+            }
+        })
+        .collect();
+    line(format!(
+        "{} resources whose applied version is {}",
+        style.bold("What:"),
+        froms.join(", or ")
+    ));
+    line(format!("      move to {}", spec.upgrade_path.to));
+    line(String::new());
+
+    match (&spec.upgrade_execution_policy, &triggers) {
+        (None, _) => line(format!(
+            "{} only when an UpgradeRun is created (no upgradeExecutionPolicy)",
+            style.bold("When:")
+        )),
+        (Some(p), _) => {
+            let zone_name = p.time_zone.clone().unwrap_or_else(|| "UTC".into());
+            let mut parts = vec![];
+            if let Some(s) = &p.repeat_schedule {
+                parts.push(format!("on the schedule \"{s}\""));
+            }
+            if let Some(a) = &p.execute_at {
+                parts.push(format!("once at {a}"));
+            }
+            line(format!("{} {} ({zone_name})", style.bold("When:"), parts.join(" and ")));
+            if spec.suspend {
+                line("      suspended: triggers are skipped until the plan is resumed".to_string());
+            }
+            if let (Some(t), false) = (&triggers, next_runs.is_empty()) {
+                let zone = t.zone;
+                let rows: Vec<Vec<String>> = next_runs
+                    .iter()
+                    .map(|r| {
+                        let note = if daylight_saving_day(*r, zone) {
+                            "daylight-saving change that day".to_string()
+                        } else {
+                            String::new()
+                        };
+                        vec![local(*r, zone), local(*r, viewer), note]
+                    })
+                    .collect();
+                let header_plan = format!("NEXT ({zone_name})");
+                let header_viewer = format!("YOUR ZONE ({viewer})");
+                for l in crate::output::table(style, &[&header_plan, &header_viewer, "NOTE"], &rows).lines() {
+                    line(format!("      {l}"));
+                }
+            } else if !spec.suspend && triggers.is_some() {
+                line("      no future trigger".to_string());
+            }
+        }
+    }
+    line(String::new());
+
+    line(style.bold("Groups, in order:"));
+    let mut groups = Vec::new();
+    for (i, g) in spec.rollout_groups.iter().enumerate() {
+        let windows = g.resource_upgrade_windows.as_deref().unwrap_or_default();
+        let gate = Gate::compile(windows).ok();
+        let state = gate.as_ref().map(|g| g.state(now)).unwrap_or(GateState {
+            open: false,
+            next_open: None,
+            next_close: None,
+        });
+        let limit = Limit::parse(g.max_concurrent.as_ref());
+        let size = membership
+            .as_ref()
+            .and_then(|m| m.groups.get(i))
+            .map(|g| g.resources.len());
+        let (resolved, limit_words) = match (limit, size) {
+            (Err(e), _) => (None, format!("invalid ({e})")),
+            (Ok(Limit::Unlimited), Some(n)) => (None, format!("no limit (all {n} resources now)")),
+            (Ok(Limit::Unlimited), None) => (None, "no limit".to_string()),
+            (Ok(Limit::Count(c)), Some(n)) => (Some(c as usize), format!("{c} (of {n} resources now)")),
+            (Ok(Limit::Count(c)), None) => (Some(c as usize), c.to_string()),
+            (Ok(l @ Limit::Percent(p)), Some(n)) => (
+                Some(l.resolve(n)),
+                format!("{p}% of the group: {} of {n} resources now", l.resolve(n)),
+            ),
+            (Ok(Limit::Percent(p)), None) => (None, format!("{p}% of the group (rounded down, at least 1)")),
+        };
+        line(format!("  {}. {}", i + 1, style.bold(&g.name)));
+        line(format!(
+            "     selects:     {}",
+            selector::describe(g.selectors.as_ref())
+        ));
+        line(format!("     at a time:   {limit_words}"));
+        for w in windows {
+            let kind = match w.kind {
+                WindowKind::Allow => "allow",
+                WindowKind::Deny => "deny",
+            };
+            let zone = w.time_zone.clone().unwrap_or_else(|| "UTC".into());
+            line(format!(
+                "     window:      {kind} starts on \"{}\" for {} ({zone})",
+                w.schedule, w.duration
+            ));
+        }
+        let gate_line = if gate.is_some() {
+            gate_words(style, &state, !windows.is_empty())
+        } else {
+            "cannot be evaluated: the windows are invalid (see Problems)".to_string()
+        };
+        line(format!("     gate:        {gate_line}"));
+        groups.push(GroupJson {
+            name: g.name.clone(),
+            window: WindowJson {
+                open: state.open,
+                next_open: state.next_open,
+                next_close: state.next_close,
+            },
+            selector: selector::describe(g.selectors.as_ref()),
+            max_concurrent: resolved,
+        });
+    }
+    line(String::new());
+    if problems.is_empty() {
+        line(format!("{} none", style.bold("Problems:")));
+    } else {
+        line(style.bold(&format!("Problems ({}):", problems.len())));
+        for p in &problems {
+            line(format!("  {}: {}", p.field, p.message));
+        }
+    }
+    let json = ExplainJson {
+        plan: name,
+        valid: problems.is_empty(),
+        problems,
+        next_runs,
+        groups,
+        promise: spec.promise_ref.name.clone(),
+        from: spec.upgrade_path.from.clone(),
+        to: spec.upgrade_path.to.clone(),
+    };
+    (json, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn daylight_saving_days() {
+        let utc = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
+        let london: Tz = "Europe/London".parse().unwrap();
+        assert!(daylight_saving_day(utc("2026-03-29T01:00:00Z"), london));
+        assert!(daylight_saving_day(utc("2026-10-25T00:30:00Z"), london));
+        assert!(!daylight_saving_day(utc("2026-03-28T01:30:00Z"), london));
+        assert!(!daylight_saving_day(utc("2026-03-29T01:00:00Z"), Tz::UTC));
+    }
+}

@@ -1,0 +1,68 @@
+//! Reading plans and bindings from files (YAML or JSON; "-" is stdin). Bad input becomes a
+//! message naming the file and the problem, never a panic.
+
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+use upgradeplan::api::kratix::ResourceBinding;
+use upgradeplan::api::UpgradePlan;
+
+fn read(path: &Path) -> anyhow::Result<String> {
+    if path == Path::new("-") {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s).context("reading stdin")?;
+        return Ok(s);
+    }
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// Reads one UpgradePlan.
+pub fn plan(path: &Path) -> anyhow::Result<UpgradePlan> {
+    let text = read(path)?;
+    let value: serde_json::Value =
+        serde_saphyr::from_str(&text).with_context(|| format!("{} is not valid YAML or JSON", path.display()))?;
+    let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
+    if kind != "UpgradePlan" {
+        bail!("{}: expected kind UpgradePlan, found {kind:?}", path.display());
+    }
+    serde_json::from_value(value).with_context(|| format!("{} is not a valid UpgradePlan", path.display()))
+}
+
+#[derive(Deserialize)]
+struct List {
+    #[serde(default)]
+    items: Vec<serde_json::Value>,
+}
+
+/// Reads ResourceBindings from a List (as `kubectl get -o yaml|json` prints it) or a single
+/// binding. A binding that does not fit the type is reported by name.
+pub fn bindings(path: &Path) -> anyhow::Result<Vec<ResourceBinding>> {
+    let text = read(path)?;
+    let value: serde_json::Value =
+        serde_saphyr::from_str(&text).with_context(|| format!("{} is not valid YAML or JSON", path.display()))?;
+    let items = match value.get("kind").and_then(|k| k.as_str()) {
+        Some("ResourceBinding") => vec![value],
+        Some(k) if k.ends_with("List") => serde_json::from_value::<List>(value)?.items,
+        other => bail!(
+            "{}: expected a ResourceBinding or a List of them, found kind {other:?}",
+            path.display()
+        ),
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        if item.get("kind").and_then(|k| k.as_str()) != Some("ResourceBinding") {
+            continue; // a List may mix kinds
+        }
+        let name = item
+            .pointer("/metadata/name")
+            .and_then(|n| n.as_str())
+            .unwrap_or("?")
+            .to_string();
+        let b = serde_json::from_value(item)
+            .with_context(|| format!("{}: items[{i}] ({name}) is not a valid ResourceBinding", path.display()))?;
+        out.push(b);
+    }
+    Ok(out)
+}

@@ -1,0 +1,140 @@
+//! `kubectl upgradeplan`: views and verbs over UpgradePlans and UpgradeRuns. Every decision shown
+//! comes from the `upgradeplan` engine, the one the controller uses.
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod client;
+pub mod complete;
+pub mod explain;
+pub mod input;
+pub mod matching;
+pub mod output;
+pub mod runs;
+pub mod verbs;
+
+use std::process::ExitCode;
+
+use chrono::Utc;
+use clap::CommandFactory;
+
+use cli::{Cli, Command, Output, PlanSource};
+use output::{structured, Style};
+
+/// The plan and (when needed) bindings a view works on: from files, or from the cluster.
+async fn sources(
+    g: &cli::Global,
+    source: &PlanSource,
+    need_bindings: bool,
+) -> anyhow::Result<(
+    upgradeplan::api::UpgradePlan,
+    Option<Vec<upgradeplan::api::kratix::ResourceBinding>>,
+)> {
+    let offline = source.filename.is_some() && (source.bindings.is_some() || !need_bindings);
+    let client = if offline { None } else { Some(client::connect(g).await?) };
+    let plan = match (&source.filename, &source.plan, &client) {
+        (Some(f), _, _) => input::plan(f)?,
+        (None, Some(name), Some(c)) => client::get_plan(c, name).await?,
+        _ => anyhow::bail!("name a plan, or pass -f FILE"),
+    };
+    let bindings = match (&source.bindings, &client) {
+        (Some(f), _) => Some(input::bindings(f)?),
+        (None, Some(c)) => {
+            let ns = if g.all_namespaces { None } else { g.namespace.as_deref() };
+            Some(client::bindings_of(c, &plan.spec.promise_ref.name, ns).await?)
+        }
+        (None, None) => None,
+    };
+    Ok((plan, bindings))
+}
+
+fn emit<T: serde::Serialize>(g: &cli::Global, json: &T, text: &str) -> anyhow::Result<()> {
+    match g.output {
+        Output::Json | Output::Yaml => print!("{}", structured(g.output, json)?),
+        _ => print!("{text}"),
+    }
+    Ok(())
+}
+
+/// Runs the command line; the exit code follows kubectl's habits (1 on error) plus the
+/// documented codes of `explain` (1: invalid plan) and `status -w`.
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let g = &cli.global;
+    let style = Style::from(g);
+    match &cli.command {
+        Command::Explain { source, runs } => {
+            let (plan, bindings) = sources(g, source, false).await?;
+            let now = source.now.unwrap_or_else(Utc::now);
+            let (json, text) = explain::explain(&plan, bindings.as_deref(), now, *runs, output::viewer_zone(), &style);
+            emit(g, &json, &text)?;
+            return Ok(if json.valid {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            });
+        }
+        Command::Match { source, resource } => {
+            let (plan, bindings) = sources(g, source, true).await?;
+            let now = source.now.unwrap_or_else(Utc::now);
+            let (json, text) = matching::matching(
+                &plan,
+                bindings.as_deref().unwrap_or_default(),
+                now,
+                resource.as_deref(),
+                &style,
+            )?;
+            emit(g, &json, &text)?;
+        }
+        Command::History { plan, run, limit } => {
+            let c = client::connect(g).await?;
+            match run {
+                None => {
+                    client::get_plan(&c, plan).await?;
+                    let (json, text) = runs::history(client::runs_of(&c, plan).await?, *limit, Utc::now(), &style);
+                    emit(g, &json, &text)?;
+                }
+                Some(r) => {
+                    let run = client::get_run(&c, r).await?;
+                    if run.spec.upgrade_plan_ref.name != *plan {
+                        anyhow::bail!(
+                            "upgraderun/{r} belongs to plan {:?}, not {plan:?}",
+                            run.spec.upgrade_plan_ref.name
+                        );
+                    }
+                    let Some(frozen) = runs::load_frozen(&c, &g.snapshot_namespace, &run).await? else {
+                        anyhow::bail!(
+                            "upgraderun/{r} has no snapshot yet (state {:?})",
+                            run.status.map(|s| s.state.as_str()).unwrap_or_default()
+                        );
+                    };
+                    let live = runs::live_bindings(&c, &frozen.plan.promise_ref.name).await?;
+                    let events = runs::events_of(&c, r).await;
+                    let (json, text) = runs::run_resources(&run, &frozen, &live, &events, &style);
+                    emit(g, &json, &text)?;
+                }
+            }
+        }
+        Command::Get { plan, watch } => {
+            verbs::get(&client::connect(g).await?, g, plan.as_deref(), *watch, &style).await?
+        }
+        Command::Run { plan, preview, name } => {
+            verbs::run(&client::connect(g).await?, plan, *preview, name.as_deref()).await?
+        }
+        Command::Status { run, watch, timeout } => {
+            let code = verbs::status(&client::connect(g).await?, g, run, *watch, *timeout, &style).await?;
+            return Ok(ExitCode::from(code));
+        }
+        Command::Suspend { target } => verbs::set_suspend(&client::connect(g).await?, target, true).await?,
+        Command::Resume { target } => verbs::set_suspend(&client::connect(g).await?, target, false).await?,
+        Command::Cancel { run, yes } => verbs::cancel(&client::connect(g).await?, run, *yes).await?,
+        Command::Completion { shell } => {
+            clap_complete::generate(
+                *shell,
+                &mut Cli::command(),
+                "kubectl-upgradeplan",
+                &mut std::io::stdout(),
+            );
+        }
+        Command::Version => verbs::version(g).await?,
+    }
+    Ok(ExitCode::SUCCESS)
+}

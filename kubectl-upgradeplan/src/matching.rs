@@ -1,0 +1,370 @@
+//! `match`: which resources a run would take now, group by group, and why the others would not.
+//! The assignment is the engine's, the same the controller snapshots.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use upgradeplan::api::kratix::ResourceBinding;
+use upgradeplan::api::UpgradePlan;
+use upgradeplan::engine::concurrency::Limit;
+use upgradeplan::engine::snapshot::{assign, belongs_to, Assignment, SnapshotResource};
+use upgradeplan::engine::version::VersionMatcher;
+use upgradeplan::engine::window::Gate;
+
+use crate::output::{table, utc, Style};
+
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct ResourceJson {
+    pub namespace: String,
+    pub name: String,
+    pub binding: String,
+    pub version: String,
+}
+
+impl From<&SnapshotResource> for ResourceJson {
+    fn from(r: &SnapshotResource) -> Self {
+        ResourceJson {
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+            binding: r.binding.clone(),
+            version: r.last_applied_version.clone(),
+        }
+    }
+}
+
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupJson {
+    pub name: String,
+    pub max_concurrent: Option<usize>,
+    pub resources: Vec<ResourceJson>,
+}
+
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct WhyJson {
+    pub group: String,
+    pub reason: String,
+}
+
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct UnassignedJson {
+    #[serde(flatten)]
+    pub resource: ResourceJson,
+    /// For each group, why it does not select the resource.
+    pub why: Vec<WhyJson>,
+}
+
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct IneligibleJson {
+    #[serde(flatten)]
+    pub resource: ResourceJson,
+    pub reason: String,
+}
+
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct MultiJson {
+    #[serde(flatten)]
+    pub resource: ResourceJson,
+    pub groups: Vec<String>,
+}
+
+/// The answer to `--resource NS/NAME`.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementJson {
+    pub namespace: String,
+    pub name: String,
+    /// Groups holding it, each with its 1-based position, the group's size, and the window.
+    pub placements: Vec<PlaceJson>,
+    /// Why it is in no group, when it is not.
+    pub reason: Option<String>,
+}
+
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PlaceJson {
+    pub group: String,
+    pub group_index: usize,
+    pub position: usize,
+    pub group_size: usize,
+    pub window_open: bool,
+    pub next_open: Option<DateTime<Utc>>,
+}
+
+/// The `-o json` contract of `match` (spec §10), with `multipleGroups` and `resource` added.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MatchJson {
+    pub plan: String,
+    pub promise: String,
+    pub to: String,
+    pub groups: Vec<GroupJson>,
+    pub unassigned: Vec<UnassignedJson>,
+    pub ineligible: Vec<IneligibleJson>,
+    pub multiple_groups: Vec<MultiJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resource: Option<PlacementJson>,
+}
+
+fn placement(
+    plan: &UpgradePlan,
+    a: &Assignment,
+    bindings: &[ResourceBinding],
+    ns: &str,
+    name: &str,
+    now: DateTime<Utc>,
+) -> PlacementJson {
+    let is = |r: &SnapshotResource| r.namespace == ns && (r.name == name || r.binding == name);
+    let mut placements = Vec::new();
+    for (gi, g) in a.snapshot.groups.iter().enumerate() {
+        if let Some(pos) = g.resources.iter().position(is) {
+            let windows = plan
+                .spec
+                .rollout_groups
+                .get(gi)
+                .and_then(|g| g.resource_upgrade_windows.clone())
+                .unwrap_or_default();
+            let state = Gate::compile(&windows).map(|g| g.state(now)).ok();
+            placements.push(PlaceJson {
+                group: g.name.clone(),
+                group_index: gi + 1,
+                position: pos + 1,
+                group_size: g.resources.len(),
+                window_open: state.is_some_and(|s| s.open),
+                next_open: state.and_then(|s| if s.open { None } else { s.next_open }),
+            });
+        }
+    }
+    let reason = if !placements.is_empty() {
+        None
+    } else if let Some((_, why)) = a.ineligible.iter().find(|(r, _)| is(r)) {
+        Some(format!("not eligible: {why}"))
+    } else if let Some(u) = a.unassigned.iter().find(|u| is(&u.resource)) {
+        Some(format!(
+            "eligible, but no group selects it: {}",
+            u.why
+                .iter()
+                .map(|(g, w)| format!("{g}: {w}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ))
+    } else {
+        let of_promise = bindings
+            .iter()
+            .filter(|b| belongs_to(b, &plan.spec.promise_ref.name))
+            .count();
+        Some(format!(
+            "no ResourceBinding of Promise {} for {ns}/{name} (among {of_promise})",
+            plan.spec.promise_ref.name
+        ))
+    };
+    PlacementJson {
+        namespace: ns.to_string(),
+        name: name.to_string(),
+        placements,
+        reason,
+    }
+}
+
+/// Matches `plan` against `bindings` as at `now`; `resource` is an optional `NS/NAME` to place.
+pub fn matching(
+    plan: &UpgradePlan,
+    bindings: &[ResourceBinding],
+    now: DateTime<Utc>,
+    resource: Option<&str>,
+    style: &Style,
+) -> anyhow::Result<(MatchJson, String)> {
+    let spec = &plan.spec;
+    let name = plan.metadata.name.clone().unwrap_or_default();
+    let matcher = VersionMatcher::compile(&spec.upgrade_path.from).map_err(|errors| {
+        let list: Vec<String> = errors
+            .iter()
+            .map(|(i, e)| format!("spec.upgradePath.from[{i}]: {e}"))
+            .collect();
+        anyhow::anyhow!("the plan's upgradePath.from is invalid: {}", list.join("; "))
+    })?;
+    let a = assign(spec, &matcher, bindings);
+    let groups: Vec<GroupJson> = a
+        .snapshot
+        .groups
+        .iter()
+        .zip(&spec.rollout_groups)
+        .map(|(g, pg)| GroupJson {
+            name: g.name.clone(),
+            max_concurrent: Limit::parse(pg.max_concurrent.as_ref())
+                .ok()
+                .and_then(|l| l.resolve_explicit(g.resources.len())),
+            resources: g.resources.iter().map(ResourceJson::from).collect(),
+        })
+        .collect();
+    let placement = match resource {
+        Some(r) => {
+            let (ns, n) = r
+                .split_once('/')
+                .ok_or_else(|| anyhow::anyhow!("--resource takes NAMESPACE/NAME, got {r:?}"))?;
+            Some(placement(plan, &a, bindings, ns, n, now))
+        }
+        None => None,
+    };
+    let json = MatchJson {
+        plan: name.clone(),
+        promise: spec.promise_ref.name.clone(),
+        to: spec.upgrade_path.to.clone(),
+        groups,
+        unassigned: a
+            .unassigned
+            .iter()
+            .map(|u| UnassignedJson {
+                resource: (&u.resource).into(),
+                why: u
+                    .why
+                    .iter()
+                    .map(|(g, r)| WhyJson {
+                        group: g.clone(),
+                        reason: r.clone(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+        ineligible: a
+            .ineligible
+            .iter()
+            .map(|(r, why)| IneligibleJson {
+                resource: r.into(),
+                reason: why.to_string(),
+            })
+            .collect(),
+        multiple_groups: a
+            .in_several_groups
+            .iter()
+            .map(|(r, g)| MultiJson {
+                resource: r.into(),
+                groups: g.clone(),
+            })
+            .collect(),
+        resource: placement,
+    };
+    Ok((json.clone(), render(&json, style)))
+}
+
+fn render(m: &MatchJson, style: &Style) -> String {
+    let mut out = String::new();
+    let total: usize = m.groups.iter().map(|g| g.resources.len()).sum();
+    out.push_str(&format!(
+        "{} {} — Promise {} → {} — {total} resource(s) in {} group(s)\n",
+        style.bold("UpgradePlan"),
+        style.bold(&m.plan),
+        m.promise,
+        m.to,
+        m.groups.len()
+    ));
+    if let Some(p) = &m.resource {
+        out.push('\n');
+        if p.placements.is_empty() {
+            out.push_str(&format!(
+                "{}/{} would not be upgraded: {}\n",
+                p.namespace,
+                p.name,
+                p.reason.clone().unwrap_or_default()
+            ));
+        }
+        for pl in &p.placements {
+            let window = if pl.window_open {
+                "its window is open now".to_string()
+            } else {
+                match pl.next_open {
+                    Some(t) => format!("its window opens {}", utc(t)),
+                    None => "its window does not open within 400 days".to_string(),
+                }
+            };
+            out.push_str(&format!(
+                "{}/{} is in group {} ({} of {}), position {} of {}; {window}.\n",
+                p.namespace,
+                p.name,
+                style.bold(&pl.group),
+                pl.group_index,
+                m.groups.len(),
+                pl.position,
+                pl.group_size
+            ));
+        }
+    }
+    for (i, g) in m.groups.iter().enumerate() {
+        let limit = g
+            .max_concurrent
+            .map(|c| format!("{c} at a time"))
+            .unwrap_or_else(|| "no limit".into());
+        out.push_str(&format!(
+            "\n{}. {} — {} resource(s), {limit}\n",
+            i + 1,
+            style.bold(&g.name),
+            g.resources.len()
+        ));
+        if !g.resources.is_empty() {
+            let rows: Vec<Vec<String>> = g
+                .resources
+                .iter()
+                .enumerate()
+                .map(|(j, r)| {
+                    vec![
+                        format!("{}", j + 1),
+                        r.namespace.clone(),
+                        r.name.clone(),
+                        r.binding.clone(),
+                        r.version.clone(),
+                    ]
+                })
+                .collect();
+            for l in table(style, &["#", "NAMESPACE", "NAME", "BINDING", "VERSION"], &rows).lines() {
+                out.push_str(&format!("   {l}\n"));
+            }
+        }
+    }
+    if !m.multiple_groups.is_empty() {
+        out.push_str(&format!(
+            "\n{} (upgraded in the first; counted in each)\n",
+            style.bold("In more than one group")
+        ));
+        for r in &m.multiple_groups {
+            out.push_str(&format!(
+                "   {}/{}: {}\n",
+                r.resource.namespace,
+                r.resource.name,
+                r.groups.join(", ")
+            ));
+        }
+    }
+    if !m.unassigned.is_empty() {
+        out.push_str(&format!(
+            "\n{} (eligible, but no group selects them: they would never be upgraded)\n",
+            style.bold("Unassigned")
+        ));
+        for u in &m.unassigned {
+            out.push_str(&format!(
+                "   {}/{} ({})\n",
+                u.resource.namespace, u.resource.name, u.resource.version
+            ));
+            for w in &u.why {
+                out.push_str(&format!("      {}: {}\n", w.group, w.reason));
+            }
+        }
+    }
+    if !m.ineligible.is_empty() {
+        out.push_str(&format!("\n{}\n", style.bold("Not eligible")));
+        let rows: Vec<Vec<String>> = m
+            .ineligible
+            .iter()
+            .map(|r| {
+                vec![
+                    r.resource.namespace.clone(),
+                    r.resource.name.clone(),
+                    r.resource.version.clone(),
+                    r.reason.clone(),
+                ]
+            })
+            .collect();
+        for l in table(style, &["NAMESPACE", "NAME", "VERSION", "REASON"], &rows).lines() {
+            out.push_str(&format!("   {l}\n"));
+        }
+    }
+    out
+}

@@ -1,0 +1,202 @@
+//! Tables, colour and machine-readable output.
+
+use std::io::IsTerminal;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::cli::{Global, Output};
+
+/// How text is rendered.
+#[derive(Clone, Copy, Debug)]
+pub struct Style {
+    pub color: bool,
+    pub headers: bool,
+    pub wide: bool,
+}
+
+impl Style {
+    pub fn from(g: &Global) -> Style {
+        let color = !g.no_color && std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal();
+        Style {
+            color,
+            headers: !g.no_headers,
+            wide: g.output == Output::Wide,
+        }
+    }
+
+    pub fn plain() -> Style {
+        Style {
+            color: false,
+            headers: true,
+            wide: false,
+        }
+    }
+
+    fn paint(&self, code: &str, s: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+
+    pub fn bold(&self, s: &str) -> String {
+        self.paint("1", s)
+    }
+
+    pub fn dim(&self, s: &str) -> String {
+        self.paint("2", s)
+    }
+
+    /// Colours a state or result by its meaning.
+    pub fn state(&self, s: &str) -> String {
+        match s {
+            "Completed" | "Available" | "open" | "valid" | "Succeeded" => self.paint("32", s),
+            "Failed" | "Cancelled" | "invalid" | "closed" => self.paint("31", s),
+            "InProgress" | "Pending" | "Running" | "in flight" => self.paint("33", s),
+            _ => s.to_string(),
+        }
+    }
+}
+
+/// Aligned columns separated by three spaces, like kubectl's; ANSI colour codes do not count
+/// towards widths.
+pub fn table(style: &Style, headers: &[&str], rows: &[Vec<String>]) -> String {
+    let visible = |s: &str| {
+        let mut n = 0;
+        let mut in_escape = false;
+        for c in s.chars() {
+            match (in_escape, c) {
+                (false, '\x1b') => in_escape = true,
+                (true, 'm') => in_escape = false,
+                (true, _) => {}
+                (false, _) => n += 1,
+            }
+        }
+        n
+    };
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if i < widths.len() {
+                widths[i] = widths[i].max(visible(cell));
+            }
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<String>| {
+        let last = cells.len().saturating_sub(1);
+        let mut l = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            l.push_str(c);
+            if i < last {
+                l.push_str(&" ".repeat(widths[i] - visible(c) + 3));
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    if style.headers {
+        line(headers.iter().map(|h| h.to_string()).collect());
+    }
+    for row in rows {
+        line(row.clone());
+    }
+    out
+}
+
+/// Prints `value` as JSON or YAML.
+pub fn structured<T: Serialize>(format: Output, value: &T) -> anyhow::Result<String> {
+    Ok(match format {
+        Output::Yaml => serde_saphyr::to_string(value)?,
+        _ => format!("{}\n", serde_json::to_string_pretty(value)?),
+    })
+}
+
+/// "in 3h", "5m ago".
+pub fn relative(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let d = t - now;
+    let secs = d.num_seconds().abs();
+    let amount = if secs < 120 {
+        format!("{secs}s")
+    } else if secs < 2 * 3600 {
+        format!("{}m", secs / 60)
+    } else if secs < 2 * 86400 {
+        format!("{}h", secs / 3600)
+    } else {
+        format!("{}d", secs / 86400)
+    };
+    if d.num_seconds() >= 0 {
+        format!("in {amount}")
+    } else {
+        format!("{amount} ago")
+    }
+}
+
+/// A duration as "1h02m", "3m20s", "45s".
+pub fn duration(d: chrono::Duration) -> String {
+    let s = d.num_seconds().max(0);
+    match s {
+        s if s >= 3600 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+        s if s >= 60 => format!("{}m{:02}s", s / 60, s % 60),
+        s => format!("{s}s"),
+    }
+}
+
+pub fn utc(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M UTC").to_string()
+}
+
+/// The viewer's time zone (from TZ or the system), UTC when unknown.
+pub fn viewer_zone() -> chrono_tz::Tz {
+    std::env::var("TZ")
+        .ok()
+        .and_then(|z| z.parse().ok())
+        .or_else(|| iana_time_zone::get_timezone().ok().and_then(|z| z.parse().ok()))
+        .unwrap_or(chrono_tz::Tz::UTC)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_ignoring_colour() {
+        let style = Style {
+            color: true,
+            headers: true,
+            wide: false,
+        };
+        let t = table(
+            &style,
+            &["NAME", "STATE"],
+            &[
+                vec!["a".into(), style.state("Failed")],
+                vec!["longer".into(), "x".into()],
+            ],
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "NAME     STATE");
+        assert!(lines[1].starts_with("a        \x1b[31mFailed"));
+        let plain = table(
+            &Style {
+                headers: false,
+                ..Style::plain()
+            },
+            &["A"],
+            &[vec!["x".into()]],
+        );
+        assert_eq!(plain, "x\n");
+    }
+
+    #[test]
+    fn relative_times() {
+        let now = DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(relative(now + chrono::Duration::hours(3), now), "in 3h");
+        assert_eq!(relative(now - chrono::Duration::minutes(5), now), "5m ago");
+        assert_eq!(duration(chrono::Duration::seconds(3725)), "1h02m");
+    }
+}

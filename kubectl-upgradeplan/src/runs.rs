@@ -1,0 +1,492 @@
+//! Run views: `history` (a plan's runs, or one run's resources) and `status` (a run's progress and
+//! what it waits for). Per-resource outcomes come from the engine's own evaluation of the
+//! snapshot against live bindings, the same one the controller makes.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use kube::api::{Api, ListParams};
+use kube::Client;
+use serde::Serialize;
+use upgradeplan::api::kratix::{PromiseRevision, ResourceBinding, PROMISE_NAME_LABEL};
+use upgradeplan::api::{
+    find_condition, reasons, GroupStatus, RunState, UpgradePlanSpec, UpgradeRun, SCHEDULED_AT_ANNOTATION,
+};
+use upgradeplan::engine::admission::is_preview;
+use upgradeplan::engine::run::{evaluate, evaluate_resource, Blocked, Evaluation, Outcome, RunContext};
+use upgradeplan::engine::snapshot::{merge_shards, Snapshot, SNAPSHOT_PLAN_KEY, SNAPSHOT_RESOURCES_KEY};
+use upgradeplan::time::to_chrono;
+
+use crate::output::{duration, relative, table, utc, Style};
+
+/// A run's snapshot and frozen plan.
+pub struct Frozen {
+    pub snapshot: Snapshot,
+    pub plan: UpgradePlanSpec,
+}
+
+/// Reads a run's snapshot ConfigMaps; `None` before the snapshot is taken.
+pub async fn load_frozen(client: &Client, namespace: &str, run: &UpgradeRun) -> anyhow::Result<Option<Frozen>> {
+    let refs = run
+        .status
+        .as_ref()
+        .map(|s| s.resource_list_refs.clone())
+        .unwrap_or_default();
+    if refs.is_empty() {
+        return Ok(None);
+    }
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let mut shards = Vec::new();
+    let mut plan = None;
+    for r in refs {
+        let cm = api.get(&r.name).await.map_err(|e| {
+            crate::client::explain_error(e, "get", "configmaps", Some(&format!("{namespace}/{}", r.name)))
+                .context("reading the run's snapshot (is --snapshot-namespace the controller's?)")
+        })?;
+        let data = cm.data.unwrap_or_default();
+        if let Some(s) = data.get(SNAPSHOT_RESOURCES_KEY) {
+            shards.push(serde_json::from_str::<Snapshot>(s).map_err(|e| anyhow::anyhow!("snapshot {}: {e}", r.name))?);
+        }
+        if let Some(p) = data.get(SNAPSHOT_PLAN_KEY) {
+            plan = Some(serde_json::from_str(p).map_err(|e| anyhow::anyhow!("snapshot {} key plan: {e}", r.name))?);
+        }
+    }
+    let plan = plan.ok_or_else(|| anyhow::anyhow!("the run's snapshot has no frozen plan"))?;
+    Ok(Some(Frozen {
+        snapshot: merge_shards(shards),
+        plan,
+    }))
+}
+
+pub async fn live_bindings(
+    client: &Client,
+    promise: &str,
+) -> anyhow::Result<HashMap<(String, String), ResourceBinding>> {
+    Ok(crate::client::bindings_of(client, promise, None)
+        .await?
+        .into_iter()
+        .map(|b| {
+            (
+                (
+                    b.metadata.namespace.clone().unwrap_or_default(),
+                    b.metadata.name.clone().unwrap_or_default(),
+                ),
+                b,
+            )
+        })
+        .collect())
+}
+
+pub async fn revision_exists(client: &Client, promise: &str, version: &str) -> anyhow::Result<bool> {
+    let api: Api<PromiseRevision> = Api::all(client.clone());
+    let revs = api
+        .list(&ListParams::default().labels(&format!("{PROMISE_NAME_LABEL}={promise}")))
+        .await;
+    Ok(revs
+        .map(|l| l.items.iter().any(|r| r.spec.version == version))
+        .unwrap_or(true))
+}
+
+/// The run's events: (type, reason, message).
+pub async fn events_of(client: &Client, run: &str) -> Vec<(String, String, String)> {
+    let api: Api<Event> = Api::namespaced(client.clone(), "default");
+    let lp = ListParams::default().fields(&format!("involvedObject.name={run}"));
+    api.list(&lp)
+        .await
+        .map(|l| {
+            l.items
+                .into_iter()
+                .map(|e| {
+                    (
+                        e.type_.unwrap_or_default(),
+                        e.reason.unwrap_or_default(),
+                        e.message.unwrap_or_default(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub fn trigger(run: &UpgradeRun) -> &'static str {
+    if run
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(SCHEDULED_AT_ANNOTATION))
+    {
+        "scheduled"
+    } else if is_preview(run) {
+        "preview"
+    } else {
+        "manual"
+    }
+}
+
+fn created(run: &UpgradeRun) -> DateTime<Utc> {
+    run.metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| to_chrono(&t.0))
+        .unwrap_or_default()
+}
+
+fn groups_words(groups: &[GroupStatus]) -> String {
+    groups
+        .iter()
+        .map(|g| {
+            let mut s = format!("{} {}/{}", g.name, g.succeeded, g.total);
+            if g.failed > 0 {
+                s.push_str(&format!(" {} failed", g.failed));
+            }
+            if g.skipped > 0 {
+                s.push_str(&format!(" {} skipped", g.skipped));
+            }
+            s
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[derive(Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryRow {
+    pub name: String,
+    pub trigger: String,
+    pub state: String,
+    pub superseded_by: Option<String>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub duration_seconds: Option<i64>,
+    pub groups: Vec<GroupStatus>,
+    pub completed_resources: i64,
+    pub total_resources: i64,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+}
+
+/// The plan's runs, newest first.
+pub fn history(
+    mut runs: Vec<UpgradeRun>,
+    limit: usize,
+    now: DateTime<Utc>,
+    style: &Style,
+) -> (Vec<HistoryRow>, String) {
+    runs.sort_by_key(|r| std::cmp::Reverse((created(r), r.metadata.name.clone())));
+    runs.truncate(limit);
+    let rows: Vec<HistoryRow> = runs
+        .iter()
+        .map(|r| {
+            let s = r.status.clone().unwrap_or_default();
+            let cond = find_condition(&s.conditions, reasons::RUN_SUCCEEDED);
+            HistoryRow {
+                name: r.metadata.name.clone().unwrap_or_default(),
+                trigger: trigger(r).to_string(),
+                state: if s.state == RunState::Unresolved {
+                    "Unresolved".into()
+                } else {
+                    s.state.as_str().to_string()
+                },
+                superseded_by: s.superseded_by.clone(),
+                started_at: s.started_at,
+                finished_at: s.finished_at,
+                duration_seconds: s.started_at.map(|b| (s.finished_at.unwrap_or(now) - b).num_seconds()),
+                groups: s.rollout_groups.clone(),
+                completed_resources: s.completed_resources,
+                total_resources: s.total_resources,
+                reason: cond.map(|c| c.reason.clone()),
+                message: cond.map(|c| c.message.clone()),
+            }
+        })
+        .collect();
+    let table_rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|h| {
+            let state = match &h.superseded_by {
+                Some(by) => format!("{} (superseded by {by})", style.state(&h.state)),
+                None => style.state(&h.state),
+            };
+            let mut row = vec![
+                h.name.clone(),
+                h.trigger.clone(),
+                state,
+                h.started_at.map(|t| relative(t, now)).unwrap_or_else(|| "-".into()),
+                h.finished_at.map(|t| relative(t, now)).unwrap_or_else(|| "-".into()),
+                h.duration_seconds
+                    .map(|d| duration(chrono::Duration::seconds(d)))
+                    .unwrap_or_else(|| "-".into()),
+                format!("{}/{}", h.completed_resources, h.total_resources),
+                h.reason.clone().unwrap_or_else(|| "-".into()),
+            ];
+            if style.wide {
+                row.push(groups_words(&h.groups));
+                row.push(h.message.clone().unwrap_or_default());
+            }
+            row
+        })
+        .collect();
+    let mut headers = vec![
+        "NAME", "TRIGGER", "STATE", "STARTED", "FINISHED", "DURATION", "UPGRADED", "REASON",
+    ];
+    if style.wide {
+        headers.extend(["GROUPS", "MESSAGE"]);
+    }
+    let text = if rows.is_empty() {
+        "No runs.\n".to_string()
+    } else {
+        table(style, &headers, &table_rows)
+    };
+    (rows, text)
+}
+
+#[derive(Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceRow {
+    pub group: String,
+    pub namespace: String,
+    pub name: String,
+    pub binding: String,
+    pub from: String,
+    pub now: Option<String>,
+    pub outcome: String,
+    pub detail: String,
+}
+
+fn outcome_words(o: &Outcome) -> (&'static str, String) {
+    match o {
+        Outcome::Succeeded => ("Succeeded", String::new()),
+        Outcome::Skipped(why) => ("Skipped", why.to_string()),
+        Outcome::Failed { message } => ("Failed", message.clone()),
+        Outcome::InFlight { .. } => ("in flight", String::new()),
+        Outcome::NotStarted => ("not started", String::new()),
+    }
+}
+
+/// Per-resource outcomes of a run: the snapshot, evaluated against live bindings, with the
+/// failure details from the run's events.
+pub fn run_resources(
+    run: &UpgradeRun,
+    frozen: &Frozen,
+    live: &HashMap<(String, String), ResourceBinding>,
+    events: &[(String, String, String)],
+    style: &Style,
+) -> (Vec<ResourceRow>, String) {
+    let to = &frozen.plan.upgrade_path.to;
+    let name = run.metadata.name.clone().unwrap_or_default();
+    let mut rows = Vec::new();
+    for g in &frozen.snapshot.groups {
+        for r in &g.resources {
+            let b = live.get(&(r.namespace.clone(), r.binding.clone()));
+            let outcome = evaluate_resource(r, b, to, &name, created(run));
+            let (word, mut detail) = outcome_words(&outcome);
+            if word == "Failed" || word == "in flight" {
+                // The event carries the message Kratix gave when the run saw the failure.
+                let prefix = format!("Resource {}/{} failed to upgrade to {to}: ", r.namespace, r.name);
+                if let Some((_, _, m)) = events
+                    .iter()
+                    .find(|(_, reason, m)| reason == "ResourceUpgradeFailed" && m.starts_with(&prefix))
+                {
+                    detail = m[prefix.len()..].to_string();
+                }
+            }
+            rows.push(ResourceRow {
+                group: g.name.clone(),
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+                binding: r.binding.clone(),
+                from: r.last_applied_version.clone(),
+                now: b.map(|b| b.last_applied_version().to_string()),
+                outcome: word.to_string(),
+                detail,
+            });
+        }
+    }
+    let table_rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.group.clone(),
+                format!("{}/{}", r.namespace, r.name),
+                r.from.clone(),
+                r.now.clone().unwrap_or_else(|| "(gone)".into()),
+                style.state(&r.outcome),
+                r.detail.clone(),
+            ]
+        })
+        .collect();
+    let header = format!("{} {} → {to}\n", style.bold("UpgradeRun"), style.bold(&name));
+    (
+        rows,
+        header
+            + &table(
+                style,
+                &["GROUP", "RESOURCE", "FROM", "NOW", "OUTCOME", "DETAIL"],
+                &table_rows,
+            ),
+    )
+}
+
+#[derive(Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusJson {
+    pub name: String,
+    pub plan: String,
+    pub state: String,
+    pub completed_resources: i64,
+    pub total_resources: i64,
+    pub groups: Vec<GroupStatus>,
+    pub current_group: Option<String>,
+    pub in_flight: usize,
+    pub limit: Option<usize>,
+    pub waiting: Option<String>,
+}
+
+/// What a run waits for, in words, from its conditions and (when in progress) the engine.
+fn waiting(run: &UpgradeRun, eval: Option<&Evaluation>) -> Option<String> {
+    let s = run.status.as_ref()?;
+    if let Some(by) = &s.superseded_by {
+        return Some(format!("superseded by {by}: it starts nothing more"));
+    }
+    for c in [reasons::PLAN_RESOLVED, reasons::TARGET_REVISION_READY] {
+        if let Some(c) =
+            find_condition(&s.conditions, c).filter(|c| c.status == upgradeplan::api::ConditionStatus::False)
+        {
+            return Some(c.message.clone());
+        }
+    }
+    let e = eval?;
+    Some(match e.blocked? {
+        Blocked::Suspended if is_preview(run) => {
+            "preview: nothing is patched until resumed (kubectl upgradeplan resume <run>)".to_string()
+        }
+        Blocked::Suspended => "suspended: no new upgrade starts (kubectl upgradeplan resume <run>)".to_string(),
+        Blocked::WindowClosed => match e.gate.and_then(|g| g.next_open) {
+            Some(t) => format!("window closed until {}", utc(t)),
+            None => "window closed, and it does not open within 400 days".to_string(),
+        },
+        Blocked::ConcurrencyLimit => format!(
+            "concurrency limit: {} of {} in flight",
+            e.in_flight,
+            e.limit.unwrap_or(0)
+        ),
+    })
+}
+
+/// The progress of a run.
+#[allow(clippy::too_many_arguments)]
+pub fn status(
+    run: &UpgradeRun,
+    frozen: Option<&Frozen>,
+    live: &HashMap<(String, String), ResourceBinding>,
+    revision_present: bool,
+    now: DateTime<Utc>,
+    style: &Style,
+) -> (StatusJson, String) {
+    let s = run.status.clone().unwrap_or_default();
+    let name = run.metadata.name.clone().unwrap_or_default();
+    let eval = frozen.filter(|_| s.state == RunState::InProgress).map(|f| {
+        evaluate(
+            &RunContext {
+                run_name: &name,
+                run_created: created(run),
+                suspended: run.spec.suspend || s.superseded_by.is_some(),
+                plan: &f.plan,
+                snapshot: &f.snapshot,
+                recorded: &s.rollout_groups,
+                revision_present,
+                now,
+            },
+            |ns, b| live.get(&(ns.to_string(), b.to_string())),
+        )
+    });
+    let current = eval.as_ref().and_then(|e| match e.verdict {
+        upgradeplan::engine::run::Verdict::InProgress { group } => Some(group),
+        _ => None,
+    });
+    let groups = eval
+        .as_ref()
+        .map(|e| e.groups.clone())
+        .unwrap_or_else(|| s.rollout_groups.clone());
+    let json = StatusJson {
+        name: name.clone(),
+        plan: run.spec.upgrade_plan_ref.name.clone(),
+        state: if s.state == RunState::Unresolved {
+            "Unresolved".into()
+        } else {
+            s.state.as_str().into()
+        },
+        completed_resources: groups.iter().map(|g| g.succeeded).sum(),
+        total_resources: s.total_resources,
+        current_group: current.and_then(|i| groups.get(i)).map(|g| g.name.clone()),
+        in_flight: eval.as_ref().map(|e| e.in_flight).unwrap_or(0),
+        limit: eval.as_ref().and_then(|e| e.limit),
+        waiting: if s.state.is_terminal() {
+            None
+        } else {
+            waiting(run, eval.as_ref())
+        },
+        groups: groups.clone(),
+    };
+    let mut out = format!(
+        "{} {} (plan {}) — {}\n",
+        style.bold("UpgradeRun"),
+        style.bold(&name),
+        json.plan,
+        style.state(&json.state)
+    );
+    if let Some(t) = s.started_at {
+        let end = s
+            .finished_at
+            .map(|f| format!(", finished {} after {}", relative(f, now), duration(f - t)))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "  started {}{end}; {}/{} resources upgraded\n",
+            relative(t, now),
+            json.completed_resources,
+            json.total_resources
+        ));
+    }
+    if let Some(c) = find_condition(&s.conditions, reasons::RUN_SUCCEEDED) {
+        out.push_str(&format!("  {}: {}\n", c.reason, c.message));
+    }
+    if !groups.is_empty() {
+        let rows: Vec<Vec<String>> = groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let phase = match current {
+                    Some(c) if c == i => "current",
+                    Some(c) if i < c => "done",
+                    None if s.state == RunState::Completed => "done",
+                    _ if g.total > 0 && g.succeeded + g.skipped == g.total => "done",
+                    _ => "waiting",
+                };
+                let in_flight = if Some(i) == current {
+                    json.in_flight.to_string()
+                } else {
+                    "-".into()
+                };
+                vec![
+                    g.name.clone(),
+                    g.total.to_string(),
+                    g.succeeded.to_string(),
+                    g.failed.to_string(),
+                    g.skipped.to_string(),
+                    in_flight,
+                    phase.to_string(),
+                ]
+            })
+            .collect();
+        out.push('\n');
+        out.push_str(&table(
+            style,
+            &["GROUP", "TOTAL", "SUCCEEDED", "FAILED", "SKIPPED", "IN FLIGHT", "PHASE"],
+            &rows,
+        ));
+    }
+    if let Some(w) = &json.waiting {
+        out.push_str(&format!("\n{} {w}\n", style.bold("Waiting:")));
+    }
+    (json, out)
+}

@@ -1,0 +1,341 @@
+//! The everyday verbs: get, run, status, suspend, resume, cancel, version.
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail};
+use chrono::Utc;
+use futures::StreamExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::Client;
+use serde_json::json;
+use upgradeplan::api::{
+    find_condition, reasons, RunState, UpgradePlan, UpgradePlanRef, UpgradeRun, UpgradeRunSpec, PLAN_LABEL,
+};
+
+use crate::cli::{Global, Output};
+use crate::client::{explain_error, get_plan, get_run, list_plans};
+use crate::output::{relative, structured, table, utc, Style};
+use crate::runs;
+
+/// Exit codes of `status -w`.
+pub const EXIT_FAILED: u8 = 1;
+pub const EXIT_CANCELLED: u8 = 2;
+pub const EXIT_TIMEOUT: u8 = 3;
+
+pub fn plans_table(plans: &[UpgradePlan], style: &Style) -> String {
+    let now = Utc::now();
+    let rows: Vec<Vec<String>> = plans
+        .iter()
+        .map(|p| {
+            let s = p.status.clone().unwrap_or_default();
+            let phase = format!("{:?}", s.phase);
+            let next = s
+                .next_run_at
+                .map(|t| format!("{} ({})", relative(t, now), utc(t)))
+                .unwrap_or_else(|| "-".into());
+            let mut row = vec![
+                p.metadata.name.clone().unwrap_or_default(),
+                p.spec.promise_ref.name.clone(),
+                p.spec.upgrade_path.to.clone(),
+                style.state(&phase),
+                if s.active_run_ref.is_empty() {
+                    "-".into()
+                } else {
+                    s.active_run_ref.clone()
+                },
+                s.last_run
+                    .as_ref()
+                    .map(|l| style.state(l.result.as_str()))
+                    .unwrap_or_else(|| "-".into()),
+                next,
+            ];
+            if style.wide {
+                let ready = find_condition(&s.conditions, reasons::READY)
+                    .map(|c| format!("{:?}", c.status))
+                    .unwrap_or_else(|| "-".into());
+                row.extend([p.spec.upgrade_path.from.join(","), p.spec.suspend.to_string(), ready]);
+            }
+            row
+        })
+        .collect();
+    let mut headers = vec![
+        "NAME",
+        "PROMISE",
+        "TO",
+        "PHASE",
+        "ACTIVE RUN",
+        "LAST RESULT",
+        "NEXT RUN",
+    ];
+    if style.wide {
+        headers.extend(["FROM", "SUSPENDED", "READY"]);
+    }
+    if rows.is_empty() {
+        return "No UpgradePlans found.\n".into();
+    }
+    table(style, &headers, &rows)
+}
+
+pub async fn get(client: &Client, g: &Global, plan: Option<&str>, watch: bool, style: &Style) -> anyhow::Result<()> {
+    let show = |plans: Vec<UpgradePlan>| -> anyhow::Result<String> {
+        Ok(match g.output {
+            Output::Json | Output::Yaml => structured(g.output, &plans)?,
+            _ => plans_table(&plans, style),
+        })
+    };
+    let current = match plan {
+        Some(p) => vec![get_plan(client, p).await?],
+        None => list_plans(client).await?,
+    };
+    print!("{}", show(current)?);
+    if !watch {
+        return Ok(());
+    }
+    let api: Api<UpgradePlan> = Api::all(client.clone());
+    let config = match plan {
+        Some(p) => watcher::Config::default().fields(&format!("metadata.name={p}")),
+        None => watcher::Config::default(),
+    };
+    let mut last = String::new();
+    let mut stream = watcher(api.clone(), config).default_backoff().applied_objects().boxed();
+    while let Some(ev) = stream.next().await {
+        ev.map_err(|e| anyhow!("watching upgradeplans: {e}"))?;
+        let plans = match plan {
+            Some(p) => vec![get_plan(client, p).await?],
+            None => list_plans(client).await?,
+        };
+        let text = show(plans)?;
+        if text != last {
+            println!();
+            print!("{text}");
+            std::io::stdout().flush().ok();
+            last = text;
+        }
+    }
+    Ok(())
+}
+
+pub async fn run(client: &Client, plan_name: &str, preview: bool, name: Option<&str>) -> anyhow::Result<()> {
+    let plan = get_plan(client, plan_name).await?;
+    let mut run = UpgradeRun::new(
+        name.unwrap_or_default(),
+        UpgradeRunSpec {
+            upgrade_plan_ref: UpgradePlanRef { name: plan_name.into() },
+            suspend: preview,
+        },
+    );
+    if name.is_none() {
+        run.metadata.name = None;
+        run.metadata.generate_name = Some(format!("{plan_name}-"));
+    }
+    // The plan's labels travel with the run (a controller sharded with --selector sees it).
+    let mut labels = plan.metadata.labels.clone().unwrap_or_default();
+    labels.insert(PLAN_LABEL.into(), plan_name.into());
+    run.metadata.labels = Some(labels);
+    let created = Api::<UpgradeRun>::all(client.clone())
+        .create(&PostParams::default(), &run)
+        .await
+        .map_err(|e| explain_error(e, "create", "upgraderuns", name))?;
+    println!("{}", created.metadata.name.unwrap_or_default());
+    Ok(())
+}
+
+/// `plan/NAME`, `run/NAME`, or a bare name looked up as a plan, then as a run.
+enum Target {
+    Plan(String),
+    Run(String),
+}
+
+async fn resolve(client: &Client, target: &str) -> anyhow::Result<Target> {
+    if let Some(n) = target
+        .strip_prefix("plan/")
+        .or_else(|| target.strip_prefix("upgradeplan/"))
+    {
+        return Ok(Target::Plan(n.into()));
+    }
+    if let Some(n) = target
+        .strip_prefix("run/")
+        .or_else(|| target.strip_prefix("upgraderun/"))
+    {
+        return Ok(Target::Run(n.into()));
+    }
+    let plan = Api::<UpgradePlan>::all(client.clone())
+        .get_opt(target)
+        .await
+        .map_err(|e| explain_error(e, "get", "upgradeplans", Some(target)))?;
+    let run = Api::<UpgradeRun>::all(client.clone())
+        .get_opt(target)
+        .await
+        .map_err(|e| explain_error(e, "get", "upgraderuns", Some(target)))?;
+    match (plan, run) {
+        (Some(_), Some(_)) => {
+            bail!("both an UpgradePlan and an UpgradeRun are named {target:?}: say plan/{target} or run/{target}")
+        }
+        (Some(_), None) => Ok(Target::Plan(target.into())),
+        (None, Some(_)) => Ok(Target::Run(target.into())),
+        (None, None) => bail!("no UpgradePlan or UpgradeRun named {target:?} (kubectl upgradeplan get lists plans)"),
+    }
+}
+
+pub async fn set_suspend(client: &Client, target: &str, suspend: bool) -> anyhow::Result<()> {
+    let patch = Patch::Merge(json!({"spec": {"suspend": suspend}}));
+    let verb = if suspend { "suspended" } else { "resumed" };
+    match resolve(client, target).await? {
+        Target::Plan(n) => {
+            Api::<UpgradePlan>::all(client.clone())
+                .patch(&n, &PatchParams::default(), &patch)
+                .await
+                .map_err(|e| explain_error(e, "patch", "upgradeplans", Some(&n)))?;
+            println!("upgradeplan/{n} {verb}");
+        }
+        Target::Run(n) => {
+            let run = get_run(client, &n).await?;
+            if run.status.as_ref().is_some_and(|s| s.state.is_terminal()) {
+                bail!(
+                    "upgraderun/{n} has finished ({}); nothing to {}",
+                    run.status.map(|s| s.state.as_str()).unwrap_or_default(),
+                    if suspend { "suspend" } else { "resume" }
+                );
+            }
+            if !suspend && run.status.as_ref().is_some_and(|s| s.superseded_by.is_some()) {
+                bail!("upgraderun/{n} was superseded by a newer run and cannot be resumed; start a new run instead");
+            }
+            Api::<UpgradeRun>::all(client.clone())
+                .patch(&n, &PatchParams::default(), &patch)
+                .await
+                .map_err(|e| explain_error(e, "patch", "upgraderuns", Some(&n)))?;
+            println!("upgraderun/{n} {verb}");
+        }
+    }
+    Ok(())
+}
+
+pub async fn cancel(client: &Client, name: &str, yes: bool) -> anyhow::Result<()> {
+    let run = get_run(client, name).await?;
+    let s = run.status.clone().unwrap_or_default();
+    if s.state.is_terminal() {
+        bail!("upgraderun/{name} has already finished ({})", s.state.as_str());
+    }
+    if !yes {
+        if !std::io::stdin().is_terminal() {
+            bail!("refusing to cancel upgraderun/{name} without confirmation: pass --yes");
+        }
+        eprint!(
+            "Cancel upgraderun/{name} ({}, {}/{} upgraded)? Upgrades already started are not rolled back. [y/N] ",
+            s.state.as_str(),
+            s.completed_resources,
+            s.total_resources
+        );
+        let mut answer = String::new();
+        std::io::stdin().read_line(&mut answer)?;
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            bail!("not cancelled");
+        }
+    }
+    Api::<UpgradeRun>::all(client.clone())
+        .delete(name, &DeleteParams::default())
+        .await
+        .map_err(|e| explain_error(e, "delete", "upgraderuns", Some(name)))?;
+    println!("upgraderun/{name} cancelled");
+    Ok(())
+}
+
+/// Renders a run's status now.
+async fn render_status(client: &Client, g: &Global, run: &UpgradeRun, style: &Style) -> anyhow::Result<String> {
+    let frozen = runs::load_frozen(client, &g.snapshot_namespace, run).await?;
+    let (live, revision) = match &frozen {
+        Some(f) => (
+            runs::live_bindings(client, &f.plan.promise_ref.name).await?,
+            runs::revision_exists(client, &f.plan.promise_ref.name, &f.plan.upgrade_path.to).await?,
+        ),
+        None => (Default::default(), true),
+    };
+    let (json, text) = runs::status(run, frozen.as_ref(), &live, revision, Utc::now(), style);
+    Ok(match g.output {
+        Output::Json | Output::Yaml => structured(g.output, &json)?,
+        _ => text,
+    })
+}
+
+/// `status`: returns the exit code.
+pub async fn status(
+    client: &Client,
+    g: &Global,
+    name: &str,
+    watch: bool,
+    timeout: Option<Duration>,
+    style: &Style,
+) -> anyhow::Result<u8> {
+    let run = get_run(client, name).await?;
+    let mut last = render_status(client, g, &run, style).await?;
+    print!("{last}");
+    if !watch {
+        return Ok(0);
+    }
+    let exit_code = |r: &UpgradeRun| match r.status.as_ref().map(|s| s.state) {
+        Some(RunState::Completed) => Some(0),
+        Some(RunState::Failed) => Some(EXIT_FAILED),
+        Some(RunState::Cancelled) => Some(EXIT_CANCELLED),
+        _ => None,
+    };
+    if let Some(code) = exit_code(&run) {
+        return Ok(code);
+    }
+    let follow = async {
+        let api: Api<UpgradeRun> = Api::all(client.clone());
+        let mut stream = watcher(api, watcher::Config::default().fields(&format!("metadata.name={name}")))
+            .default_backoff()
+            .boxed();
+        // Bindings move between run status writes: redraw on a tick as well.
+        let mut tick = tokio::time::interval(Duration::from_secs(2));
+        loop {
+            let current = tokio::select! {
+                ev = stream.next() => match ev {
+                    Some(Ok(watcher::Event::Delete(_))) => return Ok(EXIT_CANCELLED),
+                    Some(Ok(watcher::Event::Apply(r) | watcher::Event::InitApply(r))) => r,
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => return Err(anyhow!("watching upgraderun/{name}: {e}")),
+                    None => return Err(anyhow!("the watch of upgraderun/{name} ended")),
+                },
+                _ = tick.tick() => match Api::<UpgradeRun>::all(client.clone()).get_opt(name).await? {
+                    Some(r) => r,
+                    None => return Ok(EXIT_CANCELLED),
+                },
+            };
+            let text = render_status(client, g, &current, style).await?;
+            if text != last {
+                println!();
+                print!("{text}");
+                std::io::stdout().flush().ok();
+                last = text;
+            }
+            if let Some(code) = exit_code(&current) {
+                return Ok(code);
+            }
+        }
+    };
+    match timeout {
+        Some(t) => match tokio::time::timeout(t, follow).await {
+            Ok(r) => r,
+            Err(_) => {
+                eprintln!("timed out after {t:?} waiting for upgraderun/{name} to finish");
+                Ok(EXIT_TIMEOUT)
+            }
+        },
+        None => follow.await,
+    }
+}
+
+pub async fn version(g: &Global) -> anyhow::Result<()> {
+    println!("kubectl-upgradeplan {}", env!("CARGO_PKG_VERSION"));
+    match crate::client::connect(g).await {
+        Ok(c) => match c.apiserver_version().await {
+            Ok(v) => println!("server {}", v.git_version),
+            Err(e) => println!("server unreachable: {e}"),
+        },
+        Err(e) => println!("server unknown: {e}"),
+    }
+    Ok(())
+}

@@ -1,0 +1,333 @@
+//! The plugin's offline views: golden text (stable with --now, --no-color and a fixed TZ), the
+//! JSON contracts of spec §10, exit codes, bad input, completion and help.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const PLUGIN: &str = env!("CARGO_BIN_EXE_kubectl-upgradeplan");
+const COMPLETE: &str = env!("CARGO_BIN_EXE_kubectl_complete-upgradeplan");
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+}
+
+fn fixture(name: &str) -> String {
+    root().join("tests/fixtures").join(name).display().to_string()
+}
+
+fn plugin(args: &[&str]) -> Output {
+    Command::new(PLUGIN)
+        .args(args)
+        .env("TZ", "America/New_York")
+        .env("NO_COLOR", "1")
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+/// Compares with `tests/golden/<name>`; `UPDATE_GOLDEN=1` rewrites it.
+fn golden(name: &str, actual: &str) {
+    let path = root().join("tests/golden").join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(expected == actual, "{name} differs (UPDATE_GOLDEN=1 cargo test -p kubectl-upgradeplan to accept):\n--- expected\n{expected}\n--- actual\n{actual}");
+}
+
+const NOW: &str = "2026-03-27T12:00:00Z";
+
+#[test]
+fn explain_golden() {
+    let seed = root().join("../examples/plans/seed.yaml").display().to_string();
+    let o = plugin(&["explain", "-f", &seed, "--now", "2026-04-30T12:00:00Z"]);
+    assert!(o.status.success(), "{o:?}");
+    golden("explain-seed.txt", &stdout(&o));
+    let o = plugin(&[
+        "explain",
+        "-f",
+        &fixture("three-groups.yaml"),
+        "--bindings",
+        &fixture("bindings.json"),
+        "--now",
+        NOW,
+        "--runs",
+        "3",
+    ]);
+    assert!(o.status.success());
+    golden("explain-three-groups.txt", &stdout(&o));
+}
+
+#[test]
+fn explain_is_a_lint_exit_1_on_an_invalid_plan() {
+    let o = plugin(&["explain", "-f", &fixture("invalid-plan.yaml"), "--now", NOW]);
+    assert_eq!(o.status.code(), Some(1));
+    golden("explain-invalid.txt", &stdout(&o));
+}
+
+#[test]
+fn match_golden() {
+    let o = plugin(&[
+        "match",
+        "-f",
+        &fixture("three-groups.yaml"),
+        "--bindings",
+        &fixture("bindings.json"),
+        "--now",
+        NOW,
+        "--resource",
+        "team-b/queue",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    golden("match-three-groups.txt", &stdout(&o));
+    let o = plugin(&[
+        "match",
+        "-f",
+        &fixture("three-groups.yaml"),
+        "--bindings",
+        &fixture("bindings.json"),
+        "--now",
+        NOW,
+        "--resource",
+        "team-c/old",
+    ]);
+    assert!(
+        stdout(&o)
+            .contains("team-c/old would not be upgraded: not eligible: version v0.9.0 is not in upgradePath.from"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+fn keys(v: &Value) -> Vec<&str> {
+    let mut k: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    k.sort();
+    k
+}
+
+#[test]
+fn explain_json_contract() {
+    let o = plugin(&[
+        "explain",
+        "-f",
+        &fixture("three-groups.yaml"),
+        "--now",
+        NOW,
+        "--runs",
+        "2",
+        "-o",
+        "json",
+    ]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    for k in ["plan", "valid", "problems", "nextRuns", "groups"] {
+        assert!(v.get(k).is_some(), "missing {k}");
+    }
+    assert_eq!(v["plan"], "redis-v1-to-v2");
+    assert_eq!(v["valid"], true);
+    assert_eq!(
+        v["nextRuns"],
+        serde_json::json!(["2026-03-28T01:30:00Z", "2026-03-29T01:00:00Z"])
+    );
+    let eu = &v["groups"][1];
+    assert_eq!(eu["name"], "eu");
+    assert_eq!(keys(&eu["window"]), vec!["nextClose", "nextOpen", "open"]);
+    assert_eq!(eu["window"]["open"], false);
+    assert_eq!(eu["window"]["nextOpen"], "2026-03-27T22:00:00Z");
+    assert_eq!(
+        v["groups"][0]["window"],
+        serde_json::json!({"open": true, "nextOpen": null, "nextClose": null})
+    );
+
+    let o = plugin(&[
+        "explain",
+        "-f",
+        &fixture("invalid-plan.yaml"),
+        "--now",
+        NOW,
+        "-o",
+        "json",
+    ]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["valid"], false);
+    assert_eq!(keys(&v["problems"][0]), vec!["field", "message"]);
+    assert_eq!(v["problems"][0]["field"], "spec.upgradePath.from[1]");
+}
+
+#[test]
+fn match_json_contract() {
+    let o = plugin(&[
+        "match",
+        "-f",
+        &fixture("three-groups.yaml"),
+        "--bindings",
+        &fixture("bindings.json"),
+        "--now",
+        NOW,
+        "-o",
+        "json",
+    ]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["plan"].as_str(), v["promise"].as_str(), v["to"].as_str()),
+        (Some("redis-v1-to-v2"), Some("redis"), Some("v2.0.0"))
+    );
+    let dev = &v["groups"][0];
+    assert_eq!(keys(dev), vec!["maxConcurrent", "name", "resources"]);
+    assert_eq!(dev["maxConcurrent"], 1, "50% of 3, rounded down");
+    assert_eq!(
+        keys(&dev["resources"][0]),
+        vec!["binding", "name", "namespace", "version"]
+    );
+    assert_eq!(v["groups"][2]["maxConcurrent"], Value::Null, "no limit");
+    let ineligible = v["ineligible"].as_array().unwrap();
+    assert_eq!(ineligible.len(), 4);
+    assert_eq!(
+        keys(&ineligible[0]),
+        vec!["binding", "name", "namespace", "reason", "version"]
+    );
+    assert!(v["unassigned"].as_array().unwrap().is_empty());
+    // YAML output carries the same document.
+    let y = plugin(&[
+        "match",
+        "-f",
+        &fixture("three-groups.yaml"),
+        "--bindings",
+        &fixture("bindings.json"),
+        "--now",
+        NOW,
+        "-o",
+        "yaml",
+    ]);
+    let from_yaml: Value = serde_saphyr::from_str(&stdout(&y)).unwrap();
+    assert_eq!(from_yaml, v);
+}
+
+#[test]
+fn bad_input_gets_a_message_that_names_the_file() {
+    let o = plugin(&["explain", "-f", "/nonexistent/plan.yaml"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("reading /nonexistent/plan.yaml"),
+        "{o:?}"
+    );
+    let o = plugin(&[
+        "match",
+        "-f",
+        &fixture("three-groups.yaml"),
+        "--bindings",
+        &fixture("three-groups.yaml"),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(err.contains("expected a ResourceBinding or a List of them"), "{err}");
+    let o = plugin(&["explain", "-f", &fixture("bindings.json")]);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("expected kind UpgradePlan"),
+        "{o:?}"
+    );
+    let o = plugin(&[
+        "match",
+        "-f",
+        &fixture("three-groups.yaml"),
+        "--bindings",
+        &fixture("bindings.json"),
+        "--resource",
+        "no-slash",
+    ]);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--resource takes NAMESPACE/NAME"),
+        "{o:?}"
+    );
+}
+
+#[test]
+fn help_reads_like_kubectl() {
+    let o = plugin(&["--help"]);
+    let h = stdout(&o);
+    assert!(h.contains("Usage: kubectl upgradeplan"), "{h}");
+    for (view, flags) in [
+        (
+            "explain",
+            &[
+                "--filename",
+                "--now",
+                "--runs",
+                "--bindings",
+                "--output",
+                "--no-color",
+                "--kubeconfig",
+                "--context",
+                "--request-timeout",
+            ][..],
+        ),
+        (
+            "match",
+            &[
+                "--resource",
+                "--bindings",
+                "--now",
+                "--namespace",
+                "--all-namespaces",
+                "--no-headers",
+            ][..],
+        ),
+        ("history", &["--limit"][..]),
+        ("status", &["--watch", "--timeout"][..]),
+        ("cancel", &["--yes"][..]),
+        ("run", &["--preview", "--name"][..]),
+    ] {
+        let h = stdout(&plugin(&[view, "--help"]));
+        assert!(h.contains(&format!("Usage: kubectl upgradeplan {view}")), "{h}");
+        for f in flags {
+            assert!(h.contains(f), "{view} --help lacks {f}");
+        }
+    }
+}
+
+#[test]
+fn completion_scripts_and_the_completion_executable() {
+    for shell in ["bash", "zsh", "fish"] {
+        let o = plugin(&["completion", shell]);
+        assert!(
+            o.status.success() && stdout(&o).contains("kubectl-upgradeplan"),
+            "{shell}"
+        );
+    }
+    // As kubectl ≥ 1.26 calls it: the words after `kubectl upgradeplan`, the last being completed.
+    let run = |args: &[&str]| {
+        let o = Command::new(COMPLETE)
+            .args(args)
+            .env("KUBECONFIG", "/nonexistent")
+            .output()
+            .unwrap();
+        stdout(&o).lines().map(str::to_string).collect::<Vec<_>>()
+    };
+    let top = run(&[""]);
+    assert_eq!(top.last().unwrap(), ":4");
+    for c in [
+        "explain",
+        "match",
+        "history",
+        "get",
+        "run",
+        "status",
+        "suspend",
+        "resume",
+        "cancel",
+        "completion",
+        "version",
+    ] {
+        assert!(top.contains(&c.to_string()), "{c} missing from {top:?}");
+    }
+    assert_eq!(run(&["st"]), vec!["status".to_string(), ":4".to_string()]);
+    assert_eq!(run(&["explain", "-o", "j"]), vec!["json".to_string(), ":4".to_string()]);
+    assert_eq!(run(&["explain", "-f", ""]), vec![":0".to_string()], "files for -f");
+    assert!(run(&["match", "--res"]).contains(&"--resource".to_string()));
+}
