@@ -1,0 +1,304 @@
+//! kubectl-upgradeplan against the real control plane, with the controller and kratix-sim.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use upgradeplan::api::RunState;
+use upgradeplan_e2e::harness::{workspace_bin, TestEnv};
+
+const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
+const WAIT: Duration = Duration::from_secs(90);
+
+struct Out {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+async fn plugin_with(env_kubeconfig: Option<&str>, args: &[&str]) -> Out {
+    let mut cmd = tokio::process::Command::new(workspace_bin("kubectl-upgradeplan").unwrap());
+    cmd.args(args).env("NO_COLOR", "1").stdin(std::process::Stdio::null());
+    if let Some(k) = env_kubeconfig {
+        cmd.env("KUBECONFIG", k);
+    }
+    let o = cmd.output().await.unwrap();
+    Out {
+        code: o.status.code(),
+        stdout: String::from_utf8_lossy(&o.stdout).into(),
+        stderr: String::from_utf8_lossy(&o.stderr).into(),
+    }
+}
+
+async fn plugin(args: &[&str]) -> Out {
+    plugin_with(None, args).await
+}
+
+fn plan_spec(to: &str) -> Value {
+    json!({
+        "upgradePath": {"from": ["/v[0-9]\\.0\\.0/"], "to": to},
+        "rolloutGroups": [
+            {"name": "dev", "selectors": {"matchLabels": {"env": "dev"}}, "maxConcurrent": 1},
+            {"name": "prod", "selectors": {"matchAll": true}}
+        ]
+    })
+}
+
+#[tokio::test]
+async fn every_verb_against_a_live_cluster() {
+    let mut env = TestEnv::new("plugin").await.unwrap();
+    env.promise_with_revisions(&["v1.0.0", "v2.0.0", "v3.0.0", "v4.0.0"], "v4.0.0")
+        .await
+        .unwrap();
+    let ns = env.namespace("apps").await.unwrap();
+    for (name, group) in [("d0", "dev"), ("d1", "dev"), ("p0", "prod"), ("p1", "prod")] {
+        env.binding(&ns, name, &[("env", group)], "v1.0.0", Some("v1.0.0"))
+            .await
+            .unwrap();
+    }
+    env.start_sim(SIM, &["--delay", "300ms"]).unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
+    let snap = env.snapshot_namespace();
+    let plan = env.create_plan("to-v2", plan_spec("v2.0.0")).await.unwrap();
+    env.wait_plan(&plan, WAIT, "status", |p| p.status.is_some())
+        .await
+        .unwrap();
+
+    // get, explain and match, live.
+    let get = plugin(&["get", &plan]).await;
+    assert_eq!(get.code, Some(0), "{}", get.stderr);
+    assert!(
+        get.stdout.starts_with("NAME") && get.stdout.contains(&plan) && get.stdout.contains("Available"),
+        "{}",
+        get.stdout
+    );
+    let explain = plugin(&["explain", &plan]).await;
+    assert_eq!(explain.code, Some(0), "{}", explain.stderr);
+    assert!(explain.stdout.contains("1 (of 2 resources now)"), "{}", explain.stdout);
+    let m: Value = serde_json::from_str(&plugin(&["match", &plan, "-o", "json"]).await.stdout).unwrap();
+    assert_eq!(m["groups"][0]["resources"].as_array().unwrap().len(), 2);
+    assert_eq!(m["groups"][1]["resources"].as_array().unwrap().len(), 2);
+    let mine = plugin(&["match", &plan, "--resource", &format!("{ns}/p1")]).await;
+    assert!(
+        mine.stdout.contains(&format!(
+            "{ns}/p1 is in group prod (2 of 2), position 2 of 2; its window is open now."
+        )),
+        "{}",
+        mine.stdout
+    );
+
+    // run + status -w: completed → exit 0.
+    let run = plugin(&["run", &plan]).await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let run_name = run.stdout.trim().to_string();
+    assert!(run_name.starts_with(&format!("{plan}-")), "{run_name}");
+    let status = plugin(&[
+        "status",
+        &run_name,
+        "-w",
+        "--timeout",
+        "90s",
+        "--snapshot-namespace",
+        &snap,
+    ])
+    .await;
+    assert_eq!(
+        status.code,
+        Some(0),
+        "completed run: {}\n{}\n{}",
+        status.stdout,
+        status.stderr,
+        controller.log_text()
+    );
+    assert!(status.stdout.contains("Completed"), "{}", status.stdout);
+
+    // history: the plan's runs, and one run's resources.
+    let h = plugin(&["history", &plan]).await;
+    assert!(
+        h.stdout.contains(&run_name)
+            && h.stdout.contains("manual")
+            && h.stdout.contains("Completed")
+            && h.stdout.contains("4/4"),
+        "{}",
+        h.stdout
+    );
+    let detail: Value = serde_json::from_str(
+        &plugin(&["history", &plan, &run_name, "-o", "json", "--snapshot-namespace", &snap])
+            .await
+            .stdout,
+    )
+    .unwrap();
+    let outcomes: Vec<&str> = detail
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, vec!["Succeeded"; 4]);
+
+    // A failing resource: status -w exits 1; history shows which resource failed and why.
+    env.patch_binding(
+        &ns,
+        &format!("d0-{}", env.promise),
+        json!({"metadata": {"annotations": {"kratix-sim/fail-version": "v3.0.0"}}}),
+    )
+    .await
+    .unwrap();
+    let plan3 = env.create_plan("to-v3", plan_spec("v3.0.0")).await.unwrap();
+    env.wait_plan(&plan3, WAIT, "status", |p| p.status.is_some())
+        .await
+        .unwrap();
+    let run3 = plugin(&["run", &plan3, "--name", &format!("{plan3}-one")])
+        .await
+        .stdout
+        .trim()
+        .to_string();
+    let status = plugin(&["status", &run3, "-w", "--timeout", "90s", "--snapshot-namespace", &snap]).await;
+    assert_eq!(status.code, Some(1), "failed run: {}\n{}", status.stdout, status.stderr);
+    let detail = plugin(&["history", &plan3, &run3, "--snapshot-namespace", &snap]).await;
+    assert!(
+        detail.stdout.lines().any(|l| l.contains(&format!("{ns}/d0"))
+            && l.contains("Failed")
+            && l.contains("workflow failed: simulated")),
+        "{}",
+        detail.stdout
+    );
+    let h = plugin(&["history", &plan3, "-o", "wide"]).await;
+    assert!(
+        h.stdout.contains("ResourceUpgradeFailed")
+            && h.stdout.contains("1 resource(s) failed to upgrade in rollout group"),
+        "{}",
+        h.stdout
+    );
+
+    // suspend / resume a plan.
+    assert!(plugin(&["suspend", &format!("plan/{plan}")])
+        .await
+        .stdout
+        .contains("suspended"));
+    assert!(env.plans().get(&plan).await.unwrap().spec.suspend);
+    assert!(plugin(&["resume", &plan]).await.stdout.contains("resumed"));
+    assert!(!env.plans().get(&plan).await.unwrap().spec.suspend);
+
+    // A preview: status explains it; cancel needs --yes off a terminal; status -w exits 2.
+    let plan4 = env.create_plan("to-v4", plan_spec("v4.0.0")).await.unwrap();
+    env.wait_plan(&plan4, WAIT, "status", |p| p.status.is_some())
+        .await
+        .unwrap();
+    let preview = plugin(&["run", &plan4, "--preview"]).await.stdout.trim().to_string();
+    env.wait_run(&preview, WAIT, "snapshot", |r| {
+        r.status.as_ref().is_some_and(|s| s.state == RunState::InProgress)
+    })
+    .await
+    .unwrap();
+    let s = plugin(&["status", &preview, "--snapshot-namespace", &snap]).await;
+    assert!(
+        s.stdout.contains("Waiting: preview: nothing is patched until resumed"),
+        "{}",
+        s.stdout
+    );
+    let watcher = tokio::spawn({
+        let (preview, snap) = (preview.clone(), snap.clone());
+        async move {
+            plugin(&[
+                "status",
+                &preview,
+                "-w",
+                "--timeout",
+                "60s",
+                "--snapshot-namespace",
+                &snap,
+            ])
+            .await
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let refused = plugin(&["cancel", &preview]).await;
+    assert_eq!(refused.code, Some(1));
+    assert!(refused.stderr.contains("pass --yes"), "{}", refused.stderr);
+    assert!(plugin(&["cancel", &preview, "--yes"])
+        .await
+        .stdout
+        .contains("cancelled"));
+    let watched = watcher.await.unwrap();
+    assert_eq!(
+        watched.code,
+        Some(2),
+        "cancelled run: {}\n{}",
+        watched.stdout,
+        watched.stderr
+    );
+
+    // A timeout: status -w on a suspended preview gives up with 3.
+    let stuck = plugin(&["run", &plan4, "--preview"]).await.stdout.trim().to_string();
+    let t = plugin(&["status", &stuck, "-w", "--timeout", "2s", "--snapshot-namespace", &snap]).await;
+    assert_eq!(t.code, Some(3), "{}", t.stderr);
+    // Resuming the preview rolls it out.
+    assert!(plugin(&["resume", &format!("run/{stuck}")])
+        .await
+        .stdout
+        .contains("resumed"));
+    let done = plugin(&[
+        "status",
+        &stuck,
+        "-w",
+        "--timeout",
+        "90s",
+        "--snapshot-namespace",
+        &snap,
+    ])
+    .await;
+    assert_eq!(
+        done.code,
+        Some(0),
+        "the resumed preview completes (d0 fails only v3): {}\n{}",
+        done.stdout,
+        done.stderr
+    );
+
+    // Completion through the kubectl protocol, with live names.
+    let complete = tokio::process::Command::new(workspace_bin("kubectl_complete-upgradeplan").unwrap())
+        .args(["status", &format!("{}-to-v3", env.id)])
+        .output()
+        .await
+        .unwrap();
+    let lines: Vec<String> = String::from_utf8_lossy(&complete.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(lines, vec![run3.clone(), ":4".to_string()]);
+    let plans = tokio::process::Command::new(workspace_bin("kubectl_complete-upgradeplan").unwrap())
+        .args(["explain", &env.id])
+        .output()
+        .await
+        .unwrap();
+    let plans = String::from_utf8_lossy(&plans.stdout).to_string();
+    assert!(
+        plans.contains(&plan) && plans.contains(&plan3) && plans.contains(&plan4),
+        "{plans}"
+    );
+
+    // Errors that say what to do.
+    let missing = plugin(&["get", "no-such-plan"]).await;
+    assert_eq!(missing.code, Some(1));
+    assert!(
+        missing.stderr.contains("upgradeplans \"no-such-plan\" not found"),
+        "{}",
+        missing.stderr
+    );
+    let no_rights = std::env::var("TESTENV_NO_RIGHTS_KUBECONFIG").unwrap();
+    let denied = plugin_with(Some(&no_rights), &["get"]).await;
+    assert_eq!(denied.code, Some(1));
+    assert!(
+        denied.stderr.contains("forbidden: you may not list upgradeplans"),
+        "{}",
+        denied.stderr
+    );
+    let version = plugin(&["version"]).await;
+    assert!(
+        version.stdout.contains("kubectl-upgradeplan 0.1.0") && version.stdout.contains("server v1.20"),
+        "{}",
+        version.stdout
+    );
+    env.teardown().await.unwrap();
+}
