@@ -7,7 +7,7 @@ export TESTENV_DIR ?= /tmp/upgradeplan-testenv
 export TESTENV_API_PORT ?= 16443
 export TESTENV_ETCD_PORT ?= 12379
 
-.PHONY: help demo demo-stop test check unit integration cluster-install cluster-start cluster-stop crds build deps
+.PHONY: help release demo demo-stop test check unit integration cluster-install cluster-start cluster-stop crds build deps
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -52,5 +52,8 @@ demo: deps cluster-install ## a local control plane, kratix-sim, the controller,
 
 demo-stop: ## stop everything `make demo` started
 	scripts/demo.sh stop
+
+release: ## the plugin's release archive for this machine (dist/), its sha256, written into krew/upgradeplan.yaml
+	scripts/release.sh $(TARGET)
 
 test: check unit integration ## everything: format, lints, unit and integration tests
