@@ -7,7 +7,7 @@ export TESTENV_DIR ?= /tmp/upgradeplan-testenv
 export TESTENV_API_PORT ?= 16443
 export TESTENV_ETCD_PORT ?= 12379
 
-.PHONY: help release demo demo-stop test check unit integration cluster-install cluster-start cluster-stop crds build deps
+.PHONY: help release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -30,6 +30,10 @@ check: deps ## formatting and lints
 unit: deps ## tests that need no cluster (engine tables, CRD freshness, CEL rules)
 	$(CARGO) test --workspace --locked --exclude upgradeplan-e2e
 	$(CARGO) test --locked -p upgradeplan-e2e --lib
+
+monitoring: cluster-install ## promtool: the alert rules are valid and their unit tests pass
+	promtool check rules deploy/monitoring/rules.yaml
+	cd deploy/monitoring && promtool test rules rules.test.yaml
 
 cluster-install: ## get etcd, kube-apiserver, kube-controller-manager (cached; builds once, ~10 min)
 	tests/cluster.sh install
@@ -56,4 +60,4 @@ demo-stop: ## stop everything `make demo` started
 release: ## the plugin's release archive for this machine (dist/), its sha256, written into krew/upgradeplan.yaml
 	scripts/release.sh $(TARGET)
 
-test: check unit integration ## everything: format, lints, unit and integration tests
+test: check unit monitoring integration ## everything: format, lints, unit, rule and integration tests

@@ -2,7 +2,7 @@
 # tests/cluster.sh — a real Kubernetes control plane (etcd + kube-apiserver + kube-controller-manager)
 # on loopback, for upgradeplan's integration tests and `make demo`.
 #
-#   tests/cluster.sh install          # get the binaries (cached; idempotent)
+#   tests/cluster.sh install          # get the binaries (cached; idempotent), and Debian's prometheus
 #   eval "$(tests/cluster.sh start)"  # start, wait for readiness, print export lines
 #   tests/cluster.sh stop             # stop exactly the processes `start` started (by PID)
 #   tests/cluster.sh env              # print the export lines again
@@ -55,6 +55,8 @@ adopt() { # name path
 cmd_install() {
   apt_install openssl curl ca-certificates
   command -v kubectl >/dev/null || apt_install kubernetes-client
+  # promtool (rule tests) and a real Prometheus server (scrape and alert tests).
+  command -v promtool >/dev/null && command -v prometheus >/dev/null || apt_install prometheus
   mkdir -p "$BIN"
   local t
   for t in etcd kube-apiserver kube-controller-manager; do

@@ -66,6 +66,9 @@ pub struct Ctx {
     pub synced: Synced,
     /// Snapshots by run UID: they never change once written.
     pub frozen: Mutex<HashMap<String, Arc<Frozen>>>,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// When this process started each resource's upgrade: (run UID, namespace/binding).
+    pub started: Mutex<HashMap<(String, String), chrono::DateTime<chrono::Utc>>>,
     /// (run UID, event reason, binding) already reported, so per-resource events are not repeated
     /// on every reconcile. Lost on restart, which at worst repeats an event.
     pub reported: Mutex<HashSet<(String, &'static str, String)>>,
@@ -114,6 +117,14 @@ impl Ctx {
         }
     }
 
+    /// True the first time `(run, kind, key)` is seen (per process).
+    pub fn first_time(&self, run: &UpgradeRun, kind: &'static str, key: String) -> bool {
+        self.reported
+            .lock()
+            .map(|mut seen| seen.insert((run.uid().unwrap_or_default(), kind, key)))
+            .unwrap_or(true)
+    }
+
     /// Reports a per-resource event once per run.
     pub async fn event_once(
         &self,
@@ -123,9 +134,7 @@ impl Ctx {
         binding: String,
         note: String,
     ) {
-        let key = (run.uid().unwrap_or_default(), reason, binding);
-        let first = self.reported.lock().map(|mut seen| seen.insert(key)).unwrap_or(true);
-        if first {
+        if self.first_time(run, reason, binding) {
             self.event(run, type_, reason, note).await;
         }
     }
@@ -137,6 +146,9 @@ impl Ctx {
         }
         if let Ok(mut r) = self.reported.lock() {
             r.retain(|(u, _, _)| u != uid);
+        }
+        if let Ok(mut s) = self.started.lock() {
+            s.retain(|(u, _), _| u != uid);
         }
     }
 }

@@ -1,4 +1,4 @@
-//! `/healthz` and `/readyz` on the health address.
+//! `/healthz` and `/readyz` on the health address; `/metrics` on the metrics address.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -13,10 +13,11 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-/// Readiness, flipped to false first on shutdown.
+/// Readiness (flipped to false first on shutdown) and the metrics to expose.
 #[derive(Default)]
 pub struct Health {
     pub ready: AtomicBool,
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 fn respond(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
@@ -30,6 +31,15 @@ async fn handle(req: Request<Incoming>, health: Arc<Health>) -> Result<Response<
         "/healthz" | "/livez" => respond(StatusCode::OK, "ok\n"),
         "/readyz" if health.ready.load(Ordering::SeqCst) => respond(StatusCode::OK, "ok\n"),
         "/readyz" => respond(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
+        "/metrics" if health.metrics.is_some() => {
+            let body = health.metrics.as_ref().map(|m| m.render()).unwrap_or_default();
+            let mut r = Response::new(Full::new(Bytes::from(body)));
+            r.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            r
+        }
         _ => respond(StatusCode::NOT_FOUND, "not found\n"),
     })
 }

@@ -5,6 +5,7 @@ mod error;
 mod events;
 mod http;
 mod leader;
+mod metrics;
 mod plan;
 mod run;
 mod watch;
@@ -205,11 +206,29 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let version = client.apiserver_version().await.context("reaching the API server")?;
     tracing::info!(server = %version.git_version, version = env!("CARGO_PKG_VERSION"), "upgradeplan-controller starting");
 
+    let metrics = Arc::new(metrics::Metrics::new());
     let health = Arc::new(http::Health::default());
     let bound = http::serve(cli.health_addr, health.clone())
         .await
         .with_context(|| format!("binding --health-addr {}", cli.health_addr))?;
     tracing::info!(%bound, "serving /healthz and /readyz");
+    let exposition = Arc::new(http::Health {
+        ready: Default::default(),
+        metrics: Some(metrics.clone()),
+    });
+    let bound = http::serve(cli.metrics_addr, exposition)
+        .await
+        .with_context(|| format!("binding --metrics-addr {}", cli.metrics_addr))?;
+    tracing::info!(%bound, "serving /metrics");
+    let lease_name = if cli.leader_elect {
+        cli.leader_election_id.clone()
+    } else {
+        "none".to_string()
+    };
+    metrics
+        .leader
+        .with_label_values(&[&lease_name])
+        .set(i64::from(!cli.leader_elect));
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     {
@@ -250,6 +269,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             _ = elector.acquire() => tracing::info!("leading"),
             _ = stopped() => return Ok(()),
         }
+        metrics.leader.with_label_values(&[&lease_name]).set(1);
     }
 
     let lost = async {
@@ -258,7 +278,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             None => std::future::pending().await,
         }
     };
-    let controllers = run_controllers(client.clone(), &cli, stopped.clone());
+    let controllers = run_controllers(client.clone(), &cli, metrics.clone(), stopped.clone());
     // Reconciles in flight finish; but a controller still waiting for its first cache sync
     // does not observe shutdown, so the process leaves after a grace period regardless.
     let grace = async {
@@ -272,6 +292,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         _ = lost => true,
     };
     health.ready.store(false, Ordering::SeqCst);
+    metrics.leader.with_label_values(&[&lease_name]).set(0);
     if let Some(elector) = &elector {
         if !lost_leadership {
             elector.release().await;
@@ -284,7 +305,30 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run_controllers<F, Fut>(client: Client, cli: &Cli, stopped: F)
+/// Runs one reconcile and records controller-runtime's metrics for it.
+async fn timed(
+    controller: &'static str,
+    metrics: Arc<metrics::Metrics>,
+    reconcile: impl std::future::Future<Output = Result<kube::runtime::controller::Action, error::Error>>,
+) -> Result<kube::runtime::controller::Action, error::Error> {
+    let depth = metrics.workqueue_depth.with_label_values(&[controller]);
+    depth.inc();
+    let started = std::time::Instant::now();
+    let result = reconcile.await;
+    depth.dec();
+    metrics
+        .reconcile_time
+        .with_label_values(&[controller])
+        .observe(started.elapsed().as_secs_f64());
+    let label = if result.is_ok() { "success" } else { "error" };
+    metrics.reconcile_total.with_label_values(&[controller, label]).inc();
+    if result.is_err() {
+        metrics.reconcile_errors_total.with_label_values(&[controller]).inc();
+    }
+    result
+}
+
+async fn run_controllers<F, Fut>(client: Client, cli: &Cli, metrics: Arc<metrics::Metrics>, stopped: F)
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = ()> + Send + Sync + 'static,
@@ -330,6 +374,8 @@ where
         revisions: revisions.clone(),
         promises: promises.clone(),
         synced,
+        metrics: metrics.clone(),
+        started: Default::default(),
         frozen: Default::default(),
         reported: Default::default(),
     });
@@ -392,7 +438,11 @@ where
             plan_to_runs,
         )
         .graceful_shutdown_on(stopped())
-        .run(run::reconcile, run::error_policy, ctx.clone())
+        .run(
+            |run, ctx: Arc<Ctx>| timed("upgraderun", ctx.metrics.clone(), run::reconcile(run, ctx)),
+            run::error_policy,
+            ctx.clone(),
+        )
         .for_each(|_| futures::future::ready(()));
 
     let run_to_plan = {
@@ -422,9 +472,30 @@ where
         )
         .watches_stream(promise_stream, promise_to_plans)
         .graceful_shutdown_on(stopped())
-        .run(plan::reconcile, plan::error_policy, ctx.clone())
+        .run(
+            |plan, ctx: Arc<Ctx>| timed("upgradeplan", ctx.metrics.clone(), plan::reconcile(plan, ctx)),
+            plan::error_policy,
+            ctx.clone(),
+        )
         .for_each(|_| futures::future::ready(()));
 
+    // Gauges of plans deleted since (deletions reach no reconcile) are dropped here.
+    let sweep = {
+        let (plans, ctx) = (plans.clone(), ctx.clone());
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(15));
+            loop {
+                tick.tick().await;
+                if ctx.synced.all() {
+                    ctx.metrics
+                        .retain_plans(&plans.state().iter().map(|p| p.name_any()).collect());
+                }
+            }
+        }
+    };
     tracing::info!(snapshot_namespace = %cli.snapshot_namespace, "controllers running");
-    tokio::join!(run_controller, plan_controller);
+    tokio::select! {
+        _ = async { tokio::join!(run_controller, plan_controller) } => {}
+        _ = sweep => {}
+    }
 }

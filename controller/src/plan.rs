@@ -142,6 +142,7 @@ pub async fn reconcile(plan: Arc<UpgradePlan>, ctx: Arc<Ctx>) -> Result<Action> 
     if status != previous {
         apply_status::<UpgradePlan>(&ctx.client, &name, &status).await?;
     }
+    let window_change = record_metrics(&ctx, &plan, &status, problems.is_empty(), now);
     if became_invalid {
         ctx.event(&*plan, EventType::Warning, reasons::INVALID_SPEC, ready.message.clone())
             .await;
@@ -158,11 +159,98 @@ pub async fn reconcile(plan: Arc<UpgradePlan>, ctx: Arc<Ctx>) -> Result<Action> 
         )
         .await;
     }
-    Ok(match status.next_run_at {
-        // Wake exactly at the next trigger; watches bring everything else.
+    // Wake exactly at the next trigger or window boundary (the window gauges stay true);
+    // watches bring everything else.
+    Ok(match status.next_run_at.into_iter().chain(window_change).min() {
         Some(next) => Action::requeue((next - Utc::now()).to_std().unwrap_or_default()),
         None => Action::await_change(),
     })
+}
+
+/// Writes the plan's gauges; returns the next instant a group's gate changes.
+fn record_metrics(
+    ctx: &Ctx,
+    plan: &UpgradePlan,
+    status: &UpgradePlanStatus,
+    valid: bool,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    use upgradeplan::engine::concurrency::Limit;
+    use upgradeplan::engine::window::Gate;
+    let spec = &plan.spec;
+    // Percentages resolve against the group's current membership.
+    let membership = upgradeplan::engine::version::VersionMatcher::compile(&spec.upgrade_path.from)
+        .ok()
+        .filter(|_| valid)
+        .map(|m| upgradeplan::engine::snapshot::assign(spec, &m, &ctx.bindings_of(&spec.promise_ref.name)).snapshot);
+    let mut next_change: Option<DateTime<Utc>> = None;
+    let groups = spec
+        .rollout_groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let gate = Gate::compile(g.resource_upgrade_windows.as_deref().unwrap_or_default()).ok();
+            let state = gate.as_ref().map(|g| g.state(now));
+            if let Some(t) = gate.as_ref().and_then(|g| g.next_change(now)) {
+                next_change = Some(next_change.map_or(t, |n| n.min(t)));
+            }
+            let size = membership
+                .as_ref()
+                .and_then(|m| m.groups.get(i))
+                .map(|g| g.resources.len());
+            crate::metrics::GroupSample {
+                name: g.name.clone(),
+                max_concurrent: match (Limit::parse(g.max_concurrent.as_ref()), size) {
+                    (Ok(l), Some(n)) => Some(l.resolve(n) as i64),
+                    (Ok(Limit::Count(c)), None) => Some(i64::from(c)),
+                    _ => None,
+                },
+                window_open: state.is_some_and(|s| s.open),
+                windows: gate
+                    .iter()
+                    .flat_map(|g| g.windows().iter().enumerate())
+                    .map(|(wi, w)| {
+                        (
+                            wi,
+                            if w.kind == upgradeplan::api::WindowKind::Allow {
+                                "allow"
+                            } else {
+                                "deny"
+                            },
+                            w.is_active(now),
+                        )
+                    })
+                    .collect(),
+                next_open: state.and_then(|s| s.next_open).map(|t| t.timestamp() as f64),
+                next_close: state.and_then(|s| s.next_close).map(|t| t.timestamp() as f64),
+            }
+        })
+        .collect();
+    ctx.metrics.set_plan(
+        &plan.name_any(),
+        &crate::metrics::PlanSample {
+            promise: spec.promise_ref.name.clone(),
+            to: spec.upgrade_path.to.clone(),
+            time_zone: spec
+                .upgrade_execution_policy
+                .as_ref()
+                .and_then(|p| p.time_zone.clone())
+                .unwrap_or_else(|| "UTC".into()),
+            running: status.phase == upgradeplan::api::PlanPhase::Running,
+            suspended: spec.suspend,
+            ready: valid,
+            next_run: status.next_run_at.map(|t| t.timestamp() as f64),
+            last_schedule: status.last_scheduled_at.map(|t| t.timestamp() as f64),
+            last_result: status.last_run.as_ref().map(|l| l.result.as_str()),
+            last_finished: status
+                .last_run
+                .as_ref()
+                .and_then(|l| l.finished_at)
+                .map(|t| t.timestamp() as f64),
+            groups,
+        },
+    );
+    next_change
 }
 
 /// Creates the run for trigger `at`; an existing run of that name means it was serviced already.

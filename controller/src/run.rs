@@ -248,11 +248,24 @@ async fn progress(ctx: &Ctx, run: &UpgradeRun, mut status: UpgradeRunStatus, pro
         let started = !patch_binding(ctx, action, json!({}), Some(&to)).await?;
         conflict |= !started;
         if started {
+            if let Ok(mut s) = ctx.started.lock() {
+                s.insert(
+                    (
+                        run.uid().unwrap_or_default(),
+                        format!("{}/{}", action.resource.namespace, action.resource.binding),
+                    ),
+                    Utc::now(),
+                );
+            }
             let note = texts::resource_started(&action.resource.display_name(), &action.from, &to);
             ctx.event(run, EventType::Normal, "ResourceUpgradeStarted", note).await;
         }
     }
     report_outcomes(ctx, run, &eval, &previous_groups, &frozen.snapshot, &to).await;
+    if !is_preview(run) || !run.spec.suspend {
+        ctx.metrics
+            .set_run(run_plan(run), Some(&run_sample(&eval, &frozen.snapshot)));
+    }
 
     match eval.verdict {
         Verdict::InProgress { .. } => {
@@ -298,6 +311,32 @@ async fn progress(ctx: &Ctx, run: &UpgradeRun, mut status: UpgradeRunStatus, pro
     }
 }
 
+/// The active run's gauges: resources per group and state, and what it waits for.
+fn run_sample(eval: &Evaluation, snapshot: &Snapshot) -> crate::metrics::RunSample {
+    let current = match eval.verdict {
+        Verdict::InProgress { group } => Some(group),
+        _ => None,
+    };
+    let mut resources = Vec::new();
+    for (i, g) in eval.groups.iter().enumerate() {
+        let in_flight = if Some(i) == current { eval.in_flight as i64 } else { 0 };
+        let pending = (g.total - g.succeeded - g.failed - g.skipped - in_flight).max(0);
+        for (state, n) in [
+            ("pending", pending),
+            ("in_progress", in_flight),
+            ("succeeded", g.succeeded),
+            ("failed", g.failed),
+            ("skipped", g.skipped),
+        ] {
+            resources.push((g.name.clone(), state, n));
+        }
+    }
+    let blocked = current
+        .zip(eval.blocked)
+        .map(|(i, b)| (snapshot.groups[i].name.clone(), b.as_str()));
+    crate::metrics::RunSample { resources, blocked }
+}
+
 /// Per-resource and per-group events for what changed since the last write.
 async fn report_outcomes(
     ctx: &Ctx,
@@ -311,6 +350,33 @@ async fn report_outcomes(
         let group = &snapshot.groups[*index];
         for (resource, outcome) in group.resources.iter().zip(outcomes) {
             let key = format!("{}/{}", resource.namespace, resource.binding);
+            let result = match outcome {
+                Outcome::Succeeded => Some("succeeded"),
+                Outcome::Failed { .. } => Some("failed"),
+                Outcome::Skipped(_) => Some("skipped"),
+                _ => None,
+            };
+            if let Some(result) = result {
+                if ctx.first_time(run, "resource-result", key.clone()) {
+                    let plan = run_plan(run);
+                    ctx.metrics
+                        .resource_upgrades_total
+                        .with_label_values(&[plan, &group.name, result])
+                        .inc();
+                    let began = ctx
+                        .started
+                        .lock()
+                        .ok()
+                        .and_then(|s| s.get(&(run.uid().unwrap_or_default(), key.clone())).copied());
+                    if let (Some(began), "succeeded") = (began, result) {
+                        let secs = (Utc::now() - began).num_milliseconds() as f64 / 1000.0;
+                        ctx.metrics
+                            .resource_upgrade_duration
+                            .with_label_values(&[plan, &group.name])
+                            .observe(secs);
+                    }
+                }
+            }
             match outcome {
                 Outcome::Skipped(why) => {
                     let note = texts::resource_skipped(&resource.display_name(), &why.to_string());
@@ -393,6 +459,29 @@ async fn finish(
     status.state = state;
     status.finished_at = Some(Utc::now());
     apply_status::<UpgradeRun>(&ctx.client, &run.name_any(), &status).await?;
+    let plan = run_plan(run).to_string();
+    let trigger = if run
+        .annotations()
+        .contains_key(upgradeplan::api::SCHEDULED_AT_ANNOTATION)
+    {
+        "scheduled"
+    } else {
+        "manual"
+    };
+    let result = state.as_str();
+    ctx.metrics
+        .runs_total
+        .with_label_values(&[&plan, trigger, result])
+        .inc();
+    if let (Some(start), Some(end)) = (status.started_at, status.finished_at) {
+        ctx.metrics
+            .run_duration
+            .with_label_values(&[&plan, result])
+            .observe((end - start).num_milliseconds() as f64 / 1000.0);
+    }
+    if status.superseded_by.is_none() && !is_preview(run) {
+        ctx.metrics.set_run(&plan, None);
+    }
     let mut finished = run.clone();
     finished.status = Some(status.clone());
     refresh_after_run(ctx, run_plan(run), last_run_of(&finished)).await?;
@@ -464,6 +553,10 @@ async fn supersede(ctx: &Ctx, name: &str, newer: &str) -> Result<()> {
         ),
     );
     apply_status::<UpgradeRun>(&ctx.client, name, &status).await?;
+    ctx.metrics
+        .runs_superseded_total
+        .with_label_values(&[run_plan(&old)])
+        .inc();
     ctx.event(&old, EventType::Normal, reasons::SUPERSEDED, texts::superseded(newer))
         .await;
     tracing::info!(run = %name, by = %newer, "run superseded");

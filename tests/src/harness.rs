@@ -411,7 +411,12 @@ impl TestEnv {
         let (k, v) = self.selector();
         let child = tokio::process::Command::new(workspace_bin("upgradeplan-controller")?)
             .args(["--selector", &format!("{k}={v}"), "--snapshot-namespace", &snap])
-            .args(["--health-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"])
+            .args(
+                ["--health-addr", "--metrics-addr"]
+                    .into_iter()
+                    .filter(|f| !extra_args.contains(f))
+                    .flat_map(|f| [f, "127.0.0.1:0"]),
+            )
             .args(["--log-level", "info,upgradeplan_controller=debug"])
             .args(extra_args)
             .stdout(Stdio::null())
@@ -517,4 +522,44 @@ impl TestEnv {
         let _ = promises.delete(&self.promise, &dp).await;
         Ok(())
     }
+}
+
+/// `GET path` over HTTP/1.0 (no chunking to decode): (status code, body).
+pub async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .with_context(|| format!("connecting to {addr}"))?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let code = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Ok((
+        code,
+        response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default(),
+    ))
+}
+
+/// Percent-encodes a query parameter.
+pub fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A TCP port free on 127.0.0.1 right now.
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }

@@ -15,7 +15,7 @@ use upgradeplan::api::kratix::{ResourceBinding, PROMISE_NAME_LABEL};
 use upgradeplan::api::{
     find_condition, reasons, ConditionStatus, GroupStatus, PlanPhase, RunResult, RunState, UpgradeRun,
 };
-use upgradeplan_e2e::harness::{ControllerProcess, TestEnv};
+use upgradeplan_e2e::harness::{http_get, ControllerProcess, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
@@ -959,24 +959,6 @@ async fn with_leader_election_only_the_leader_acts_and_a_standby_takes_over() {
     env.teardown().await.unwrap();
 }
 
-/// `GET path` on the controller's health address, as (status code, body).
-async fn http_get(addr: &str, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let code = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (code, response.split("\r\n\r\n").nth(1).unwrap_or_default().to_string())
-}
-
 #[tokio::test]
 async fn health_endpoints_and_graceful_shutdown() {
     let mut env = TestEnv::new("e2e-health").await.unwrap();
@@ -997,9 +979,9 @@ async fn health_endpoints_and_graceful_shutdown() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let addr = addr.unwrap_or_else(|| panic!("no bound address in the JSON log:\n{}", controller.log_text()));
-    assert_eq!(http_get(&addr, "/healthz").await, (200, "ok\n".to_string()));
-    assert_eq!(http_get(&addr, "/readyz").await, (200, "ok\n".to_string()));
-    assert_eq!(http_get(&addr, "/nope").await.0, 404);
+    assert_eq!(http_get(&addr, "/healthz").await.unwrap(), (200, "ok\n".to_string()));
+    assert_eq!(http_get(&addr, "/readyz").await.unwrap(), (200, "ok\n".to_string()));
+    assert_eq!(http_get(&addr, "/nope").await.unwrap().0, 404);
     let status = controller.terminate().await.unwrap();
     assert!(status.success(), "SIGTERM exits 0: {status:?}");
     let log = controller.log_text();

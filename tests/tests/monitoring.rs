@@ -1,0 +1,183 @@
+//! The shipped alerts and metrics with a real Prometheus (Debian's package) scraping a real
+//! controller: UpgradeRunFailed fires for the plan whose run failed, and window_open follows a
+//! window that opens during the test.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use chrono::{DurationRound, Utc};
+use serde_json::{json, Value};
+use upgradeplan::api::RunState;
+use upgradeplan_e2e::harness::{free_port, http_get, repo_root, urlencode, TestEnv};
+
+const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
+const WAIT: Duration = Duration::from_secs(90);
+
+async fn query(prom: &str, expr: &str) -> Vec<Value> {
+    let (code, body) = http_get(prom, &format!("/api/v1/query?query={}", urlencode(expr)))
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    v["data"]["result"].as_array().cloned().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn prometheus_fires_upgrade_run_failed_and_follows_window_open() {
+    let prometheus = which("prometheus").expect("prometheus is not installed: make test installs Debian's package");
+    let mut env = TestEnv::new("prom").await.unwrap();
+    env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
+        .await
+        .unwrap();
+    let ns = env.namespace("apps").await.unwrap();
+    env.binding(&ns, "bad", &[], "v1.0.0", Some("v1.0.0")).await.unwrap();
+    env.patch_binding(
+        &ns,
+        &format!("bad-{}", env.promise),
+        json!({"metadata": {"annotations": {"kratix-sim/fail-version": "v2.0.0"}}}),
+    )
+    .await
+    .unwrap();
+    env.start_sim(SIM, &[]).unwrap();
+    let metrics_port = free_port().unwrap();
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
+    let controller = env.start_controller(&["--metrics-addr", &metrics_addr]).await.unwrap();
+
+    // Prometheus scraping the controller every second, with the shipped rules.
+    let dir = std::env::temp_dir().join(format!("{}-prometheus", env.id));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prom_port = free_port().unwrap();
+    let prom = format!("127.0.0.1:{prom_port}");
+    let rules = repo_root().join("deploy/monitoring/rules.yaml");
+    std::fs::write(
+        dir.join("prometheus.yml"),
+        format!(
+            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nrule_files: [{rules:?}]\nscrape_configs:\n  - job_name: upgradeplan-controller\n    static_configs: [{{targets: ['{metrics_addr}']}}]\n"
+        ),
+    )
+    .unwrap();
+    let _prometheus = tokio::process::Command::new(prometheus)
+        .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
+        .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+        .arg(format!("--web.listen-address={prom}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut ready = false;
+    for _ in 0..100 {
+        if http_get(&prom, "/-/ready").await.is_ok_and(|(c, _)| c == 200) {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        ready,
+        "prometheus did not start: {}",
+        std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default()
+    );
+
+    // A plan whose window opens at the next minute boundary (no run needed: the gauge is the plan's).
+    let opens = (Utc::now() + chrono::Duration::seconds(20))
+        .duration_trunc(chrono::Duration::minutes(1))
+        .unwrap()
+        + chrono::Duration::minutes(1);
+    let windowed = env
+        .create_plan(
+            "windowed",
+            json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"}, "rolloutGroups": [{"name": "all", "selectors": {"matchAll": true},
+                "resourceUpgradeWindows": [{"kind": "allow", "schedule": format!("{} {} * * *", opens.format("%M"), opens.format("%H")), "duration": "10m"}]}]}),
+        )
+        .await
+        .unwrap();
+
+    // A run that fails.
+    let plan = env
+        .create_plan("failing", json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"}, "rolloutGroups": [{"name": "all", "selectors": {"matchAll": true}}]}))
+        .await
+        .unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    let r = env
+        .wait_run(&run, WAIT, "terminal", |r| {
+            r.status.as_ref().is_some_and(|s| s.state.is_terminal())
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    assert_eq!(r.status.unwrap().state, RunState::Failed);
+
+    let mut firing = false;
+    for _ in 0..60 {
+        let (_, body) = http_get(&prom, "/api/v1/alerts").await.unwrap();
+        let v: Value = serde_json::from_str(&body).unwrap();
+        firing = v["data"]["alerts"].as_array().unwrap().iter().any(|a| {
+            a["labels"]["alertname"] == "UpgradeRunFailed"
+                && a["labels"]["plan"] == plan.as_str()
+                && a["state"] == "firing"
+        });
+        if firing {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(firing, "UpgradeRunFailed did not fire for {plan}");
+    let other = query(
+        &prom,
+        &format!("ALERTS{{alertname=\"UpgradeRunFailed\",plan=\"{windowed}\"}}"),
+    )
+    .await;
+    assert!(
+        other.is_empty(),
+        "the plan without a failed run must not alert: {other:?}"
+    );
+
+    let open_value = |v: Vec<Value>| v.first().map(|s| s["value"][1].as_str().unwrap().to_string());
+    let before = open_value(query(&prom, &format!("upgradeplan_window_open{{plan=\"{windowed}\"}}")).await);
+    assert_eq!(before.as_deref(), Some("0"), "closed before {opens}");
+    let wait = (opens - Utc::now()).to_std().unwrap_or_default() + Duration::from_secs(4);
+    tokio::time::sleep(wait).await;
+    let after = open_value(query(&prom, &format!("upgradeplan_window_open{{plan=\"{windowed}\"}}")).await);
+    assert_eq!(
+        after.as_deref(),
+        Some("1"),
+        "open after {opens}: the controller woke at the boundary"
+    );
+    let next_close = query(
+        &prom,
+        &format!("upgradeplan_window_next_close_timestamp_seconds{{plan=\"{windowed}\"}}"),
+    )
+    .await;
+    assert_eq!(
+        next_close.first().map(|s| s["value"][1].as_str().unwrap().to_string()),
+        Some((opens + chrono::Duration::minutes(10)).timestamp().to_string())
+    );
+
+    // The running controller exports the families the alerts need.
+    let (_, text) = http_get(&metrics_addr, "/metrics").await.unwrap();
+    for name in [
+        "upgradeplan_build_info",
+        "upgradeplan_plan_last_run_result",
+        "upgradeplan_plan_ready",
+        "upgradeplan_plan_phase",
+        "upgradeplan_plan_suspended",
+        "upgradeplan_window_open",
+        "upgradeplan_runs_total",
+        "upgradeplan_resource_upgrades_total",
+        "controller_runtime_reconcile_total",
+        "controller_runtime_reconcile_time_seconds",
+        "workqueue_depth",
+        "leader_election_master_status",
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE {name} ")),
+            "{name} not exported:\n{text}"
+        );
+    }
+    assert!(!text.contains(&run), "no run name in any label");
+    env.teardown().await.unwrap();
+}
+
+fn which(name: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|f| f.is_file()))
+}
