@@ -132,23 +132,35 @@ impl Elector {
     }
 
     /// Gives the Lease up so that a standby takes over at once (not after the lease duration).
+    /// A renewal still in flight when shutdown began may have moved the Lease on: re-read and
+    /// retry on conflict.
     pub async fn release(&self) {
-        let Ok(Some(mut lease)) = self.api.get_opt(&self.config.name).await else {
-            return;
-        };
-        let Some(spec) = lease.spec.as_mut() else { return };
-        if spec.holder_identity.as_deref() != Some(&self.config.identity) {
-            return;
+        for _ in 0..5 {
+            let Ok(Some(mut lease)) = self.api.get_opt(&self.config.name).await else {
+                return;
+            };
+            let Some(spec) = lease.spec.as_mut() else { return };
+            if spec.holder_identity.as_deref() != Some(&self.config.identity) {
+                return;
+            }
+            spec.holder_identity = None;
+            spec.lease_duration_seconds = Some(1);
+            match self
+                .api
+                .replace(&self.config.name, &PostParams::default(), &lease)
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(lease = %self.config.name, "released leadership");
+                    return;
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "releasing the lease failed");
+                    return;
+                }
+            }
         }
-        spec.holder_identity = None;
-        spec.lease_duration_seconds = Some(1);
-        match self
-            .api
-            .replace(&self.config.name, &PostParams::default(), &lease)
-            .await
-        {
-            Ok(_) => tracing::info!(lease = %self.config.name, "released leadership"),
-            Err(e) => tracing::warn!(error = %e, "releasing the lease failed"),
-        }
+        tracing::warn!("releasing the lease failed: it kept changing");
     }
 }

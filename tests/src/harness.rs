@@ -409,15 +409,21 @@ impl TestEnv {
         self.controllers += 1;
         let log = std::env::temp_dir().join(format!("{}-controller-{}.log", self.id, self.controllers));
         let (k, v) = self.selector();
+        // Defaults, each unless the test passes that flag itself.
+        let defaults = [
+            ("--snapshot-namespace", snap.as_str()),
+            ("--health-addr", "127.0.0.1:0"),
+            ("--metrics-addr", "127.0.0.1:0"),
+            ("--log-level", "info,upgradeplan_controller=debug"),
+        ];
         let child = tokio::process::Command::new(workspace_bin("upgradeplan-controller")?)
-            .args(["--selector", &format!("{k}={v}"), "--snapshot-namespace", &snap])
+            .args(["--selector", &format!("{k}={v}")])
             .args(
-                ["--health-addr", "--metrics-addr"]
-                    .into_iter()
-                    .filter(|f| !extra_args.contains(f))
-                    .flat_map(|f| [f, "127.0.0.1:0"]),
+                defaults
+                    .iter()
+                    .filter(|(flag, _)| !extra_args.contains(flag))
+                    .flat_map(|(flag, value)| [*flag, *value]),
             )
-            .args(["--log-level", "info,upgradeplan_controller=debug"])
             .args(extra_args)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?)

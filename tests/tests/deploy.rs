@@ -1,0 +1,338 @@
+//! deploy/: the RBAC is least-privilege (static checks) and sufficient (the controller, running
+//! with the shipped ServiceAccount's token under the shipped RBAC, completes a multi-group run
+//! with a failure, a cancel and a scheduled trigger); the kustomize base applies server-side.
+#![allow(clippy::unwrap_used)]
+
+use std::process::Command;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{Api, PostParams};
+use serde_json::{json, Value};
+use upgradeplan::api::RunState;
+use upgradeplan_e2e::harness::{repo_root, TestEnv};
+
+const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
+const WAIT: Duration = Duration::from_secs(120);
+
+fn docs(path: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(repo_root().join(path)).unwrap();
+    text.split("\n---")
+        .filter(|d| d.contains("kind:"))
+        .map(|d| serde_saphyr::from_str(d).unwrap())
+        .collect()
+}
+
+#[test]
+fn the_cluster_role_has_no_wildcards_and_no_secrets() {
+    let rbac = docs("deploy/core/rbac.yaml");
+    let roles: Vec<&Value> = rbac
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
+        .collect();
+    assert_eq!(roles.len(), 4);
+    for role in roles {
+        for rule in role["rules"].as_array().unwrap() {
+            for field in ["apiGroups", "resources", "verbs", "resourceNames"] {
+                for v in rule[field].as_array().into_iter().flatten() {
+                    assert_ne!(
+                        v.as_str().unwrap(),
+                        "*",
+                        "wildcard in {}: {rule}",
+                        role["metadata"]["name"]
+                    );
+                }
+            }
+            let resources: Vec<&str> = rule["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r.as_str().unwrap())
+                .collect();
+            assert!(
+                !resources.contains(&"secrets"),
+                "secrets in {}",
+                role["metadata"]["name"]
+            );
+            let verbs: Vec<&str> = rule["verbs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r.as_str().unwrap())
+                .collect();
+            assert!(
+                !verbs.contains(&"escalate") && !verbs.contains(&"bind") && !verbs.contains(&"impersonate"),
+                "{rule}"
+            );
+        }
+    }
+    // Namespaced access stays namespaced: configmaps, events and leases are not cluster-wide.
+    let cluster_role = rbac.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+    let cluster_resources: Vec<String> = cluster_role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            r["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().unwrap().to_string())
+        })
+        .collect();
+    for r in ["configmaps", "events", "leases"] {
+        assert!(
+            !cluster_resources.contains(&r.to_string()),
+            "{r} must be granted in its namespace only"
+        );
+    }
+    // The Deployment is hardened as the issue asks.
+    let deployment = docs("deploy/core/deployment.yaml")
+        .into_iter()
+        .find(|d| d["kind"] == "Deployment")
+        .unwrap();
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+    let c = &pod["containers"][0];
+    assert!(c["args"].as_array().unwrap().contains(&json!("--leader-elect")));
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
+    assert!(c["resources"]["requests"]["memory"].is_string() && c["resources"]["limits"]["memory"].is_string());
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+}
+
+fn kubectl(args: &[&str], stdin: Option<&str>) -> (bool, String) {
+    use std::io::Write;
+    let mut child = Command::new("kubectl")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(input) = stdin {
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    }
+    let o = child.wait_with_output().unwrap();
+    (
+        o.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+    )
+}
+
+/// `kubectl kustomize deploy/`, with the one change Kubernetes 1.20 needs (PodDisruptionBudget is
+/// policy/v1 from 1.21 on).
+fn rendered(server_minor: u32) -> String {
+    let (ok, out) = kubectl(&["kustomize", repo_root().join("deploy").to_str().unwrap()], None);
+    assert!(ok, "{out}");
+    if server_minor < 21 {
+        out.replace("apiVersion: policy/v1\n", "apiVersion: policy/v1beta1\n")
+    } else {
+        out
+    }
+}
+
+async fn ensure_namespace(env: &TestEnv, name: &str) {
+    let api: Api<Namespace> = Api::all(env.client.clone());
+    let _ = api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
+        )
+        .await;
+}
+
+#[tokio::test]
+async fn the_shipped_rbac_is_sufficient_and_the_base_applies_server_side() {
+    let mut env = TestEnv::new("deploy").await.unwrap();
+    let minor: u32 = env
+        .client
+        .apiserver_version()
+        .await
+        .unwrap()
+        .minor
+        .trim_end_matches('+')
+        .parse()
+        .unwrap();
+    ensure_namespace(&env, "kratix-platform-system").await;
+    let (ok, out) = kubectl(
+        &[
+            "apply",
+            "--validate=false",
+            "-f",
+            repo_root()
+                .join("tests/fixtures/prometheus-operator-crds.yaml")
+                .to_str()
+                .unwrap(),
+        ],
+        None,
+    );
+    assert!(ok, "{out}");
+    kubectl(
+        &[
+            "wait",
+            "--for",
+            "condition=established",
+            "crd/servicemonitors.monitoring.coreos.com",
+            "crd/prometheusrules.monitoring.coreos.com",
+        ],
+        None,
+    );
+    // The README's install step (--validate=false only because 1.20's OpenAPI predates CEL).
+    let manifests = rendered(minor);
+    let (ok, out) = kubectl(&["apply", "--validate=false", "-f", "-"], Some(&manifests));
+    assert!(ok, "kubectl apply -k deploy/: {out}");
+    let (ok, out) = kubectl(
+        &["apply", "--validate=false", "--dry-run=server", "-f", "-"],
+        Some(&manifests),
+    );
+    assert!(ok, "server-side dry run: {out}");
+
+    // The ServiceAccount's token (Kubernetes 1.20 creates a token Secret for it).
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "upgradeplan-system");
+    let mut token = None;
+    for _ in 0..100 {
+        let list = secrets.list(&Default::default()).await.unwrap();
+        token = list
+            .items
+            .into_iter()
+            .find(|s| {
+                s.type_.as_deref() == Some("kubernetes.io/service-account-token")
+                    && s.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get("kubernetes.io/service-account.name"))
+                        .map(String::as_str)
+                        == Some("upgradeplan-controller")
+            })
+            .and_then(|s| s.data?.get("token").map(|t| String::from_utf8_lossy(&t.0).to_string()));
+        if token.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let token = token.expect("no token Secret for the ServiceAccount");
+    let admin = kube::config::Kubeconfig::read().unwrap();
+    let cluster = admin.clusters[0].cluster.clone().unwrap();
+    let kubeconfig = std::env::temp_dir().join(format!("{}-sa.kubeconfig", env.id));
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: {:?}, certificate-authority: {:?}}}}}]\nusers: [{{name: sa, user: {{token: {token:?}}}}}]\ncontexts: [{{name: sa, context: {{cluster: c, user: sa}}}}]\ncurrent-context: sa\n",
+            cluster.server.unwrap(),
+            cluster.certificate_authority.unwrap()
+        ),
+    )
+    .unwrap();
+
+    // A world, and the controller as the ServiceAccount, as deploy/ runs it.
+    env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
+        .await
+        .unwrap();
+    let ns = env.namespace("apps").await.unwrap();
+    for (name, group) in [("d0", "dev"), ("d1", "dev"), ("p0", "prod"), ("p1", "prod")] {
+        env.binding(&ns, name, &[("env", group)], "v1.0.0", Some("v1.0.0"))
+            .await
+            .unwrap();
+    }
+    env.patch_binding(
+        &ns,
+        &format!("p1-{}", env.promise),
+        json!({"metadata": {"annotations": {"kratix-sim/fail-version": "v2.0.0"}}}),
+    )
+    .await
+    .unwrap();
+    env.start_sim(SIM, &[]).unwrap();
+    let controller = env
+        .start_controller(&[
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--snapshot-namespace",
+            "kratix-platform-system",
+            "--leader-elect",
+            "--leader-election-namespace",
+            "upgradeplan-system",
+        ])
+        .await
+        .unwrap();
+    let two_groups = json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"}, "rolloutGroups": [
+        {"name": "dev", "selectors": {"matchLabels": {"env": "dev"}}, "maxConcurrent": 1},
+        {"name": "prod", "selectors": {"matchLabels": {"env": "prod"}}}]});
+    let plan = env.create_plan("plan", two_groups.clone()).await.unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    let done = env
+        .wait_run(&run, WAIT, "terminal", |r| {
+            r.status.as_ref().is_some_and(|s| s.state.is_terminal())
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    let status = done.status.unwrap();
+    assert_eq!(status.state, RunState::Failed, "{status:?}");
+    assert_eq!(
+        (status.rollout_groups[0].succeeded, status.rollout_groups[1].failed),
+        (2, 1)
+    );
+
+    // A cancel: a preview, then deleted (finalizer, snapshot deletion, lastRun on the plan).
+    // Times have one-second resolution: a failure stamped in the run's creation second counts
+    // for the run (spec: lastTransitionTime >= creation), so start the preview a second later.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let preview = env.create_run(&format!("{plan}-2"), &plan, true).await.unwrap();
+    env.wait_run(&preview, WAIT, "snapshot", |r| {
+        r.status.as_ref().is_some_and(|s| s.state == RunState::InProgress)
+    })
+    .await
+    .unwrap();
+    env.runs().delete(&preview, &Default::default()).await.unwrap();
+    env.wait_plan(&plan, WAIT, "lastRun Cancelled", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.last_run.as_ref())
+            .is_some_and(|l| l.name == preview)
+    })
+    .await
+    .unwrap();
+
+    // A scheduled trigger.
+    let at = {
+        use chrono::DurationRound;
+        (chrono::Utc::now() + chrono::Duration::seconds(15))
+            .duration_trunc(chrono::Duration::minutes(1))
+            .unwrap()
+            + chrono::Duration::minutes(1)
+    };
+    let mut spec = two_groups;
+    spec["upgradeExecutionPolicy"] = json!({"executeAt": at.format("%Y-%m-%dT%H:%M").to_string()});
+    spec["upgradePath"]["from"] = json!(["v9"]);
+    let scheduled_plan = env.create_plan("sched", spec).await.unwrap();
+    let scheduled = format!("{scheduled_plan}-{}", at.format("%Y%m%d-%H%M"));
+    let r = env
+        .wait_run(&scheduled, WAIT, "the scheduled run completes", |r| {
+            r.status.as_ref().is_some_and(|s| s.state.is_terminal())
+        })
+        .await
+        .unwrap();
+    assert_eq!(r.status.unwrap().state, RunState::Completed);
+
+    let log = controller.log_text();
+    assert!(
+        !log.contains("forbidden") && !log.contains("403"),
+        "the shipped RBAC denied something:\n{log}"
+    );
+    assert!(log.contains("leading"), "leader election works under the shipped Role");
+    // Sizing: the controller's peak resident memory in this test.
+    if let Some(pid) = controller.child.id() {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let peak = status.lines().find(|l| l.starts_with("VmHWM")).unwrap_or_default();
+        eprintln!("upgradeplan-controller {peak}");
+    }
+    env.teardown().await.unwrap();
+}
