@@ -7,7 +7,7 @@ export TESTENV_DIR ?= /tmp/upgradeplan-testenv
 export TESTENV_API_PORT ?= 16443
 export TESTENV_ETCD_PORT ?= 12379
 
-.PHONY: help release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
+.PHONY: help bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -56,6 +56,16 @@ demo: deps cluster-install ## a local control plane, kratix-sim, the controller,
 
 demo-stop: ## stop everything `make demo` started
 	scripts/demo.sh stop
+
+bench: deps ## engine benchmarks (criterion), then each target against its reference measured in the same run
+	$(CARGO) bench --locked -p upgradeplan --bench engine
+
+bench-scale: deps cluster-install ## 1k and 10k bindings on a real control plane (release builds), against the measured floor
+	$(CARGO) build --release --locked --workspace --bins
+	@export TESTENV_DIR=/tmp/upgradeplan-bench TESTENV_API_PORT=18443 TESTENV_ETCD_PORT=14379; \
+	trap 'tests/cluster.sh stop' EXIT; \
+	eval "$$(tests/cluster.sh start)"; \
+	target/release/scale-bench $(SIZES)
 
 release: ## the plugin's release archive for this machine (dist/), its sha256, written into krew/upgradeplan.yaml
 	scripts/release.sh $(TARGET)

@@ -1,5 +1,6 @@
 //! `upgradeplan-controller`: executes UpgradePlans and UpgradeRuns in a cluster.
 
+mod client_metrics;
 mod context;
 mod error;
 mod events;
@@ -151,7 +152,7 @@ fn write_crds(output_dir: Option<&std::path::Path>) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn client(cli: &Cli) -> anyhow::Result<Client> {
+async fn client(cli: &Cli, metrics: &metrics::Metrics) -> anyhow::Result<Client> {
     let options = kube::config::KubeConfigOptions {
         context: cli.context.clone(),
         ..Default::default()
@@ -167,7 +168,10 @@ async fn client(cli: &Cli) -> anyhow::Result<Client> {
             .await
             .context("no cluster configuration: set KUBECONFIG, pass --kubeconfig, or run in a pod")?,
     };
-    Ok(Client::try_from(config)?)
+    let layer = client_metrics::CountLayer(metrics.rest_requests.clone());
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&layer)
+        .build())
 }
 
 fn identity() -> String {
@@ -202,11 +206,11 @@ async fn shutdown_signal() {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let client = client(&cli).await?;
+    let metrics = Arc::new(metrics::Metrics::new());
+    let client = client(&cli, &metrics).await?;
     let version = client.apiserver_version().await.context("reaching the API server")?;
     tracing::info!(server = %version.git_version, version = env!("CARGO_PKG_VERSION"), "upgradeplan-controller starting");
 
-    let metrics = Arc::new(metrics::Metrics::new());
     let health = Arc::new(http::Health::default());
     let bound = http::serve(cli.health_addr, health.clone())
         .await

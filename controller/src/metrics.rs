@@ -61,6 +61,7 @@ pub struct Metrics {
     pub reconcile_time: HistogramVec,
     pub workqueue_depth: IntGaugeVec,
     pub leader: IntGaugeVec,
+    pub rest_requests: IntCounterVec,
     /// Series emitted per (plan, part): part "plan" is written by the plan reconciler, "run" by
     /// the run reconciler; each rewrite removes the previous series of its part.
     emitted: Mutex<Emitted>,
@@ -169,6 +170,7 @@ impl Metrics {
             reconcile_time: histogram(&r, "controller_runtime_reconcile_time_seconds", "Time per reconcile.", &["controller"], prometheus::DEFAULT_BUCKETS.to_vec()),
             workqueue_depth: gauge(&r, "workqueue_depth", "Reconciles of this controller in progress (kube-rs has no exposed queue; this is its closest measure).", &["name"]),
             leader: gauge(&r, "leader_election_master_status", "1 while this replica leads (always 1 without leader election).", &["name"]),
+            rest_requests: counter(&r, "rest_client_requests_total", "API requests this controller made, by method and resource.", &["method", "resource"]),
             registry: r,
             emitted: Mutex::default(),
         };

@@ -181,10 +181,13 @@ impl ControllerProcess {
 /// A binary of this workspace, built next to the test executable (`cargo build --workspace --bins`).
 pub fn workspace_bin(name: &str) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
-    let dir = exe
+    // Tests live in target/<profile>/deps, binaries in target/<profile>.
+    let mut dir = exe
         .parent()
-        .and_then(Path::parent)
-        .ok_or_else(|| anyhow!("unexpected test executable path {}", exe.display()))?;
+        .ok_or_else(|| anyhow!("unexpected executable path {}", exe.display()))?;
+    if dir.ends_with("deps") {
+        dir = dir.parent().unwrap_or(dir);
+    }
     let bin = dir.join(name);
     if !bin.exists() {
         bail!(

@@ -1,0 +1,283 @@
+//! Engine benchmarks (`make bench`): criterion measurements, then a summary that compares each
+//! figure with its reference measured in the same run:
+//! - grouping 100k bindings (regex `from`, mixed selectors, 5 groups) against merely
+//!   deserializing the same bindings from JSON (target: ≤ 2×);
+//! - evaluating a run over 1k and 10k resources (target: linear);
+//! - the window gate with its next open/close, and the next triggers.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use criterion::{criterion_group, Criterion};
+use serde_json::json;
+use upgradeplan::api::kratix::ResourceBinding;
+use upgradeplan::api::{UpgradeExecutionPolicy, UpgradePlan, UpgradeWindow, WindowKind};
+use upgradeplan::engine::run::{evaluate, RunContext};
+use upgradeplan::engine::schedule::Triggers;
+use upgradeplan::engine::snapshot::assign;
+use upgradeplan::engine::version::VersionMatcher;
+use upgradeplan::engine::window::Gate;
+
+fn now() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-06-01T10:00:00Z")
+        .map(|t| t.with_timezone(&Utc))
+        .unwrap_or_default()
+}
+
+/// `n` bindings as `kubectl get resourcebindings -A -o json` would print them.
+fn bindings_json(n: usize) -> String {
+    let envs = ["dev", "staging", "prod", "qa"];
+    let regions = ["eu", "us", "ap"];
+    let versions = ["v1.0.0", "v1.1.3", "v1.2.0", "v0.9.0", "v1.10.1"];
+    let items: Vec<serde_json::Value> = (0..n)
+        .map(|i| {
+            let ns = format!("team-{:04}", i % 1000);
+            let name = format!("res-{i:06}");
+            json!({
+                "apiVersion": "platform.kratix.io/v1alpha1", "kind": "ResourceBinding",
+                "metadata": {"name": format!("{name}-redis"), "namespace": ns, "resourceVersion": "12345",
+                    "labels": {"kratix.io/promise-name": "redis", "kratix.io/resource-name": name,
+                               "env": envs[i % 4], "region": regions[i % 3], "tier": if i % 7 == 0 { "gold" } else { "std" }}},
+                "spec": {"version": versions[i % 5], "promiseRef": {"name": "redis"}, "resourceRef": {"name": name, "namespace": ns}},
+                "status": {"lastAppliedVersion": versions[i % 5],
+                    "conditions": [{"type": "UpgradeSucceeded", "status": "True", "reason": "UpgradeComplete", "message": "ok", "lastTransitionTime": "2026-05-01T00:00:00Z"}]}
+            })
+        })
+        .collect();
+    serde_json::to_string(&json!({"apiVersion": "v1", "kind": "List", "items": items})).unwrap_or_default()
+}
+
+fn parse(text: &str) -> Vec<ResourceBinding> {
+    #[derive(serde::Deserialize)]
+    struct List {
+        items: Vec<ResourceBinding>,
+    }
+    serde_json::from_str::<List>(text).map(|l| l.items).unwrap_or_default()
+}
+
+fn plan() -> UpgradePlan {
+    serde_json::from_value(json!({
+        "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradePlan", "metadata": {"name": "bench"},
+        "spec": {"promiseRef": {"name": "redis"}, "upgradePath": {"from": ["/v1\\.[0-2]\\..*/", "/v1\\.1[0-9]\\..*/"], "to": "v2.0.0"},
+        "rolloutGroups": [
+            {"name": "dev", "selectors": {"matchLabels": {"env": "dev"}}},
+            {"name": "staging-eu", "selectors": {"matchLabels": {"env": "staging"}, "matchExpressions": [{"key": "region", "operator": "In", "values": ["eu"]}]}},
+            {"name": "gold", "selectors": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["gold"]}, {"key": "env", "operator": "NotIn", "values": ["dev"]}]}},
+            {"name": "qa", "selectors": {"matchExpressions": [{"key": "env", "operator": "In", "values": ["qa"]}, {"key": "canary", "operator": "DoesNotExist"}]}},
+            {"name": "rest", "selectors": {"matchAll": true}}
+        ]}
+    }))
+    .expect("the benchmark plan is valid")
+}
+
+fn group(bindings: &[ResourceBinding], plan: &UpgradePlan) -> usize {
+    let m = VersionMatcher::compile(&plan.spec.upgrade_path.from).unwrap_or_else(|_| panic!("valid from"));
+    assign(&plan.spec, &m, bindings)
+        .snapshot
+        .groups
+        .iter()
+        .map(|g| g.resources.len())
+        .sum()
+}
+
+/// A one-group world of `n` resources, half of them already upgraded, for run evaluation.
+fn run_world(
+    n: usize,
+) -> (
+    UpgradePlan,
+    upgradeplan::engine::snapshot::Snapshot,
+    std::collections::HashMap<(String, String), ResourceBinding>,
+) {
+    let mut p = plan();
+    p.spec.rollout_groups =
+        vec![
+            serde_json::from_value(json!({"name": "all", "selectors": {"matchAll": true}, "maxConcurrent": "10%"}))
+                .expect("a valid group"),
+        ];
+    p.spec.upgrade_path.from = vec!["v1.0.0".into()];
+    let mut bindings = parse(&bindings_json(n));
+    for b in &mut bindings {
+        b.spec.version = "v1.0.0".into();
+        if let Some(s) = b.status.as_mut() {
+            s.last_applied_version = "v1.0.0".into();
+        }
+    }
+    let m = VersionMatcher::compile(&p.spec.upgrade_path.from).unwrap_or_else(|_| panic!("valid from"));
+    let snapshot = assign(&p.spec, &m, &bindings).snapshot;
+    let live = bindings
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut b)| {
+            if i % 2 == 0 {
+                b.spec.version = "v2.0.0".into();
+                if let Some(s) = b.status.as_mut() {
+                    s.last_applied_version = "v2.0.0".into();
+                }
+            }
+            (
+                (
+                    b.metadata.namespace.clone().unwrap_or_default(),
+                    b.metadata.name.clone().unwrap_or_default(),
+                ),
+                b,
+            )
+        })
+        .collect();
+    (p, snapshot, live)
+}
+
+fn eval_run(
+    p: &UpgradePlan,
+    snapshot: &upgradeplan::engine::snapshot::Snapshot,
+    live: &std::collections::HashMap<(String, String), ResourceBinding>,
+) -> usize {
+    let ctx = RunContext {
+        run_name: "bench",
+        run_created: now(),
+        suspended: false,
+        plan: &p.spec,
+        snapshot,
+        recorded: &[],
+        revision_present: true,
+        now: now(),
+    };
+    evaluate(&ctx, |ns, name| live.get(&(ns.to_string(), name.to_string())))
+        .start
+        .len()
+}
+
+fn gate() -> Gate {
+    let w = |kind, schedule: &str, duration: &str| UpgradeWindow {
+        kind,
+        schedule: schedule.into(),
+        duration: duration.into(),
+        time_zone: Some("Europe/London".into()),
+    };
+    Gate::compile(&[
+        w(WindowKind::Allow, "0 22 * * 1-5", "4h"),
+        w(WindowKind::Allow, "0 10 * * 6,0", "2h"),
+        w(WindowKind::Deny, "0 23 * * 5", "1h"),
+    ])
+    .unwrap_or_else(|_| panic!("valid windows"))
+}
+
+fn triggers() -> Triggers {
+    Triggers::compile(&UpgradeExecutionPolicy {
+        repeat_schedule: Some("30 1 * * 1-5".into()),
+        execute_at: Some("2026-10-25T01:30".into()),
+        time_zone: Some("Europe/London".into()),
+    })
+    .unwrap_or_else(|| panic!("valid policy"))
+}
+
+fn benches(c: &mut Criterion) {
+    let text = bindings_json(100_000);
+    let bindings = parse(&text);
+    let p = plan();
+    let mut g = c.benchmark_group("grouping 100k bindings");
+    g.sample_size(10);
+    g.bench_function("deserialize from JSON (reference)", |b| {
+        b.iter(|| parse(black_box(&text)).len())
+    });
+    g.bench_function("assign to 5 groups", |b| b.iter(|| group(black_box(&bindings), &p)));
+    g.finish();
+
+    let mut g = c.benchmark_group("run evaluation");
+    g.sample_size(20);
+    for n in [1_000, 10_000] {
+        let (p, snapshot, live) = run_world(n);
+        g.bench_function(format!("{n} resources"), |b| b.iter(|| eval_run(&p, &snapshot, &live)));
+    }
+    g.finish();
+
+    let gate = gate();
+    c.bench_function("window gate state + next open/close", |b| {
+        b.iter(|| gate.state(black_box(now())))
+    });
+    let t = triggers();
+    c.bench_function("next trigger", |b| b.iter(|| t.next_after(black_box(now()), now())));
+    c.bench_function("next 10 triggers", |b| {
+        b.iter(|| t.upcoming(black_box(now()), now(), 10))
+    });
+}
+
+criterion_group!(engine, benches);
+
+/// Median wall time of `f` over `runs` runs.
+fn median(runs: usize, mut f: impl FnMut()) -> Duration {
+    let mut times: Vec<Duration> = (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[runs / 2]
+}
+
+/// The targets, each against its reference measured now.
+fn summary() {
+    let text = bindings_json(100_000);
+    let bindings = parse(&text);
+    let p = plan();
+    let deser = median(7, || {
+        black_box(parse(&text));
+    });
+    let grouping = median(7, || {
+        black_box(group(&bindings, &p));
+    });
+    let ratio = grouping.as_secs_f64() / deser.as_secs_f64();
+    println!("\n== summary ==");
+    println!(
+        "grouping 100k bindings: {grouping:?}; deserializing them: {deser:?}; ratio {ratio:.2} (target <= 2.0: {})",
+        if ratio <= 2.0 { "met" } else { "MISSED" }
+    );
+    // Per-resource cost at three sizes, next to the reference: merely looking up and touching each
+    // live binding through the same map (what any evaluation must do at least). Linear means the
+    // ratio to that reference stays flat as the fleet grows.
+    let mut ratios = vec![];
+    for n in [1_000, 10_000, 50_000] {
+        let w = run_world(n);
+        let t = median(11, || {
+            black_box(eval_run(&w.0, &w.1, &w.2));
+        });
+        let touch = median(11, || {
+            let mut sum = 0usize;
+            for r in w.1.groups.iter().flat_map(|g| &g.resources) {
+                if let Some(b) = w.2.get(&(r.namespace.to_string(), r.binding.to_string())) {
+                    sum += b.last_applied_version().len() + b.spec.version.len();
+                }
+            }
+            black_box(sum);
+        });
+        let ratio = t.as_secs_f64() / touch.as_secs_f64();
+        println!("run evaluation: {n} resources in {t:?} ({:.0} ns each); touching each binding: {touch:?} ({:.0} ns each); ratio {ratio:.2}",
+            t.as_nanos() as f64 / n as f64, touch.as_nanos() as f64 / n as f64);
+        ratios.push(ratio);
+    }
+    let spread = ratios.iter().cloned().fold(f64::MIN, f64::max) / ratios.iter().cloned().fold(f64::MAX, f64::min);
+    println!("run evaluation is linear: its cost relative to touching each binding varies {spread:.2}x from 1k to 50k (target <= 1.5: {})", if spread <= 1.5 { "met" } else { "MISSED" });
+    let g = gate();
+    println!(
+        "window gate with next open/close: {:?}",
+        median(101, || {
+            black_box(g.state(now()));
+        })
+    );
+    let t = triggers();
+    println!(
+        "next trigger: {:?}",
+        median(101, || {
+            black_box(t.next_after(now(), now()));
+        })
+    );
+}
+
+fn main() {
+    engine();
+    Criterion::default().configure_from_args().final_summary();
+    summary();
+}

@@ -1,0 +1,275 @@
+//! `make bench-scale`: the controller at scale on the real control plane, against the floor
+//! measured in the same run. Prints the figures; docs/performance.md records them.
+//!
+//! For N in 1k and 10k bindings (one group, maxConcurrent 100%, kratix-sim without delay):
+//! wall time from run creation to Completed; the controller's API requests per upgraded
+//! resource (its own client counters); its peak RSS; the snapshot's sharding. The floor: the same
+//! number of `spec.version` merge patches sent by a minimal client, 16 at a time. Then reaction
+//! latency (maxConcurrent 1: a binding's completion to the next start), and the plugin's `match`
+//! against `kubectl get resourcebindings -A -o json` over the same bindings.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::ResourceExt;
+use serde_json::json;
+use upgradeplan::api::kratix::{ResourceBinding, PROMISE_NAME_LABEL};
+use upgradeplan::api::{RunState, UpgradeRun};
+use upgradeplan_e2e::harness::{http_get, workspace_bin, TestEnv};
+
+const CONCURRENCY: usize = 16;
+
+async fn create_bindings(env: &mut TestEnv, n: usize) -> anyhow::Result<Vec<(String, String)>> {
+    let namespaces: Vec<String> = {
+        let mut v = vec![];
+        for i in 0..10 {
+            v.push(env.namespace(&format!("n{i}")).await?);
+        }
+        v
+    };
+    let envref = &*env;
+    let made: Vec<(String, String)> = futures::stream::iter(0..n)
+        .map(|i| {
+            let ns = namespaces[i % namespaces.len()].clone();
+            async move {
+                let b = envref
+                    .binding(&ns, &format!("r{i:05}"), &[("env", "all")], "v1.0.0", Some("v1.0.0"))
+                    .await?;
+                Ok::<_, anyhow::Error>((ns, b.name_any()))
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .try_collect()
+        .await?;
+    Ok(made)
+}
+
+/// The floor: `n` spec.version merge patches, CONCURRENCY at a time, as fast as the server takes
+/// them (then put back, untimed).
+async fn floor(env: &TestEnv, bindings: &[(String, String)]) -> anyhow::Result<Duration> {
+    let patch = |version: &'static str| {
+        futures::stream::iter(bindings.iter().cloned())
+            .map(move |(ns, name)| async move {
+                env.bindings_api(&ns)
+                    .patch(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"spec": {"version": version}})),
+                    )
+                    .await
+            })
+            .buffer_unordered(CONCURRENCY)
+            .try_collect::<Vec<_>>()
+    };
+    let t = Instant::now();
+    patch("v1.0.0-floor").await?;
+    let took = t.elapsed();
+    patch("v1.0.0").await?;
+    Ok(took)
+}
+
+fn metric_sum(text: &str, name: &str, filter: impl Fn(&str) -> bool) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && filter(l))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn peak_rss_mib(pid: Option<u32>) -> f64 {
+    let status = pid
+        .and_then(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
+        .unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
+async fn wait_terminal(env: &TestEnv, run: &str, timeout: Duration) -> anyhow::Result<UpgradeRun> {
+    upgradeplan_e2e::harness::wait_for(env.runs(), run, timeout, "terminal", |r: &UpgradeRun| {
+        r.status.as_ref().is_some_and(|s| s.state.is_terminal())
+    })
+    .await
+}
+
+async fn scale(n: usize) -> anyhow::Result<()> {
+    let sim = workspace_bin("kratix-sim")?;
+    let mut env = TestEnv::new(&format!("scale{n}")).await?;
+    env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0").await?;
+    let t = Instant::now();
+    let bindings = create_bindings(&mut env, n).await?;
+    println!(
+        "[{n}] created {n} bindings (with status) in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let floor = floor(&env, &bindings).await?;
+    println!(
+        "[{n}] floor: {n} spec.version merge patches by a minimal client ({CONCURRENCY} at a time): {:.2} s",
+        floor.as_secs_f64()
+    );
+
+    env.start_sim(sim.to_str().unwrap_or_default(), &["--delay", "0s"])?;
+    let metrics_port = upgradeplan_e2e::harness::free_port()?;
+    let metrics_addr = format!("127.0.0.1:{metrics_port}");
+    let controller = env
+        .start_controller(&["--metrics-addr", &metrics_addr, "--log-level", "warn"])
+        .await?;
+    let plan = env
+        .create_plan("plan", json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"}, "rolloutGroups": [{"name": "all", "selectors": {"matchAll": true}, "maxConcurrent": "100%"}]}))
+        .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await; // caches filled, plan reconciled
+    let (_, before) = http_get(&metrics_addr, "/metrics").await?;
+    let t = Instant::now();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await?;
+    let done = wait_terminal(&env, &run, Duration::from_secs(1800)).await?;
+    let wall = t.elapsed();
+    let (_, after) = http_get(&metrics_addr, "/metrics").await?;
+    let status = done.status.clone().unwrap_or_default();
+    anyhow::ensure!(
+        status.state == RunState::Completed && status.completed_resources == n as i64,
+        "run ended {:?} with {}/{}",
+        status.state,
+        status.completed_resources,
+        status.total_resources
+    );
+    let delta = |filter: &dyn Fn(&str) -> bool| {
+        metric_sum(&after, "rest_client_requests_total", filter)
+            - metric_sum(&before, "rest_client_requests_total", filter)
+    };
+    let is_write = |l: &str| {
+        [
+            "method=\"PATCH\"",
+            "method=\"POST\"",
+            "method=\"PUT\"",
+            "method=\"DELETE\"",
+        ]
+        .iter()
+        .any(|m| l.contains(m))
+    };
+    let writes = delta(&|l| is_write(l));
+    let event_writes = delta(&|l| is_write(l) && l.contains("resource=\"events\""));
+    let reads = delta(&|l| l.contains("method=\"GET\""));
+    println!(
+        "[{n}] run to Completed: {:.2} s = {:.2}x the floor (target <= 1.5x)",
+        wall.as_secs_f64(),
+        wall.as_secs_f64() / floor.as_secs_f64()
+    );
+    println!(
+        "[{n}] controller requests per upgraded resource: {:.2} writes ({:.2} excluding events; target <= 1.2), {:.3} reads",
+        writes / n as f64,
+        (writes - event_writes) / n as f64,
+        reads / n as f64
+    );
+    println!(
+        "[{n}] controller peak RSS: {:.1} MiB (target <= 60 MiB at 10k)",
+        peak_rss_mib(controller.child.id())
+    );
+    println!(
+        "[{n}] snapshot ConfigMaps: {} for {} resources",
+        status.resource_list_refs.len(),
+        status.total_resources
+    );
+
+    // The plugin against kubectl over the same bindings.
+    let plugin = workspace_bin("kubectl-upgradeplan")?;
+    let time = |cmd: &mut std::process::Command| -> anyhow::Result<f64> {
+        let mut times = vec![];
+        for _ in 0..3 {
+            let t = Instant::now();
+            let o = cmd.output()?;
+            anyhow::ensure!(o.status.success(), "{:?}: {}", cmd, String::from_utf8_lossy(&o.stderr));
+            times.push(t.elapsed().as_secs_f64());
+        }
+        times.sort_by(|a, b| a.total_cmp(b));
+        Ok(times[1])
+    };
+    let kubectl = time(std::process::Command::new("kubectl").args(["get", "resourcebindings", "-A", "-o", "json"]))?;
+    let matching = time(std::process::Command::new(&plugin).args(["match", &plan, "-o", "json"]))?;
+    println!("[{n}] kubectl upgradeplan match: {matching:.2} s; kubectl get resourcebindings -A -o json: {kubectl:.2} s; ratio {:.2} (target <= 1.0)", matching / kubectl);
+    drop(controller);
+    env.teardown().await?;
+    Ok(())
+}
+
+/// maxConcurrent 1 over 100 bindings: from one binding's completion (seen by a watch) to the
+/// next binding's start.
+async fn reaction_latency() -> anyhow::Result<()> {
+    let sim = workspace_bin("kratix-sim")?;
+    let mut env = TestEnv::new("latency").await?;
+    env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0").await?;
+    create_bindings(&mut env, 100).await?;
+    env.start_sim(sim.to_str().unwrap_or_default(), &["--delay", "0s"])?;
+    let _controller = env.start_controller(&["--log-level", "warn"]).await?;
+    let plan = env
+        .create_plan("plan", json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"}, "rolloutGroups": [{"name": "all", "selectors": {"matchAll": true}, "maxConcurrent": 1}]}))
+        .await?;
+    let api: Api<ResourceBinding> = Api::all(env.client.clone());
+    let config = watcher::Config::default().labels(&format!("{PROMISE_NAME_LABEL}={}", env.promise));
+    let watch = tokio::spawn(async move {
+        let mut seen: HashMap<String, (bool, bool)> = HashMap::new();
+        let mut events: Vec<(Instant, bool)> = vec![]; // (when, true = completion / false = start)
+        let mut stream = watcher(api, config).default_backoff().applied_objects().boxed();
+        while let Some(Ok(b)) = stream.next().await {
+            let started = b.spec.version == "v2.0.0";
+            let applied = b.last_applied_version() == "v2.0.0";
+            let before = seen.insert(b.name_any(), (started, applied)).unwrap_or((false, false));
+            if started && !before.0 {
+                events.push((Instant::now(), false));
+            }
+            if applied && !before.1 {
+                events.push((Instant::now(), true));
+                if events.iter().filter(|(_, c)| *c).count() == 100 {
+                    break;
+                }
+            }
+        }
+        events
+    });
+    env.runs().create(&PostParams::default(), &serde_json::from_value(json!({"apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeRun", "metadata": {"name": format!("{plan}-1")}, "spec": {"upgradePlanRef": {"name": plan}}}))?).await?;
+    let events = tokio::time::timeout(Duration::from_secs(600), watch)
+        .await
+        .context("latency run timed out")??;
+    let mut gaps: Vec<f64> = vec![];
+    for w in events.windows(2) {
+        if let [(t1, true), (t2, false)] = w {
+            gaps.push((*t2 - *t1).as_secs_f64() * 1000.0);
+        }
+    }
+    gaps.sort_by(|a, b| a.total_cmp(b));
+    let pct = |p: f64| {
+        gaps.get(((gaps.len() as f64 - 1.0) * p) as usize)
+            .copied()
+            .unwrap_or(f64::NAN)
+    };
+    println!(
+        "[latency] completion -> next start over {} steps: median {:.0} ms, p95 {:.0} ms, max {:.0} ms",
+        gaps.len(),
+        pct(0.5),
+        pct(0.95),
+        pct(1.0)
+    );
+    env.teardown().await?;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let sizes: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let sizes = if sizes.is_empty() { vec![1_000, 10_000] } else { sizes };
+    println!(
+        "machine: {} cores; {}",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        env!("CARGO_PKG_VERSION")
+    );
+    reaction_latency().await?;
+    for n in sizes {
+        scale(n).await?;
+    }
+    Ok(())
+}
