@@ -5,7 +5,7 @@
 //! - evaluating a run over 1k and 10k resources (target: linear);
 //! - the window gate with its next open/close, and the next triggers.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -88,7 +88,7 @@ fn run_world(
 ) -> (
     UpgradePlan,
     upgradeplan::engine::snapshot::Snapshot,
-    std::collections::HashMap<(String, String), ResourceBinding>,
+    HashMap<(String, String), ResourceBinding>,
 ) {
     let mut p = plan();
     p.spec.rollout_groups =
@@ -131,7 +131,7 @@ fn run_world(
 fn eval_run(
     p: &UpgradePlan,
     snapshot: &upgradeplan::engine::snapshot::Snapshot,
-    live: &std::collections::HashMap<(String, String), ResourceBinding>,
+    live: &HashMap<(String, String), ResourceBinding>,
 ) -> usize {
     let ctx = RunContext {
         run_name: "bench",
