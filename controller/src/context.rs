@@ -84,13 +84,12 @@ impl Ctx {
         self.runs.state().into_iter().filter(|r| run_plan(r) == plan).collect()
     }
 
-    /// Bindings of `promise`, all namespaces, from the cache.
-    pub fn bindings_of(&self, promise: &str) -> Vec<ResourceBinding> {
+    /// Bindings of `promise`, all namespaces, from the cache (shared, never copied).
+    pub fn bindings_of(&self, promise: &str) -> Vec<Arc<ResourceBinding>> {
         self.bindings
             .state()
             .into_iter()
             .filter(|b| b.labels().get(PROMISE_NAME_LABEL).map(String::as_str) == Some(promise))
-            .map(|b| (*b).clone())
             .collect()
     }
 

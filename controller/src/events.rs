@@ -63,16 +63,14 @@ impl Publisher {
             reason.to_string(),
             message.to_string(),
         );
-        let mut seen = self.seen.lock().await;
-        if seen.len() > 4096 {
-            seen.clear(); // bounded memory; at worst a repeat becomes a new Event
-        }
-        if let Some((ns, name, count)) = seen.get_mut(&key) {
-            let api: Api<Event> = Api::namespaced(self.client.clone(), ns);
-            let patch = json!({"count": *count + 1, "lastTimestamp": Time(now)});
-            match api.patch(name, &PatchParams::default(), &Patch::Merge(patch)).await {
+        // The cache lock is never held across a request: events go out concurrently.
+        let cached = self.seen.lock().await.get(&key).cloned();
+        if let Some((ns, name, count)) = cached {
+            let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
+            let patch = json!({"count": count + 1, "lastTimestamp": Time(now)});
+            match api.patch(&name, &PatchParams::default(), &Patch::Merge(patch)).await {
                 Ok(_) => {
-                    *count += 1;
+                    self.seen.lock().await.insert(key, (ns, name, count + 1));
                     return Ok(());
                 }
                 Err(kube::Error::Api(e)) if e.code == 404 => {} // expired: create a new one
@@ -112,6 +110,10 @@ impl Publisher {
         };
         let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
         api.create(&PostParams::default(), &event).await?;
+        let mut seen = self.seen.lock().await;
+        if seen.len() > 4096 {
+            seen.clear(); // bounded memory; at worst a repeat becomes a new Event
+        }
         seen.insert(key, (ns, name, 1));
         Ok(())
     }

@@ -182,7 +182,14 @@ fn record_metrics(
     let membership = upgradeplan::engine::version::VersionMatcher::compile(&spec.upgrade_path.from)
         .ok()
         .filter(|_| valid)
-        .map(|m| upgradeplan::engine::snapshot::assign(spec, &m, &ctx.bindings_of(&spec.promise_ref.name)).snapshot);
+        .map(|m| {
+            upgradeplan::engine::snapshot::assign(
+                spec,
+                &m,
+                ctx.bindings_of(&spec.promise_ref.name).iter().map(|b| b.as_ref()),
+            )
+            .snapshot
+        });
     let mut next_change: Option<DateTime<Utc>> = None;
     let groups = spec
         .rollout_groups

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::events::EventType;
 use chrono::Utc;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -30,6 +31,9 @@ use upgradeplan::time::to_chrono;
 use crate::context::{apply_status, run_plan, Ctx, Frozen, SELECTOR_ANNOTATION};
 use crate::error::{Error, Result};
 use crate::plan::refresh_after_run;
+
+/// How many binding patches (and their events) are in flight at once.
+const PATCH_CONCURRENCY: usize = 16;
 
 /// Label on snapshot ConfigMaps naming their run.
 pub const RUN_LABEL: &str = "platform.syntasso.io/upgrade-run";
@@ -240,27 +244,63 @@ async fn progress(ctx: &Ctx, run: &UpgradeRun, mut status: UpgradeRunStatus, pro
     status.completed_resources = eval.completed_resources();
     status.total_resources = eval.total_resources();
 
+    // Patches go out concurrently (bounded): a group of thousands starts at the API server's
+    // pace, not one round trip at a time. Each carries its own precondition.
+    let retry_meta = json!({"labels": {MANUAL_RECONCILIATION_LABEL: "true"}, "annotations": {RETRY_REQUESTED_BY_ANNOTATION: run_name}});
+    // (The futures are built eagerly: a stream that maps borrowed items through a closure is not
+    // provably Send across the await.)
+    let retries: Vec<_> = eval
+        .retry
+        .iter()
+        .map(|a| patch_binding(ctx, a, retry_meta.clone(), None))
+        .collect();
+    let retried: Vec<Result<bool>> = futures::stream::iter(retries)
+        .buffer_unordered(PATCH_CONCURRENCY)
+        .collect()
+        .await;
     let mut conflict = false;
-    for action in &eval.retry {
-        conflict |= patch_binding(ctx, action, json!({"labels": {MANUAL_RECONCILIATION_LABEL: "true"}, "annotations": {RETRY_REQUESTED_BY_ANNOTATION: run_name}}), None).await?;
+    for r in retried {
+        conflict |= r?;
     }
-    for action in &eval.start {
-        let started = !patch_binding(ctx, action, json!({}), Some(&to)).await?;
-        conflict |= !started;
-        if started {
-            if let Ok(mut s) = ctx.started.lock() {
-                s.insert(
-                    (
-                        run.uid().unwrap_or_default(),
-                        format!("{}/{}", action.resource.namespace, action.resource.binding),
-                    ),
-                    Utc::now(),
-                );
-            }
-            let note = texts::resource_started(&action.resource.display_name(), &action.from, &to);
-            ctx.event(run, EventType::Normal, "ResourceUpgradeStarted", note).await;
+    let to_str = to.as_str();
+    let starts: Vec<_> = eval
+        .start
+        .iter()
+        .map(|a| async move { (a, patch_binding(ctx, a, json!({}), Some(to_str)).await) })
+        .collect();
+    let started: Vec<(&BindingAction, Result<bool>)> = futures::stream::iter(starts)
+        .buffer_unordered(PATCH_CONCURRENCY)
+        .collect()
+        .await;
+    let mut announcements = Vec::new();
+    for (action, result) in started {
+        if result? {
+            conflict = true;
+            continue;
         }
+        if let Ok(mut s) = ctx.started.lock() {
+            s.insert(
+                (
+                    run.uid().unwrap_or_default(),
+                    format!("{}/{}", action.resource.namespace, action.resource.binding),
+                ),
+                Utc::now(),
+            );
+        }
+        announcements.push(texts::resource_started(
+            &action.resource.display_name(),
+            &action.from,
+            &to,
+        ));
     }
+    let events: Vec<_> = announcements
+        .into_iter()
+        .map(|note| ctx.event(run, EventType::Normal, "ResourceUpgradeStarted", note))
+        .collect();
+    futures::stream::iter(events)
+        .buffer_unordered(PATCH_CONCURRENCY)
+        .collect::<Vec<()>>()
+        .await;
     report_outcomes(ctx, run, &eval, &previous_groups, &frozen.snapshot, &to).await;
     if !is_preview(run) || !run.spec.suspend {
         ctx.metrics
@@ -641,7 +681,7 @@ async fn take_snapshot(ctx: &Ctx, run: &UpgradeRun, plan: &UpgradePlan) -> Resul
     let matcher = VersionMatcher::compile(&plan.spec.upgrade_path.from)
         .map_err(|_| snapshot_error(run, "upgradePath.from does not compile"))?;
     let bindings = ctx.bindings_of(&plan.spec.promise_ref.name);
-    let snapshot = assign(&plan.spec, &matcher, &bindings).snapshot;
+    let snapshot = assign(&plan.spec, &matcher, bindings.iter().map(|b| b.as_ref())).snapshot;
     let frozen_plan = serde_json::to_string(&plan.spec)?;
     let mut refs = Vec::new();
     for (i, part) in shard(&snapshot, SNAPSHOT_SHARD_BYTES).into_iter().enumerate() {

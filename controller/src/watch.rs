@@ -11,7 +11,9 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
-fn typed<K: Resource<DynamicType = ()> + DeserializeOwned>(obj: DynamicObject) -> Option<K> {
+fn typed<K: Resource<DynamicType = ()> + DeserializeOwned>(mut obj: DynamicObject) -> Option<K> {
+    // Nothing reads managedFields; at thousands of bindings they are most of the cache's memory.
+    obj.metadata.managed_fields = None;
     let name = format!(
         "{}/{}",
         obj.metadata.namespace.clone().unwrap_or_default(),

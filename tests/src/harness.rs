@@ -496,6 +496,24 @@ impl TestEnv {
         wait_for(self.plans(), name, timeout, what, pred).await
     }
 
+    /// Events of `name` once one satisfies `want` (events become visible to a list a moment
+    /// after they are written), or as they are after 15 s.
+    pub async fn events_when(
+        &self,
+        name: &str,
+        want: impl Fn(&(String, String, String)) -> bool,
+    ) -> anyhow::Result<Vec<(String, String, String)>> {
+        let mut events = self.events_of(name).await?;
+        for _ in 0..75 {
+            if events.iter().any(&want) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            events = self.events_of(name).await?;
+        }
+        Ok(events)
+    }
+
     /// Events recorded on a cluster-scoped object: (type, reason, message), oldest first.
     pub async fn events_of(&self, name: &str) -> anyhow::Result<Vec<(String, String, String)>> {
         let api: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(self.client.clone(), "default");

@@ -204,7 +204,10 @@ async fn three_group_plan_completes_in_order_within_limits() {
         o.spec_changes.values().all(|n| *n == 1),
         "each binding patched once: {o:?}"
     );
-    let events = env.events_of(&run).await.unwrap();
+    let events = env
+        .events_when(&run, |(_, r, _)| r == "UpgradeRunCompleted")
+        .await
+        .unwrap();
     let count = |reason: &str| events.iter().filter(|(_, r, _)| r == reason).count();
     assert_eq!(count("ResourceUpgradeStarted"), 11, "{events:#?}");
     assert!(
@@ -315,7 +318,10 @@ async fn a_failing_resource_fails_the_run_and_later_groups_never_start() {
             .all(|(_, v)| v == "v1.0.0"),
         "prod untouched: {versions:?}"
     );
-    let events = env.events_of(&run).await.unwrap();
+    let events = env
+        .events_when(&run, |(_, r, _)| r == "UpgradeRunFailed")
+        .await
+        .unwrap();
     let detail = format!("Resource {dev_ns}/dev-0 failed to upgrade to v2.0.0: workflow failed: simulated");
     assert!(
         events
@@ -633,7 +639,11 @@ async fn drifted_and_deleted_bindings_are_skipped_and_never_overwritten() {
         Some("v1.5.0"),
         "never overwritten"
     );
-    let events = env.events_of(&run).await.unwrap();
+    // The completion event is written after the skip events.
+    let events = env
+        .events_when(&run, |(_, r, _)| r == "UpgradeRunCompleted")
+        .await
+        .unwrap();
     assert_eq!(
         events
             .iter()

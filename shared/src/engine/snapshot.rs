@@ -137,9 +137,13 @@ pub fn belongs_to(b: &ResourceBinding, promise: &str) -> bool {
 /// Assigns the Promise's eligible bindings to the plan's groups. A binding may be in several
 /// groups (groups are not de-duplicated); `matchAll` takes only bindings no earlier group took.
 /// Order within a group is (namespace, binding name): the order upgrades start in.
-pub fn assign(spec: &UpgradePlanSpec, matcher: &VersionMatcher, bindings: &[ResourceBinding]) -> Assignment {
+pub fn assign<'b>(
+    spec: &UpgradePlanSpec,
+    matcher: &VersionMatcher,
+    bindings: impl IntoIterator<Item = &'b ResourceBinding>,
+) -> Assignment {
     let mut ours: Vec<&ResourceBinding> = bindings
-        .iter()
+        .into_iter()
         .filter(|b| belongs_to(b, &spec.promise_ref.name))
         .collect();
     ours.sort_by(|a, b| (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name)));
