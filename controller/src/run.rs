@@ -34,6 +34,8 @@ use crate::plan::refresh_after_run;
 
 /// How many binding patches (and their events) are in flight at once.
 const PATCH_CONCURRENCY: usize = 16;
+/// How many starts are prepared at a time (bounds memory when a group of thousands starts).
+const PATCH_CHUNK: usize = 256;
 
 /// Label on snapshot ConfigMaps naming their run.
 pub const RUN_LABEL: &str = "platform.syntasso.io/upgrade-run";
@@ -247,60 +249,62 @@ async fn progress(ctx: &Ctx, run: &UpgradeRun, mut status: UpgradeRunStatus, pro
     // Patches go out concurrently (bounded): a group of thousands starts at the API server's
     // pace, not one round trip at a time. Each carries its own precondition.
     let retry_meta = json!({"labels": {MANUAL_RECONCILIATION_LABEL: "true"}, "annotations": {RETRY_REQUESTED_BY_ANNOTATION: run_name}});
-    // (The futures are built eagerly: a stream that maps borrowed items through a closure is not
-    // provably Send across the await.)
-    let retries: Vec<_> = eval
-        .retry
-        .iter()
-        .map(|a| patch_binding(ctx, a, retry_meta.clone(), None))
-        .collect();
-    let retried: Vec<Result<bool>> = futures::stream::iter(retries)
-        .buffer_unordered(PATCH_CONCURRENCY)
-        .collect()
-        .await;
+    // Futures are built per chunk (a stream mapping borrowed items through a closure is not
+    // provably Send across the await), so that thousands of starts never sit in memory at once.
     let mut conflict = false;
-    for r in retried {
-        conflict |= r?;
+    for chunk in eval.retry.chunks(PATCH_CHUNK) {
+        let retries: Vec<_> = chunk
+            .iter()
+            .map(|a| patch_binding(ctx, a, retry_meta.clone(), None))
+            .collect();
+        for r in futures::stream::iter(retries)
+            .buffer_unordered(PATCH_CONCURRENCY)
+            .collect::<Vec<_>>()
+            .await
+        {
+            conflict |= r?;
+        }
     }
     let to_str = to.as_str();
-    let starts: Vec<_> = eval
-        .start
-        .iter()
-        .map(|a| async move { (a, patch_binding(ctx, a, json!({}), Some(to_str)).await) })
-        .collect();
-    let started: Vec<(&BindingAction, Result<bool>)> = futures::stream::iter(starts)
-        .buffer_unordered(PATCH_CONCURRENCY)
-        .collect()
-        .await;
-    let mut announcements = Vec::new();
-    for (action, result) in started {
-        if result? {
-            conflict = true;
-            continue;
+    for chunk in eval.start.chunks(PATCH_CHUNK) {
+        let starts: Vec<_> = chunk
+            .iter()
+            .map(|a| async move { (a, patch_binding(ctx, a, json!({}), Some(to_str)).await) })
+            .collect();
+        let started: Vec<(&BindingAction, Result<bool>)> = futures::stream::iter(starts)
+            .buffer_unordered(PATCH_CONCURRENCY)
+            .collect()
+            .await;
+        let mut announcements = Vec::new();
+        for (action, result) in started {
+            if result? {
+                conflict = true;
+                continue;
+            }
+            if let Ok(mut s) = ctx.started.lock() {
+                s.insert(
+                    (
+                        run.uid().unwrap_or_default(),
+                        format!("{}/{}", action.resource.namespace, action.resource.binding),
+                    ),
+                    Utc::now(),
+                );
+            }
+            announcements.push(texts::resource_started(
+                &action.resource.display_name(),
+                &action.from,
+                &to,
+            ));
         }
-        if let Ok(mut s) = ctx.started.lock() {
-            s.insert(
-                (
-                    run.uid().unwrap_or_default(),
-                    format!("{}/{}", action.resource.namespace, action.resource.binding),
-                ),
-                Utc::now(),
-            );
-        }
-        announcements.push(texts::resource_started(
-            &action.resource.display_name(),
-            &action.from,
-            &to,
-        ));
+        let events: Vec<_> = announcements
+            .into_iter()
+            .map(|note| ctx.event(run, EventType::Normal, "ResourceUpgradeStarted", note))
+            .collect();
+        futures::stream::iter(events)
+            .buffer_unordered(PATCH_CONCURRENCY)
+            .collect::<Vec<()>>()
+            .await;
     }
-    let events: Vec<_> = announcements
-        .into_iter()
-        .map(|note| ctx.event(run, EventType::Normal, "ResourceUpgradeStarted", note))
-        .collect();
-    futures::stream::iter(events)
-        .buffer_unordered(PATCH_CONCURRENCY)
-        .collect::<Vec<()>>()
-        .await;
     report_outcomes(ctx, run, &eval, &previous_groups, &frozen.snapshot, &to).await;
     if !is_preview(run) || !run.spec.suspend {
         ctx.metrics

@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use upgradeplan::api::kratix::{
@@ -53,6 +53,9 @@ pub struct SimConfig {
 struct Ctx {
     client: Client,
     config: SimConfig,
+    /// PromiseRevisions from a watch (no list per reconcile), and whether it has listed.
+    revisions: kube::runtime::reflector::Store<PromiseRevision>,
+    revisions_synced: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What the simulator does next for one binding (pure, so it is unit-tested).
@@ -156,14 +159,24 @@ fn condition(status: &str, reason: &str, message: &str, now: DateTime<Utc>) -> s
 async fn reconcile(b: Arc<ResourceBinding>, ctx: Arc<Ctx>) -> Result<Action, SimError> {
     let ns = b.namespace().unwrap_or_default();
     let api: Api<ResourceBinding> = Api::namespaced(ctx.client.clone(), &ns);
-    let revisions: Api<PromiseRevision> = Api::all(ctx.client.clone());
+    if !ctx.revisions_synced.load(std::sync::atomic::Ordering::SeqCst) {
+        return Ok(Action::requeue(Duration::from_millis(100)));
+    }
     let promise = promise_of(&b);
-    let of_promise = revisions
-        .list(&ListParams::default().labels(&format!("{PROMISE_NAME_LABEL}={promise}")))
-        .await?;
+    let of_promise: Vec<Arc<PromiseRevision>> = ctx
+        .revisions
+        .state()
+        .into_iter()
+        .filter(|r| {
+            r.labels()
+                .get(PROMISE_NAME_LABEL)
+                .map(String::as_str)
+                .unwrap_or(&r.spec.promise_ref.name)
+                == promise
+        })
+        .collect();
     let target = if b.spec.version == LATEST_VERSION {
         of_promise
-            .items
             .iter()
             .find(|r| {
                 r.labels().get(LATEST_REVISION_LABEL).is_some_and(|v| v == "true")
@@ -175,7 +188,7 @@ async fn reconcile(b: Arc<ResourceBinding>, ctx: Arc<Ctx>) -> Result<Action, Sim
     };
     let revision_exists = target
         .as_ref()
-        .is_some_and(|t| of_promise.items.iter().any(|r| &r.spec.version == t));
+        .is_some_and(|t| of_promise.iter().any(|r| &r.spec.version == t));
     let delay = binding_delay(&b, ctx.config.delay);
     let now = Utc::now();
     let status = |body: serde_json::Value| Patch::Merge(json!({"status": body}));
@@ -265,8 +278,18 @@ pub async fn run(
         Some(s) => watcher::Config::default().labels(s),
         None => watcher::Config::default(),
     };
+    let (rev_store, rev_writer) = kube::runtime::reflector::store::<PromiseRevision>();
+    let synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = synced.clone();
+    let rev_stream = kube::runtime::reflector::reflector(rev_writer, watcher(revisions, rev_config).default_backoff())
+        .inspect(move |ev| {
+            if matches!(ev, Ok(watcher::Event::InitDone)) {
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        })
+        .touched_objects();
     controller
-        .watches(revisions, rev_config, move |rev: PromiseRevision| {
+        .watches_stream(rev_stream, move |rev: PromiseRevision| {
             let promise = rev
                 .labels()
                 .get(PROMISE_NAME_LABEL)
@@ -280,7 +303,16 @@ pub async fn run(
                 .collect::<Vec<_>>()
         })
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, Arc::new(Ctx { client, config }))
+        .run(
+            reconcile,
+            error_policy,
+            Arc::new(Ctx {
+                client,
+                config,
+                revisions: rev_store,
+                revisions_synced: synced,
+            }),
+        )
         .for_each(|_| futures::future::ready(()))
         .await;
 }
