@@ -180,17 +180,7 @@ async fn apply(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
         );
         let frozen = take_snapshot(&ctx, &run, &plan).await?;
         status.resource_list_refs = frozen.1;
-        status.rollout_groups = frozen
-            .0
-            .snapshot
-            .groups
-            .iter()
-            .map(|g| GroupStatus {
-                name: g.name.clone(),
-                total: g.resources.len() as i64,
-                ..Default::default()
-            })
-            .collect();
+        status.rollout_groups = frozen.0.snapshot.initial_counts();
         status.total_resources = status.rollout_groups.iter().map(|g| g.total).sum();
         status.started_at = Some(Utc::now());
         status.state = RunState::InProgress;

@@ -230,16 +230,7 @@ pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<
     let to = ctx.plan.upgrade_path.to.as_str();
     let mut eval = Evaluation {
         verdict: Verdict::Completed,
-        groups: ctx
-            .snapshot
-            .groups
-            .iter()
-            .map(|g| GroupStatus {
-                name: g.name.clone(),
-                total: g.resources.len() as i64,
-                ..Default::default()
-            })
-            .collect(),
+        groups: ctx.snapshot.initial_counts(),
         outcomes: Vec::new(),
         start: Vec::new(),
         retry: Vec::new(),

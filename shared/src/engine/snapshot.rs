@@ -70,6 +70,20 @@ pub struct Snapshot {
     pub groups: Vec<SnapshotGroup>,
 }
 
+impl Snapshot {
+    /// Per-group counts before anything happened: each group's size, nothing done yet.
+    pub fn initial_counts(&self) -> Vec<crate::api::GroupStatus> {
+        self.groups
+            .iter()
+            .map(|g| crate::api::GroupStatus {
+                name: g.name.clone(),
+                total: g.resources.len() as i64,
+                ..Default::default()
+            })
+            .collect()
+    }
+}
+
 /// Why a binding of the Promise is not eligible.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ineligibility {
