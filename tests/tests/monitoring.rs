@@ -80,7 +80,7 @@ async fn prometheus_fires_upgrade_run_failed_and_follows_window_open() {
     );
 
     // A plan whose window opens at the next minute boundary (no run needed: the gauge is the plan's).
-    let opens = (Utc::now() + chrono::Duration::seconds(20))
+    let opens = (Utc::now() + chrono::Duration::seconds(30))
         .duration_trunc(chrono::Duration::minutes(1))
         .unwrap()
         + chrono::Duration::minutes(1);
@@ -92,6 +92,26 @@ async fn prometheus_fires_upgrade_run_failed_and_follows_window_open() {
         )
         .await
         .unwrap();
+
+    // Prometheus sees the gate closed before it opens (checked now: the window opens 30 s or more
+    // from its creation, and what follows can take longer than that).
+    let open_value = |v: Vec<Value>| {
+        v.first()
+            .map(|s| s["value"][1].as_str().unwrap_or_default().to_string())
+    };
+    let mut before = None;
+    for _ in 0..40 {
+        before = open_value(query(&prom, &format!("upgradeplan_window_open{{plan=\"{windowed}\"}}")).await);
+        if before.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        Utc::now() < opens,
+        "the setup outlasted the margin before {opens}; the check below would prove nothing"
+    );
+    assert_eq!(before.as_deref(), Some("0"), "closed before {opens}");
 
     // A run that fails.
     let plan = env
@@ -132,9 +152,6 @@ async fn prometheus_fires_upgrade_run_failed_and_follows_window_open() {
         "the plan without a failed run must not alert: {other:?}"
     );
 
-    let open_value = |v: Vec<Value>| v.first().map(|s| s["value"][1].as_str().unwrap().to_string());
-    let before = open_value(query(&prom, &format!("upgradeplan_window_open{{plan=\"{windowed}\"}}")).await);
-    assert_eq!(before.as_deref(), Some("0"), "closed before {opens}");
     let wait = (opens - Utc::now()).to_std().unwrap_or_default() + Duration::from_secs(4);
     tokio::time::sleep(wait).await;
     let after = open_value(query(&prom, &format!("upgradeplan_window_open{{plan=\"{windowed}\"}}")).await);
