@@ -8,12 +8,11 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use upgradeplan::api::kratix::{Promise, PromiseRevision, ResourceBinding, PROMISE_NAME_LABEL};
-use upgradeplan::api::UpgradePlanSpec;
 use upgradeplan::api::{UpgradePlan, UpgradeRun, FIELD_MANAGER, PLAN_LABEL};
-use upgradeplan::engine::snapshot::Snapshot;
 
 use crate::error::Result;
 use crate::events::{EventType, Publisher};
+pub use upgradeplan::engine::snapshot::Frozen;
 
 /// How long a reconcile waits before retrying while the caches are still filling.
 pub const CACHE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
@@ -43,12 +42,6 @@ impl Synced {
             .map(|f| f.iter().all(|x| x.load(std::sync::atomic::Ordering::SeqCst)))
             .unwrap_or(false)
     }
-}
-
-/// A run's snapshot and frozen plan, as read from its ConfigMaps.
-pub struct Frozen {
-    pub snapshot: Snapshot,
-    pub plan: UpgradePlanSpec,
 }
 
 pub struct Ctx {

@@ -21,7 +21,7 @@ use upgradeplan::api::{
 use upgradeplan::engine::admission::{admit, is_preview, last_run_of, Admission, RunFacts};
 use upgradeplan::engine::run::{evaluate, texts, BindingAction, Evaluation, Outcome, RunContext, Verdict};
 use upgradeplan::engine::snapshot::{
-    assign, merge_shards, shard, snapshot_config_map_name, Snapshot, SNAPSHOT_PLAN_KEY, SNAPSHOT_RESOURCES_KEY,
+    assign, read_frozen, shard, snapshot_config_map_name, Snapshot, SNAPSHOT_PLAN_KEY, SNAPSHOT_RESOURCES_KEY,
     SNAPSHOT_SHARD_BYTES,
 };
 use upgradeplan::engine::validate::{summarize as summarize_problems, validate_plan};
@@ -737,32 +737,15 @@ fn shard_index(run: &str, name: &str) -> usize {
 fn read_shards(run: &UpgradeRun, mut cms: Vec<ConfigMap>) -> Result<Arc<Frozen>> {
     let run_name = run.name_any();
     cms.sort_by_key(|cm| shard_index(&run_name, &cm.name_any()));
-    let mut plan = None;
-    let mut shards = Vec::new();
-    for cm in &cms {
-        let data = cm.data.clone().unwrap_or_default();
-        let resources = data.get(SNAPSHOT_RESOURCES_KEY).ok_or_else(|| {
-            snapshot_error(
-                run,
-                format!("ConfigMap {} has no key {SNAPSHOT_RESOURCES_KEY:?}", cm.name_any()),
-            )
-        })?;
-        shards.push(
-            serde_json::from_str::<Snapshot>(resources)
-                .map_err(|e| snapshot_error(run, format!("ConfigMap {}: {e}", cm.name_any())))?,
-        );
-        if let Some(p) = data.get(SNAPSHOT_PLAN_KEY) {
-            plan = Some(
-                serde_json::from_str(p)
-                    .map_err(|e| snapshot_error(run, format!("ConfigMap {} key plan: {e}", cm.name_any())))?,
-            );
-        }
-    }
-    let plan = plan.ok_or_else(|| snapshot_error(run, "no ConfigMap carries the frozen plan"))?;
-    Ok(Arc::new(Frozen {
-        snapshot: merge_shards(shards),
-        plan,
+    let empty = BTreeMap::new();
+    let frozen = read_frozen(cms.iter().map(|cm| {
+        (
+            cm.metadata.name.as_deref().unwrap_or_default(),
+            cm.data.as_ref().unwrap_or(&empty),
+        )
     }))
+    .map_err(|e| snapshot_error(run, e.to_string()))?;
+    Ok(Arc::new(frozen))
 }
 
 /// The run's snapshot, from memory or from its ConfigMaps.

@@ -10,21 +10,15 @@ use kube::api::{Api, ListParams};
 use kube::Client;
 use serde::Serialize;
 use upgradeplan::api::kratix::{PromiseRevision, ResourceBinding, PROMISE_NAME_LABEL};
-use upgradeplan::api::{
-    find_condition, reasons, GroupStatus, RunState, UpgradePlanSpec, UpgradeRun, SCHEDULED_AT_ANNOTATION,
-};
+use upgradeplan::api::{find_condition, reasons, GroupStatus, RunState, UpgradeRun, SCHEDULED_AT_ANNOTATION};
 use upgradeplan::engine::admission::is_preview;
 use upgradeplan::engine::run::{evaluate, evaluate_resource, Blocked, Evaluation, Outcome, RunContext};
-use upgradeplan::engine::snapshot::{merge_shards, Snapshot, SNAPSHOT_PLAN_KEY, SNAPSHOT_RESOURCES_KEY};
+use upgradeplan::engine::snapshot::read_frozen;
 use upgradeplan::time::to_chrono;
 
 use crate::output::{duration, relative, table, utc, Style};
 
-/// A run's snapshot and frozen plan.
-pub struct Frozen {
-    pub snapshot: Snapshot,
-    pub plan: UpgradePlanSpec,
-}
+pub use upgradeplan::engine::snapshot::Frozen;
 
 /// Reads a run's snapshot ConfigMaps; `None` before the snapshot is taken.
 pub async fn load_frozen(client: &Client, namespace: &str, run: &UpgradeRun) -> anyhow::Result<Option<Frozen>> {
@@ -38,25 +32,16 @@ pub async fn load_frozen(client: &Client, namespace: &str, run: &UpgradeRun) -> 
     }
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let mut shards = Vec::new();
-    let mut plan = None;
     for r in refs {
         let cm = api.get(&r.name).await.map_err(|e| {
             crate::client::explain_error(e, "get", "configmaps", Some(&format!("{namespace}/{}", r.name)))
                 .context("reading the run's snapshot (is --snapshot-namespace the controller's?)")
         })?;
-        let data = cm.data.unwrap_or_default();
-        if let Some(s) = data.get(SNAPSHOT_RESOURCES_KEY) {
-            shards.push(serde_json::from_str::<Snapshot>(s).map_err(|e| anyhow::anyhow!("snapshot {}: {e}", r.name))?);
-        }
-        if let Some(p) = data.get(SNAPSHOT_PLAN_KEY) {
-            plan = Some(serde_json::from_str(p).map_err(|e| anyhow::anyhow!("snapshot {} key plan: {e}", r.name))?);
-        }
+        shards.push((r.name, cm.data.unwrap_or_default()));
     }
-    let plan = plan.ok_or_else(|| anyhow::anyhow!("the run's snapshot has no frozen plan"))?;
-    Ok(Some(Frozen {
-        snapshot: merge_shards(shards),
-        plan,
-    }))
+    let frozen = read_frozen(shards.iter().map(|(n, d)| (n.as_str(), d)))
+        .map_err(|e| anyhow::anyhow!("the run's snapshot: {e}"))?;
+    Ok(Some(frozen))
 }
 
 pub async fn live_bindings(

@@ -255,6 +255,55 @@ pub fn shard(snapshot: &Snapshot, max_bytes: usize) -> Vec<Snapshot> {
     shards
 }
 
+/// A run's snapshot and the plan spec frozen with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frozen {
+    pub snapshot: Snapshot,
+    pub plan: UpgradePlanSpec,
+}
+
+/// Why snapshot ConfigMaps cannot be read back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrozenError {
+    #[error("ConfigMap {0} has no key {SNAPSHOT_RESOURCES_KEY:?}")]
+    MissingResources(String),
+    #[error("ConfigMap {config_map} key {key}: {detail}")]
+    Invalid {
+        config_map: String,
+        key: &'static str,
+        detail: String,
+    },
+    #[error("no snapshot ConfigMap carries the frozen plan")]
+    NoPlan,
+}
+
+/// Reads a run's snapshot back from its ConfigMaps' data, given in shard order as
+/// (ConfigMap name, data): the inverse of [`shard`] plus the frozen plan of the first shard.
+pub fn read_frozen<'a>(
+    shards: impl IntoIterator<Item = (&'a str, &'a std::collections::BTreeMap<String, String>)>,
+) -> Result<Frozen, FrozenError> {
+    let mut plan = None;
+    let mut parts = Vec::new();
+    for (name, data) in shards {
+        let invalid = |key, e: serde_json::Error| FrozenError::Invalid {
+            config_map: name.to_string(),
+            key,
+            detail: e.to_string(),
+        };
+        let resources = data
+            .get(SNAPSHOT_RESOURCES_KEY)
+            .ok_or_else(|| FrozenError::MissingResources(name.to_string()))?;
+        parts.push(serde_json::from_str::<Snapshot>(resources).map_err(|e| invalid(SNAPSHOT_RESOURCES_KEY, e))?);
+        if let Some(p) = data.get(SNAPSHOT_PLAN_KEY) {
+            plan = Some(serde_json::from_str(p).map_err(|e| invalid(SNAPSHOT_PLAN_KEY, e))?);
+        }
+    }
+    Ok(Frozen {
+        snapshot: merge_shards(parts),
+        plan: plan.ok_or(FrozenError::NoPlan)?,
+    })
+}
+
 /// Joins shards back into one snapshot, concatenating each group's resources in shard order.
 pub fn merge_shards(shards: impl IntoIterator<Item = Snapshot>) -> Snapshot {
     let mut merged = Snapshot::default();
@@ -536,6 +585,46 @@ pub(crate) mod tests {
         assert_eq!(shard(&snapshot, SNAPSHOT_SHARD_BYTES).len(), 1);
         assert_eq!(snapshot_config_map_name("r", 0), "r-resource-snapshot");
         assert_eq!(snapshot_config_map_name("r", 1), "r-resource-snapshot-2");
+    }
+
+    #[test]
+    fn frozen_round_trip_and_errors() {
+        let spec = plan(&["v1"], "v2", vec![match_all("all")]);
+        let bindings: Vec<ResourceBinding> = (0..50)
+            .map(|i| binding("ns", &format!("r{i:02}"), &[], "v1", "v1"))
+            .collect();
+        let snapshot = assign(
+            &spec,
+            &VersionMatcher::compile(&spec.upgrade_path.from).unwrap(),
+            &bindings,
+        )
+        .snapshot;
+        let maps: Vec<(String, std::collections::BTreeMap<String, String>)> = shard(&snapshot, 1024)
+            .into_iter()
+            .enumerate()
+            .map(|(i, part)| {
+                let mut data = std::collections::BTreeMap::from([(
+                    SNAPSHOT_RESOURCES_KEY.to_string(),
+                    serde_json::to_string(&part).unwrap(),
+                )]);
+                if i == 0 {
+                    data.insert(SNAPSHOT_PLAN_KEY.to_string(), serde_json::to_string(&spec).unwrap());
+                }
+                (snapshot_config_map_name("run", i), data)
+            })
+            .collect();
+        assert!(maps.len() > 1);
+        let frozen = read_frozen(maps.iter().map(|(n, d)| (n.as_str(), d))).unwrap();
+        assert_eq!((frozen.snapshot, frozen.plan), (snapshot, spec));
+        assert_eq!(
+            read_frozen(maps.iter().skip(1).map(|(n, d)| (n.as_str(), d))),
+            Err(FrozenError::NoPlan)
+        );
+        let empty = std::collections::BTreeMap::new();
+        assert_eq!(
+            read_frozen([("cm", &empty)]),
+            Err(FrozenError::MissingResources("cm".into()))
+        );
     }
 
     #[test]
