@@ -7,7 +7,9 @@ export TESTENV_DIR ?= /tmp/upgradeplan-testenv
 export TESTENV_API_PORT ?= 16443
 export TESTENV_ETCD_PORT ?= 12379
 
-.PHONY: help bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
+FUZZ_SECONDS ?= 60
+
+.PHONY: help fuzz bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -66,6 +68,10 @@ bench-scale: deps cluster-install ## 1k and 10k bindings on a real control plane
 	trap 'tests/cluster.sh stop' EXIT; \
 	eval "$$(tests/cluster.sh start)"; \
 	target/release/scale-bench $(SIZES)
+
+fuzz: deps ## every engine fuzz target for FUZZ_SECONDS each (default 60; stable toolchain); findings in fuzz/artifacts
+	$(CARGO) build --profile fuzz --locked -p upgradeplan-fuzz
+	target/fuzz/upgradeplan-fuzz --seconds $(FUZZ_SECONDS) --artifacts fuzz/artifacts
 
 release: ## the plugin's release archive for this machine (dist/), its sha256, written into krew/upgradeplan.yaml
 	scripts/release.sh $(TARGET)

@@ -4,8 +4,6 @@
 //! are elapsed time. The gate: no windows → open; only allow → open while an allow is active; only
 //! deny → open unless a deny is active; both → open while an allow is active and no deny is.
 
-use std::time::Duration as StdDuration;
-
 use chrono::{DateTime, Duration, Utc};
 use chrono_tz::Tz;
 
@@ -49,20 +47,88 @@ impl WindowError {
     }
 }
 
-/// Parses a Go duration (`4h`, `30m`, `1h30m`, `90s`), as the API server's CEL `duration()` does,
-/// and requires it to be positive.
+/// Parses a Go duration (`4h`, `30m`, `1h30m`, `1.5h`, `90s`) with Go's `time.ParseDuration`
+/// rules, as the API server's CEL `duration()` does: an optional sign, then numbers (decimal
+/// fractions allowed) each with a unit (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`); at most
+/// 2562047h47m16.854775807s. The duration must be positive.
 pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
-    let parsed: kube::core::Duration = s
-        .parse()
-        .map_err(|e| format!("{s:?} is not a duration such as \"4h\", \"30m\" or \"1h30m\": {e}"))?;
-    if parsed.is_negative() {
+    let nanos = parse_go_nanos(s)
+        .map_err(|why| format!("{s:?} is not a duration such as \"4h\", \"30m\" or \"1h30m\": {why}"))?;
+    if nanos <= 0 {
         return Err(format!("{s:?} must be greater than zero"));
     }
-    let std: StdDuration = parsed.into();
-    if std.is_zero() {
-        return Err(format!("{s:?} must be greater than zero"));
+    Ok(Duration::nanoseconds(nanos))
+}
+
+/// Go's `time.ParseDuration`, in nanoseconds. Written here rather than borrowed: the parser in
+/// kube-core panics on values past the range (found by `make fuzz`).
+fn parse_go_nanos(s: &str) -> Result<i64, &'static str> {
+    let (negative, mut rest) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    if rest == "0" {
+        return Ok(0);
     }
-    Duration::from_std(std).map_err(|_| format!("{s:?} is too long"))
+    if rest.is_empty() {
+        return Err("empty");
+    }
+    // Accumulated in u128 and checked against i64's range after every term.
+    let limit: u128 = if negative { 1u128 << 63 } else { i64::MAX as u128 };
+    let mut total: u128 = 0;
+    while !rest.is_empty() {
+        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let (int_digits, after) = rest.split_at(int_len);
+        let (frac_digits, after) = match after.strip_prefix('.') {
+            Some(f) => {
+                let n = f.bytes().take_while(u8::is_ascii_digit).count();
+                f.split_at(n)
+            }
+            None => ("", after),
+        };
+        if int_digits.is_empty() && frac_digits.is_empty() {
+            return Err("expected a number");
+        }
+        let unit_len = after.bytes().take_while(|b| !b.is_ascii_digit() && *b != b'.').count();
+        let (unit, after) = after.split_at(unit_len);
+        let unit_nanos: u128 = match unit {
+            "ns" => 1,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            "" => return Err("missing unit"),
+            _ => return Err("unknown unit (use ns, us, ms, s, m or h)"),
+        };
+        let mut term: u128 = 0;
+        for d in int_digits.bytes() {
+            term = term * 10 + u128::from(d - b'0');
+            if term > limit {
+                return Err("out of range (at most 2562047h)");
+            }
+        }
+        term *= unit_nanos;
+        // Fraction digits beyond nanosecond precision cannot change the result.
+        let mut scale = unit_nanos;
+        for d in frac_digits.bytes().take(30) {
+            scale /= 10;
+            term += u128::from(d - b'0') * scale;
+        }
+        total += term;
+        if total > limit {
+            return Err("out of range (at most 2562047h)");
+        }
+        rest = after;
+    }
+    let magnitude = i128::try_from(total).map_err(|_| "out of range (at most 2562047h)")?;
+    i64::try_from(if negative { -magnitude } else { magnitude }).map_err(|_| "out of range (at most 2562047h)")
+}
+
+/// `start + length`, saturating at the end of representable time rather than panicking.
+fn end_of(start: DateTime<Utc>, length: Duration) -> DateTime<Utc> {
+    start.checked_add_signed(length).unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 /// A compiled window.
@@ -88,7 +154,7 @@ impl Window {
     fn covering_start(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
         // The latest start at or before t is the only candidate: an earlier opening ends earlier.
         let s = self.schedule.latest_at_or_before(t, self.zone)?;
-        (t < s + self.duration).then_some(s)
+        (t < end_of(s, self.duration)).then_some(s)
     }
 
     pub fn is_active(&self, t: DateTime<Utc>) -> bool {
@@ -103,7 +169,7 @@ impl Window {
         // Active: the opening ends at start + duration unless a later opening already covers
         // that instant; follow the chain of overlapping openings.
         for _ in 0..MAX_BOUNDARY_STEPS {
-            let end = start + self.duration;
+            let end = end_of(start, self.duration);
             match self.covering_start(end) {
                 Some(next) if next > start => start = next,
                 _ => return Some(end),
@@ -176,7 +242,7 @@ impl Gate {
         if self.windows.is_empty() {
             return None;
         }
-        let horizon = t + Duration::days(SEARCH_HORIZON_DAYS);
+        let horizon = end_of(t, Duration::days(SEARCH_HORIZON_DAYS));
         let initial = self.is_open(t);
         let mut cursor = t;
         for _ in 0..MAX_BOUNDARY_STEPS {
@@ -241,7 +307,43 @@ mod tests {
         assert_eq!(parse_go_duration("4h"), Ok(Duration::hours(4)));
         assert_eq!(parse_go_duration("1h30m"), Ok(Duration::minutes(90)));
         assert_eq!(parse_go_duration("90s"), Ok(Duration::seconds(90)));
-        for bad in ["0s", "0", "-1h", "4 hours", "", "1d"] {
+        // Go's time.ParseDuration table (the subset a window can use: positive values).
+        let good: &[(&str, i64)] = &[
+            ("1.5h", 5_400_000_000_000),
+            ("+5s", 5_000_000_000),
+            (".5s", 500_000_000),
+            ("1.s", 1_000_000_000),
+            ("1h1m1s1ms1us1ns", 3_661_001_001_001),
+            ("3µs", 3_000),
+            ("3μs", 3_000),
+            ("1.0000000001s", 1_000_000_000),
+            ("2562047h47m16.854775807s", i64::MAX),
+            ("9223372036854775807ns", i64::MAX),
+        ];
+        for (text, nanos) in good {
+            assert_eq!(parse_go_duration(text), Ok(Duration::nanoseconds(*nanos)), "{text:?}");
+        }
+        // Out of range, malformed, not positive. The first was a panic inside kube-core's parser
+        // (found by `make fuzz`, kept in fuzz/regressions/duration/).
+        for bad in [
+            "9223372036854775807h3,m3,m3,m",
+            "2562048h",
+            "9223372036854775808ns",
+            "99999999999999999999999999999h",
+            "0s",
+            "0",
+            "-1h",
+            "-0",
+            "4 hours",
+            "",
+            "1d",
+            "h",
+            ".h",
+            "1",
+            "1h30",
+            "+",
+            "-",
+        ] {
             assert!(parse_go_duration(bad).is_err(), "{bad:?}");
         }
     }
