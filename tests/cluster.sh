@@ -6,6 +6,7 @@
 #   eval "$(tests/cluster.sh start)"  # start, wait for readiness, print export lines
 #   tests/cluster.sh stop             # stop exactly the processes `start` started (by PID)
 #   tests/cluster.sh env              # print the export lines again
+#   tests/cluster.sh restart-apiserver  # stop kube-apiserver alone and start it again (RESTART_SIGNAL=KILL: crash)
 #
 # Binaries, in order of preference: $KUBEBUILDER_ASSETS (envtest layout), etcd/kube-apiserver/
 # kube-controller-manager on PATH, or a build from Debian bookworm's `kubernetes` source package
@@ -164,8 +165,47 @@ wait_until() { # seconds command...
 elapsed() { awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $1}"; }
 
 launch() { # name command... : start in its own session, record its PID
-  setsid "${@:2}" >"$RUN/logs/$1.log" 2>&1 </dev/null &
+  setsid "${@:2}" >>"$RUN/logs/$1.log" 2>&1 </dev/null &
   echo $! >"$RUN/$1.pid"
+}
+
+launch_apiserver() {
+  launch kube-apiserver "$BIN/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
+    --tls-cert-file "$RUN/pki/apiserver.crt" --tls-private-key-file "$RUN/pki/apiserver.key" \
+    --client-ca-file "$RUN/pki/ca.crt" --token-auth-file "$RUN/pki/tokens.csv" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$RUN/pki/sa.pub" --service-account-signing-key-file "$RUN/pki/sa.key" \
+    --service-cluster-ip-range 10.96.0.0/24 --authorization-mode RBAC --endpoint-reconciler-type none \
+    --disable-admission-plugins ServiceAccount --profiling=false --v=1
+}
+
+curl_admin() { curl -fsS --max-time 2 --cacert "$RUN/pki/ca.crt" --cert "$RUN/pki/admin.crt" --key "$RUN/pki/admin.key" "$@"; }
+
+wait_apiserver() { # seconds
+  wait_until "$1" curl_admin "https://127.0.0.1:$API_PORT/readyz"
+}
+
+# Stops kube-apiserver alone (etcd and the controller-manager keep running) and starts it again
+# with the same flags and certificates: clients see their connections drop and the server
+# come back. RESTART_SIGNAL (default TERM; KILL for a crash) is how it is stopped.
+cmd_restart_apiserver() {
+  local pid signal="${RESTART_SIGNAL:-TERM}" t0
+  [ -f "$RUN/kube-apiserver.pid" ] || die "no kube-apiserver started from $RUN"
+  pid="$(cat "$RUN/kube-apiserver.pid")"
+  t0=$(date +%s.%N)
+  if alive "$pid"; then
+    kill "-$signal" "$pid" 2>/dev/null || true
+    # On SIGTERM it stops listening at once, then drains long-running requests for up to a
+    # minute; clients already see it gone, so the drain is cut short.
+    wait_until 5 eval "! alive $pid" || kill -KILL "$pid" 2>/dev/null || true
+    wait_until 10 eval "! alive $pid" || true
+  fi
+  log "kube-apiserver stopped (SIG$signal) after $(elapsed "$t0") s; starting it again"
+  launch_apiserver
+  wait_apiserver 120 || { tail -40 "$RUN/logs/kube-apiserver.log" >&2; die "kube-apiserver did not come back"; }
+  log "kube-apiserver back in $(elapsed "$t0") s"
 }
 
 cmd_start() {
@@ -185,27 +225,17 @@ cmd_start() {
     --unsafe-no-fsync --logger zap --log-level warn
   wait_until 30 curl -fsS --max-time 2 "http://127.0.0.1:$ETCD_PORT/health" \
     || { tail -30 "$RUN/logs/etcd.log" >&2; cmd_stop; die "etcd did not become healthy"; }
-  launch kube-apiserver "$BIN/kube-apiserver" \
-    --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
-    --tls-cert-file "$RUN/pki/apiserver.crt" --tls-private-key-file "$RUN/pki/apiserver.key" \
-    --client-ca-file "$RUN/pki/ca.crt" --token-auth-file "$RUN/pki/tokens.csv" \
-    --service-account-issuer https://kubernetes.default.svc.cluster.local \
-    --service-account-key-file "$RUN/pki/sa.pub" --service-account-signing-key-file "$RUN/pki/sa.key" \
-    --service-cluster-ip-range 10.96.0.0/24 --authorization-mode RBAC --endpoint-reconciler-type none \
-    --disable-admission-plugins ServiceAccount --profiling=false --v=1
+  launch_apiserver
   kubeconfig "$RUN/admin.kubeconfig" admin "    client-certificate: $RUN/pki/admin.crt
     client-key: $RUN/pki/admin.key"
   kubeconfig "$RUN/no-rights.kubeconfig" no-rights "    token: $(cut -d, -f1 "$RUN/pki/tokens.csv")"
-  local curl_admin=(curl -fsS --max-time 2 --cacert "$RUN/pki/ca.crt" --cert "$RUN/pki/admin.crt" --key "$RUN/pki/admin.key")
-  wait_until 120 "${curl_admin[@]}" "https://127.0.0.1:$API_PORT/readyz" \
-    || { tail -40 "$RUN/logs/kube-apiserver.log" >&2; cmd_stop; die "kube-apiserver did not become ready"; }
+  wait_apiserver 120 || { tail -40 "$RUN/logs/kube-apiserver.log" >&2; cmd_stop; die "kube-apiserver did not become ready"; }
   # The controller-manager garbage-collects owned objects, finishes namespace deletion and
   # creates default ServiceAccounts.
   launch kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$RUN/admin.kubeconfig" \
     --service-account-private-key-file "$RUN/pki/sa.key" --root-ca-file "$RUN/pki/ca.crt" \
     --use-service-account-credentials=false --leader-elect=false --port 0 --secure-port 0 --v=1
-  wait_until 60 "${curl_admin[@]}" "https://127.0.0.1:$API_PORT/api/v1/namespaces/default/serviceaccounts/default" \
+  wait_until 60 curl_admin "https://127.0.0.1:$API_PORT/api/v1/namespaces/default/serviceaccounts/default" \
     || { tail -40 "$RUN/logs/kube-controller-manager.log" >&2; cmd_stop; die "kube-controller-manager did not start"; }
   log "ready in $(elapsed "$t0") s: $("$BIN/kube-apiserver" --version) on https://127.0.0.1:$API_PORT (logs: $RUN/logs)"
   env_lines
@@ -236,5 +266,6 @@ case "${1:-}" in
   start) cmd_start ;;
   stop) cmd_stop ;;
   env) env_lines ;;
-  *) echo "usage: $0 install|start|stop|env   (see the header of this file)" >&2; exit 2 ;;
+  restart-apiserver) cmd_restart_apiserver ;;
+  *) echo "usage: $0 install|start|stop|env|restart-apiserver   (see the header of this file)" >&2; exit 2 ;;
 esac

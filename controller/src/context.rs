@@ -3,7 +3,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
@@ -11,7 +12,7 @@ use upgradeplan::api::kratix::{Promise, PromiseRevision, ResourceBinding, PROMIS
 use upgradeplan::api::{UpgradePlan, UpgradeRun, FIELD_MANAGER, PLAN_LABEL};
 
 use crate::error::Result;
-use crate::events::{EventType, Publisher};
+use crate::events::{EventType, Publisher, CLUSTER_SCOPED_EVENTS_NAMESPACE};
 pub use upgradeplan::engine::snapshot::Frozen;
 
 /// How long a reconcile waits before retrying while the caches are still filling.
@@ -44,6 +45,43 @@ impl Synced {
     }
 }
 
+/// Per-object delays before retrying a failed reconcile: doubling from [`RETRY_MIN`] up to
+/// [`RETRY_MAX`], forgotten on the next success (client-go's per-item exponential limiter, with a
+/// floor suited to API round trips). A broken API server sees fewer requests the longer it is
+/// broken; one bad object does not slow the others.
+#[derive(Default)]
+pub struct RetryBackoff {
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+pub const RETRY_MIN: std::time::Duration = std::time::Duration::from_millis(500);
+pub const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl RetryBackoff {
+    /// Records a failure of `key` and returns how long to wait before retrying it.
+    pub fn next_delay(&self, key: &str) -> std::time::Duration {
+        let failures = self
+            .failures
+            .lock()
+            .map(|mut f| {
+                let n = f.entry(key.to_string()).or_insert(0);
+                *n = n.saturating_add(1);
+                *n
+            })
+            .unwrap_or(1);
+        RETRY_MIN
+            .saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(16)))
+            .min(RETRY_MAX)
+    }
+
+    /// Forgets the failures of `key` (it reconciled).
+    pub fn forget(&self, key: &str) {
+        if let Ok(mut f) = self.failures.lock() {
+            f.remove(key);
+        }
+    }
+}
+
 pub struct Ctx {
     pub client: Client,
     pub recorder: Publisher,
@@ -63,8 +101,24 @@ pub struct Ctx {
     /// When this process started each resource's upgrade: (run UID, namespace/binding).
     pub started: Mutex<HashMap<(String, String), chrono::DateTime<chrono::Utc>>>,
     /// (run UID, event reason, binding) already reported, so per-resource events are not repeated
-    /// on every reconcile. Lost on restart, which at worst repeats an event.
+    /// on every reconcile.
     pub reported: Mutex<HashSet<(String, &'static str, String)>>,
+    /// What earlier processes announced about each run, read from its Events once per run per
+    /// process: (reason, message). A restarted controller neither repeats those nor loses an
+    /// announcement that a crash cut off between a patch and its event.
+    pub announced: Mutex<HashMap<String, Arc<Announcements>>>,
+    /// Retry delays of objects whose reconcile failed.
+    pub retries: RetryBackoff,
+}
+
+/// (reason, message) of a run's published events.
+pub type Announcements = HashSet<(String, String)>;
+
+/// What [`Ctx::recall_announcements`] found.
+pub struct Recalled {
+    pub announced: Arc<Announcements>,
+    /// True the first time in this process: the moment to repair lost announcements.
+    pub first: bool,
 }
 
 impl Ctx {
@@ -109,6 +163,42 @@ impl Ctx {
         }
     }
 
+    /// The events already published about `run` (by any process), listed once per run per process.
+    pub async fn recall_announcements(&self, run: &UpgradeRun) -> std::result::Result<Recalled, kube::Error> {
+        let uid = run.uid().unwrap_or_default();
+        if let Some(announced) = self.announced.lock().ok().and_then(|m| m.get(&uid).cloned()) {
+            return Ok(Recalled {
+                announced,
+                first: false,
+            });
+        }
+        let api: Api<Event> = Api::namespaced(self.client.clone(), CLUSTER_SCOPED_EVENTS_NAMESPACE);
+        let events = api
+            .list(&ListParams::default().fields(&format!("involvedObject.uid={uid}")))
+            .await?;
+        let announced: Arc<Announcements> = Arc::new(
+            events
+                .items
+                .into_iter()
+                .filter_map(|e| Some((e.reason?, e.message?)))
+                .collect(),
+        );
+        if let Ok(mut m) = self.announced.lock() {
+            m.insert(uid, announced.clone());
+        }
+        Ok(Recalled { announced, first: true })
+    }
+
+    /// Whether an earlier process already published (reason, note) about `run`.
+    fn announced_before(&self, run: &UpgradeRun, reason: &str, note: &str) -> bool {
+        let uid = run.uid().unwrap_or_default();
+        self.announced
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&uid).cloned())
+            .is_some_and(|a| a.contains(&(reason.to_string(), note.to_string())))
+    }
+
     /// True the first time `(run, kind, key)` is seen (per process).
     pub fn first_time(&self, run: &UpgradeRun, kind: &'static str, key: String) -> bool {
         self.reported
@@ -126,9 +216,18 @@ impl Ctx {
         binding: String,
         note: String,
     ) {
-        if self.first_time(run, reason, binding) {
+        if self.first_time(run, reason, binding) && !self.announced_before(run, reason, &note) {
             self.event(run, type_, reason, note).await;
         }
+    }
+
+    /// Publishes a run-level event once: not again in this process, nor when an earlier process
+    /// already published it.
+    pub async fn announce_once(&self, run: &UpgradeRun, type_: EventType, reason: &'static str, note: String) {
+        if let Err(e) = self.recall_announcements(run).await {
+            tracing::warn!(run = %run.name_any(), error = %e, "listing the run's events failed; an announcement may repeat");
+        }
+        self.event_once(run, type_, reason, String::new(), note).await;
     }
 
     /// Forgets what was cached for a run that is finished or gone.
@@ -141,6 +240,9 @@ impl Ctx {
         }
         if let Ok(mut s) = self.started.lock() {
             s.retain(|(u, _), _| u != uid);
+        }
+        if let Ok(mut a) = self.announced.lock() {
+            a.remove(uid);
         }
     }
 }
@@ -185,4 +287,39 @@ where
     api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(body))
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn retry_delays_double_up_to_the_cap_and_reset_on_success() {
+        let b = RetryBackoff::default();
+        let delays: Vec<Duration> = (0..9).map(|_| b.next_delay("run/a")).collect();
+        let ms = |n| Duration::from_millis(n);
+        assert_eq!(
+            delays,
+            [
+                ms(500),
+                ms(1000),
+                ms(2000),
+                ms(4000),
+                ms(8000),
+                ms(16000),
+                RETRY_MAX,
+                RETRY_MAX,
+                RETRY_MAX
+            ]
+        );
+        assert_eq!(b.next_delay("run/b"), RETRY_MIN, "objects back off independently");
+        b.forget("run/a");
+        assert_eq!(b.next_delay("run/a"), RETRY_MIN);
+        for _ in 0..100 {
+            b.next_delay("plan/c");
+        }
+        assert_eq!(b.next_delay("plan/c"), RETRY_MAX, "no overflow after many failures");
+    }
 }

@@ -23,6 +23,9 @@ pub enum EventType {
     Warning,
 }
 
+/// Where events about cluster-scoped objects (plans, runs) are recorded, as client-go does.
+pub const CLUSTER_SCOPED_EVENTS_NAMESPACE: &str = "default";
+
 /// (object uid, type, reason, message): what makes two events the same.
 type EventKey = (String, &'static str, String, String);
 /// Where the aggregated Event lives: (namespace, name, count).
@@ -33,6 +36,9 @@ pub struct Publisher {
     component: String,
     instance: String,
     seen: Mutex<HashMap<EventKey, EventSlot>>,
+    /// The last name suffix used: events published concurrently within one clock tick must not
+    /// share a name (client-go names events `<object>.<unix nanos>` too, but one at a time).
+    last_nanos: std::sync::Mutex<i128>,
 }
 
 impl Publisher {
@@ -42,7 +48,17 @@ impl Publisher {
             component: component.to_string(),
             instance,
             seen: Mutex::default(),
+            last_nanos: std::sync::Mutex::new(0),
         }
+    }
+
+    /// `nanos`, or one more than the last suffix handed out when the clock has not moved on.
+    fn unique_nanos(&self, nanos: i128) -> i128 {
+        let Ok(mut last) = self.last_nanos.lock() else {
+            return nanos;
+        };
+        *last = nanos.max(*last + 1);
+        *last
     }
 
     pub async fn publish(
@@ -81,9 +97,9 @@ impl Publisher {
             .namespace
             .clone()
             .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| "default".to_string());
+            .unwrap_or_else(|| CLUSTER_SCOPED_EVENTS_NAMESPACE.to_string());
         let object = regarding.name.clone().unwrap_or_default();
-        let name = format!("{object}.{:x}", now.as_nanosecond());
+        let name = format!("{object}.{:x}", self.unique_nanos(now.as_nanosecond()));
         // No eventTime: with it, API servers before 1.22 apply the events.k8s.io rules, which
         // refuse events about cluster-scoped objects.
         let event = Event {

@@ -309,12 +309,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs one reconcile and records controller-runtime's metrics for it.
+/// Runs one reconcile, records controller-runtime's metrics for it, and forgets the object's
+/// earlier failures when it succeeds (see [`context::RetryBackoff`]).
 async fn timed(
     controller: &'static str,
-    metrics: Arc<metrics::Metrics>,
+    ctx: Arc<Ctx>,
+    key: String,
     reconcile: impl std::future::Future<Output = Result<kube::runtime::controller::Action, error::Error>>,
 ) -> Result<kube::runtime::controller::Action, error::Error> {
+    let metrics = &ctx.metrics;
     let depth = metrics.workqueue_depth.with_label_values(&[controller]);
     depth.inc();
     let started = std::time::Instant::now();
@@ -328,6 +331,8 @@ async fn timed(
     metrics.reconcile_total.with_label_values(&[controller, label]).inc();
     if result.is_err() {
         metrics.reconcile_errors_total.with_label_values(&[controller]).inc();
+    } else {
+        ctx.retries.forget(&key);
     }
     result
 }
@@ -382,6 +387,8 @@ where
         started: Default::default(),
         frozen: Default::default(),
         reported: Default::default(),
+        announced: Default::default(),
+        retries: Default::default(),
     });
     // Reconciles of one object never overlap; a little debounce merges bursts of binding events.
     let config = ControllerConfig::default().debounce(Duration::from_millis(50));
@@ -443,7 +450,14 @@ where
         )
         .graceful_shutdown_on(stopped())
         .run(
-            |run, ctx: Arc<Ctx>| timed("upgraderun", ctx.metrics.clone(), run::reconcile(run, ctx)),
+            |run, ctx: Arc<Ctx>| {
+                timed(
+                    "upgraderun",
+                    ctx.clone(),
+                    run::retry_key(&run),
+                    run::reconcile(run, ctx),
+                )
+            },
             run::error_policy,
             ctx.clone(),
         )
@@ -477,7 +491,14 @@ where
         .watches_stream(promise_stream, promise_to_plans)
         .graceful_shutdown_on(stopped())
         .run(
-            |plan, ctx: Arc<Ctx>| timed("upgradeplan", ctx.metrics.clone(), plan::reconcile(plan, ctx)),
+            |plan, ctx: Arc<Ctx>| {
+                timed(
+                    "upgradeplan",
+                    ctx.clone(),
+                    plan::retry_key(&plan),
+                    plan::reconcile(plan, ctx),
+                )
+            },
             plan::error_policy,
             ctx.clone(),
         )

@@ -328,7 +328,13 @@ pub async fn refresh_after_run(ctx: &Ctx, plan_name: &str, finished: Option<Last
     apply_status::<UpgradePlan>(&ctx.client, plan_name, &status).await
 }
 
-pub fn error_policy(plan: Arc<UpgradePlan>, err: &Error, _: Arc<Ctx>) -> Action {
-    tracing::warn!(plan = %plan.name_any(), error = %err, kind = err.metric_label(), "plan reconcile failed; retrying");
-    Action::requeue(std::time::Duration::from_secs(2))
+/// The object's key in [`Ctx::retries`].
+pub fn retry_key(plan: &UpgradePlan) -> String {
+    format!("plan/{}", plan.name_any())
+}
+
+pub fn error_policy(plan: Arc<UpgradePlan>, err: &Error, ctx: Arc<Ctx>) -> Action {
+    let delay = ctx.retries.next_delay(&retry_key(&plan));
+    tracing::warn!(plan = %plan.name_any(), error = %err, kind = err.metric_label(), retry_in = ?delay, "plan reconcile failed; retrying");
+    Action::requeue(delay)
 }

@@ -14,6 +14,7 @@ use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use upgradeplan::api::kratix::MANUAL_RECONCILIATION_LABEL;
+use upgradeplan::api::UPGRADED_BY_ANNOTATION;
 use upgradeplan::api::{
     reasons, set_condition, Condition, ConditionStatus, GroupStatus, ResourceListRef, RunState, UpgradePlan,
     UpgradeRun, UpgradeRunStatus, PLAN_LABEL, PREVIEW_ANNOTATION, RETRY_REQUESTED_BY_ANNOTATION, RUN_FINALIZER,
@@ -196,7 +197,7 @@ async fn progress(ctx: &Ctx, run: &UpgradeRun, mut status: UpgradeRunStatus, pro
         Ok(f) => f,
         Err(e @ Error::Snapshot { .. }) => {
             let message = e.to_string();
-            finish(ctx, run, status, RunState::Failed, "SnapshotMissing", message).await?;
+            finish(ctx, run, status, RunState::Failed, "SnapshotMissing", message, None).await?;
             return Ok(Action::await_change());
         }
         Err(e) => return Err(e),
@@ -232,6 +233,7 @@ async fn progress(ctx: &Ctx, run: &UpgradeRun, mut status: UpgradeRunStatus, pro
         },
         |ns, name| live.get(&(ns.to_string(), name.to_string())).map(|b| b.as_ref()),
     );
+    repair_announcements(ctx, run, &eval, &frozen.snapshot, &to).await;
     status.rollout_groups = eval.groups.clone();
     status.completed_resources = eval.completed_resources();
     status.total_resources = eval.total_resources();
@@ -256,10 +258,12 @@ async fn progress(ctx: &Ctx, run: &UpgradeRun, mut status: UpgradeRunStatus, pro
         }
     }
     let to_str = to.as_str();
+    let audit = json!({"annotations": {UPGRADED_BY_ANNOTATION: run_name}});
+    let audit = &audit;
     for chunk in eval.start.chunks(PATCH_CHUNK) {
         let starts: Vec<_> = chunk
             .iter()
-            .map(|a| async move { (a, patch_binding(ctx, a, json!({}), Some(to_str)).await) })
+            .map(|a| async move { (a, patch_binding(ctx, a, audit.clone(), Some(to_str)).await) })
             .collect();
         let started: Vec<(&BindingAction, Result<bool>)> = futures::stream::iter(starts)
             .buffer_unordered(PATCH_CONCURRENCY)
@@ -312,7 +316,17 @@ async fn progress(ctx: &Ctx, run: &UpgradeRun, mut status: UpgradeRunStatus, pro
         }
         Verdict::Completed => {
             let message = texts::run_summary(status.completed_resources, status.total_resources, &to);
-            finish(ctx, run, status, RunState::Completed, reasons::RUN_COMPLETED, message).await?;
+            let announcement = (EventType::Normal, "UpgradeRunCompleted", message.clone());
+            finish(
+                ctx,
+                run,
+                status,
+                RunState::Completed,
+                reasons::RUN_COMPLETED,
+                message,
+                Some(announcement),
+            )
+            .await?;
             Ok(Action::await_change())
         }
         Verdict::Failed { group, failed } => {
@@ -325,9 +339,9 @@ async fn progress(ctx: &Ctx, run: &UpgradeRun, mut status: UpgradeRunStatus, pro
                 RunState::Failed,
                 reasons::RESOURCE_UPGRADE_FAILED,
                 message,
+                Some((EventType::Warning, "UpgradeRunFailed", summary)),
             )
             .await?;
-            ctx.event(run, EventType::Warning, "UpgradeRunFailed", summary).await;
             Ok(Action::await_change())
         }
         Verdict::RevisionMissing => {
@@ -338,6 +352,7 @@ async fn progress(ctx: &Ctx, run: &UpgradeRun, mut status: UpgradeRunStatus, pro
                 RunState::Failed,
                 reasons::PROMISE_REVISION_NOT_FOUND,
                 texts::revision_not_found(promise, &to),
+                None,
             )
             .await?;
             Ok(Action::await_change())
@@ -443,6 +458,57 @@ async fn report_outcomes(
     }
 }
 
+/// After a restart, announces the upgrades an earlier process started but whose
+/// `ResourceUpgradeStarted` event a crash cut off (it came between the patch and the event).
+/// Runs once per run per process, before this process starts anything for the run.
+async fn repair_announcements(ctx: &Ctx, run: &UpgradeRun, eval: &Evaluation, snapshot: &Snapshot, to: &str) {
+    let recalled = match ctx.recall_announcements(run).await {
+        Ok(r) => r,
+        Err(e) => {
+            // Announcements are best effort; the run must not wait on them. Retried next reconcile.
+            tracing::warn!(run = %run.name_any(), error = %e, "listing the run's events failed; lost announcements are not repaired yet");
+            return;
+        }
+    };
+    if !recalled.first {
+        return;
+    }
+    let mut missing = Vec::new();
+    for (index, outcomes) in &eval.outcomes {
+        let Some(group) = snapshot.groups.get(*index) else {
+            continue;
+        };
+        for (resource, outcome) in group.resources.iter().zip(outcomes) {
+            // Started by this run: in flight, failed, or finished while the version it had at the
+            // snapshot was not already the target.
+            let started = match outcome {
+                Outcome::InFlight { .. } | Outcome::Failed { .. } => true,
+                Outcome::Succeeded => resource.last_applied_version != to,
+                Outcome::Skipped(_) | Outcome::NotStarted => false,
+            };
+            let note = texts::resource_started(&resource.display_name(), &resource.last_applied_version, to);
+            if started
+                && !recalled
+                    .announced
+                    .contains(&("ResourceUpgradeStarted".to_string(), note.clone()))
+            {
+                missing.push(note);
+            }
+        }
+    }
+    if !missing.is_empty() {
+        tracing::info!(run = %run.name_any(), count = missing.len(), "announcing upgrades whose events a restart lost");
+    }
+    let events: Vec<_> = missing
+        .into_iter()
+        .map(|note| ctx.event(run, EventType::Normal, "ResourceUpgradeStarted", note))
+        .collect();
+    futures::stream::iter(events)
+        .buffer_unordered(PATCH_CONCURRENCY)
+        .collect::<Vec<()>>()
+        .await;
+}
+
 /// Patches a binding with its resourceVersion as precondition: `metadata` merged, and
 /// `spec.version := to` when given. Returns true on a conflict (someone changed it first: the
 /// next reconcile re-evaluates; nothing is overwritten).
@@ -472,7 +538,9 @@ async fn patch_binding(
     }
 }
 
-/// Moves a run to a terminal state, records it on the plan, and announces it.
+/// Moves a run to a terminal state, records it on the plan, and announces it. The announcement
+/// goes out before the terminal status is written, once across restarts: a crash between the
+/// two finishes the run again on restart, which finds the event and does not repeat it.
 async fn finish(
     ctx: &Ctx,
     run: &UpgradeRun,
@@ -480,7 +548,11 @@ async fn finish(
     state: RunState,
     reason: &str,
     message: String,
+    announcement: Option<(EventType, &'static str, String)>,
 ) -> Result<()> {
+    if let Some((type_, event_reason, note)) = announcement {
+        ctx.announce_once(run, type_, event_reason, note).await;
+    }
     let succeeded = if state == RunState::Completed {
         ConditionStatus::True
     } else {
@@ -519,9 +591,6 @@ async fn finish(
     let mut finished = run.clone();
     finished.status = Some(status.clone());
     refresh_after_run(ctx, run_plan(run), last_run_of(&finished)).await?;
-    if state == RunState::Completed {
-        ctx.event(run, EventType::Normal, "UpgradeRunCompleted", message).await;
-    }
     tracing::info!(run = %run.name_any(), state = state.as_str(), reason, "run finished");
     ctx.forget_run(&run.uid().unwrap_or_default());
     Ok(())
@@ -781,6 +850,12 @@ async fn load_snapshot(ctx: &Ctx, run: &UpgradeRun, status: &UpgradeRunStatus) -
 async fn cleanup(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
     let status = run.status.clone().unwrap_or_default();
     if !status.state.is_terminal() {
+        let note = format!(
+            "{} ({}/{} resources upgraded)",
+            texts::run_cancelled(),
+            status.completed_resources,
+            status.total_resources
+        );
         finish(
             &ctx,
             &run,
@@ -788,15 +863,9 @@ async fn cleanup(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
             RunState::Cancelled,
             reasons::RUN_CANCELLED,
             texts::run_cancelled(),
+            Some((EventType::Warning, "UpgradeRunCancelled", note)),
         )
         .await?;
-        let note = format!(
-            "{} ({}/{} resources upgraded)",
-            texts::run_cancelled(),
-            status.completed_resources,
-            status.total_resources
-        );
-        ctx.event(&*run, EventType::Warning, "UpgradeRunCancelled", note).await;
     }
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.snapshot_namespace);
     let lp = ListParams::default().labels(&format!("{RUN_LABEL}={}", run.name_any()));
@@ -813,7 +882,13 @@ async fn cleanup(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
     Ok(Action::await_change())
 }
 
-pub fn error_policy(run: Arc<UpgradeRun>, err: &Error, _: Arc<Ctx>) -> Action {
-    tracing::warn!(run = %run.name_any(), error = %err, kind = err.metric_label(), "run reconcile failed; retrying");
-    Action::requeue(std::time::Duration::from_secs(2))
+/// The object's key in [`Ctx::retries`].
+pub fn retry_key(run: &UpgradeRun) -> String {
+    format!("run/{}", run.name_any())
+}
+
+pub fn error_policy(run: Arc<UpgradeRun>, err: &Error, ctx: Arc<Ctx>) -> Action {
+    let delay = ctx.retries.next_delay(&retry_key(&run));
+    tracing::warn!(run = %run.name_any(), error = %err, kind = err.metric_label(), retry_in = ?delay, "run reconcile failed; retrying");
+    Action::requeue(delay)
 }

@@ -3,17 +3,20 @@
 //! Each test gets a unique id, its own namespaces and its own Promise name, so tests run in
 //! parallel against one API server without seeing each other.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::OnceCell;
@@ -44,33 +47,36 @@ static CRDS: OnceCell<()> = OnceCell::const_new();
 /// Installs the Kratix fixture CRDs and our generated CRDs (once per test binary), and waits
 /// until they are established.
 pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
-    CRDS.get_or_try_init(|| async {
-        let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-        let root = repo_root();
-        let mut files = vec![root.join("tests/fixtures/kratix-crds.yaml")];
-        for (name, _) in upgradeplan::crd::crd_files() {
-            files.push(root.join("deploy/crds").join(name));
-        }
-        for file in files {
-            let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
-            for doc in text.split("\n---").filter(|d| d.contains("kind:")) {
-                let crd: CustomResourceDefinition =
-                    serde_saphyr::from_str(doc).with_context(|| format!("parsing a CRD in {}", file.display()))?;
-                let name = crd.name_any();
-                create_or_replace(&api, crd)
-                    .await
-                    .with_context(|| format!("installing CRD {name}"))?;
-                tokio::time::timeout(
-                    Duration::from_secs(30),
-                    await_condition(api.clone(), &name, conditions::is_crd_established()),
-                )
+    CRDS.get_or_try_init(|| install_crds_on(client)).await?;
+    Ok(())
+}
+
+/// Installs the CRDs on the API server `client` talks to (every call; for a test's own control
+/// plane).
+pub async fn install_crds_on(client: &Client) -> anyhow::Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let root = repo_root();
+    let mut files = vec![root.join("tests/fixtures/kratix-crds.yaml")];
+    for (name, _) in upgradeplan::crd::crd_files() {
+        files.push(root.join("deploy/crds").join(name));
+    }
+    for file in files {
+        let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+        for doc in text.split("\n---").filter(|d| d.contains("kind:")) {
+            let crd: CustomResourceDefinition =
+                serde_saphyr::from_str(doc).with_context(|| format!("parsing a CRD in {}", file.display()))?;
+            let name = crd.name_any();
+            create_or_replace(&api, crd)
                 .await
-                .with_context(|| format!("CRD {name} not established within 30 s"))??;
-            }
+                .with_context(|| format!("installing CRD {name}"))?;
+            tokio::time::timeout(
+                Duration::from_secs(30),
+                await_condition(api.clone(), &name, conditions::is_crd_established()),
+            )
+            .await
+            .with_context(|| format!("CRD {name} not established within 30 s"))??;
         }
-        Ok::<(), anyhow::Error>(())
-    })
-    .await?;
+    }
     Ok(())
 }
 
@@ -148,6 +154,8 @@ pub struct TestEnv {
     namespaces: Vec<String>,
     sim: Option<tokio::process::Child>,
     controllers: u32,
+    /// The control plane's kubeconfig for child processes, when it is not `KUBECONFIG`'s.
+    kubeconfig: Option<PathBuf>,
 }
 
 /// A controller process started by a test; killed when dropped.
@@ -210,7 +218,30 @@ impl TestEnv {
             namespaces: Vec::new(),
             sim: None,
             controllers: 0,
+            kubeconfig: None,
         })
+    }
+
+    /// A world on another control plane (see [`OwnControlPlane`]): its client, and the
+    /// kubeconfig kratix-sim and controllers are started with.
+    pub async fn on(prefix: &str, plane: &OwnControlPlane) -> anyhow::Result<TestEnv> {
+        let client = plane.client().await?;
+        install_crds_on(&client).await?;
+        let id = unique_id(prefix);
+        Ok(TestEnv {
+            client,
+            promise: format!("{id}-promise"),
+            id,
+            namespaces: Vec::new(),
+            sim: None,
+            controllers: 0,
+            kubeconfig: Some(plane.kubeconfig.clone()),
+        })
+    }
+
+    /// `KUBECONFIG` for a child process of this world.
+    fn child_kubeconfig(&self) -> Option<&Path> {
+        self.kubeconfig.as_deref()
     }
 
     /// Creates the namespace `<id>-<suffix>` and returns its name.
@@ -380,7 +411,11 @@ impl TestEnv {
     pub fn start_sim(&mut self, exe: &str, extra_args: &[&str]) -> anyhow::Result<PathBuf> {
         let log = std::env::temp_dir().join(format!("{}-kratix-sim.log", self.id));
         let file = std::fs::File::create(&log)?;
-        let child = tokio::process::Command::new(exe)
+        let mut command = tokio::process::Command::new(exe);
+        if let Some(k) = self.child_kubeconfig() {
+            command.env("KUBECONFIG", k);
+        }
+        let child = command
             .args(["--promise", &self.promise])
             .args(extra_args)
             .stdout(Stdio::null())
@@ -419,7 +454,11 @@ impl TestEnv {
             ("--metrics-addr", "127.0.0.1:0"),
             ("--log-level", "info,upgradeplan_controller=debug"),
         ];
-        let child = tokio::process::Command::new(workspace_bin("upgradeplan-controller")?)
+        let mut command = tokio::process::Command::new(workspace_bin("upgradeplan-controller")?);
+        if let Some(k) = self.child_kubeconfig() {
+            command.env("KUBECONFIG", k);
+        }
+        let child = command
             .args(["--selector", &format!("{k}={v}")])
             .args(
                 defaults
@@ -589,4 +628,157 @@ pub fn urlencode(s: &str) -> String {
 /// A TCP port free on 127.0.0.1 right now.
 pub fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A control plane of a test's own (`tests/cluster.sh` with its own directory and ports), for
+/// tests that restart the API server under everyone's feet. Stopped (by PID) when dropped.
+pub struct OwnControlPlane {
+    pub dir: PathBuf,
+    pub kubeconfig: PathBuf,
+    api_port: u16,
+    etcd_port: u16,
+}
+
+impl OwnControlPlane {
+    pub async fn start(name: &str) -> anyhow::Result<OwnControlPlane> {
+        let dir = std::env::temp_dir().join(format!("upgradeplan-{}", unique_id(name)));
+        let api_port = free_port()?;
+        // etcd uses its port and the next one (peer).
+        let etcd_port = loop {
+            let p = free_port()?;
+            if p < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+                break p;
+            }
+        };
+        let plane = OwnControlPlane {
+            kubeconfig: dir.join("admin.kubeconfig"),
+            dir,
+            api_port,
+            etcd_port,
+        };
+        let out = plane.script("start").await?;
+        if !out.status.success() {
+            bail!(
+                "tests/cluster.sh start failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(plane)
+    }
+
+    /// `tests/cluster.sh <command>` for this control plane.
+    fn script_command(&self, command: &str) -> std::process::Command {
+        let mut c = std::process::Command::new(repo_root().join("tests/cluster.sh"));
+        c.arg(command)
+            .env("TESTENV_DIR", &self.dir)
+            .env("TESTENV_API_PORT", self.api_port.to_string())
+            .env("TESTENV_ETCD_PORT", self.etcd_port.to_string());
+        c
+    }
+
+    async fn script(&self, command: &str) -> anyhow::Result<std::process::Output> {
+        tokio::process::Command::from(self.script_command(command))
+            .output()
+            .await
+            .with_context(|| format!("running tests/cluster.sh {command}"))
+    }
+
+    pub async fn client(&self) -> anyhow::Result<Client> {
+        let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig)?;
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+        Ok(Client::try_from(config)?)
+    }
+
+    /// Stops kube-apiserver alone (`signal`: TERM or KILL) and starts it again; returns how
+    /// long the restart took (stop, start, ready).
+    pub async fn restart_apiserver(&self, signal: &str) -> anyhow::Result<Duration> {
+        let started = std::time::Instant::now();
+        let mut command = self.script_command("restart-apiserver");
+        command.env("RESTART_SIGNAL", signal);
+        let out = tokio::process::Command::from(command).output().await?;
+        if !out.status.success() {
+            bail!(
+                "tests/cluster.sh restart-apiserver failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(started.elapsed())
+    }
+}
+
+impl Drop for OwnControlPlane {
+    fn drop(&mut self) {
+        let _ = self
+            .script_command("stop")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// What a watch saw of a Promise's bindings while a run went on. Bindings are keyed
+/// `namespace/name`; their group is their `env` label.
+#[derive(Default, Debug)]
+pub struct Observed {
+    /// Highest number of bindings in flight (spec at target, not yet applied) per `env` label.
+    pub max_in_flight: HashMap<String, usize>,
+    /// Highest number in flight across all groups.
+    pub max_in_flight_total: usize,
+    /// In the order seen: ("start" | "finish", binding, env).
+    pub timeline: Vec<(&'static str, String, String)>,
+    /// How many times each binding's spec.version was set to the target (patches).
+    pub spec_changes: HashMap<String, usize>,
+    /// The `upgraded-by` annotation each time a binding's spec.version moved to the target.
+    pub upgraded_by: HashMap<String, Vec<String>>,
+}
+
+/// Starts a watch on the bindings of `env`'s Promise that records what [`Observed`] holds.
+pub fn observe_bindings(env: &TestEnv, to: &'static str) -> Arc<Mutex<Observed>> {
+    let seen = Arc::new(Mutex::new(Observed::default()));
+    let api: Api<ResourceBinding> = Api::all(env.client.clone());
+    let config = watcher::Config::default().labels(&format!("{PROMISE_NAME_LABEL}={}", env.promise));
+    let out = seen.clone();
+    tokio::spawn(async move {
+        let mut last: HashMap<String, (String, String, String)> = HashMap::new();
+        let mut stream = watcher(api, config).default_backoff().applied_objects().boxed();
+        // Errors (a restarting API server) are retried by the backoff; the stream never ends.
+        while let Some(item) = stream.next().await {
+            let Ok(b) = item else { continue };
+            let key = format!("{}/{}", b.namespace().unwrap_or_default(), b.name_any());
+            let group = b.labels().get("env").cloned().unwrap_or_default();
+            let now = (
+                b.spec.version.clone(),
+                b.last_applied_version().to_string(),
+                group.clone(),
+            );
+            let before = last.insert(key.clone(), now.clone());
+            let Ok(mut o) = out.lock() else { return };
+            if now.0 == to && before.as_ref().is_none_or(|p| p.0 != to) {
+                *o.spec_changes.entry(key.clone()).or_default() += 1;
+                let by = b
+                    .annotations()
+                    .get(upgradeplan::api::UPGRADED_BY_ANNOTATION)
+                    .cloned()
+                    .unwrap_or_default();
+                o.upgraded_by.entry(key.clone()).or_default().push(by);
+                if now.1 != to {
+                    o.timeline.push(("start", key.clone(), group.clone()));
+                }
+            }
+            if now.1 == to && before.as_ref().is_none_or(|p| p.1 != to) {
+                o.timeline.push(("finish", key.clone(), group.clone()));
+            }
+            let in_flight = |g: Option<&str>| {
+                last.values()
+                    .filter(|(spec, applied, x)| g.is_none_or(|g| x == g) && spec == to && applied != to)
+                    .count()
+            };
+            let group_now = in_flight(Some(&group));
+            let total_now = in_flight(None);
+            let max = o.max_in_flight.entry(group).or_default();
+            *max = (*max).max(group_now);
+            o.max_in_flight_total = o.max_in_flight_total.max(total_now);
+        }
+    });
+    seen
 }

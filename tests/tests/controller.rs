@@ -2,20 +2,17 @@
 //! Each test runs its own controller (selecting only its plans) and its own kratix-sim.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use futures::StreamExt;
 use kube::api::Api;
-use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
 use serde_json::json;
 use upgradeplan::api::kratix::{ResourceBinding, PROMISE_NAME_LABEL};
 use upgradeplan::api::{
     find_condition, reasons, ConditionStatus, GroupStatus, PlanPhase, RunResult, RunState, UpgradeRun,
 };
-use upgradeplan_e2e::harness::{http_get, ControllerProcess, TestEnv};
+use upgradeplan_e2e::harness::{http_get, observe_bindings, ControllerProcess, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
@@ -26,55 +23,6 @@ fn state(r: &UpgradeRun) -> RunState {
 
 fn terminal(r: &UpgradeRun) -> bool {
     state(r).is_terminal()
-}
-
-/// What a watch in the test saw of the Promise's bindings while the run went on.
-#[derive(Default, Debug)]
-struct Observed {
-    /// Highest number of bindings in flight (spec at target, not yet applied) per `env` label.
-    max_in_flight: HashMap<String, usize>,
-    /// In the order seen: ("start" | "finish", binding, env).
-    timeline: Vec<(&'static str, String, String)>,
-    /// How many times each binding's spec.version was set to the target (patches).
-    spec_changes: HashMap<String, usize>,
-}
-
-fn observe(env: &TestEnv, to: &'static str) -> Arc<Mutex<Observed>> {
-    let seen = Arc::new(Mutex::new(Observed::default()));
-    let api: Api<ResourceBinding> = Api::all(env.client.clone());
-    let config = watcher::Config::default().labels(&format!("{PROMISE_NAME_LABEL}={}", env.promise));
-    let out = seen.clone();
-    tokio::spawn(async move {
-        let mut last: HashMap<String, (String, String, String)> = HashMap::new();
-        let mut stream = watcher(api, config).default_backoff().applied_objects().boxed();
-        while let Some(Ok(b)) = stream.next().await {
-            let key = format!("{}/{}", b.namespace().unwrap_or_default(), b.name_any());
-            let group = b.labels().get("env").cloned().unwrap_or_default();
-            let now = (
-                b.spec.version.clone(),
-                b.last_applied_version().to_string(),
-                group.clone(),
-            );
-            let before = last.insert(key.clone(), now.clone());
-            let mut o = out.lock().unwrap();
-            if now.0 == to && before.as_ref().is_none_or(|p| p.0 != to) {
-                *o.spec_changes.entry(key.clone()).or_default() += 1;
-                if now.1 != to {
-                    o.timeline.push(("start", key.clone(), group.clone()));
-                }
-            }
-            if now.1 == to && before.as_ref().is_none_or(|p| p.1 != to) {
-                o.timeline.push(("finish", key.clone(), group.clone()));
-            }
-            let in_flight = last
-                .values()
-                .filter(|(spec, applied, g)| *g == group && spec == to && applied != to)
-                .count();
-            let max = o.max_in_flight.entry(group).or_default();
-            *max = (*max).max(in_flight);
-        }
-    });
-    seen
 }
 
 /// A Promise with v1.0.0 and v2.0.0, bindings at v1.0.0 labelled `env` in three namespaces,
@@ -134,7 +82,7 @@ fn group(name: &str, total: i64, succeeded: i64, failed: i64, skipped: i64) -> G
 #[tokio::test]
 async fn three_group_plan_completes_in_order_within_limits() {
     let (env, controller, _) = world("e2e-three", &[("dev", 4), ("staging", 4), ("prod", 3)], "700ms").await;
-    let seen = observe(&env, "v2.0.0");
+    let seen = observe_bindings(&env, "v2.0.0");
     let plan = env.create_plan("plan", three_groups()).await.unwrap();
     env.wait_plan(&plan, WAIT, "Ready", |p| {
         p.status.as_ref().is_some_and(|s| {
@@ -761,7 +709,7 @@ async fn a_missing_revision_makes_the_run_wait_and_a_deleted_one_fails_it() {
 #[tokio::test]
 async fn windows_gate_the_start_of_upgrades() {
     let (env, controller, _) = world("e2e-window", &[("dev", 2), ("prod", 2)], "0s").await;
-    let seen = observe(&env, "v2.0.0");
+    let seen = observe_bindings(&env, "v2.0.0");
     let t = next_minute(20);
     let cron = format!("{} {} * * *", t.format("%M"), t.format("%H"));
     let mut spec = two_groups();
@@ -886,7 +834,7 @@ async fn invalid_plans_are_not_ready_and_create_no_runs() {
 #[tokio::test]
 async fn a_controller_killed_mid_run_resumes_without_double_patches() {
     let (mut env, mut controller, _) = world("e2e-crash", &[("dev", 6)], "1500ms").await;
-    let seen = observe(&env, "v2.0.0");
+    let seen = observe_bindings(&env, "v2.0.0");
     let mut spec = two_groups();
     spec["rolloutGroups"][0]["maxConcurrent"] = json!(2);
     let plan = env.create_plan("plan", spec).await.unwrap();

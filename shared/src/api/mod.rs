@@ -41,6 +41,9 @@ pub const RUN_FINALIZER: &str = "platform.syntasso.io/upgraderun";
 /// Annotation the controller leaves on a binding when it asked Kratix to retry for a run,
 /// so the retry is requested once per run (Kratix removes the retry label itself).
 pub const RETRY_REQUESTED_BY_ANNOTATION: &str = "platform.syntasso.io/retry-requested-by";
+/// Annotation the controller sets on a binding in the same patch that moves its `spec.version`:
+/// the run that started the upgrade (an audit trail; nothing reads it back).
+pub const UPGRADED_BY_ANNOTATION: &str = "platform.syntasso.io/upgraded-by";
 /// Annotation set at admission on a run created suspended: a preview, never the active run.
 pub const PREVIEW_ANNOTATION: &str = "platform.syntasso.io/preview";
 /// Default namespace of the snapshot ConfigMaps.

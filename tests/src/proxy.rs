@@ -1,0 +1,251 @@
+//! A recording, fault-injecting HTTP proxy in front of the API server, for the reliability
+//! tests. A controller pointed at it (`--kubeconfig` from [`FaultProxy::kubeconfig`]) speaks
+//! plain HTTP to the proxy; the proxy forwards with the test's own client (TLS, credentials).
+//!
+//! Every request is recorded (method, path, status, whether it reached the API server), which
+//! is the tests' ground truth: what a controller wrote, when, and how often. Faults are set at
+//! run time: 5xx answers, requests held until they time out, responses lost after the API server
+//! applied the request, refused connections, and watch streams cut.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http_body_util::{combinators::UnsyncBoxBody, BodyExt, BodyStream, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// Faults to inject; each "one in N" is counted over all requests (0: never).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Faults {
+    /// Answer 500/502/503/504 without forwarding.
+    pub error_one_in: u64,
+    /// Hold the request for `hold`, then drop the connection without an answer (a timeout).
+    pub hold_one_in: u64,
+    pub hold: Duration,
+    /// Forward (the API server applies it), then answer 504: the response is lost.
+    pub lose_response_one_in: u64,
+    /// Refuse everything: close connections without an answer.
+    pub down: bool,
+}
+
+/// One request as the proxy saw it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub at: SystemTime,
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    /// What the client got (0: the connection was dropped).
+    pub status: u16,
+    /// What the API server answered, when the request reached it.
+    pub upstream_status: Option<u16>,
+    /// Why the API server could not be reached, when it could not.
+    pub error: Option<String>,
+}
+
+impl Recorded {
+    pub fn is_write(&self) -> bool {
+        !matches!(self.method.as_str(), "GET" | "HEAD" | "OPTIONS")
+    }
+}
+
+struct Shared {
+    upstream: kube::Client,
+    faults: Mutex<Faults>,
+    log: Mutex<Vec<Recorded>>,
+    counter: AtomicU64,
+    /// Bumped to cut every open streaming response.
+    cut: watch::Sender<u64>,
+}
+
+pub struct FaultProxy {
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FaultProxy {
+    /// Listens on a free loopback port and forwards with `upstream`.
+    pub async fn start(upstream: kube::Client) -> anyhow::Result<FaultProxy> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            upstream,
+            faults: Mutex::default(),
+            log: Mutex::default(),
+            counter: AtomicU64::new(0),
+            cut: watch::channel(0).0,
+        });
+        let state = shared.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let state = state.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |req| handle(state.clone(), req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(FaultProxy { addr, shared, task })
+    }
+
+    /// Writes a kubeconfig that reaches the API server through this proxy.
+    pub fn kubeconfig(&self, dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
+        let path = dir.join(format!("{name}.kubeconfig"));
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: proxy\n  cluster:\n    server: http://{}\n\
+                 users:\n- name: proxy\n  user: {{}}\ncontexts:\n- name: proxy\n  context: {{cluster: proxy, user: proxy}}\n\
+                 current-context: proxy\n",
+                self.addr
+            ),
+        )?;
+        Ok(path)
+    }
+
+    pub fn set_faults(&self, faults: Faults) {
+        if let Ok(mut f) = self.shared.faults.lock() {
+            *f = faults;
+        }
+    }
+
+    /// Ends every open streaming response (watches) abruptly.
+    pub fn cut_streams(&self) {
+        self.shared.cut.send_modify(|g| *g += 1);
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.shared.log.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+}
+
+fn full(status: u16, body: String) -> http::Response<ProxyBody> {
+    let mut resp = http::Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|e: Infallible| match e {})
+            .boxed_unsync(),
+    );
+    *resp.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_GATEWAY);
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn status_body(code: u16, reason: &str) -> String {
+    serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "injected by the test's fault proxy", "reason": reason, "code": code
+    })
+    .to_string()
+}
+
+async fn handle(shared: Arc<Shared>, req: http::Request<Incoming>) -> Result<http::Response<ProxyBody>, BoxError> {
+    let n = shared.counter.fetch_add(1, Ordering::Relaxed) + 1;
+    let faults = shared.faults.lock().map(|f| *f).unwrap_or_default();
+    let hit = |one_in: u64, salt: u64| one_in > 0 && (n + salt) % one_in == 0;
+    let mut record = Recorded {
+        at: SystemTime::now(),
+        method: req.method().to_string(),
+        path: req.uri().path().to_string(),
+        query: req.uri().query().unwrap_or_default().to_string(),
+        status: 0,
+        upstream_status: None,
+        error: None,
+    };
+    let log = |r: Recorded| {
+        if let Ok(mut l) = shared.log.lock() {
+            l.push(r);
+        }
+    };
+
+    if faults.down {
+        log(record);
+        return Err("the fault proxy refuses connections".into());
+    }
+    if hit(faults.error_one_in, 0) {
+        let code = [500u16, 502, 503, 504][(n % 4) as usize];
+        let reason = match code {
+            500 => "InternalError",
+            504 => "Timeout",
+            _ => "ServiceUnavailable",
+        };
+        record.status = code;
+        log(record);
+        return Ok(full(code, status_body(code, reason)));
+    }
+    if hit(faults.hold_one_in, 1) {
+        tokio::time::sleep(faults.hold).await;
+        log(record);
+        return Err("held by the fault proxy until the client gave up".into());
+    }
+
+    let (parts, body) = req.into_parts();
+    let bytes = body.collect().await?.to_bytes();
+    let mut upstream = http::Request::builder()
+        .method(parts.method)
+        .uri(parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"));
+    for (name, value) in &parts.headers {
+        if name != http::header::HOST && name != http::header::CONNECTION && name != http::header::AUTHORIZATION {
+            upstream = upstream.header(name, value);
+        }
+    }
+    let upstream = upstream.body(kube::client::Body::from(bytes.to_vec()))?;
+    let resp = match shared.upstream.send(upstream).await {
+        Ok(r) => r,
+        Err(e) => {
+            // The API server is down or unreachable: what a load balancer in front would say.
+            record.status = 503;
+            record.error = Some(e.to_string());
+            log(record);
+            return Ok(full(503, status_body(503, "ServiceUnavailable")));
+        }
+    };
+    record.upstream_status = Some(resp.status().as_u16());
+    if hit(faults.lose_response_one_in, 2) {
+        record.status = 504;
+        log(record);
+        return Ok(full(504, status_body(504, "Timeout")));
+    }
+    record.status = resp.status().as_u16();
+    log(record);
+
+    let mut cut = shared.cut.subscribe();
+    cut.mark_unchanged();
+    let (parts, body) = resp.into_parts();
+    let frames = BodyStream::new(body);
+    // Frames until the upstream ends, or an error when the test cuts streams.
+    let stream = futures::stream::unfold((Some(frames), cut), |(frames, mut cut)| async move {
+        let mut frames = frames?;
+        tokio::select! {
+            frame = frames.next() => frame.map(|f| (f.map_err(|e| Box::new(e) as BoxError), (Some(frames), cut))),
+            _ = cut.changed() => Some((Err::<Frame<Bytes>, BoxError>("stream cut by the fault proxy".into()), (None, cut))),
+        }
+    });
+    Ok(http::Response::from_parts(
+        parts,
+        BodyExt::boxed_unsync(StreamBody::new(stream)),
+    ))
+}
