@@ -27,7 +27,7 @@ pub fn plan(path: &Path) -> anyhow::Result<UpgradePlan> {
     if kind != "UpgradePlan" {
         bail!("{}: expected kind UpgradePlan, found {kind:?}", path.display());
     }
-    serde_json::from_value(value).with_context(|| format!("{} is not a valid UpgradePlan", path.display()))
+    serde_path_to_error::deserialize(value).with_context(|| format!("{} is not a valid UpgradePlan", path.display()))
 }
 
 #[derive(Deserialize)]
@@ -60,7 +60,7 @@ pub fn bindings(path: &Path) -> anyhow::Result<Vec<ResourceBinding>> {
             .and_then(|n| n.as_str())
             .unwrap_or("?")
             .to_string();
-        let b = serde_json::from_value(item)
+        let b = serde_path_to_error::deserialize(item)
             .with_context(|| format!("{}: items[{i}] ({name}) is not a valid ResourceBinding", path.display()))?;
         out.push(b);
     }

@@ -28,6 +28,19 @@ impl fmt::Display for Problem {
     }
 }
 
+/// An RFC 1123 subdomain, as Kubernetes requires of most object names.
+pub fn is_dns_subdomain(name: &str) -> bool {
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    name.len() <= 253
+        && name.split('.').all(|label| {
+            let bytes = label.as_bytes();
+            !bytes.is_empty()
+                && alnum(bytes[0])
+                && alnum(bytes[bytes.len() - 1])
+                && bytes.iter().all(|&b| alnum(b) || b == b'-')
+        })
+}
+
 /// Joins problems into one condition message.
 pub fn summarize(problems: &[Problem]) -> String {
     problems.iter().map(Problem::to_string).collect::<Vec<_>>().join("; ")
@@ -39,6 +52,16 @@ pub fn validate_plan(name: &str, spec: &UpgradePlanSpec, now: DateTime<Utc>) -> 
     let mut problems = Vec::new();
     let mut add = |field: String, message: String| problems.push(Problem { field, message });
 
+    // The API server enforces this; checked here for plans read from files (`explain -f`).
+    if !name.is_empty() && !is_dns_subdomain(name) {
+        add(
+            "metadata.name".into(),
+            format!(
+                "{:?} is not a valid object name: use at most 253 lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
+                name.chars().take(64).collect::<String>()
+            ),
+        );
+    }
     if spec.promise_ref.name.trim().is_empty() {
         add("spec.promiseRef.name".into(), "must name a Promise".into());
     }
@@ -239,6 +262,28 @@ spec:
         let regex = parse(&SEED.replace("\"v1.0.0\"", "\"/v1\\\\.1\\\\..*/\""));
         assert_eq!(regex.spec.upgrade_path.from, vec![r"/v1\.1\..*/".to_string()]);
         assert_eq!(validate_plan("p", &regex.spec, now()), vec![]);
+    }
+
+    #[test]
+    fn object_names() {
+        let long = "a".repeat(253);
+        let too_long = "a".repeat(254);
+        for (name, valid) in [
+            ("redis-v1-to-v2", true),
+            ("a.b-c.d", true),
+            ("0", true),
+            (long.as_str(), true),
+            (too_long.as_str(), false),
+            ("Bad_Name", false),
+            ("-leading", false),
+            ("trailing-", false),
+            ("a..b", false),
+            ("é", false),
+        ] {
+            assert_eq!(is_dns_subdomain(name), valid, "{name:?}");
+        }
+        let plan = parse(SEED);
+        assert_eq!(fields(&plan.spec, "Bad_Name"), vec!["metadata.name"]);
     }
 
     fn fields(spec: &UpgradePlanSpec, name: &str) -> Vec<String> {
