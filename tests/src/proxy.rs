@@ -27,8 +27,10 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// Faults to inject; each "one in N" is counted over all requests (0: never).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Faults {
+    /// Only requests whose path contains this are faulted (all when `None`).
+    pub only_paths: Option<String>,
     /// Answer 500/502/503/504 without forwarding.
     pub error_one_in: u64,
     /// Hold the request for `hold`, then drop the connection without an answer (a timeout).
@@ -164,8 +166,12 @@ fn status_body(code: u16, reason: &str) -> String {
 
 async fn handle(shared: Arc<Shared>, req: http::Request<Incoming>) -> Result<http::Response<ProxyBody>, BoxError> {
     let n = shared.counter.fetch_add(1, Ordering::Relaxed) + 1;
-    let faults = shared.faults.lock().map(|f| *f).unwrap_or_default();
-    let hit = |one_in: u64, salt: u64| one_in > 0 && (n + salt) % one_in == 0;
+    let faults = shared.faults.lock().map(|f| f.clone()).unwrap_or_default();
+    let targeted = faults
+        .only_paths
+        .as_ref()
+        .is_none_or(|p| req.uri().path().contains(p.as_str()));
+    let hit = |one_in: u64, salt: u64| targeted && one_in > 0 && (n + salt) % one_in == 0;
     let mut record = Recorded {
         at: SystemTime::now(),
         method: req.method().to_string(),
@@ -181,7 +187,7 @@ async fn handle(shared: Arc<Shared>, req: http::Request<Incoming>) -> Result<htt
         }
     };
 
-    if faults.down {
+    if faults.down && targeted {
         log(record);
         return Err("the fault proxy refuses connections".into());
     }

@@ -591,7 +591,7 @@ async fn api_server_restarts_and_injected_faults_lose_and_repeat_nothing() {
         hold_one_in: 7,
         hold: Duration::from_secs(4),
         lose_response_one_in: 5,
-        down: false,
+        ..Faults::default()
     });
     for _ in 0..4 {
         proxy.cut_streams();
@@ -648,5 +648,106 @@ async fn api_server_restarts_and_injected_faults_lose_and_repeat_nothing() {
         println!("api faults, {what}: {figure}");
     }
     controller.kill().await;
+    env.teardown().await.unwrap();
+}
+
+#[tokio::test]
+async fn announcements_cut_off_by_crashes_are_made_once() {
+    let mut env = TestEnv::new("rel-announce").await.unwrap();
+    env.promise_with_revisions(&["v1.0.0", TO], TO).await.unwrap();
+    let dev = env.namespace("dev").await.unwrap();
+    let members = bindings(&env, &dev, "dev", 6, &[("env", "dev")], "v1.0.0").await;
+    env.start_sim(SIM, &["--delay", "3s"]).unwrap();
+    let seen = observe_bindings(&env, TO);
+    let plan = env
+        .create_plan(
+            "plan",
+            json!({
+                "upgradePath": {"from": ["v1.0.0"], "to": TO},
+                "rolloutGroups": [{"name": "dev", "selectors": {"matchLabels": {"env": "dev"}}, "maxConcurrent": 2}]
+            }),
+        )
+        .await
+        .unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    let id = env.id.clone();
+    let through = |proxy: &FaultProxy, n: usize| proxy.kubeconfig(&std::env::temp_dir(), &format!("{id}-{n}")).unwrap();
+
+    // 1. Every event write fails: two upgrades start, unannounced; then the controller dies.
+    let a_proxy = FaultProxy::start(env.client.clone()).await.unwrap();
+    a_proxy.set_faults(Faults {
+        only_paths: Some("/events".into()),
+        error_one_in: 1,
+        ..Faults::default()
+    });
+    let a_config = through(&a_proxy, 1);
+    let mut a = env
+        .start_controller(&["--kubeconfig", a_config.to_str().unwrap()])
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen.lock().unwrap().spec_changes.len() < 2 {
+        assert!(Instant::now() < deadline, "no upgrade started: {}", a.log_text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    a.kill().await;
+    assert!(run_events(&env, &run).await.is_empty(), "events got through the fault");
+
+    // 2. The next controller announces them, then finishes the run but cannot record it: the
+    //    run's status writes fail after the completion is announced. It dies too.
+    let b_proxy = FaultProxy::start(env.client.clone()).await.unwrap();
+    b_proxy.set_faults(Faults {
+        only_paths: Some(format!("/upgraderuns/{run}/status")),
+        error_one_in: 1,
+        ..Faults::default()
+    });
+    let b_config = through(&b_proxy, 2);
+    let mut b = env
+        .start_controller(&["--kubeconfig", b_config.to_str().unwrap()])
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !run_events(&env, &run)
+        .await
+        .iter()
+        .any(|(r, _, _)| r == "UpgradeRunCompleted")
+    {
+        assert!(Instant::now() < deadline, "no completion announced: {}", b.log_text());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    b.kill().await;
+    assert!(
+        b.log_text().contains("announcing upgrades whose events a restart lost"),
+        "{}",
+        b.log_text()
+    );
+
+    // 3. A third controller records the completion without announcing it again.
+    let c = env.start_controller(&[]).await.unwrap();
+    let done = poll_run(&env, &run, Duration::from_secs(60), "a terminal state", terminal).await;
+    assert_eq!(
+        done.status.as_ref().map(|s| s.state),
+        Some(RunState::Completed),
+        "{}",
+        c.log_text()
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let events = run_events(&env, &run).await;
+    let started: Vec<_> = events
+        .iter()
+        .filter(|(r, _, _)| r == "ResourceUpgradeStarted")
+        .collect();
+    assert_eq!(
+        started.len(),
+        members.len(),
+        "one start announcement per resource: {events:#?}"
+    );
+    assert!(started.iter().all(|(_, _, c)| *c == 1), "{events:#?}");
+    let distinct: std::collections::BTreeSet<_> = started.iter().map(|(_, m, _)| m).collect();
+    assert_eq!(distinct.len(), members.len(), "{events:#?}");
+    let completed: Vec<_> = events.iter().filter(|(r, _, _)| r == "UpgradeRunCompleted").collect();
+    assert_eq!(completed.len(), 1, "the completion announced once: {events:#?}");
+    assert_eq!(completed[0].2, 1, "{events:#?}");
     env.teardown().await.unwrap();
 }
