@@ -8,8 +8,11 @@ export TESTENV_API_PORT ?= 16443
 export TESTENV_ETCD_PORT ?= 12379
 
 FUZZ_SECONDS ?= 60
+CHAOS_KILLS ?= 100
+CHAOS_BINDINGS ?= 2000
+CHAOS_FAILOVERS ?= 6
 
-.PHONY: help fuzz bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
+.PHONY: help chaos fuzz bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -68,6 +71,17 @@ bench-scale: deps cluster-install ## 1k and 10k bindings on a real control plane
 	trap 'tests/cluster.sh stop' EXIT; \
 	eval "$$(tests/cluster.sh start)"; \
 	target/release/scale-bench $(SIZES)
+
+chaos: deps cluster-install ## longer reliability campaigns on a control plane of their own: CHAOS_KILLS (100) SIGKILLs in a CHAOS_BINDINGS (2000) run, CHAOS_FAILOVERS (6) leader kills, API-server restarts and faults, the bad-input corpus; log in target/chaos.log
+	$(CARGO) build --workspace --locked --tests --bins
+	@export TESTENV_DIR=/tmp/upgradeplan-chaos TESTENV_API_PORT=17443 TESTENV_ETCD_PORT=13379 \
+	  CHAOS_KILLS=$(CHAOS_KILLS) CHAOS_BINDINGS=$(CHAOS_BINDINGS) CHAOS_FAILOVERS=$(CHAOS_FAILOVERS); \
+	trap 'tests/cluster.sh stop' EXIT; \
+	eval "$$(tests/cluster.sh start)"; \
+	status=0; \
+	$(CARGO) test --locked -p upgradeplan-e2e --test reliability --test bad_input -- --test-threads 1 --nocapture >target/chaos.log 2>&1 || status=$$?; \
+	grep -E '^(CHAOS_SEED|crash campaign|failover|api faults|bad input|test result|test .* (ok|FAILED)|thread .* panicked)' target/chaos.log; \
+	exit $$status
 
 fuzz: deps ## every engine fuzz target for FUZZ_SECONDS each (default 60; stable toolchain); findings in fuzz/artifacts
 	$(CARGO) build --profile fuzz --locked -p upgradeplan-fuzz

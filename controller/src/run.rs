@@ -290,14 +290,7 @@ async fn progress(ctx: &Ctx, run: &UpgradeRun, mut status: UpgradeRunStatus, pro
                 &to,
             ));
         }
-        let events: Vec<_> = announcements
-            .into_iter()
-            .map(|note| ctx.event(run, EventType::Normal, "ResourceUpgradeStarted", note))
-            .collect();
-        futures::stream::iter(events)
-            .buffer_unordered(PATCH_CONCURRENCY)
-            .collect::<Vec<()>>()
-            .await;
+        announce_starts(ctx, run, announcements).await;
     }
     report_outcomes(ctx, run, &eval, &previous_groups, &frozen.snapshot, &to).await;
     if !is_preview(run) || !run.spec.suspend {
@@ -499,7 +492,12 @@ async fn repair_announcements(ctx: &Ctx, run: &UpgradeRun, eval: &Evaluation, sn
     if !missing.is_empty() {
         tracing::info!(run = %run.name_any(), count = missing.len(), "announcing upgrades whose events a restart lost");
     }
-    let events: Vec<_> = missing
+    announce_starts(ctx, run, missing).await;
+}
+
+/// Publishes `ResourceUpgradeStarted` events, as many at once as patches go out.
+async fn announce_starts(ctx: &Ctx, run: &UpgradeRun, notes: Vec<String>) {
+    let events: Vec<_> = notes
         .into_iter()
         .map(|note| ctx.event(run, EventType::Normal, "ResourceUpgradeStarted", note))
         .collect();

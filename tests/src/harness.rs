@@ -210,16 +210,7 @@ impl TestEnv {
     pub async fn new(prefix: &str) -> anyhow::Result<TestEnv> {
         let client = client().await?;
         install_crds(&client).await?;
-        let id = unique_id(prefix);
-        Ok(TestEnv {
-            client,
-            promise: format!("{id}-promise"),
-            id,
-            namespaces: Vec::new(),
-            sim: None,
-            controllers: 0,
-            kubeconfig: None,
-        })
+        Ok(TestEnv::with_client(prefix, client, None))
     }
 
     /// A world on another control plane (see [`OwnControlPlane`]): its client, and the
@@ -227,16 +218,20 @@ impl TestEnv {
     pub async fn on(prefix: &str, plane: &OwnControlPlane) -> anyhow::Result<TestEnv> {
         let client = plane.client().await?;
         install_crds_on(&client).await?;
+        Ok(TestEnv::with_client(prefix, client, Some(plane.kubeconfig.clone())))
+    }
+
+    fn with_client(prefix: &str, client: Client, kubeconfig: Option<PathBuf>) -> TestEnv {
         let id = unique_id(prefix);
-        Ok(TestEnv {
+        TestEnv {
             client,
             promise: format!("{id}-promise"),
             id,
             namespaces: Vec::new(),
             sim: None,
             controllers: 0,
-            kubeconfig: Some(plane.kubeconfig.clone()),
-        })
+            kubeconfig,
+        }
     }
 
     /// `KUBECONFIG` for a child process of this world.

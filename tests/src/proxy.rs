@@ -219,24 +219,40 @@ async fn handle(shared: Arc<Shared>, req: http::Request<Incoming>) -> Result<htt
         }
     }
     let upstream = upstream.body(kube::client::Body::from(bytes.to_vec()))?;
-    let resp = match shared.upstream.send(upstream).await {
-        Ok(r) => r,
-        Err(e) => {
-            // The API server is down or unreachable: what a load balancer in front would say.
-            record.status = 503;
-            record.error = Some(e.to_string());
-            log(record);
-            return Ok(full(503, status_body(503, "ServiceUnavailable")));
-        }
+    let lose_response = hit(faults.lose_response_one_in, 2);
+    // Forwarded in a task of its own: a client that dies mid-request (a SIGKILLed controller)
+    // does not cancel it, as it would not cancel a request the API server already received, and
+    // the outcome is still recorded.
+    let forward = {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let log = |r: Recorded| {
+                if let Ok(mut l) = shared.log.lock() {
+                    l.push(r);
+                }
+            };
+            match shared.upstream.send(upstream).await {
+                Ok(resp) => {
+                    record.upstream_status = Some(resp.status().as_u16());
+                    record.status = if lose_response { 504 } else { resp.status().as_u16() };
+                    log(record);
+                    Ok(resp)
+                }
+                Err(e) => {
+                    // The API server is down or unreachable: what a load balancer would say.
+                    record.status = 503;
+                    record.error = Some(e.to_string());
+                    log(record);
+                    Err(())
+                }
+            }
+        })
     };
-    record.upstream_status = Some(resp.status().as_u16());
-    if hit(faults.lose_response_one_in, 2) {
-        record.status = 504;
-        log(record);
-        return Ok(full(504, status_body(504, "Timeout")));
-    }
-    record.status = resp.status().as_u16();
-    log(record);
+    let resp = match forward.await {
+        Ok(Ok(resp)) if !lose_response => resp,
+        Ok(Ok(_)) => return Ok(full(504, status_body(504, "Timeout"))),
+        Ok(Err(())) | Err(_) => return Ok(full(503, status_body(503, "ServiceUnavailable"))),
+    };
 
     let mut cut = shared.cut.subscribe();
     cut.mark_unchanged();

@@ -637,13 +637,6 @@ async fn api_server_restarts_and_injected_faults_lose_and_repeat_nothing() {
         controller.log_text()
     );
     assert!(!controller.log_text().contains("panicked"), "{}", controller.log_text());
-    for r in requests
-        .iter()
-        .filter(|r| r.status == 503 && r.at < faults_from)
-        .take(5)
-    {
-        println!("503 before the faults: {r:?}");
-    }
     for (what, figure) in &figures {
         println!("api faults, {what}: {figure}");
     }
