@@ -472,13 +472,13 @@ async fn repair_announcements(ctx: &Ctx, run: &UpgradeRun, eval: &Evaluation, sn
             continue;
         };
         for (resource, outcome) in group.resources.iter().zip(outcomes) {
-            // Started by this run: in flight, failed, or finished while the version it had at the
-            // snapshot was not already the target.
-            let started = match outcome {
-                Outcome::InFlight { .. } | Outcome::Failed { .. } => true,
-                Outcome::Succeeded => resource.last_applied_version != to,
-                Outcome::Skipped(_) | Outcome::NotStarted => false,
-            };
+            // Started by this run: the binding names it in the annotation set with the upgrade.
+            let started = matches!(
+                outcome,
+                Outcome::InFlight { .. } | Outcome::Failed { .. } | Outcome::Succeeded
+            ) && ctx
+                .binding(&resource.namespace, &resource.binding)
+                .is_some_and(|b| b.annotations().get(UPGRADED_BY_ANNOTATION) == Some(&run.name_any()));
             let note = texts::resource_started(&resource.display_name(), &resource.last_applied_version, to);
             if started
                 && !recalled
