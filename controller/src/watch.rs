@@ -4,6 +4,8 @@
 //! controller from seeing anything of that kind. These streams watch untyped objects and convert
 //! each one, logging and skipping any that do not fit the type.
 
+use std::time::Duration;
+
 use futures::{Stream, StreamExt};
 use kube::api::{Api, DynamicObject};
 use kube::core::ApiResource;
@@ -41,6 +43,21 @@ fn convert<K: Resource<DynamicType = ()> + DeserializeOwned>(
     })
 }
 
+/// Delays between a watch's attempts to reconnect: 0.5 s doubling to 5 s, with jitter, for ever,
+/// reset by any event. kube-runtime's default doubles to 30 s; an API-server restart costs two
+/// errors in a row (the outage, then "410 Expired" for the old resourceVersion), which left the
+/// controller idle for up to half a minute after the server was back (docs/reliability.md).
+/// Six watches retrying every 5 s are no load for an API server.
+pub fn reconnect_backoff() -> watcher::ExponentialBackoff {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(500))
+        .with_max_delay(Duration::from_secs(5))
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .into()
+}
+
 /// A watch of every `K` in the cluster (all namespaces), with backoff, skipping malformed objects.
 pub fn watch_all<K>(
     client: Client,
@@ -50,15 +67,17 @@ where
     K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Send + 'static,
 {
     let api: Api<DynamicObject> = Api::all_with(client, &ApiResource::erase::<K>(&()));
-    watcher(api, config).default_backoff().filter_map(|ev| async move {
-        match ev {
-            Ok(ev) => convert(ev).map(Ok),
-            Err(e) => {
-                tracing::warn!(kind = %K::kind(&()), error = %e, "watch error; retrying");
-                Some(Err(e))
+    watcher(api, config)
+        .backoff(reconnect_backoff())
+        .filter_map(|ev| async move {
+            match ev {
+                Ok(ev) => convert(ev).map(Ok),
+                Err(e) => {
+                    tracing::warn!(kind = %K::kind(&()), error = %e, "watch error; retrying");
+                    Some(Err(e))
+                }
             }
-        }
-    })
+        })
 }
 
 #[cfg(test)]

@@ -258,6 +258,16 @@ fn error_policy(b: Arc<ResourceBinding>, err: &SimError, _: Arc<Ctx>) -> Action 
     Action::requeue(Duration::from_millis(500))
 }
 
+/// 0.5 s doubling to 5 s, with jitter, for ever; reset by any event.
+fn reconnect_backoff() -> watcher::ExponentialBackoff {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(500))
+        .with_max_delay(Duration::from_secs(5))
+        .with_jitter()
+        .without_max_times()
+        .into()
+}
+
 /// Runs the simulator until `shutdown` resolves.
 pub async fn run(
     client: Client,
@@ -271,8 +281,14 @@ pub async fn run(
     }
     let bindings: Api<ResourceBinding> = Api::all(client.clone());
     let revisions: Api<PromiseRevision> = Api::all(client.clone());
-    let controller = Controller::new(bindings, wc.clone());
-    let store = controller.store();
+    // Kratix's client-go reflectors relist at once after "410 Expired"; kube-runtime backs off
+    // first (up to 30 s by default). A short backoff keeps the simulator as prompt after an
+    // API-server restart.
+    let (store, writer) = kube::runtime::reflector::store::<ResourceBinding>();
+    let binding_stream =
+        kube::runtime::reflector::reflector(writer, watcher(bindings, wc.clone()).backoff(reconnect_backoff()))
+            .applied_objects();
+    let controller = Controller::for_stream(binding_stream, store.clone());
     // A new or changed revision wakes the bindings of its Promise (they may be waiting for it).
     let rev_config = match &selector {
         Some(s) => watcher::Config::default().labels(s),
@@ -281,13 +297,14 @@ pub async fn run(
     let (rev_store, rev_writer) = kube::runtime::reflector::store::<PromiseRevision>();
     let synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = synced.clone();
-    let rev_stream = kube::runtime::reflector::reflector(rev_writer, watcher(revisions, rev_config).default_backoff())
-        .inspect(move |ev| {
-            if matches!(ev, Ok(watcher::Event::InitDone)) {
-                flag.store(true, std::sync::atomic::Ordering::SeqCst);
-            }
-        })
-        .touched_objects();
+    let rev_stream =
+        kube::runtime::reflector::reflector(rev_writer, watcher(revisions, rev_config).backoff(reconnect_backoff()))
+            .inspect(move |ev| {
+                if matches!(ev, Ok(watcher::Event::InitDone)) {
+                    flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+            })
+            .touched_objects();
     controller
         .watches_stream(rev_stream, move |rev: PromiseRevision| {
             let promise = rev

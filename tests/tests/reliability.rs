@@ -558,7 +558,8 @@ async fn api_server_restarts_and_injected_faults_lose_and_repeat_nothing() {
         let before = SystemTime::now();
         let took = plane.restart_apiserver(signal).await.unwrap();
         let back = SystemTime::now();
-        // Recovery: the controller's first applied write after the API server is back.
+        // Recovery: the controller's first applied write after the API server is back (it also
+        // waits for kratix-sim to reconnect and finish an upgrade: five are in flight).
         let deadline = Instant::now() + Duration::from_secs(60);
         let recovered = loop {
             let first = proxy
