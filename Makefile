@@ -12,7 +12,7 @@ CHAOS_KILLS ?= 100
 CHAOS_BINDINGS ?= 2000
 CHAOS_FAILOVERS ?= 6
 
-.PHONY: help chaos fuzz bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
+.PHONY: help demo-smoke chaos fuzz bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -59,6 +59,13 @@ demo: deps cluster-install ## a local control plane, kratix-sim, the controller,
 	$(CARGO) build --workspace --locked --bins
 	scripts/demo.sh start
 
+demo-smoke: build ## `make demo` end to end on its own ports, then stopped (part of `make test`)
+	@export DEMO_DIR=/tmp/upgradeplan-demo-smoke DEMO_API_PORT=17643 DEMO_ETCD_PORT=13579; \
+	trap 'scripts/demo.sh stop >/dev/null' EXIT; \
+	scripts/demo.sh start >/tmp/upgradeplan-demo-smoke.log 2>&1 || { tail -40 /tmp/upgradeplan-demo-smoke.log; exit 1; }; \
+	grep -q 'Completed 30/30' /tmp/upgradeplan-demo-smoke.log || { tail -40 /tmp/upgradeplan-demo-smoke.log; echo 'the demo run did not complete' >&2; exit 1; }; \
+	echo "make demo: run completed, 30/30"
+
 demo-stop: ## stop everything `make demo` started
 	scripts/demo.sh stop
 
@@ -74,7 +81,7 @@ bench-scale: deps cluster-install ## 1k and 10k bindings on a real control plane
 
 chaos: deps cluster-install ## longer reliability campaigns on a control plane of their own: CHAOS_KILLS (100) SIGKILLs in a CHAOS_BINDINGS (2000) run, CHAOS_FAILOVERS (6) leader kills, API-server restarts and faults, the bad-input corpus; log in target/chaos.log
 	$(CARGO) build --workspace --locked --tests --bins
-	@export TESTENV_DIR=/tmp/upgradeplan-chaos TESTENV_API_PORT=17443 TESTENV_ETCD_PORT=13379 \
+	@export TESTENV_DIR=/tmp/upgradeplan-chaos TESTENV_API_PORT=19443 TESTENV_ETCD_PORT=15379 \
 	  CHAOS_KILLS=$(CHAOS_KILLS) CHAOS_BINDINGS=$(CHAOS_BINDINGS) CHAOS_FAILOVERS=$(CHAOS_FAILOVERS); \
 	trap 'tests/cluster.sh stop' EXIT; \
 	eval "$$(tests/cluster.sh start)"; \
@@ -90,4 +97,4 @@ fuzz: deps ## every engine fuzz target for FUZZ_SECONDS each (default 60; stable
 release: ## the plugin's release archive for this machine (dist/), its sha256, written into krew/upgradeplan.yaml
 	scripts/release.sh $(TARGET)
 
-test: check unit monitoring integration ## everything: format, lints, unit, rule and integration tests
+test: check unit monitoring integration demo-smoke ## everything: format, lints, unit, rule and integration tests, and the demo
