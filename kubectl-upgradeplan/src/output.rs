@@ -127,7 +127,9 @@ pub fn relative(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
     } else {
         format!("{}d", secs / 86400)
     };
-    if d.num_seconds() >= 0 {
+    // Less than a second ahead is "now", written as the past: a run that just finished says
+    // "0s ago", not "in 0s".
+    if d.num_seconds() > 0 {
         format!("in {amount}")
     } else {
         format!("{amount} ago")
@@ -197,6 +199,10 @@ mod tests {
             .with_timezone(&Utc);
         assert_eq!(relative(now + chrono::Duration::hours(3), now), "in 3h");
         assert_eq!(relative(now - chrono::Duration::minutes(5), now), "5m ago");
+        assert_eq!(relative(now, now), "0s ago");
+        assert_eq!(relative(now - chrono::Duration::milliseconds(300), now), "0s ago");
+        assert_eq!(relative(now + chrono::Duration::milliseconds(300), now), "0s ago");
+        assert_eq!(relative(now + chrono::Duration::seconds(1), now), "in 1s");
         assert_eq!(duration(chrono::Duration::seconds(3725)), "1h02m");
     }
 }
