@@ -777,3 +777,26 @@ pub fn observe_bindings(env: &TestEnv, to: &'static str) -> Arc<Mutex<Observed>>
     });
     seen
 }
+
+/// What one run of `kubectl-upgradeplan` printed and how it exited.
+pub struct PluginOutput {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs this workspace's `kubectl-upgradeplan` with `args` (no colour, no stdin), against
+/// `kubeconfig` when given, else `KUBECONFIG`.
+pub async fn run_plugin(kubeconfig: Option<&str>, args: &[&str]) -> anyhow::Result<PluginOutput> {
+    let mut cmd = tokio::process::Command::new(workspace_bin("kubectl-upgradeplan")?);
+    cmd.args(args).env("NO_COLOR", "1").stdin(Stdio::null());
+    if let Some(k) = kubeconfig {
+        cmd.env("KUBECONFIG", k);
+    }
+    let o = cmd.output().await.context("running kubectl-upgradeplan")?;
+    Ok(PluginOutput {
+        code: o.status.code(),
+        stdout: String::from_utf8_lossy(&o.stdout).into(),
+        stderr: String::from_utf8_lossy(&o.stderr).into(),
+    })
+}

@@ -142,6 +142,14 @@ impl FaultProxy {
     }
 }
 
+impl Shared {
+    fn record(&self, r: Recorded) {
+        if let Ok(mut l) = self.log.lock() {
+            l.push(r);
+        }
+    }
+}
+
 fn full(status: u16, body: String) -> http::Response<ProxyBody> {
     let mut resp = http::Response::new(
         Full::new(Bytes::from(body))
@@ -181,11 +189,7 @@ async fn handle(shared: Arc<Shared>, req: http::Request<Incoming>) -> Result<htt
         upstream_status: None,
         error: None,
     };
-    let log = |r: Recorded| {
-        if let Ok(mut l) = shared.log.lock() {
-            l.push(r);
-        }
-    };
+    let log = |r: Recorded| shared.record(r);
 
     if faults.down && targeted {
         log(record);
@@ -226,11 +230,7 @@ async fn handle(shared: Arc<Shared>, req: http::Request<Incoming>) -> Result<htt
     let forward = {
         let shared = shared.clone();
         tokio::spawn(async move {
-            let log = |r: Recorded| {
-                if let Ok(mut l) = shared.log.lock() {
-                    l.push(r);
-                }
-            };
+            let log = |r: Recorded| shared.record(r);
             match shared.upstream.send(upstream).await {
                 Ok(resp) => {
                     record.upstream_status = Some(resp.status().as_u16());

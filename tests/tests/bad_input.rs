@@ -27,7 +27,7 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParam
 use serde_json::{json, Value};
 use upgradeplan::api::kratix::{ResourceBinding, PROMISE_NAME_LABEL};
 use upgradeplan::api::{find_condition, reasons, ConditionStatus, RunState, UpgradePlan, UpgradeRun};
-use upgradeplan_e2e::harness::{repo_root, workspace_bin, TestEnv};
+use upgradeplan_e2e::harness::{repo_root, run_plugin, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(120);
@@ -198,20 +198,8 @@ fn ready_condition(p: &UpgradePlan) -> Option<(ConditionStatus, String)> {
 
 /// Runs the plugin; returns (exit code, stdout + stderr).
 async fn plugin(args: &[&str]) -> (i32, String) {
-    let out = tokio::process::Command::new(workspace_bin("kubectl-upgradeplan").unwrap())
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    let out = run_plugin(None, args).await.unwrap();
+    (out.code.unwrap_or(-1), format!("{}{}", out.stdout, out.stderr))
 }
 
 fn write_json(dir: &Path, stem: &str, doc: &Value) -> PathBuf {

@@ -5,29 +5,13 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use upgradeplan::api::RunState;
-use upgradeplan_e2e::harness::{workspace_bin, TestEnv};
+use upgradeplan_e2e::harness::{run_plugin, workspace_bin, PluginOutput as Out, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
 
-struct Out {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
 async fn plugin_with(env_kubeconfig: Option<&str>, args: &[&str]) -> Out {
-    let mut cmd = tokio::process::Command::new(workspace_bin("kubectl-upgradeplan").unwrap());
-    cmd.args(args).env("NO_COLOR", "1").stdin(std::process::Stdio::null());
-    if let Some(k) = env_kubeconfig {
-        cmd.env("KUBECONFIG", k);
-    }
-    let o = cmd.output().await.unwrap();
-    Out {
-        code: o.status.code(),
-        stdout: String::from_utf8_lossy(&o.stdout).into(),
-        stderr: String::from_utf8_lossy(&o.stderr).into(),
-    }
+    run_plugin(env_kubeconfig, args).await.unwrap()
 }
 
 async fn plugin(args: &[&str]) -> Out {
