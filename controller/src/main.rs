@@ -1,6 +1,7 @@
 //! `upgradeplan-controller`: executes UpgradePlans and UpgradeRuns in a cluster.
 
 mod client_metrics;
+mod clock;
 mod context;
 mod error;
 mod events;
@@ -83,6 +84,9 @@ struct Cli {
     /// Interval between leader-election attempts and renewals.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
     retry_period: Duration,
+    /// Tests only: start the decision clock at this RFC 3339 instant; it then runs at real speed.
+    #[arg(long, value_name = "RFC3339", hide = true, value_parser = parse_instant)]
+    clock_start: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 #[derive(Subcommand)]
@@ -112,8 +116,17 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{s:?} is not a Go duration such as 15s or 1m: {e}"))
 }
 
+fn parse_instant(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .map_err(|e| format!("{s:?} is not an RFC 3339 instant such as 2026-03-29T00:59:40Z: {e}"))
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if let Some(at) = cli.clock_start {
+        clock::start_at(at);
+    }
     if let Some(Command::Crd { output_dir }) = &cli.command {
         return write_crds(output_dir.as_deref());
     }

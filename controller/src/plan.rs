@@ -36,7 +36,7 @@ pub async fn reconcile(plan: Arc<UpgradePlan>, ctx: Arc<Ctx>) -> Result<Action> 
     if plan.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    let now = Utc::now();
+    let now = crate::clock::now();
     let name = plan.name_any();
     let generation = plan.meta().generation;
     let previous = plan.status.clone().unwrap_or_default();
@@ -162,7 +162,7 @@ pub async fn reconcile(plan: Arc<UpgradePlan>, ctx: Arc<Ctx>) -> Result<Action> 
     // Wake exactly at the next trigger or window boundary (the window gauges stay true);
     // watches bring everything else.
     Ok(match status.next_run_at.into_iter().chain(window_change).min() {
-        Some(next) => Action::requeue((next - Utc::now()).to_std().unwrap_or_default()),
+        Some(next) => Action::requeue((next - crate::clock::now()).to_std().unwrap_or_default()),
         None => Action::await_change(),
     })
 }

@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::events::EventType;
-use chrono::Utc;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -62,7 +61,7 @@ pub async fn reconcile(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
 }
 
 fn cond(type_: &str, status: ConditionStatus, reason: &str, message: String) -> Condition {
-    Condition::new(type_, status, reason, message, Utc::now())
+    Condition::new(type_, status, reason, message, crate::clock::now())
 }
 
 async fn write(ctx: &Ctx, run: &UpgradeRun, status: &UpgradeRunStatus) -> Result<()> {
@@ -139,7 +138,7 @@ async fn apply(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
 
     let promise = plan.spec.promise_ref.name.clone();
     if status.state == RunState::Pending {
-        let problems = validate_plan(&plan_name, &plan.spec, Utc::now());
+        let problems = validate_plan(&plan_name, &plan.spec, crate::clock::now());
         if !problems.is_empty() {
             set_condition(
                 &mut status.conditions,
@@ -183,7 +182,7 @@ async fn apply(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
         status.resource_list_refs = frozen.1;
         status.rollout_groups = frozen.0.snapshot.initial_counts();
         status.total_resources = status.rollout_groups.iter().map(|g| g.total).sum();
-        status.started_at = Some(Utc::now());
+        status.started_at = Some(crate::clock::now());
         status.state = RunState::InProgress;
         tracing::info!(run = %run_name, plan = %plan_name, resources = status.total_resources, "snapshot taken; run in progress");
     }
@@ -229,7 +228,7 @@ async fn progress(ctx: &Ctx, run: &UpgradeRun, mut status: UpgradeRunStatus, pro
             snapshot: &frozen.snapshot,
             recorded: &previous_groups,
             revision_present: ctx.revision_exists(promise, &to),
-            now: Utc::now(),
+            now: crate::clock::now(),
         },
         |ns, name| live.get(&(ns.to_string(), name.to_string())).map(|b| b.as_ref()),
     );
@@ -281,7 +280,7 @@ async fn progress(ctx: &Ctx, run: &UpgradeRun, mut status: UpgradeRunStatus, pro
                         run.uid().unwrap_or_default(),
                         format!("{}/{}", action.resource.namespace, action.resource.binding),
                     ),
-                    Utc::now(),
+                    crate::clock::now(),
                 );
             }
             announcements.push(texts::resource_started(
@@ -303,7 +302,7 @@ async fn progress(ctx: &Ctx, run: &UpgradeRun, mut status: UpgradeRunStatus, pro
             write(ctx, run, &status).await?;
             Ok(match (conflict, eval.wake_at) {
                 (true, _) => Action::requeue(std::time::Duration::from_millis(200)),
-                (false, Some(at)) => Action::requeue((at - Utc::now()).to_std().unwrap_or_default()),
+                (false, Some(at)) => Action::requeue((at - crate::clock::now()).to_std().unwrap_or_default()),
                 (false, None) => Action::await_change(),
             })
         }
@@ -411,7 +410,7 @@ async fn report_outcomes(
                         .ok()
                         .and_then(|s| s.get(&(run.uid().unwrap_or_default(), key.clone())).copied());
                     if let (Some(began), "succeeded") = (began, result) {
-                        let secs = (Utc::now() - began).num_milliseconds() as f64 / 1000.0;
+                        let secs = (crate::clock::now() - began).num_milliseconds() as f64 / 1000.0;
                         ctx.metrics
                             .resource_upgrade_duration
                             .with_label_values(&[plan, &group.name])
@@ -561,7 +560,7 @@ async fn finish(
         cond(reasons::RUN_SUCCEEDED, succeeded, reason, message.clone()),
     );
     status.state = state;
-    status.finished_at = Some(Utc::now());
+    status.finished_at = Some(crate::clock::now());
     apply_status::<UpgradeRun>(&ctx.client, &run.name_any(), &status).await?;
     let plan = run_plan(run).to_string();
     let trigger = if run

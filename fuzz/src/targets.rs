@@ -17,6 +17,10 @@ use upgradeplan::engine::version::{is_regex_pattern, VersionMatcher, VersionPatt
 use upgradeplan::engine::window::{parse_go_duration, Gate};
 use upgradeplan::engine::{selector, validate_plan};
 
+/// The naive reference of spec §6 that the engine's property tests use.
+#[path = "../../shared/tests/oracle/mod.rs"]
+mod oracle;
+
 /// How the driver mutates a target's inputs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
@@ -345,9 +349,45 @@ fn cron(input: &[u8]) -> String {
                 upcoming.windows(2).all(|w| w[0] < w[1]),
                 "{expr:?} in {tz}: upcoming({t}) not strictly increasing: {upcoming:?}"
             );
+            agrees_with_oracle(&expr, &schedule, tz, t);
         }
     }
-    format!("{sig}:{}", if schedule.is_fixed_time() { "fixed" } else { "interval" })
+    format!(
+        "{sig}:{}",
+        if schedule.follows_wall_clock() {
+            "wall-clock"
+        } else {
+            "fixed"
+        }
+    )
+}
+
+/// The firings of the next two days equal the naive oracle's (shared/tests/oracle, issue 15).
+fn agrees_with_oracle(expr: &str, schedule: &CronSchedule, tz: Tz, t: DateTime<Utc>) {
+    use chrono::Datelike;
+    if !(2000..2100).contains(&t.year()) {
+        return; // the oracle walks days with plain arithmetic: keep it inside the calendar
+    }
+    let naive = oracle::NaiveCron::parse(expr)
+        .unwrap_or_else(|| panic!("{expr:?}: the engine accepts it, the oracle cannot read it"));
+    let horizon = t + Duration::days(2);
+    let first = oracle::local_day(t, tz) - Duration::days(2);
+    let want: Vec<_> = naive
+        .firings(tz, first, oracle::local_day(horizon, tz) + Duration::days(1))
+        .into_iter()
+        .filter(|f| *f > t && *f <= horizon)
+        .take(30)
+        .collect();
+    let mut got: Vec<_> = schedule
+        .upcoming(t, tz, want.len() + 1)
+        .into_iter()
+        .filter(|f| *f <= horizon)
+        .collect();
+    got.truncate(30);
+    assert_eq!(
+        got, want,
+        "{expr:?} in {tz} after {t}: engine (left) and oracle (right) disagree"
+    );
 }
 
 fn execute_at(input: &[u8]) -> String {

@@ -6,6 +6,7 @@ use serde::Serialize;
 use upgradeplan::api::kratix::ResourceBinding;
 use upgradeplan::api::{UpgradePlan, WindowKind};
 use upgradeplan::engine::concurrency::Limit;
+use upgradeplan::engine::cron::CronSchedule;
 use upgradeplan::engine::schedule::Triggers;
 use upgradeplan::engine::selector;
 use upgradeplan::engine::snapshot::assign;
@@ -61,6 +62,17 @@ fn daylight_saving_day(t: DateTime<Utc>, zone: Tz) -> bool {
             .next()
     };
     start_offset(day) != day.succ_opt().and_then(start_offset)
+}
+
+/// " (on day 13 of the month or on Fridays)" when both day fields of a schedule are restricted,
+/// so nobody expects Vixie cron's AND.
+fn either_day_note(schedule: &str) -> String {
+    schedule
+        .parse::<CronSchedule>()
+        .ok()
+        .and_then(|c| c.either_day_words())
+        .map(|w| format!(" ({w})"))
+        .unwrap_or_default()
 }
 
 fn local(t: DateTime<Utc>, zone: Tz) -> String {
@@ -164,7 +176,7 @@ pub fn explain(
             let zone_name = p.time_zone.clone().unwrap_or_else(|| "UTC".into());
             let mut parts = vec![];
             if let Some(s) = &p.repeat_schedule {
-                parts.push(format!("on the schedule \"{s}\""));
+                parts.push(format!("on the schedule \"{s}\"{}", either_day_note(s)));
             }
             if let Some(a) = &p.execute_at {
                 parts.push(format!("once at {a}"));
@@ -238,8 +250,10 @@ pub fn explain(
             };
             let zone = w.time_zone.clone().unwrap_or_else(|| "UTC".into());
             line(format!(
-                "     window:      {kind} starts on \"{}\" for {} ({zone})",
-                w.schedule, w.duration
+                "     window:      {kind} starts on \"{}\"{} for {} ({zone})",
+                w.schedule,
+                either_day_note(&w.schedule),
+                w.duration
             ));
         }
         let gate_line = if gate.is_some() {

@@ -32,6 +32,16 @@ async fn world(
     per_env: &[(&str, usize)],
     sim_delay: &str,
 ) -> (TestEnv, ControllerProcess, BTreeMap<String, String>) {
+    world_with(prefix, per_env, sim_delay, &[]).await
+}
+
+/// [`world`] with extra controller flags.
+async fn world_with(
+    prefix: &str,
+    per_env: &[(&str, usize)],
+    sim_delay: &str,
+    controller_args: &[&str],
+) -> (TestEnv, ControllerProcess, BTreeMap<String, String>) {
     let mut env = TestEnv::new(prefix).await.unwrap();
     env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
         .await
@@ -54,7 +64,7 @@ async fn world(
         }
     }
     env.start_sim(SIM, &["--delay", sim_delay]).unwrap();
-    let controller = env.start_controller(&[]).await.unwrap();
+    let controller = env.start_controller(controller_args).await.unwrap();
     (env, controller, bindings)
 }
 
@@ -759,6 +769,53 @@ async fn windows_gate_the_start_of_upgrades() {
             .count(),
         2,
         "prod waited for the deny window: {starts:?}"
+    );
+    env.teardown().await.unwrap();
+}
+
+/// Issue 15: a window whose start times fall in a spring gap opens at the first instant after
+/// the gap. The controller's clock starts 20 s before Europe/Berlin jumps from 02:00 to 03:00
+/// on 2026-03-29 (01:00Z) and runs at real speed; the window starts at 02:00 and 02:43 local,
+/// which do not exist that day. Before the fix the gate stayed shut until 2026-04-04.
+#[tokio::test]
+async fn a_window_opens_at_the_end_of_a_daylight_saving_gap() {
+    const LEAD: Duration = Duration::from_secs(20);
+    let gap = chrono::DateTime::parse_from_rfc3339("2026-03-29T01:00:00Z").unwrap();
+    let clock_start = (gap - chrono::Duration::from_std(LEAD).unwrap()).to_rfc3339();
+    // Taken before the controller starts: its clock reaches the gap LEAD after this, or later.
+    let started = std::time::Instant::now();
+    let (env, controller, _) = world_with("e2e-dst-gap", &[("dev", 2)], "0s", &["--clock-start", &clock_start]).await;
+    let seen = observe_bindings(&env, "v2.0.0");
+    let spec = json!({
+        "upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
+        "rolloutGroups": [{
+            "name": "dev",
+            "selectors": {"matchLabels": {"env": "dev"}},
+            "resourceUpgradeWindows": [
+                {"kind": "allow", "schedule": "0,43 2 * * 0,6", "duration": "4h", "timeZone": "Europe/Berlin"}
+            ]
+        }]
+    });
+    let plan = env.create_plan("plan", spec).await.unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    env.wait_run(&run, WAIT, "in progress", |r| state(r) == RunState::InProgress)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    // Held while the controller's clock is before the gap (the watch records every start).
+    while started.elapsed() < LEAD - Duration::from_secs(3) {
+        let starts = seen.lock().unwrap().timeline.len();
+        assert_eq!(starts, 0, "an upgrade started before the window opened");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let done = env
+        .wait_run(&run, Duration::from_secs(60), "completed", terminal)
+        .await
+        .unwrap_or_else(|e| panic!("the window did not open at the gap: {e}\n{}", controller.log_text()));
+    assert_eq!(state(&done), RunState::Completed);
+    assert!(
+        started.elapsed() >= LEAD,
+        "completed {:?} after the controller started, before its clock reached the gap",
+        started.elapsed()
     );
     env.teardown().await.unwrap();
 }

@@ -1,15 +1,16 @@
-//! The cron dialect of spec §6: strict 5-field Vixie cron, evaluated in an IANA time zone.
+//! The cron dialect of spec §6: strict 5-field cron, evaluated in an IANA time zone.
 //!
-//! Validation is ours (clear messages naming the field); evaluation, including daylight-saving
-//! rules, is croner's: a fixed local time that falls in a spring gap fires at the first instant
-//! after the gap, one that occurs twice fires once (first occurrence), and expressions with a
-//! wildcard or stepped hour follow the wall clock.
+//! Parsing and validation are ours (clear messages naming the field). An expression is a set of
+//! local wall-clock minutes; [`super::localtime`] turns them into instants with the
+//! daylight-saving rules of spec §6 (fixed hours: first instant the clock reads the time; a
+//! wildcard hour, `*` or `*/n`: the wall clock).
 
 use std::str::FromStr;
 
-use chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
+use chrono::{DateTime, Datelike, NaiveDateTime, Timelike, Utc};
 use chrono_tz::Tz;
-use croner::parser::{CronParser, Seconds, Year};
+
+use super::localtime::{self, round_up_to_minute, Dst, LocalPattern};
 
 /// Why a cron expression is rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -53,11 +54,22 @@ const FIELDS: [(&str, u32, u32, &[&str]); 5] = [
 /// Days in each month at most (February in a leap year).
 const MAX_DAYS_IN_MONTH: [u32; 12] = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
 
-/// A validated cron expression.
+/// A validated cron expression: the local minutes it names.
 #[derive(Debug, Clone)]
 pub struct CronSchedule {
     source: String,
-    cron: croner::Cron,
+    minutes: u64,
+    hours: u64,
+    days_of_month: u64,
+    months: u64,
+    /// Bit 0 is Sunday (7 is folded into 0).
+    days_of_week: u64,
+    /// A day field is restricted unless it is exactly `*` (Kubernetes CronJob's rule); when both
+    /// are, a day matches if either matches.
+    day_of_month_restricted: bool,
+    day_of_week_restricted: bool,
+    /// The hour field is `*` or `*/n`: the schedule follows the wall clock.
+    wildcard_hour: bool,
 }
 
 impl PartialEq for CronSchedule {
@@ -103,19 +115,16 @@ impl FromStr for CronSchedule {
                 return Err(CronError::NeverFires);
             }
         }
-        let cron = CronParser::builder()
-            .seconds(Seconds::Disallowed)
-            .year(Year::Disallowed)
-            .build()
-            .parse(expanded)
-            .map_err(|e| CronError::Field {
-                field: "expression",
-                value: expanded.to_string(),
-                detail: e.to_string(),
-            })?;
         Ok(CronSchedule {
             source: trimmed.to_string(),
-            cron,
+            minutes: sets[0],
+            hours: sets[1],
+            days_of_month: sets[2],
+            months: sets[3],
+            days_of_week: sets[4] & 0x7f,
+            day_of_month_restricted: !dom_star,
+            day_of_week_restricted: !dow_star,
+            wildcard_hour: fields[1].starts_with('*'),
         })
     }
 }
@@ -217,44 +226,141 @@ impl CronSchedule {
         &self.source
     }
 
-    /// True when minute and hour are single fixed values (such jobs fire once across a repeated
-    /// hour and right after a skipped one).
-    pub fn is_fixed_time(&self) -> bool {
-        self.cron.determine_job_type() == croner::JobType::FixedTime
+    /// Both day fields are restricted, so a day matches when either does (`explain` says so).
+    pub fn days_either(&self) -> bool {
+        self.day_of_month_restricted && self.day_of_week_restricted
+    }
+
+    /// In words, when both day fields are restricted (either may match, spec §6): "on day 13 of
+    /// the month or on Fridays". `None` otherwise.
+    pub fn either_day_words(&self) -> Option<String> {
+        if !self.days_either() {
+            return None;
+        }
+        let days: Vec<u32> = (1..=31).filter(|d| self.days_of_month & (1 << d) != 0).collect();
+        let mut runs: Vec<String> = Vec::new();
+        let mut i = 0;
+        while i < days.len() {
+            let mut j = i;
+            while j + 1 < days.len() && days[j + 1] == days[j] + 1 {
+                j += 1;
+            }
+            runs.push(match j - i {
+                0 => days[i].to_string(),
+                1 => format!("{}, {}", days[i], days[j]),
+                _ => format!("{}-{}", days[i], days[j]),
+            });
+            i = j + 1;
+        }
+        const NAMES: [&str; 7] = [
+            "Sundays",
+            "Mondays",
+            "Tuesdays",
+            "Wednesdays",
+            "Thursdays",
+            "Fridays",
+            "Saturdays",
+        ];
+        let weekdays: Vec<&str> = (0..7)
+            .filter(|d| self.days_of_week & (1 << d) != 0)
+            .map(|d| NAMES[d as usize])
+            .collect();
+        let day_word = if days.len() == 1 { "day" } else { "days" };
+        Some(format!(
+            "on {day_word} {} of the month or on {}",
+            runs.join(", "),
+            join_or(&weekdays)
+        ))
+    }
+
+    /// True when the hour field is a wildcard (`*`, `*/n`): the schedule follows the wall clock
+    /// across daylight-saving changes rather than firing each fixed local time once.
+    pub fn follows_wall_clock(&self) -> bool {
+        self.wildcard_hour
+    }
+
+    fn day_matches(&self, day: chrono::NaiveDate) -> bool {
+        if self.months & (1 << day.month()) == 0 {
+            return false;
+        }
+        let dom = self.days_of_month & (1 << day.day()) != 0;
+        let dow = self.days_of_week & (1 << day.weekday().num_days_from_sunday()) != 0;
+        match (self.day_of_month_restricted, self.day_of_week_restricted) {
+            (true, true) => dom || dow,
+            (true, false) => dom,
+            (false, true) => dow,
+            (false, false) => true,
+        }
     }
 
     /// The first firing strictly after `t`, evaluated in `tz`.
     pub fn next_after(&self, t: DateTime<Utc>, tz: Tz) -> Option<DateTime<Utc>> {
-        let local = t.with_timezone(&tz);
-        self.cron
-            .find_next_occurrence(&local, false)
-            .ok()
-            .map(|d| d.with_timezone(&Utc))
+        localtime::next_after(self, tz, t)
     }
 
     /// The last firing at or before `t`, evaluated in `tz`.
     pub fn latest_at_or_before(&self, t: DateTime<Utc>, tz: Tz) -> Option<DateTime<Utc>> {
-        let local = t.with_timezone(&tz);
-        self.cron
-            .find_previous_occurrence(&local, true)
-            .ok()
-            .map(|d| d.with_timezone(&Utc))
+        localtime::latest_at_or_before(self, tz, t, None)
+    }
+
+    /// The last firing in `(lower, t]`.
+    pub fn latest_between(&self, lower: DateTime<Utc>, t: DateTime<Utc>, tz: Tz) -> Option<DateTime<Utc>> {
+        localtime::latest_at_or_before(self, tz, t, Some(lower))
     }
 
     /// Up to `n` firings strictly after `t`.
     pub fn upcoming(&self, t: DateTime<Utc>, tz: Tz, n: usize) -> Vec<DateTime<Utc>> {
-        let mut out = Vec::with_capacity(n);
-        let mut cursor = t;
-        while out.len() < n {
-            match self.next_after(cursor, tz) {
-                Some(next) => {
-                    out.push(next);
-                    cursor = next;
-                }
-                None => break,
+        localtime::firings(self, tz, t, None)
+            .filter(|f| *f > t)
+            .take(n)
+            .collect()
+    }
+}
+
+fn join_or(items: &[&str]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
+    }
+}
+
+/// How many days ahead a schedule's next local minute is searched: past the eight years between
+/// two 29ths of February around a non-leap century year.
+const SEARCH_DAYS: u32 = 12 * 366;
+
+impl LocalPattern for CronSchedule {
+    fn next_local(&self, from: NaiveDateTime, limit: NaiveDateTime) -> Option<NaiveDateTime> {
+        let from = round_up_to_minute(from);
+        let mut day = from.date();
+        let (mut first_hour, mut first_minute) = (from.hour(), from.minute());
+        for _ in 0..SEARCH_DAYS {
+            if day > limit.date() {
+                return None;
             }
+            if self.day_matches(day) {
+                for h in first_hour..24 {
+                    if self.hours & (1 << h) == 0 {
+                        continue;
+                    }
+                    let m0 = if h == first_hour { first_minute } else { 0 };
+                    if let Some(m) = (m0..60).find(|m| self.minutes & (1 << m) != 0) {
+                        return day.and_hms_opt(h, m, 0).filter(|t| *t <= limit);
+                    }
+                }
+            }
+            day = day.succ_opt()?;
+            (first_hour, first_minute) = (0, 0);
         }
-        out
+        None
+    }
+
+    fn dst(&self) -> Dst {
+        if self.wildcard_hour {
+            Dst::WallClock
+        } else {
+            Dst::FirstInstant
+        }
     }
 }
 
@@ -284,16 +390,7 @@ pub fn resolve_local_time(value: &str, tz: Tz) -> Result<DateTime<Utc>, TimeErro
         return Err(bad());
     }
     let naive = NaiveDateTime::parse_from_str(value, "%Y-%m-%dT%H:%M").map_err(|_| bad())?;
-    let mut probe = naive;
-    // Gaps are at most a few hours; walk to the first local minute that exists.
-    for _ in 0..(24 * 60) {
-        match tz.from_local_datetime(&probe) {
-            chrono::LocalResult::Single(t) => return Ok(t.with_timezone(&Utc)),
-            chrono::LocalResult::Ambiguous(first, _) => return Ok(first.with_timezone(&Utc)),
-            chrono::LocalResult::None => probe += chrono::Duration::minutes(1),
-        }
-    }
-    Err(bad())
+    localtime::resolve(naive, tz).ok_or_else(bad)
 }
 
 #[cfg(test)]
@@ -437,6 +534,149 @@ mod tests {
                 utc("2026-10-25T02:30:00Z")
             ]
         );
+    }
+
+    /// Issue 15's counterexamples: changes that are not one hour at 01:00-03:00.
+    #[test]
+    fn daylight_saving_in_every_kind_of_zone() {
+        use chrono_tz::{America, Australia, Europe, Pacific};
+        // (expression, zone, after, the next firings)
+        let cases: &[(&str, Tz, &str, &[&str])] = &[
+            // Lord Howe goes back 30 minutes at 02:00 on 2027-04-04: 01:30 happens twice, fires once.
+            (
+                "30 1-2 3-15/1 * *",
+                Australia::Lord_Howe,
+                "2027-04-03T12:00:00Z",
+                &["2027-04-03T14:30:00Z", "2027-04-03T16:00:00Z", "2027-04-04T15:00:00Z"],
+            ),
+            // Santiago goes back at midnight: 23:00-24:00 of 2026-04-04 happens twice.
+            (
+                "51 6,23 29-30 4 0,3,6",
+                America::Santiago,
+                "2026-04-04T12:00:00Z",
+                &["2026-04-05T02:51:00Z", "2026-04-05T10:51:00Z", "2026-04-06T03:51:00Z"],
+            ),
+            // Chatham goes back at 03:45 on 2027-04-04: 03:22 happens twice, fires once.
+            (
+                "22 3,4,8 * 1,4,6,7 0,4,6",
+                Pacific::Chatham,
+                "2027-04-03T12:00:00Z",
+                &["2027-04-03T13:37:00Z", "2027-04-03T15:37:00Z", "2027-04-03T19:37:00Z"],
+            ),
+            // Chatham jumps from 02:45 to 03:45 on 2027-09-26: 02:46 fires at the first instant
+            // after the gap (03:45, 14:00Z), not an hour later.
+            (
+                "46 0-5 17,23,28,30 * 4,7",
+                Pacific::Chatham,
+                "2027-09-25T12:30:00Z",
+                &[
+                    "2027-09-25T13:01:00Z",
+                    "2027-09-25T14:00:00Z",
+                    "2027-09-25T14:01:00Z",
+                    "2027-09-25T15:01:00Z",
+                ],
+            ),
+            // Dublin (negative DST in the zone database) goes back at 02:00 on 2026-10-25.
+            (
+                "30 1 * * *",
+                Europe::Dublin,
+                "2026-10-24T12:00:00Z",
+                &["2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"],
+            ),
+            // Several times in one gap fire once, at the gap's end.
+            (
+                "0,20,40 1 29 3 *",
+                London,
+                "2026-03-28T12:00:00Z",
+                &["2026-03-29T01:00:00Z", "2027-03-29T00:00:00Z"],
+            ),
+            // A wildcard hour follows the wall clock in Lord Howe: 01:45 twice, 02:15 once.
+            (
+                "15,45 */1 4 4 *",
+                Australia::Lord_Howe,
+                "2027-04-03T14:00:00Z",
+                &[
+                    "2027-04-03T14:15:00Z",
+                    "2027-04-03T14:45:00Z",
+                    "2027-04-03T15:15:00Z",
+                    "2027-04-03T15:45:00Z",
+                ],
+            ),
+        ];
+        for (expr, tz, after, want) in cases {
+            let want: Vec<_> = want.iter().map(|w| utc(w)).collect();
+            assert_eq!(
+                cron(expr).upcoming(utc(after), *tz, want.len()),
+                want,
+                "{expr} in {tz} after {after}"
+            );
+        }
+    }
+
+    /// The examples of README's "Time zones and daylight saving" table.
+    #[test]
+    fn readme_time_zone_examples() {
+        use chrono_tz::{America, Australia, Europe, Pacific};
+        let cases: &[(&str, Tz, &str, &[&str])] = &[
+            (
+                "46 2 * * *",
+                Pacific::Chatham,
+                "2027-09-25T12:00:00Z",
+                &["2027-09-25T14:00:00Z"],
+            ),
+            (
+                "30 1 * * *",
+                Australia::Lord_Howe,
+                "2027-04-03T12:00:00Z",
+                &["2027-04-03T14:30:00Z", "2027-04-04T15:00:00Z"],
+            ),
+            (
+                "51 23 * * *",
+                America::Santiago,
+                "2026-04-04T12:00:00Z",
+                &["2026-04-05T02:51:00Z", "2026-04-06T03:51:00Z"],
+            ),
+            (
+                "0,43 2 * * *",
+                Europe::Berlin,
+                "2026-03-28T12:00:00Z",
+                &["2026-03-29T01:00:00Z", "2026-03-30T00:00:00Z"],
+            ),
+        ];
+        for (expr, tz, after, want) in cases {
+            let want: Vec<_> = want.iter().map(|w| utc(w)).collect();
+            assert_eq!(cron(expr).upcoming(utc(after), *tz, want.len()), want, "{expr} in {tz}");
+        }
+    }
+
+    #[test]
+    fn restricted_day_fields() {
+        // A day field is restricted unless it is exactly `*`: `*/2` restricts, so odd days OR Mondays.
+        let c = cron("0 0 */2 * 1");
+        assert!(c.days_either());
+        assert_eq!(
+            c.upcoming(utc("2026-06-01T00:00:00Z"), Tz::UTC, 4), // Monday 1 June
+            vec![
+                utc("2026-06-03T00:00:00Z"),
+                utc("2026-06-05T00:00:00Z"),
+                utc("2026-06-07T00:00:00Z"),
+                utc("2026-06-08T00:00:00Z"), // a Monday
+            ]
+        );
+        assert_eq!(
+            cron("0 0 13 * 5").either_day_words().as_deref(),
+            Some("on day 13 of the month or on Fridays")
+        );
+        assert_eq!(
+            c.either_day_words().as_deref(),
+            Some("on days 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31 of the month or on Mondays")
+        );
+        assert_eq!(
+            cron("0 0 1-7,15 * SAT,SUN").either_day_words().as_deref(),
+            Some("on days 1-7, 15 of the month or on Sundays or Saturdays")
+        );
+        assert!(!cron("0 0 * * 1").days_either());
+        assert!(!cron("0 0 13 * *").days_either());
     }
 
     #[test]

@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod concurrency;
 pub mod cron;
+pub mod localtime;
 pub mod run;
 pub mod schedule;
 pub mod selector;

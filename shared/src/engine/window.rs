@@ -8,6 +8,7 @@ use chrono::{DateTime, Duration, Utc};
 use chrono_tz::Tz;
 
 use super::cron::{parse_zone, CronError, CronSchedule, TimeError};
+use super::localtime;
 use crate::api::{UpgradeWindow, WindowKind};
 
 /// How far ahead the gate is searched for its next change.
@@ -152,30 +153,34 @@ impl Window {
 
     /// The start of the opening that covers `t`, if the window is active at `t`.
     fn covering_start(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        // The latest start at or before t is the only candidate: an earlier opening ends earlier.
-        let s = self.schedule.latest_at_or_before(t, self.zone)?;
-        (t < end_of(s, self.duration)).then_some(s)
+        // An opening covers t when it starts in (t - duration, t]; the latest such start is the
+        // one whose opening lasts longest.
+        let lower = t.checked_sub_signed(self.duration).unwrap_or(DateTime::<Utc>::MIN_UTC);
+        self.schedule.latest_between(lower, t, self.zone)
     }
 
     pub fn is_active(&self, t: DateTime<Utc>) -> bool {
         self.covering_start(t).is_some()
     }
 
-    /// The first instant after `t` at which `is_active` changes, if any within the step budget.
-    fn next_change(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let Some(mut start) = self.covering_start(t) else {
-            return self.schedule.next_after(t, self.zone);
+    /// The first instant in `(t, horizon]` at which `is_active` changes, if any within the step
+    /// budget.
+    fn next_change(&self, t: DateTime<Utc>, horizon: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let starts = |from| localtime::firings(&self.schedule, self.zone, from, Some(horizon));
+        let Some(start) = self.covering_start(t) else {
+            return starts(t).find(|s| *s > t);
         };
-        // Active: the opening ends at start + duration unless a later opening already covers
-        // that instant; follow the chain of overlapping openings.
-        for _ in 0..MAX_BOUNDARY_STEPS {
-            let end = end_of(start, self.duration);
-            match self.covering_start(end) {
-                Some(next) if next > start => start = next,
-                _ => return Some(end),
+        // Active: the openings that overlap this one extend it; it ends at the first instant
+        // no opening covers. One sweep over the starts that follow.
+        let mut end = end_of(start, self.duration);
+        for s in starts(start).filter(|s| *s > start).take(MAX_BOUNDARY_STEPS) {
+            if s > end {
+                return Some(end);
             }
+            end = end.max(end_of(s, self.duration));
         }
-        None
+        // No start in (start, horizon] beyond those seen: the last opening's end, if in reach.
+        (end <= horizon).then_some(end)
     }
 }
 
@@ -219,43 +224,51 @@ impl Gate {
     }
 
     pub fn is_open(&self, t: DateTime<Utc>) -> bool {
-        let mut has_allow = false;
-        let mut allow_active = false;
-        for w in &self.windows {
-            match w.kind {
-                WindowKind::Allow => {
-                    has_allow = true;
-                    allow_active = allow_active || w.is_active(t);
-                }
-                WindowKind::Deny => {
-                    if w.is_active(t) {
-                        return false;
-                    }
-                }
-            }
-        }
-        !has_allow || allow_active
+        let active: Vec<bool> = self.windows.iter().map(|w| w.is_active(t)).collect();
+        self.open_with(&active)
     }
 
-    /// The first instant after `t` at which `is_open` differs from `is_open(t)`.
+    /// The first instant after `t` at which `is_open` differs from `is_open(t)`, within
+    /// [`SEARCH_HORIZON_DAYS`].
     pub fn next_change(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
         if self.windows.is_empty() {
             return None;
         }
         let horizon = end_of(t, Duration::days(SEARCH_HORIZON_DAYS));
-        let initial = self.is_open(t);
-        let mut cursor = t;
+        // Each window's state and its next change, advanced only when the sweep reaches it.
+        let mut active: Vec<bool> = self.windows.iter().map(|w| w.is_active(t)).collect();
+        let mut next: Vec<Option<DateTime<Utc>>> = self.windows.iter().map(|w| w.next_change(t, horizon)).collect();
+        let initial = self.open_with(&active);
         for _ in 0..MAX_BOUNDARY_STEPS {
-            let next = self.windows.iter().filter_map(|w| w.next_change(cursor)).min()?;
-            if next > horizon {
-                return None;
+            let at = next.iter().flatten().min().copied()?;
+            for (i, w) in self.windows.iter().enumerate() {
+                if next[i] == Some(at) {
+                    active[i] = !active[i];
+                    next[i] = w.next_change(at, horizon);
+                }
             }
-            if self.is_open(next) != initial {
-                return Some(next);
+            if self.open_with(&active) != initial {
+                return Some(at);
             }
-            cursor = next;
         }
         None
+    }
+
+    /// The gate rule of spec §7 over each window's state.
+    fn open_with(&self, active: &[bool]) -> bool {
+        let mut has_allow = false;
+        let mut allowed = false;
+        for (w, on) in self.windows.iter().zip(active) {
+            match w.kind {
+                WindowKind::Allow => {
+                    has_allow = true;
+                    allowed |= on;
+                }
+                WindowKind::Deny if *on => return false,
+                WindowKind::Deny => {}
+            }
+        }
+        !has_allow || allowed
     }
 
     /// The gate at `t` and its next open and close instants.
@@ -383,6 +396,41 @@ mod tests {
                 next_open: Some(utc("2026-10-25T22:00:00Z")), // 22:00 GMT
             }
         );
+    }
+
+    /// Window starts follow the same local-time rules as triggers (issue 15).
+    #[test]
+    fn window_starts_follow_the_trigger_rules() {
+        // Berlin jumps 02:00 -> 03:00 on Sunday 2026-03-29: the 02:00 and 02:43 starts do not
+        // exist that day; both open the window at the first instant after the gap (01:00Z).
+        let berlin = gate(&[w(Allow, "0,43 2 * * 0,6", "4h", Some("Europe/Berlin"))]);
+        assert_eq!(
+            berlin.state(utc("2026-03-28T12:00:00Z")),
+            GateState {
+                open: false,
+                next_open: Some(utc("2026-03-29T01:00:00Z")),
+                next_close: Some(utc("2026-03-29T05:00:00Z")),
+            }
+        );
+        // New York goes back 02:00 -> 01:00 on Sunday 2027-11-07: the 01:11 and 01:41 starts
+        // happen once (EDT), so the deny reopens at 06:41Z until 02:11 EST (07:11Z).
+        let new_york = gate(&[w(Deny, "11,41 1-4 * * 0,6", "1h", Some("America/New_York"))]);
+        assert_eq!(
+            new_york.state(utc("2027-11-07T04:00:00Z")),
+            GateState {
+                open: true,
+                next_close: Some(utc("2027-11-07T05:11:00Z")),
+                next_open: Some(utc("2027-11-07T06:41:00Z")),
+            }
+        );
+        assert!(new_york.is_open(utc("2027-11-07T06:41:00Z")));
+        // README's example: Sundays only, the same answer.
+        let sundays = gate(&[w(Deny, "11,41 1-4 * * 0", "1h", Some("America/New_York"))]);
+        assert_eq!(
+            sundays.state(utc("2027-11-07T04:00:00Z")),
+            new_york.state(utc("2027-11-07T04:00:00Z"))
+        );
+        assert!(!new_york.is_open(utc("2027-11-07T07:11:00Z")));
     }
 
     #[test]
