@@ -107,6 +107,7 @@ pub async fn reconcile(plan: Arc<UpgradePlan>, ctx: Arc<Ctx>) -> Result<Action> 
         .filter(|_| problems.is_empty())
         .and_then(Triggers::compile);
     let mut scheduled = None;
+    let mut next_trigger = None;
     match &triggers {
         Some(t) => {
             match t.due(now, created(&plan), status.last_scheduled_at, plan.spec.suspend) {
@@ -126,7 +127,8 @@ pub async fn reconcile(plan: Arc<UpgradePlan>, ctx: Arc<Ctx>) -> Result<Action> 
                     .to_string();
                 ctx.event(&*plan, EventType::Warning, "ExecuteAtInPast", note).await;
             }
-            status.next_run_at = t.next_after(now, created(&plan));
+            status.next_run_at = t.next_run_at(now, created(&plan), plan.spec.suspend);
+            next_trigger = t.next_after(now, created(&plan));
         }
         None => status.next_run_at = None,
     }
@@ -161,7 +163,8 @@ pub async fn reconcile(plan: Arc<UpgradePlan>, ctx: Arc<Ctx>) -> Result<Action> 
     }
     // Wake exactly at the next trigger or window boundary (the window gauges stay true);
     // watches bring everything else.
-    Ok(match status.next_run_at.into_iter().chain(window_change).min() {
+    // While suspended nextRunAt is absent, but the trigger is still recorded as skipped on time.
+    Ok(match next_trigger.into_iter().chain(window_change).min() {
         Some(next) => Action::requeue((next - crate::clock::now()).to_std().unwrap_or_default()),
         None => Action::await_change(),
     })

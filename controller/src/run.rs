@@ -186,17 +186,24 @@ async fn apply(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
         status.state = RunState::InProgress;
         tracing::info!(run = %run_name, plan = %plan_name, resources = status.total_resources, "snapshot taken; run in progress");
     }
-    progress(&ctx, &run, status, &promise).await
+    progress(&ctx, &run, status, &promise, &plan.spec.upgrade_path.to).await
 }
 
-/// Evaluates an InProgress run and carries out the decision.
-async fn progress(ctx: &Ctx, run: &UpgradeRun, mut status: UpgradeRunStatus, promise: &str) -> Result<Action> {
+/// Evaluates an InProgress run and carries out the decision. `plan_to` is the live plan's
+/// target, for the announcement when the snapshot (and with it the frozen plan) is lost.
+async fn progress(
+    ctx: &Ctx,
+    run: &UpgradeRun,
+    mut status: UpgradeRunStatus,
+    promise: &str,
+    plan_to: &str,
+) -> Result<Action> {
     let run_name = run.name_any();
     let frozen = match load_snapshot(ctx, run, &status).await {
         Ok(f) => f,
         Err(e @ Error::Snapshot { .. }) => {
             let message = e.to_string();
-            finish(ctx, run, status, RunState::Failed, "SnapshotMissing", message, None).await?;
+            finish(ctx, run, status, RunState::Failed, "SnapshotMissing", message, plan_to).await?;
             return Ok(Action::await_change());
         }
         Err(e) => return Err(e),
@@ -308,7 +315,6 @@ async fn progress(ctx: &Ctx, run: &UpgradeRun, mut status: UpgradeRunStatus, pro
         }
         Verdict::Completed => {
             let message = texts::run_summary(status.completed_resources, status.total_resources, &to);
-            let announcement = (EventType::Normal, "UpgradeRunCompleted", message.clone());
             finish(
                 ctx,
                 run,
@@ -316,14 +322,13 @@ async fn progress(ctx: &Ctx, run: &UpgradeRun, mut status: UpgradeRunStatus, pro
                 RunState::Completed,
                 reasons::RUN_COMPLETED,
                 message,
-                Some(announcement),
+                &to,
             )
             .await?;
             Ok(Action::await_change())
         }
         Verdict::Failed { group, failed } => {
             let message = texts::group_failed(failed, &frozen.snapshot.groups[group].name);
-            let summary = texts::run_summary(status.completed_resources, status.total_resources, &to);
             finish(
                 ctx,
                 run,
@@ -331,7 +336,7 @@ async fn progress(ctx: &Ctx, run: &UpgradeRun, mut status: UpgradeRunStatus, pro
                 RunState::Failed,
                 reasons::RESOURCE_UPGRADE_FAILED,
                 message,
-                Some((EventType::Warning, "UpgradeRunFailed", summary)),
+                &to,
             )
             .await?;
             Ok(Action::await_change())
@@ -344,7 +349,7 @@ async fn progress(ctx: &Ctx, run: &UpgradeRun, mut status: UpgradeRunStatus, pro
                 RunState::Failed,
                 reasons::PROMISE_REVISION_NOT_FOUND,
                 texts::revision_not_found(promise, &to),
-                None,
+                &to,
             )
             .await?;
             Ok(Action::await_change())
@@ -535,9 +540,10 @@ async fn patch_binding(
     }
 }
 
-/// Moves a run to a terminal state, records it on the plan, and announces it. The announcement
-/// goes out before the terminal status is written, once across restarts: a crash between the
-/// two finishes the run again on restart, which finds the event and does not repeat it.
+/// Moves a run to a terminal state, records it on the plan, and announces it (the event follows
+/// from the state: [`texts::terminal_event`]). The announcement goes out before the terminal
+/// status is written, once across restarts: a crash between the two finishes the run again on
+/// restart, which finds the event and does not repeat it.
 async fn finish(
     ctx: &Ctx,
     run: &UpgradeRun,
@@ -545,9 +551,12 @@ async fn finish(
     state: RunState,
     reason: &str,
     message: String,
-    announcement: Option<(EventType, &'static str, String)>,
+    to: &str,
 ) -> Result<()> {
-    if let Some((type_, event_reason, note)) = announcement {
+    if let Some((warning, event_reason, note)) =
+        texts::terminal_event(state, status.completed_resources, status.total_resources, to)
+    {
+        let type_ = if warning { EventType::Warning } else { EventType::Normal };
         ctx.announce_once(run, type_, event_reason, note).await;
     }
     let succeeded = if state == RunState::Completed {
@@ -847,12 +856,6 @@ async fn load_snapshot(ctx: &Ctx, run: &UpgradeRun, status: &UpgradeRunStatus) -
 async fn cleanup(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
     let status = run.status.clone().unwrap_or_default();
     if !status.state.is_terminal() {
-        let note = format!(
-            "{} ({}/{} resources upgraded)",
-            texts::run_cancelled(),
-            status.completed_resources,
-            status.total_resources
-        );
         finish(
             &ctx,
             &run,
@@ -860,7 +863,7 @@ async fn cleanup(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
             RunState::Cancelled,
             reasons::RUN_CANCELLED,
             texts::run_cancelled(),
-            Some((EventType::Warning, "UpgradeRunCancelled", note)),
+            "",
         )
         .await?;
     }

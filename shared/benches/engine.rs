@@ -163,6 +163,21 @@ fn gate() -> Gate {
     .unwrap_or_else(|_| panic!("valid windows"))
 }
 
+/// The costly shape: openings every 5 minutes that overlap (always active), with a deny.
+fn dense_gate() -> Gate {
+    let w = |kind, schedule: &str, duration: &str| UpgradeWindow {
+        kind,
+        schedule: schedule.into(),
+        duration: duration.into(),
+        time_zone: Some("Australia/Lord_Howe".into()),
+    };
+    Gate::compile(&[
+        w(WindowKind::Allow, "*/5 * * * *", "1h"),
+        w(WindowKind::Deny, "30 2 * * 1-5", "8h"),
+    ])
+    .unwrap_or_else(|_| panic!("valid windows"))
+}
+
 fn triggers() -> Triggers {
     Triggers::compile(&UpgradeExecutionPolicy {
         repeat_schedule: Some("30 1 * * 1-5".into()),
@@ -195,6 +210,10 @@ fn benches(c: &mut Criterion) {
     let gate = gate();
     c.bench_function("window gate state + next open/close", |b| {
         b.iter(|| gate.state(black_box(now())))
+    });
+    let dense = dense_gate();
+    c.bench_function("dense window gate state + next open/close", |b| {
+        b.iter(|| dense.state(black_box(now())))
     });
     let t = triggers();
     c.bench_function("next trigger", |b| b.iter(|| t.next_after(black_box(now()), now())));
@@ -267,7 +286,20 @@ fn summary() {
             black_box(g.state(now()));
         })
     );
+    let g = dense_gate();
+    println!(
+        "dense window gate (every 5 minutes for 1h, with a deny) with next open/close: {:?}",
+        median(101, || {
+            black_box(g.state(now()));
+        })
+    );
     let t = triggers();
+    println!(
+        "next 10 triggers: {:?}",
+        median(101, || {
+            black_box(t.upcoming(now(), now(), 10));
+        })
+    );
     println!(
         "next trigger: {:?}",
         median(101, || {

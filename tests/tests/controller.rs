@@ -496,6 +496,23 @@ async fn scheduled_runs_fire_once_per_trigger_and_not_while_suspended() {
         "the suspended plan's triggers were skipped, not queued: {:?}",
         p.last_scheduled_at
     );
+    // nextRunAt is absent while a plan is suspended (spec §3.2) and returns on resume.
+    assert_eq!(p.next_run_at, None, "a plan created suspended publishes no nextRunAt");
+    let has_next = |p: &upgradeplan::api::UpgradePlan| p.status.as_ref().is_some_and(|s| s.next_run_at.is_some());
+    env.wait_plan(&every, WAIT, "nextRunAt gone while suspended", |p| !has_next(p))
+        .await
+        .unwrap();
+    env.plans()
+        .patch(
+            &every,
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"suspend": false}})),
+        )
+        .await
+        .unwrap();
+    env.wait_plan(&every, WAIT, "nextRunAt back on resume", has_next)
+        .await
+        .unwrap();
     env.teardown().await.unwrap();
 }
 
@@ -564,6 +581,16 @@ async fn deleting_a_run_cancels_it_and_deleting_the_plan_removes_its_runs() {
     assert_eq!(
         (last.name.as_str(), last.reason.as_str()),
         (run.as_str(), reasons::RUN_CANCELLED)
+    );
+    let events = env
+        .events_when(&run, |(_, r, _)| r == "UpgradeRunCancelled")
+        .await
+        .unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|(t, r, _)| t == "Normal" && r == "UpgradeRunCancelled"),
+        "Cancelled announces a Normal UpgradeRunCancelled (spec §4.4): {events:#?}"
     );
     for _ in 0..50 {
         if env.runs().get_opt(&run).await.unwrap().is_none() {
@@ -713,6 +740,16 @@ async fn a_missing_revision_makes_the_run_wait_and_a_deleted_one_fails_it() {
     assert_eq!(state(&failed), RunState::Failed);
     let c = condition(&failed, reasons::RUN_SUCCEEDED).unwrap();
     assert_eq!(c.reason, reasons::PROMISE_REVISION_NOT_FOUND);
+    // Every path into Failed announces it, once (spec §4.4).
+    let events = env
+        .events_when(&run3, |(_, r, _)| r == "UpgradeRunFailed")
+        .await
+        .unwrap();
+    let failures: Vec<_> = events
+        .iter()
+        .filter(|(t, r, _)| t == "Warning" && r == "UpgradeRunFailed")
+        .collect();
+    assert_eq!(failures.len(), 1, "{events:#?}");
     env.teardown().await.unwrap();
 }
 

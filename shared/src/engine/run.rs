@@ -382,6 +382,27 @@ pub mod texts {
     pub fn run_cancelled() -> String {
         "UpgradeRun was deleted before it finished".to_string()
     }
+
+    /// The event a run announces as it ends (spec §4.4): `(warning, reason, note)`. Every path
+    /// into Failed — a resource, a lost revision, a lost snapshot — announces UpgradeRunFailed.
+    pub fn terminal_event(
+        state: crate::api::RunState,
+        completed: i64,
+        total: i64,
+        to: &str,
+    ) -> Option<(bool, &'static str, String)> {
+        use crate::api::RunState;
+        match state {
+            RunState::Completed => Some((false, "UpgradeRunCompleted", run_summary(completed, total, to))),
+            RunState::Failed => Some((true, "UpgradeRunFailed", run_summary(completed, total, to))),
+            RunState::Cancelled => Some((
+                false,
+                "UpgradeRunCancelled",
+                format!("{} ({completed}/{total} resources upgraded)", run_cancelled()),
+            )),
+            _ => None,
+        }
+    }
     pub fn superseded(newer: &str) -> String {
         format!("Superseded by UpgradeRun \"{newer}\"")
     }
@@ -896,5 +917,33 @@ mod tests {
             "PromiseRevision for promise \"redis\" version \"v2.0.0\" is ready"
         );
         assert_eq!(texts::plan_found("p"), "UpgradePlan \"p\" found");
+        use crate::api::RunState;
+        let cases = [
+            (
+                RunState::Completed,
+                Some((false, "UpgradeRunCompleted", "4/5 resources upgraded to v2")),
+            ),
+            (
+                RunState::Failed,
+                Some((true, "UpgradeRunFailed", "4/5 resources upgraded to v2")),
+            ),
+            (
+                RunState::Cancelled,
+                Some((
+                    false,
+                    "UpgradeRunCancelled",
+                    "UpgradeRun was deleted before it finished (4/5 resources upgraded)",
+                )),
+            ),
+            (RunState::InProgress, None),
+            (RunState::Pending, None),
+        ];
+        for (state, want) in cases {
+            assert_eq!(
+                texts::terminal_event(state, 4, 5, "v2"),
+                want.map(|(w, r, n)| (w, r, n.to_string())),
+                "{state:?}"
+            );
+        }
     }
 }

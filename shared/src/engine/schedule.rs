@@ -56,6 +56,13 @@ impl Triggers {
         once.into_iter().chain(repeat).min()
     }
 
+    /// The plan's published `nextRunAt` (spec §3.2): the next trigger, absent while the plan is
+    /// suspended (nothing will run then). The controller still wakes at [`Self::next_after`] to
+    /// record skipped triggers.
+    pub fn next_run_at(&self, now: DateTime<Utc>, created: DateTime<Utc>, suspended: bool) -> Option<DateTime<Utc>> {
+        self.next_after(now, created).filter(|_| !suspended)
+    }
+
     /// The next `n` triggers after `now`, in order.
     pub fn upcoming(&self, now: DateTime<Utc>, created: DateTime<Utc>, n: usize) -> Vec<DateTime<Utc>> {
         let mut out: Vec<DateTime<Utc>> = self
@@ -224,6 +231,16 @@ mod tests {
             t.due(utc("2026-02-01T00:30:00Z"), utc("2026-02-01T00:10:00Z"), None, false),
             TriggerAction::None
         );
+    }
+
+    #[test]
+    fn next_run_at_is_absent_while_suspended() {
+        let t = Triggers::compile(&seed_policy()).unwrap();
+        let (now, created) = (utc("2026-04-30T00:00:00Z"), utc("2026-04-01T00:00:00Z"));
+        assert_eq!(t.next_run_at(now, created, false), Some(utc("2026-05-01T22:00:00Z")));
+        assert_eq!(t.next_run_at(now, created, true), None);
+        // The wake-up for recording skipped triggers is still there.
+        assert_eq!(t.next_after(now, created), Some(utc("2026-05-01T22:00:00Z")));
     }
 
     #[test]
