@@ -9,7 +9,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use upgradeplan::api::kratix::{Promise, PromiseRevision, ResourceBinding, PROMISE_NAME_LABEL};
-use upgradeplan::api::{UpgradePlan, UpgradeRun, FIELD_MANAGER, PLAN_LABEL};
+use upgradeplan::api::{UpgradePlan, UpgradeRun, FIELD_MANAGER};
 
 use crate::error::Result;
 use crate::events::{EventType, Publisher, CLUSTER_SCOPED_EVENTS_NAMESPACE};
@@ -266,12 +266,10 @@ impl Ctx {
     }
 }
 
-/// The plan a run belongs to.
+/// The plan a run belongs to: its immutable `spec.upgradePlanRef.name` (the plan label may hold
+/// a shortened form, spec §4.2).
 pub fn run_plan(run: &UpgradeRun) -> &str {
-    run.labels()
-        .get(PLAN_LABEL)
-        .map(String::as_str)
-        .unwrap_or(run.spec.upgrade_plan_ref.name.as_str())
+    run.spec.upgrade_plan_ref.name.as_str()
 }
 
 /// Writes `status` of a cluster-scoped object with server-side apply under our field manager.

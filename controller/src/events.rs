@@ -99,7 +99,8 @@ impl Publisher {
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| CLUSTER_SCOPED_EVENTS_NAMESPACE.to_string());
         let object = regarding.name.clone().unwrap_or_default();
-        let name = format!("{object}.{:x}", self.unique_nanos(now.as_nanosecond()));
+        let suffix = format!(".{:x}", self.unique_nanos(now.as_nanosecond()));
+        let name = upgradeplan::engine::naming::derived_name(&object, &suffix);
         // No eventTime: with it, API servers before 1.22 apply the events.k8s.io rules, which
         // refuse events about cluster-scoped objects.
         let event = Event {

@@ -14,6 +14,7 @@ use upgradeplan::api::{
     UpgradeRun, UpgradeRunSpec, PLAN_LABEL, SCHEDULED_AT_ANNOTATION,
 };
 use upgradeplan::engine::admission::summarize;
+use upgradeplan::engine::naming;
 use upgradeplan::engine::schedule::{scheduled_run_name, TriggerAction, Triggers};
 use upgradeplan::engine::validate::{summarize as summarize_problems, validate_plan};
 use upgradeplan::time::to_chrono;
@@ -276,14 +277,14 @@ async fn create_scheduled_run(plan: &UpgradePlan, at: DateTime<Utc>, ctx: &Ctx) 
             suspend: false,
         },
     );
-    run.metadata.labels = Some([(PLAN_LABEL.to_string(), plan_name.clone())].into());
-    run.metadata.annotations = Some(
-        [(
-            SCHEDULED_AT_ANNOTATION.to_string(),
-            at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        )]
-        .into(),
-    );
+    let mut labels = std::collections::BTreeMap::new();
+    let mut annotations = std::collections::BTreeMap::from([(
+        SCHEDULED_AT_ANNOTATION.to_string(),
+        at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    )]);
+    naming::put_name(&mut labels, &mut annotations, PLAN_LABEL, &plan_name);
+    run.metadata.labels = Some(labels);
+    run.metadata.annotations = Some(annotations);
     run.metadata.owner_references = plan.controller_owner_ref(&()).map(|o| vec![o]);
     let api: Api<UpgradeRun> = Api::all(ctx.client.clone());
     match api

@@ -17,12 +17,14 @@ use upgradeplan::api::UPGRADED_BY_ANNOTATION;
 use upgradeplan::api::{
     reasons, set_condition, Condition, ConditionStatus, GroupStatus, ResourceListRef, RunState, UpgradePlan,
     UpgradeRun, UpgradeRunStatus, PLAN_LABEL, PREVIEW_ANNOTATION, RETRY_REQUESTED_BY_ANNOTATION, RUN_FINALIZER,
+    RUN_LABEL,
 };
 use upgradeplan::engine::admission::{admit, is_preview, last_run_of, Admission, RunFacts};
+use upgradeplan::engine::naming;
 use upgradeplan::engine::run::{evaluate, texts, BindingAction, Evaluation, Outcome, RunContext, Verdict};
 use upgradeplan::engine::snapshot::{
-    assign, read_frozen, shard, snapshot_config_map_name, Snapshot, SNAPSHOT_PLAN_KEY, SNAPSHOT_RESOURCES_KEY,
-    SNAPSHOT_SHARD_BYTES,
+    assign, read_frozen, shard, snapshot_config_map_name, snapshot_shard_index, Snapshot, SNAPSHOT_PLAN_KEY,
+    SNAPSHOT_RESOURCES_KEY, SNAPSHOT_SHARD_BYTES,
 };
 use upgradeplan::engine::validate::{summarize as summarize_problems, validate_plan};
 use upgradeplan::engine::version::VersionMatcher;
@@ -36,9 +38,6 @@ use crate::plan::refresh_after_run;
 const PATCH_CONCURRENCY: usize = 16;
 /// How many starts are prepared at a time (bounds memory when a group of thousands starts).
 const PATCH_CHUNK: usize = 256;
-
-/// Label on snapshot ConfigMaps naming their run.
-pub const RUN_LABEL: &str = "platform.syntasso.io/upgrade-run";
 
 pub async fn reconcile(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
     // Caches must be complete before a decision: a binding missing from a half-filled cache
@@ -676,8 +675,17 @@ async fn supersede(ctx: &Ctx, name: &str, newer: &str) -> Result<()> {
 /// plan deletes its runs), and the preview mark for a run admitted while suspended.
 async fn ensure_metadata(ctx: &Ctx, run: &UpgradeRun, plan: &UpgradePlan) -> Result<()> {
     let mut patch = serde_json::Map::new();
-    if run.labels().get(PLAN_LABEL) != Some(&plan.name_any()) {
-        patch.insert("labels".into(), json!({PLAN_LABEL: plan.name_any()}));
+    let mut annotations = serde_json::Map::new();
+    let plan_name = plan.name_any();
+    let (mut want_labels, mut want_annotations) = (BTreeMap::new(), BTreeMap::new());
+    naming::put_name(&mut want_labels, &mut want_annotations, PLAN_LABEL, &plan_name);
+    if want_labels.iter().any(|(k, v)| run.labels().get(k) != Some(v)) {
+        patch.insert("labels".into(), json!(want_labels));
+    }
+    for (k, v) in want_annotations {
+        if run.annotations().get(&k) != Some(&v) {
+            annotations.insert(k, json!(v));
+        }
     }
     let owned = run
         .owner_references()
@@ -695,7 +703,6 @@ async fn ensure_metadata(ctx: &Ctx, run: &UpgradeRun, plan: &UpgradePlan) -> Res
             patch.insert("ownerReferences".into(), serde_json::to_value(owners)?);
         }
     }
-    let mut annotations = serde_json::Map::new();
     let unadmitted = run.status.as_ref().map(|s| s.state).unwrap_or_default() == RunState::Unresolved;
     if unadmitted && run.spec.suspend && is_preview(run) && !run.annotations().contains_key(PREVIEW_ANNOTATION) {
         annotations.insert(PREVIEW_ANNOTATION.into(), json!("true"));
@@ -734,7 +741,7 @@ async fn take_snapshot(ctx: &Ctx, run: &UpgradeRun, plan: &UpgradePlan) -> Resul
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.snapshot_namespace);
     let run_name = run.name_any();
     let existing = cms
-        .list(&ListParams::default().labels(&format!("{RUN_LABEL}={run_name}")))
+        .list(&ListParams::default().labels(&naming::selector(RUN_LABEL, &run_name)))
         .await?;
     let ours: Vec<ConfigMap> = existing
         .items
@@ -744,6 +751,7 @@ async fn take_snapshot(ctx: &Ctx, run: &UpgradeRun, plan: &UpgradePlan) -> Resul
     if !ours.is_empty() {
         let mut refs: Vec<ResourceListRef> = ours.iter().map(|cm| ResourceListRef { name: cm.name_any() }).collect();
         refs.sort_by_key(|r| shard_index(&run_name, &r.name));
+        refs.retain(|r| snapshot_shard_index(&run_name, &r.name).is_some());
         let frozen = read_shards(run, ours)?;
         return Ok((frozen, refs));
     }
@@ -759,17 +767,15 @@ async fn take_snapshot(ctx: &Ctx, run: &UpgradeRun, plan: &UpgradePlan) -> Resul
         if i == 0 {
             data.insert(SNAPSHOT_PLAN_KEY.to_string(), frozen_plan.clone());
         }
+        let (mut labels, mut annotations) = (BTreeMap::new(), BTreeMap::new());
+        naming::put_name(&mut labels, &mut annotations, PLAN_LABEL, &plan.name_any());
+        naming::put_name(&mut labels, &mut annotations, RUN_LABEL, &run_name);
         let cm = ConfigMap {
             metadata: kube::api::ObjectMeta {
                 name: Some(name.clone()),
                 namespace: Some(ctx.snapshot_namespace.clone()),
-                labels: Some(
-                    [
-                        (PLAN_LABEL.to_string(), plan.name_any()),
-                        (RUN_LABEL.to_string(), run_name.clone()),
-                    ]
-                    .into(),
-                ),
+                labels: Some(labels),
+                annotations: Some(annotations).filter(|a| !a.is_empty()),
                 // A namespaced object may be owned by a cluster-scoped one: deleting the run
                 // garbage-collects its snapshot even when the finalizer never ran.
                 owner_references: run.controller_owner_ref(&()).map(|o| vec![o]),
@@ -803,10 +809,9 @@ async fn take_snapshot(ctx: &Ctx, run: &UpgradeRun, plan: &UpgradePlan) -> Resul
     Ok((frozen, refs))
 }
 
+/// Sort key of a snapshot ConfigMap: its shard index (names of no shard last).
 fn shard_index(run: &str, name: &str) -> usize {
-    name.strip_prefix(&format!("{run}-resource-snapshot-"))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(1)
+    snapshot_shard_index(run, name).unwrap_or(usize::MAX)
 }
 
 fn read_shards(run: &UpgradeRun, mut cms: Vec<ConfigMap>) -> Result<Arc<Frozen>> {
@@ -868,7 +873,7 @@ async fn cleanup(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
         .await?;
     }
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.snapshot_namespace);
-    let lp = ListParams::default().labels(&format!("{RUN_LABEL}={}", run.name_any()));
+    let lp = ListParams::default().labels(&naming::selector(RUN_LABEL, &run.name_any()));
     for cm in cms.list(&lp).await?.items {
         if cm.owner_references().iter().any(|o| Some(&o.uid) == run.uid().as_ref()) {
             match cms.delete(&cm.name_any(), &DeleteParams::default()).await {

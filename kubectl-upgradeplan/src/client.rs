@@ -4,7 +4,7 @@ use anyhow::{anyhow, Context};
 use kube::api::{Api, ListParams};
 use kube::Client;
 use upgradeplan::api::kratix::{ResourceBinding, PROMISE_NAME_LABEL};
-use upgradeplan::api::{UpgradePlan, UpgradeRun, PLAN_LABEL};
+use upgradeplan::api::{UpgradePlan, UpgradeRun};
 
 use crate::cli::Global;
 
@@ -85,15 +85,8 @@ pub async fn runs_of(client: &Client, plan: &str) -> anyhow::Result<Vec<UpgradeR
     Ok(all
         .items
         .into_iter()
-        .filter(|r| {
-            r.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(PLAN_LABEL))
-                .map(String::as_str)
-                .unwrap_or(&r.spec.upgrade_plan_ref.name)
-                == plan
-        })
+        // The immutable reference, not the plan label (which may hold a shortened form).
+        .filter(|r| r.spec.upgrade_plan_ref.name == plan)
         .collect())
 }
 

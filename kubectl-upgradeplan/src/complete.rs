@@ -129,7 +129,8 @@ async fn names(global: &Global, runs: bool, plan: Option<&str>) -> Vec<String> {
         let client = crate::client::connect(global).await.ok()?;
         let names: Vec<String> = if runs {
             let lp = match plan {
-                Some(p) => ListParams::default().labels(&format!("{}={p}", upgradeplan::api::PLAN_LABEL)),
+                Some(p) => ListParams::default()
+                    .labels(&upgradeplan::engine::naming::selector(upgradeplan::api::PLAN_LABEL, p)),
                 None => ListParams::default(),
             };
             Api::<UpgradeRun>::all(client)

@@ -132,8 +132,10 @@ pub async fn run(client: &Client, plan_name: &str, preview: bool, name: Option<&
     }
     // The plan's labels travel with the run (a controller sharded with --selector sees it).
     let mut labels = plan.metadata.labels.clone().unwrap_or_default();
-    labels.insert(PLAN_LABEL.into(), plan_name.into());
+    let mut annotations = std::collections::BTreeMap::new();
+    upgradeplan::engine::naming::put_name(&mut labels, &mut annotations, PLAN_LABEL, plan_name);
     run.metadata.labels = Some(labels);
+    run.metadata.annotations = Some(annotations).filter(|a| !a.is_empty());
     let created = Api::<UpgradeRun>::all(client.clone())
         .create(&PostParams::default(), &run)
         .await

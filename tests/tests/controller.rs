@@ -230,7 +230,8 @@ async fn spec_versions(env: &TestEnv) -> BTreeMap<String, String> {
 async fn snapshot_config_maps(env: &TestEnv, run: &str) -> Vec<String> {
     let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::namespaced(env.client.clone(), &env.snapshot_namespace());
-    let lp = kube::api::ListParams::default().labels(&format!("platform.syntasso.io/upgrade-run={run}"));
+    let lp = kube::api::ListParams::default()
+        .labels(&upgradeplan::engine::naming::selector(upgradeplan::api::RUN_LABEL, run));
     api.list(&lp)
         .await
         .unwrap()
@@ -854,6 +855,78 @@ async fn a_window_opens_at_the_end_of_a_daylight_saving_gap() {
         "completed {:?} after the controller started, before its clock reached the gap",
         started.elapsed()
     );
+    env.teardown().await.unwrap();
+}
+
+/// Spec §4.2: every name the CRDs accept works end to end. A plan of 229 characters (the
+/// longest whose scheduled run names fit) gets its scheduled run; a manual run of 253 characters
+/// of a plan of 253 characters completes. Names go into labels shortened (54 + '-' + 8 hex), in
+/// full into annotations, and snapshot ConfigMap and event names are shortened before their
+/// suffix. Before the fix the first run was refused by the API server (label value too long).
+#[tokio::test]
+async fn the_longest_names_work_end_to_end() {
+    use upgradeplan::api::{PLAN_LABEL, RUN_LABEL};
+    use upgradeplan::engine::naming::label_value;
+    let (env, controller, _) = world("e2e-names", &[("dev", 2), ("prod", 2)], "0s").await;
+    let named = |len: usize, tag: &str| {
+        let stem = format!("{tag}-{}", "x".repeat(300));
+        stem[..len - env.id.len() - 1].to_string()
+    };
+    let t = next_minute(15);
+    let mut scheduled_spec = two_groups();
+    scheduled_spec["rolloutGroups"] = json!([{"name": "dev", "selectors": {"matchLabels": {"env": "dev"}}}]);
+    scheduled_spec["upgradeExecutionPolicy"] = json!({"executeAt": t.format("%Y-%m-%dT%H:%M").to_string()});
+    let scheduled_plan = env.create_plan(&named(229, "sched"), scheduled_spec).await.unwrap();
+    assert_eq!(scheduled_plan.len(), 229);
+    let mut manual_spec = two_groups();
+    manual_spec["rolloutGroups"] = json!([{"name": "prod", "selectors": {"matchLabels": {"env": "prod"}}}]);
+    let manual_plan = env.create_plan(&named(253, "manual"), manual_spec).await.unwrap();
+    assert_eq!(manual_plan.len(), 253);
+    let manual_run = format!("{}{}", &manual_plan[..240], "-run-20261130");
+    assert_eq!(manual_run.len(), 253);
+    env.create_run(&manual_run, &manual_plan, false).await.unwrap();
+
+    let scheduled_run = format!("{scheduled_plan}-{}", t.format("%Y%m%d-%H%M"));
+    for (run, plan) in [(&manual_run, &manual_plan), (&scheduled_run, &scheduled_plan)] {
+        let done = env
+            .wait_run(run, Duration::from_secs(150), "terminal", terminal)
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+        let status = done.status.clone().unwrap();
+        assert_eq!(
+            (status.state, status.completed_resources, status.total_resources),
+            (RunState::Completed, 2, 2)
+        );
+        assert_eq!(done.labels().get(PLAN_LABEL), Some(&label_value(plan)));
+        assert_eq!(done.annotations().get(PLAN_LABEL), Some(plan));
+        let shards = snapshot_config_maps(&env, run).await;
+        assert_eq!(shards.len(), 1, "{run}");
+        assert!(
+            shards[0].len() <= 253 && shards[0].ends_with("-resource-snapshot"),
+            "{shards:?}"
+        );
+        let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+            Api::namespaced(env.client.clone(), &env.snapshot_namespace());
+        let cm = api.get(&shards[0]).await.unwrap();
+        assert_eq!(cm.labels().get(RUN_LABEL), Some(&label_value(run)));
+        assert_eq!(cm.annotations().get(RUN_LABEL), Some(run));
+        let events = env.events_of(run).await.unwrap();
+        assert!(
+            events.iter().filter(|(_, r, _)| r == "ResourceUpgradeStarted").count() == 2
+                && events.iter().any(|(_, r, _)| r == "UpgradeRunCompleted"),
+            "{events:#?}"
+        );
+        let p = env
+            .wait_plan(plan, WAIT, "lastRun", |p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.last_run.as_ref())
+                    .is_some_and(|l| &l.name == run)
+            })
+            .await
+            .unwrap();
+        assert_eq!(p.status.unwrap().last_run.unwrap().result, RunResult::Completed);
+    }
     env.teardown().await.unwrap();
 }
 

@@ -32,8 +32,12 @@ pub(crate) fn drop_schema_defaults(schema: &mut schemars::Schema) {
 pub const GROUP: &str = "platform.syntasso.io";
 /// API version of UpgradePlan and UpgradeRun.
 pub const VERSION: &str = "v1alpha1";
-/// Label on every run naming its plan.
+/// Label on every run (and snapshot ConfigMap) naming its plan, as
+/// [`crate::engine::naming::label_value`] writes it; a name too long for a label is also in an
+/// annotation of the same key.
 pub const PLAN_LABEL: &str = "platform.syntasso.io/upgrade-plan";
+/// Label on snapshot ConfigMaps naming their run (written like [`PLAN_LABEL`]).
+pub const RUN_LABEL: &str = "platform.syntasso.io/upgrade-run";
 /// Annotation on scheduled runs: the RFC 3339 UTC trigger instant they service.
 pub const SCHEDULED_AT_ANNOTATION: &str = "platform.syntasso.io/scheduled-at";
 /// Finalizer that turns the deletion of an unfinished run into `Cancelled`.

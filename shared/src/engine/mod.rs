@@ -6,6 +6,7 @@ pub mod admission;
 pub mod concurrency;
 pub mod cron;
 pub mod localtime;
+pub mod naming;
 pub mod run;
 pub mod schedule;
 pub mod selector;

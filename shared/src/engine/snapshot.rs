@@ -215,13 +215,30 @@ pub fn assign<'b>(
     out
 }
 
-/// Name of the `index`-th (0-based) snapshot ConfigMap of `run`.
-pub fn snapshot_config_map_name(run: &str, index: usize) -> String {
+/// The suffix of the `index`-th (0-based) snapshot ConfigMap.
+fn snapshot_suffix(index: usize) -> String {
     if index == 0 {
-        format!("{run}-resource-snapshot")
+        "-resource-snapshot".to_string()
     } else {
-        format!("{run}-resource-snapshot-{}", index + 1)
+        format!("-resource-snapshot-{}", index + 1)
     }
+}
+
+/// Name of the `index`-th (0-based) snapshot ConfigMap of `run` (spec §4.2: a run name too long
+/// for the suffix is shortened first).
+pub fn snapshot_config_map_name(run: &str, index: usize) -> String {
+    super::naming::derived_name(run, &snapshot_suffix(index))
+}
+
+/// The inverse of [`snapshot_config_map_name`]: the 0-based shard index of ConfigMap `name` of
+/// `run`, or `None` when it is not one of the run's.
+pub fn snapshot_shard_index(run: &str, name: &str) -> Option<usize> {
+    let first = snapshot_config_map_name(run, 0);
+    if name == first {
+        return Some(0);
+    }
+    let n: usize = name.strip_prefix(&format!("{first}-"))?.parse().ok()?;
+    (n >= 2 && snapshot_config_map_name(run, n - 1) == name).then(|| n - 1)
 }
 
 /// Splits a snapshot into shards whose resources serialize to at most `max_bytes` each. Every
@@ -585,6 +602,18 @@ pub(crate) mod tests {
         assert_eq!(shard(&snapshot, SNAPSHOT_SHARD_BYTES).len(), 1);
         assert_eq!(snapshot_config_map_name("r", 0), "r-resource-snapshot");
         assert_eq!(snapshot_config_map_name("r", 1), "r-resource-snapshot-2");
+        for run in ["r".to_string(), "r".repeat(229), "r".repeat(253)] {
+            for i in [0, 1, 9, 10] {
+                let name = snapshot_config_map_name(&run, i);
+                assert!(name.len() <= 253, "{name}");
+                assert_eq!(snapshot_shard_index(&run, &name), Some(i), "{name}");
+            }
+            assert_eq!(snapshot_shard_index(&run, &format!("{run}-other")), None);
+            assert_eq!(
+                snapshot_shard_index(&run, &format!("{}-1", snapshot_config_map_name(&run, 0))),
+                None
+            );
+        }
     }
 
     #[test]
