@@ -80,6 +80,18 @@ pub async fn install_crds_on(client: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Waits (watch-driven) until the object `name` no longer exists, for at most `timeout`.
+pub async fn wait_gone<K>(api: Api<K>, name: &str, timeout: Duration) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    match tokio::time::timeout(timeout, await_condition(api, name, |o: Option<&K>| o.is_none())).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(anyhow!("watching {name}: {e}")),
+        Err(_) => Err(anyhow!("{name} still exists after {timeout:?}")),
+    }
+}
+
 /// Waits (watch-driven) until the object `name` satisfies `pred`, for at most `timeout`; on
 /// timeout the error shows the object as it is.
 pub async fn wait_for<K>(

@@ -12,7 +12,7 @@ use upgradeplan::api::kratix::{ResourceBinding, PROMISE_NAME_LABEL};
 use upgradeplan::api::{
     find_condition, reasons, ConditionStatus, GroupStatus, PlanPhase, RunResult, RunState, UpgradeRun,
 };
-use upgradeplan_e2e::harness::{http_get, observe_bindings, ControllerProcess, TestEnv};
+use upgradeplan_e2e::harness::{http_get, observe_bindings, wait_gone, ControllerProcess, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
@@ -554,6 +554,15 @@ async fn a_newer_run_supersedes_the_active_one() {
     assert_eq!(state(&old), RunState::InProgress, "a superseded run keeps its state");
     let p = env.plans().get(&plan).await.unwrap().status.unwrap();
     assert_eq!(p.last_run.unwrap().name, second);
+    // Deleting the old superseded run cancels it but leaves the plan's lastRun alone (spec §3.2).
+    env.runs().delete(&first, &Default::default()).await.unwrap();
+    wait_gone(env.runs(), &first, WAIT).await.unwrap();
+    let p = env.plans().get(&plan).await.unwrap().status.unwrap();
+    assert_eq!(
+        p.last_run.as_ref().map(|l| (l.name.as_str(), l.result)),
+        Some((second.as_str(), RunResult::Completed)),
+        "deleting a superseded run rewrote lastRun"
+    );
     env.teardown().await.unwrap();
 }
 
@@ -593,16 +602,9 @@ async fn deleting_a_run_cancels_it_and_deleting_the_plan_removes_its_runs() {
             .any(|(t, r, _)| t == "Normal" && r == "UpgradeRunCancelled"),
         "Cancelled announces a Normal UpgradeRunCancelled (spec §4.4): {events:#?}"
     );
-    for _ in 0..50 {
-        if env.runs().get_opt(&run).await.unwrap().is_none() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert!(
-        env.runs().get_opt(&run).await.unwrap().is_none(),
-        "the finalizer was released"
-    );
+    wait_gone(env.runs(), &run, Duration::from_secs(10))
+        .await
+        .expect("the finalizer was released");
     assert!(
         snapshot_config_maps(&env, &run).await.is_empty(),
         "the snapshot was deleted"

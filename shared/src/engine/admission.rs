@@ -95,10 +95,15 @@ pub struct RunsSummary {
     pub last_run: Option<LastRun>,
 }
 
-/// The `lastRun` a terminal run stands for.
+/// The `lastRun` a terminal run stands for (spec §3.2): only a run that was the plan's active
+/// run writes it, so a superseded run and a preview never resumed do not (deleting an old
+/// superseded run must not hide the real last result, nor clear the failed-run alert).
 pub fn last_run_of(run: &UpgradeRun) -> Option<LastRun> {
     let status = run.status.as_ref()?;
     let result = status.state.result()?;
+    if status.superseded_by.is_some() || (is_preview(run) && run.spec.suspend) {
+        return None;
+    }
     let cond = find_condition(&status.conditions, reasons::RUN_SUCCEEDED);
     Some(LastRun {
         name: run.metadata.name.clone().unwrap_or_default(),
@@ -289,6 +294,32 @@ mod tests {
         assert_eq!(
             summarize(&[], Some(&last), Some(cancelled.clone())).last_run,
             Some(cancelled)
+        );
+        // Superseded runs and previews never resumed never write lastRun, even when cancelled.
+        let mut superseded = run(
+            "superseded",
+            "2026-01-06T00:00:00Z",
+            RunState::Cancelled,
+            Some("2026-01-06T01:00:00Z"),
+            true,
+        );
+        superseded.status.as_mut().unwrap().superseded_by = Some("newer".into());
+        assert_eq!(last_run_of(&superseded), None);
+        let mut unresumed = run(
+            "preview",
+            "2026-01-06T00:00:00Z",
+            RunState::Cancelled,
+            Some("2026-01-06T01:00:00Z"),
+            true,
+        );
+        unresumed.metadata.annotations = Some([(PREVIEW_ANNOTATION.to_string(), "true".to_string())].into());
+        assert_eq!(last_run_of(&unresumed), None);
+        unresumed.spec.suspend = false; // resumed: it rolled out as the active run
+        assert!(last_run_of(&unresumed).is_some());
+        assert_eq!(
+            summarize(&[&superseded], Some(&last), None).last_run,
+            Some(last.clone()),
+            "a superseded run leaves lastRun alone"
         );
         // An unadmitted suspended run counts as a preview.
         assert!(is_preview(&run(
