@@ -21,7 +21,7 @@ use upgradeplan::api::{
 };
 use upgradeplan::engine::admission::{admit, is_preview, last_run_of, Admission, RunFacts};
 use upgradeplan::engine::naming;
-use upgradeplan::engine::run::{evaluate, texts, BindingAction, Evaluation, Outcome, RunContext, Verdict};
+use upgradeplan::engine::run::{evaluate, texts, BindingAction, Blocked, Evaluation, Outcome, RunContext, Verdict};
 use upgradeplan::engine::snapshot::{
     assign, read_frozen, shard, snapshot_config_map_name, snapshot_shard_index, Snapshot, SNAPSHOT_PLAN_KEY,
     SNAPSHOT_RESOURCES_KEY, SNAPSHOT_SHARD_BYTES,
@@ -166,6 +166,10 @@ async fn apply(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
                 ),
             );
             write(&ctx, &run, &status).await?;
+            if !facts.preview {
+                let sample = revision_gate_sample(&plan, &ctx.bindings_of(&promise));
+                ctx.metrics.set_run(run_plan(&run), Some(&sample));
+            }
             return Ok(Action::await_change());
         }
         set_condition(
@@ -354,6 +358,34 @@ async fn progress(
             Ok(Action::await_change())
         }
     }
+}
+
+/// The gauges of a run held at the revision gate: the groups its snapshot would have, every
+/// resource pending, blocked on `RevisionMissing` in the first group (spec §9.1).
+fn revision_gate_sample(
+    plan: &UpgradePlan,
+    bindings: &[Arc<upgradeplan::api::kratix::ResourceBinding>],
+) -> crate::metrics::RunSample {
+    let groups = VersionMatcher::compile(&plan.spec.upgrade_path.from)
+        .map(|m| {
+            assign(&plan.spec, &m, bindings.iter().map(|b| b.as_ref()))
+                .snapshot
+                .initial_counts()
+        })
+        .unwrap_or_default();
+    let mut resources = Vec::new();
+    for g in &groups {
+        for state in ["in_progress", "succeeded", "failed", "skipped"] {
+            resources.push((g.name.clone(), state, 0));
+        }
+        resources.push((g.name.clone(), "pending", g.total));
+    }
+    let blocked = plan
+        .spec
+        .rollout_groups
+        .first()
+        .map(|g| (g.name.clone(), Blocked::RevisionMissing.as_str()));
+    crate::metrics::RunSample { resources, blocked }
 }
 
 /// The active run's gauges: resources per group and state, and what it waits for.

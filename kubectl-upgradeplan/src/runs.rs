@@ -355,6 +355,8 @@ fn waiting(run: &UpgradeRun, eval: Option<&Evaluation>) -> Option<String> {
             e.in_flight,
             e.limit.unwrap_or(0)
         ),
+        // The TargetRevisionReady condition above explains it in full.
+        Blocked::RevisionMissing => "waiting for the target PromiseRevision".to_string(),
     })
 }
 

@@ -695,7 +695,8 @@ async fn a_missing_revision_makes_the_run_wait_and_a_deleted_one_fails_it() {
             .unwrap();
     }
     env.start_sim(SIM, &["--delay", "0s"]).unwrap();
-    let controller = env.start_controller(&[]).await.unwrap();
+    let metrics_addr = format!("127.0.0.1:{}", upgradeplan_e2e::harness::free_port().unwrap());
+    let controller = env.start_controller(&["--metrics-addr", &metrics_addr]).await.unwrap();
     let plan = env.create_plan("plan", two_groups()).await.unwrap();
     let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
     let waiting = env
@@ -707,6 +708,14 @@ async fn a_missing_revision_makes_the_run_wait_and_a_deleted_one_fails_it() {
     assert_eq!(state(&waiting), RunState::Pending);
     let c = condition(&waiting, reasons::TARGET_REVISION_READY).unwrap();
     assert_eq!(c.reason, reasons::PROMISE_REVISION_NOT_FOUND);
+    // A run held at the revision gate exports its gauges and why it waits (spec §9.1).
+    let (_, text) = http_get(&metrics_addr, "/metrics").await.unwrap();
+    for series in [
+        format!("upgradeplan_blocked{{group=\"dev\",plan=\"{plan}\",reason=\"RevisionMissing\"}} 1"),
+        format!("upgradeplan_run_resources{{group=\"dev\",plan=\"{plan}\",state=\"pending\"}} 3"),
+    ] {
+        assert!(text.contains(&series), "{series} not in\n{text}");
+    }
     env.create_revision("v2.0.0", true).await.unwrap();
     let done = env.wait_run(&run, WAIT, "terminal", terminal).await.unwrap();
     assert_eq!(state(&done), RunState::Completed);

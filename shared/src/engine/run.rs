@@ -131,14 +131,18 @@ pub enum Blocked {
     Suspended,
     WindowClosed,
     ConcurrencyLimit,
+    /// Held at the revision gate (spec §5.3): the target PromiseRevision does not exist yet.
+    RevisionMissing,
 }
 
 impl Blocked {
+    /// The `reason` label of `upgradeplan_blocked` (spec §9.1).
     pub fn as_str(self) -> &'static str {
         match self {
             Blocked::Suspended => "Suspended",
             Blocked::WindowClosed => "WindowClosed",
             Blocked::ConcurrencyLimit => "ConcurrencyLimit",
+            Blocked::RevisionMissing => "RevisionMissing",
         }
     }
 }
