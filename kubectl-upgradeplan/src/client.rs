@@ -50,7 +50,20 @@ pub fn explain_error(e: kube::Error, verb: &str, resource: &str, name: Option<&s
             s.message
         ),
         kube::Error::Api(s) if s.code == 401 => anyhow!("unauthorized: your credentials were refused ({}); check your kubeconfig", s.message),
-        _ => anyhow!(e).context(format!("cannot {verb} {what}")),
+        // Anything else the server said: one line with its words and what to do, never kube's
+        // Debug dump of the Status.
+        kube::Error::Api(s) => {
+            let hint = match (s.code, s.reason.as_str()) {
+                (409, "AlreadyExists") => "choose another name",
+                (409, _) => "it changed meanwhile: try again",
+                (422, _) | (400, _) => "the server refused it as invalid: fix what the message names",
+                (429, _) | (500..=599, _) => "the API server could not serve it now: try again in a moment",
+                _ => "check the object and your access",
+            };
+            let reason = if s.reason.is_empty() { String::new() } else { format!(", {}", s.reason) };
+            anyhow!("cannot {verb} {what}: {} (HTTP {}{reason}); {hint}", s.message.trim_end(), s.code)
+        }
+        _ => anyhow!("cannot {verb} {what}: {e}"),
     }
 }
 
@@ -106,4 +119,41 @@ pub async fn bindings_of(
         .await
         .map_err(|e| explain_error(e, "list", "resourcebindings", None))?
         .items)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16, reason: &str, message: &str) -> kube::Error {
+        kube::Error::Api(Box::new(kube::core::Status {
+            code,
+            reason: reason.into(),
+            message: message.into(),
+            ..Default::default()
+        }))
+    }
+
+    #[test]
+    fn server_errors_are_one_readable_line() {
+        let cases = [
+            (
+                api_error(422, "Invalid", "UpgradeRun.platform.syntasso.io \"r\" is invalid: metadata.labels: Invalid value"),
+                "cannot create upgraderuns \"r\": UpgradeRun.platform.syntasso.io \"r\" is invalid: metadata.labels: Invalid value (HTTP 422, Invalid); the server refused it as invalid: fix what the message names",
+            ),
+            (
+                api_error(409, "AlreadyExists", "upgraderuns.platform.syntasso.io \"r\" already exists"),
+                "cannot create upgraderuns \"r\": upgraderuns.platform.syntasso.io \"r\" already exists (HTTP 409, AlreadyExists); choose another name",
+            ),
+            (
+                api_error(503, "ServiceUnavailable", "etcdserver: leader changed"),
+                "cannot create upgraderuns \"r\": etcdserver: leader changed (HTTP 503, ServiceUnavailable); the API server could not serve it now: try again in a moment",
+            ),
+        ];
+        for (e, want) in cases {
+            let text = format!("{:#}", explain_error(e, "create", "upgraderuns", Some("r")));
+            assert_eq!(text, want);
+            assert!(!text.contains('\n') && !text.contains("Status {"), "{text}");
+        }
+    }
 }

@@ -791,6 +791,7 @@ pub fn observe_bindings(env: &TestEnv, to: &'static str) -> Arc<Mutex<Observed>>
 }
 
 /// What one run of `kubectl-upgradeplan` printed and how it exited.
+#[derive(Debug)]
 pub struct PluginOutput {
     pub code: Option<i32>,
     pub stdout: String,

@@ -137,6 +137,17 @@ async fn every_verb_against_a_live_cluster() {
         .stdout
         .trim()
         .to_string();
+    // What the API server refuses comes back as one readable line, never a Debug dump.
+    let taken = plugin(&["run", &plan3, "--name", &run3]).await;
+    assert_eq!(taken.code, Some(1), "{taken:?}");
+    let line = taken.stderr.trim();
+    assert!(
+        !line.contains('\n')
+            && line.contains(&format!("cannot create upgraderuns \"{run3}\""))
+            && line.contains("(HTTP 409, AlreadyExists); choose another name")
+            && !line.contains("Status {"),
+        "{line}"
+    );
     let status = plugin(&["status", &run3, "-w", "--timeout", "90s", "--snapshot-namespace", &snap]).await;
     assert_eq!(status.code, Some(1), "failed run: {}\n{}", status.stdout, status.stderr);
     let detail = plugin(&["history", &plan3, &run3, "--snapshot-namespace", &snap]).await;
