@@ -15,9 +15,9 @@ use serde_json::json;
 use upgradeplan::api::kratix::MANUAL_RECONCILIATION_LABEL;
 use upgradeplan::api::UPGRADED_BY_ANNOTATION;
 use upgradeplan::api::{
-    reasons, set_condition, Condition, ConditionStatus, GroupStatus, ResourceListRef, RunState, UpgradePlan,
-    UpgradeRun, UpgradeRunStatus, PLAN_LABEL, PREVIEW_ANNOTATION, RETRY_REQUESTED_BY_ANNOTATION, RUN_FINALIZER,
-    RUN_LABEL,
+    find_condition, reasons, set_condition, Condition, ConditionStatus, GroupStatus, ResourceListRef, RunState,
+    UpgradePlan, UpgradeRun, UpgradeRunStatus, PLAN_LABEL, PREVIEW_ANNOTATION, RETRY_REQUESTED_BY_ANNOTATION,
+    RUN_FINALIZER, RUN_LABEL,
 };
 use upgradeplan::engine::admission::{admit, is_preview, last_run_of, Admission, RunFacts};
 use upgradeplan::engine::naming;
@@ -91,15 +91,31 @@ async fn apply(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
         return Ok(Action::await_change());
     };
     ensure_metadata(&ctx, &run, &plan).await?;
-    set_condition(
-        &mut status.conditions,
-        cond(
+    // Before its snapshot a run follows the live plan, which must be valid (spec §4.3); after,
+    // its frozen copy. The condition is decided once per pass so that its transition time holds.
+    let invalid = if matches!(status.state, RunState::Unresolved | RunState::Pending) {
+        let problems = validate_plan(&plan_name, &plan.spec, crate::clock::now());
+        (!problems.is_empty()).then(|| texts::plan_invalid(&plan_name, &summarize_problems(&problems)))
+    } else {
+        None
+    };
+    let was_invalid =
+        find_condition(&status.conditions, reasons::PLAN_RESOLVED).is_some_and(|c| c.reason == reasons::PLAN_INVALID);
+    let resolved = match &invalid {
+        Some(message) => cond(
+            reasons::PLAN_RESOLVED,
+            ConditionStatus::False,
+            reasons::PLAN_INVALID,
+            message.clone(),
+        ),
+        None => cond(
             reasons::PLAN_RESOLVED,
             ConditionStatus::True,
             reasons::PLAN_FOUND,
             texts::plan_found(&plan_name),
         ),
-    );
+    };
+    set_condition(&mut status.conditions, resolved);
 
     // Admission, and on every pass the re-check that keeps one active run per plan.
     let mut facts = RunFacts::of(&run);
@@ -137,21 +153,12 @@ async fn apply(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
 
     let promise = plan.spec.promise_ref.name.clone();
     if status.state == RunState::Pending {
-        let problems = validate_plan(&plan_name, &plan.spec, crate::clock::now());
-        if !problems.is_empty() {
-            set_condition(
-                &mut status.conditions,
-                cond(
-                    reasons::PLAN_RESOLVED,
-                    ConditionStatus::False,
-                    "PlanInvalid",
-                    format!(
-                        "UpgradePlan \"{plan_name}\" is invalid: {}",
-                        summarize_problems(&problems)
-                    ),
-                ),
-            );
+        if let Some(message) = invalid {
             write(&ctx, &run, &status).await?;
+            if !was_invalid {
+                ctx.event(&*run, EventType::Warning, reasons::PLAN_INVALID, message)
+                    .await;
+            }
             return Ok(Action::await_change());
         }
         let to = plan.spec.upgrade_path.to.clone();
@@ -206,7 +213,16 @@ async fn progress(
         Ok(f) => f,
         Err(e @ Error::Snapshot { .. }) => {
             let message = e.to_string();
-            finish(ctx, run, status, RunState::Failed, "SnapshotMissing", message, plan_to).await?;
+            finish(
+                ctx,
+                run,
+                status,
+                RunState::Failed,
+                reasons::SNAPSHOT_MISSING,
+                message,
+                plan_to,
+            )
+            .await?;
             return Ok(Action::await_change());
         }
         Err(e) => return Err(e),

@@ -999,12 +999,71 @@ async fn invalid_plans_are_not_ready_and_create_no_runs() {
         assert_eq!(status.next_run_at, None);
         plans.push(plan);
     }
-    // Every one of them would have fired by now if it were valid ("* * * * *").
-    tokio::time::sleep(Duration::from_secs(65)).await;
-    let runs = env.runs().list(&Default::default()).await.unwrap().items;
+    // A valid plan created after them must fire at the next minute: a controller that never
+    // schedules fails here, and once it has fired, every invalid one would have fired too.
+    let valid = env
+        .create_plan(
+            "valid",
+            json!({"upgradePath": {"from": ["v9"], "to": "v2.0.0"}, "upgradeExecutionPolicy": {"repeatSchedule": "* * * * *"},
+                   "rolloutGroups": [{"name": "all", "selectors": {"matchAll": true}}]}),
+        )
+        .await
+        .unwrap();
+    // A manual run of an invalid plan waits in Pending with PlanResolved=False/PlanInvalid and
+    // one Warning event, and is not rewritten over and over (its condition's time holds).
+    let stuck = env
+        .create_run(&format!("{}-manual", plans[2]), &plans[2], false)
+        .await
+        .unwrap();
+    let waiting = env
+        .wait_run(&stuck, WAIT, "PlanInvalid", |r| {
+            condition(r, reasons::PLAN_RESOLVED).is_some_and(|c| c.reason == reasons::PLAN_INVALID)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    assert_eq!(state(&waiting), RunState::Pending);
+    let c = condition(&waiting, reasons::PLAN_RESOLVED).unwrap();
     assert!(
-        runs.iter().all(|r| !plans.contains(&r.spec.upgrade_plan_ref.name)),
+        c.message.starts_with(&format!(
+            "UpgradePlan \"{}\" is invalid: spec.upgradePath.from[0]: ",
+            plans[2]
+        )),
+        "{}",
+        c.message
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    let fired = loop {
+        let runs = env.runs().list(&Default::default()).await.unwrap().items;
+        if runs.iter().any(|r| r.spec.upgrade_plan_ref.name == valid) {
+            break runs;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the valid plan never fired\n{}",
+            controller.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert!(
+        fired
+            .iter()
+            .all(|r| !plans.contains(&r.spec.upgrade_plan_ref.name)
+                || r.metadata.name.as_deref() == Some(stuck.as_str())),
         "an invalid plan created a run"
+    );
+    let now = env.runs().get(&stuck).await.unwrap();
+    assert_eq!(
+        now.metadata.resource_version, waiting.metadata.resource_version,
+        "the run of an invalid plan was rewritten while nothing changed"
+    );
+    let events = env.events_of(&stuck).await.unwrap();
+    assert_eq!(
+        events
+            .iter()
+            .filter(|(t, r, _)| t == "Warning" && r == reasons::PLAN_INVALID)
+            .count(),
+        1,
+        "{events:#?}"
     );
     env.teardown().await.unwrap();
 }

@@ -167,6 +167,8 @@ pub mod reasons {
     pub const PLAN_RESOLVED: &str = "PlanResolved";
     pub const PLAN_FOUND: &str = "PlanFound";
     pub const PLAN_NOT_FOUND: &str = "PlanNotFound";
+    pub const PLAN_INVALID: &str = "PlanInvalid";
+    pub const SNAPSHOT_MISSING: &str = "SnapshotMissing";
     pub const TARGET_REVISION_READY: &str = "TargetRevisionReady";
     pub const PROMISE_REVISION_READY: &str = "PromiseRevisionReady";
     pub const PROMISE_REVISION_NOT_FOUND: &str = "PromiseRevisionNotFound";

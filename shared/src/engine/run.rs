@@ -358,6 +358,10 @@ pub mod texts {
     pub fn plan_not_found(plan: &str) -> String {
         format!("UpgradePlan \"{plan}\" not found")
     }
+    /// `<problems>`: the validator's summary, `<field>: <problem>; …`.
+    pub fn plan_invalid(plan: &str, problems: &str) -> String {
+        format!("UpgradePlan \"{plan}\" is invalid: {problems}")
+    }
     pub fn revision_ready(promise: &str, to: &str) -> String {
         format!("PromiseRevision for promise \"{promise}\" version \"{to}\" is ready")
     }
