@@ -156,7 +156,8 @@ async fn apply(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
         if let Some(message) = invalid {
             write(&ctx, &run, &status).await?;
             if !was_invalid {
-                ctx.event(&*run, EventType::Warning, reasons::PLAN_INVALID, message)
+                // Once: a pass on a stale cached copy must not repeat it.
+                ctx.announce_once(&run, EventType::Warning, reasons::PLAN_INVALID, message)
                     .await;
             }
             return Ok(Action::await_change());

@@ -1051,9 +1051,15 @@ async fn invalid_plans_are_not_ready_and_create_no_runs() {
                 || r.metadata.name.as_deref() == Some(stuck.as_str())),
         "an invalid plan created a run"
     );
-    let now = env.runs().get(&stuck).await.unwrap();
-    assert_eq!(
-        now.metadata.resource_version, waiting.metadata.resource_version,
+    // Settled long ago: over a bounded watch, nothing rewrites it (the old code looped).
+    let settled = env.runs().get(&stuck).await.unwrap().metadata.resource_version;
+    let rewritten = env
+        .wait_run(&stuck, Duration::from_secs(5), "a rewrite", |r| {
+            r.metadata.resource_version != settled
+        })
+        .await;
+    assert!(
+        rewritten.is_err(),
         "the run of an invalid plan was rewritten while nothing changed"
     );
     let events = env.events_of(&stuck).await.unwrap();
