@@ -173,11 +173,16 @@ impl Window {
         // Active: the openings that overlap this one extend it; it ends at the first instant
         // no opening covers. One sweep over the starts that follow.
         let mut end = end_of(start, self.duration);
-        for s in starts(start).filter(|s| *s > start).take(MAX_BOUNDARY_STEPS) {
+        let mut steps = 0;
+        for s in starts(start).filter(|s| *s > start) {
             if s > end {
                 return Some(end);
             }
             end = end.max(end_of(s, self.duration));
+            steps += 1;
+            if steps == MAX_BOUNDARY_STEPS {
+                return None; // still active as far as the budget reaches: no change found
+            }
         }
         // No start in (start, horizon] beyond those seen: the last opening's end, if in reach.
         (end <= horizon).then_some(end)
@@ -431,6 +436,24 @@ mod tests {
             new_york.state(utc("2027-11-07T04:00:00Z"))
         );
         assert!(!new_york.is_open(utc("2027-11-07T07:11:00Z")));
+    }
+
+    #[test]
+    fn a_window_active_past_the_step_budget_never_changes() {
+        // Openings every minute for an hour: always active. The sweep's budget runs out long
+        // before the horizon; that is "no change", never the last opening's end.
+        let deny = gate(&[w(Deny, "* * * * *", "1h", None)]);
+        let s = deny.state(utc("2026-06-01T12:00:00Z"));
+        assert_eq!(
+            s,
+            GateState {
+                open: false,
+                next_open: None,
+                next_close: None
+            }
+        );
+        let allow = gate(&[w(Allow, "* * * * *", "1h", None)]);
+        assert_eq!(allow.state(utc("2026-06-01T12:00:00Z")).next_close, None);
     }
 
     #[test]
