@@ -17,17 +17,12 @@ use upgradeplan::engine::admission::summarize;
 use upgradeplan::engine::naming;
 use upgradeplan::engine::schedule::{scheduled_run_name, TriggerAction, Triggers};
 use upgradeplan::engine::validate::{summarize as summarize_problems, validate_plan};
-use upgradeplan::time::to_chrono;
 
 use crate::context::{apply_status, Ctx};
 use crate::error::{Error, Result};
 
 fn created(plan: &UpgradePlan) -> DateTime<Utc> {
-    plan.metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| to_chrono(&t.0))
-        .unwrap_or_default()
+    upgradeplan::time::created_at(&plan.metadata)
 }
 
 pub async fn reconcile(plan: Arc<UpgradePlan>, ctx: Arc<Ctx>) -> Result<Action> {

@@ -28,7 +28,6 @@ use upgradeplan::engine::snapshot::{
 };
 use upgradeplan::engine::validate::{summarize as summarize_problems, validate_plan};
 use upgradeplan::engine::version::VersionMatcher;
-use upgradeplan::time::to_chrono;
 
 use crate::context::{apply_status, run_plan, Ctx, Frozen, SELECTOR_ANNOTATION};
 use crate::error::{Error, Result};
@@ -244,12 +243,7 @@ async fn progress(
     let eval = evaluate(
         &RunContext {
             run_name: &run_name,
-            run_created: run
-                .meta()
-                .creation_timestamp
-                .as_ref()
-                .map(|t| to_chrono(&t.0))
-                .unwrap_or_default(),
+            run_created: upgradeplan::time::created_at(run.meta()),
             suspended: run.spec.suspend || status.superseded_by.is_some(),
             plan: &frozen.plan,
             snapshot: &frozen.snapshot,
@@ -620,14 +614,7 @@ async fn finish(
     status.finished_at = Some(crate::clock::now());
     apply_status::<UpgradeRun>(&ctx.client, &run.name_any(), &status).await?;
     let plan = run_plan(run).to_string();
-    let trigger = if run
-        .annotations()
-        .contains_key(upgradeplan::api::SCHEDULED_AT_ANNOTATION)
-    {
-        "scheduled"
-    } else {
-        "manual"
-    };
+    let trigger = upgradeplan::engine::admission::TriggerKind::of(run).metric_label();
     let result = state.as_str();
     ctx.metrics
         .runs_total

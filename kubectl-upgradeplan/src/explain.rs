@@ -114,12 +114,7 @@ pub fn explain(
     let name = plan.metadata.name.clone().unwrap_or_default();
     let spec = &plan.spec;
     let problems = validate_plan(&name, spec, now);
-    let created = plan
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| upgradeplan::time::to_chrono(&t.0))
-        .unwrap_or(DateTime::<Utc>::MIN_UTC);
+    let created = upgradeplan::time::created_at(&plan.metadata);
     let triggers = spec.upgrade_execution_policy.as_ref().and_then(Triggers::compile);
     let next_runs = match &triggers {
         Some(t) if !spec.suspend => t.upcoming(now, created, runs),

@@ -10,11 +10,10 @@ use kube::api::{Api, ListParams};
 use kube::Client;
 use serde::Serialize;
 use upgradeplan::api::kratix::{PromiseRevision, ResourceBinding, PROMISE_NAME_LABEL};
-use upgradeplan::api::{find_condition, reasons, GroupStatus, RunState, UpgradeRun, SCHEDULED_AT_ANNOTATION};
+use upgradeplan::api::{find_condition, reasons, GroupStatus, RunState, UpgradeRun};
 use upgradeplan::engine::admission::is_preview;
 use upgradeplan::engine::run::{evaluate, evaluate_resource, Blocked, Evaluation, Outcome, RunContext};
 use upgradeplan::engine::snapshot::read_frozen;
-use upgradeplan::time::to_chrono;
 
 use crate::output::{duration, relative, table, utc, Style};
 
@@ -95,26 +94,11 @@ pub async fn events_of(client: &Client, run: &str) -> Vec<(String, String, Strin
 }
 
 pub fn trigger(run: &UpgradeRun) -> &'static str {
-    if run
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(SCHEDULED_AT_ANNOTATION))
-    {
-        "scheduled"
-    } else if is_preview(run) {
-        "preview"
-    } else {
-        "manual"
-    }
+    upgradeplan::engine::admission::TriggerKind::of(run).as_str()
 }
 
 fn created(run: &UpgradeRun) -> DateTime<Utc> {
-    run.metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| to_chrono(&t.0))
-        .unwrap_or_default()
+    upgradeplan::time::created_at(&run.metadata)
 }
 
 fn groups_words(groups: &[GroupStatus]) -> String {

@@ -6,6 +6,15 @@ pub fn to_chrono(t: &k8s_openapi::jiff::Timestamp) -> DateTime<Utc> {
     DateTime::from_timestamp(t.as_second(), t.subsec_nanosecond().max(0) as u32).unwrap_or_default()
 }
 
+/// When an object was created. An object read from a file has no creationTimestamp: it counts
+/// as created at the beginning of time (so none of its triggers is "before creation").
+pub fn created_at(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> DateTime<Utc> {
+    meta.creation_timestamp
+        .as_ref()
+        .map(|t| to_chrono(&t.0))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
 pub fn to_jiff(t: DateTime<Utc>) -> k8s_openapi::jiff::Timestamp {
     k8s_openapi::jiff::Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos() as i32)
         .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)

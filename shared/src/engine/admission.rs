@@ -23,12 +23,7 @@ impl RunFacts {
         let status = run.status.clone().unwrap_or_default();
         RunFacts {
             name: run.metadata.name.clone().unwrap_or_default(),
-            created: run
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| crate::time::to_chrono(&t.0))
-                .unwrap_or_default(),
+            created: crate::time::created_at(&run.metadata),
             state: status.state,
             preview: is_preview(run),
             superseded: status.superseded_by.is_some(),
@@ -56,6 +51,50 @@ pub fn is_preview(run: &UpgradeRun) -> bool {
         .is_some_and(|v| v == "true");
     let unadmitted = run.status.as_ref().map(|s| s.state).unwrap_or_default() == RunState::Unresolved;
     annotated || (unadmitted && run.spec.suspend)
+}
+
+/// How a run came to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TriggerKind {
+    /// Created by the controller for a trigger (it carries the scheduled-at annotation).
+    Scheduled,
+    /// Created by hand with `suspend: true`.
+    Preview,
+    Manual,
+}
+
+impl TriggerKind {
+    pub fn of(run: &UpgradeRun) -> TriggerKind {
+        let scheduled = run
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(crate::api::SCHEDULED_AT_ANNOTATION));
+        if scheduled {
+            TriggerKind::Scheduled
+        } else if is_preview(run) {
+            TriggerKind::Preview
+        } else {
+            TriggerKind::Manual
+        }
+    }
+
+    /// As the plugin shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TriggerKind::Scheduled => "scheduled",
+            TriggerKind::Preview => "preview",
+            TriggerKind::Manual => "manual",
+        }
+    }
+
+    /// The `trigger` label of `upgradeplan_runs_total` (spec §9.1): a preview is a manual run.
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            TriggerKind::Scheduled => "scheduled",
+            TriggerKind::Preview | TriggerKind::Manual => "manual",
+        }
+    }
 }
 
 /// The outcome of admitting (or re-checking) `run` against its plan's other runs.
@@ -321,6 +360,25 @@ mod tests {
             Some(last.clone()),
             "a superseded run leaves lastRun alone"
         );
+        // Trigger kinds, and the metric's two values.
+        let mut scheduled = run("s", "2026-01-05T00:00:00Z", RunState::Pending, None, false);
+        scheduled.metadata.annotations = Some(
+            [(
+                crate::api::SCHEDULED_AT_ANNOTATION.to_string(),
+                "2026-01-05T00:00:00Z".to_string(),
+            )]
+            .into(),
+        );
+        let manual = run("m", "2026-01-05T00:00:00Z", RunState::Pending, None, false);
+        let preview_run = run("p", "2026-01-05T00:00:00Z", RunState::Unresolved, None, true);
+        for (r, kind, label) in [
+            (&scheduled, TriggerKind::Scheduled, "scheduled"),
+            (&manual, TriggerKind::Manual, "manual"),
+            (&preview_run, TriggerKind::Preview, "manual"),
+        ] {
+            assert_eq!(TriggerKind::of(r), kind);
+            assert_eq!(kind.metric_label(), label);
+        }
         // An unadmitted suspended run counts as a preview.
         assert!(is_preview(&run(
             "x",
