@@ -8,7 +8,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
-use upgradeplan::api::kratix::{Promise, PromiseRevision, ResourceBinding, PROMISE_NAME_LABEL};
+use upgradeplan::api::kratix::{Promise, PromiseRevision, ResourceBinding};
 use upgradeplan::api::{UpgradePlan, UpgradeRun, FIELD_MANAGER};
 
 use crate::error::Result;
@@ -136,7 +136,7 @@ impl Ctx {
         self.bindings
             .state()
             .into_iter()
-            .filter(|b| b.labels().get(PROMISE_NAME_LABEL).map(String::as_str) == Some(promise))
+            .filter(|b| b.promise() == promise)
             .collect()
     }
 
@@ -146,14 +146,10 @@ impl Ctx {
 
     /// Whether the PromiseRevision of (promise, version) exists.
     pub fn revision_exists(&self, promise: &str, version: &str) -> bool {
-        self.revisions.state().iter().any(|r| {
-            let of = r
-                .labels()
-                .get(PROMISE_NAME_LABEL)
-                .cloned()
-                .unwrap_or_else(|| r.spec.promise_ref.name.clone());
-            of == promise && r.spec.version == version
-        })
+        self.revisions
+            .state()
+            .iter()
+            .any(|r| r.promise() == promise && r.spec.version == version)
     }
 
     /// Publishes an event on `obj`; failures are logged, never fatal.

@@ -25,7 +25,7 @@ use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
-use upgradeplan::api::kratix::{Promise, PromiseRevision, ResourceBinding, PROMISE_NAME_LABEL};
+use upgradeplan::api::kratix::{Promise, PromiseRevision, ResourceBinding};
 use upgradeplan::api::{UpgradePlan, UpgradeRun, DEFAULT_SNAPSHOT_NAMESPACE};
 
 use crate::context::{run_plan, Ctx};
@@ -426,21 +426,11 @@ where
     };
     let binding_to_runs = {
         let f = active_runs_of_promise.clone();
-        move |b: ResourceBinding| {
-            f(b.labels()
-                .get(PROMISE_NAME_LABEL)
-                .map(String::as_str)
-                .unwrap_or(&b.spec.promise_ref.name))
-        }
+        move |b: ResourceBinding| f(b.promise())
     };
     let revision_to_runs = {
         let f = active_runs_of_promise.clone();
-        move |r: PromiseRevision| {
-            f(r.labels()
-                .get(PROMISE_NAME_LABEL)
-                .map(String::as_str)
-                .unwrap_or(&r.spec.promise_ref.name))
-        }
+        move |r: PromiseRevision| f(r.promise())
     };
     let plan_to_runs = {
         let runs = runs.clone();

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{Api, ListParams};
 use kube::Client;
 use serde::Serialize;
-use upgradeplan::api::kratix::{PromiseRevision, ResourceBinding, PROMISE_NAME_LABEL};
+use upgradeplan::api::kratix::{PromiseRevision, ResourceBinding};
 use upgradeplan::api::{find_condition, reasons, GroupStatus, RunState, UpgradeRun};
 use upgradeplan::engine::admission::is_preview;
 use upgradeplan::engine::run::{evaluate, evaluate_resource, Blocked, Evaluation, Outcome, RunContext};
@@ -62,14 +62,18 @@ pub async fn live_bindings(
         .collect())
 }
 
+/// Whether the PromiseRevision of (promise, version) exists; a failed lookup is an error, never
+/// taken for "exists".
 pub async fn revision_exists(client: &Client, promise: &str, version: &str) -> anyhow::Result<bool> {
     let api: Api<PromiseRevision> = Api::all(client.clone());
     let revs = api
-        .list(&ListParams::default().labels(&format!("{PROMISE_NAME_LABEL}={promise}")))
-        .await;
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| crate::client::explain_error(e, "list", "promiserevisions", None))?;
     Ok(revs
-        .map(|l| l.items.iter().any(|r| r.spec.version == version))
-        .unwrap_or(true))
+        .items
+        .iter()
+        .any(|r| r.promise() == promise && r.spec.version == version))
 }
 
 /// The run's events: (type, reason, message).

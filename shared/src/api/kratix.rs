@@ -126,7 +126,29 @@ pub struct BindingCondition {
     pub last_transition_time: Option<DateTime<Utc>>,
 }
 
+/// The Promise an object of Kratix's belongs to: its `kratix.io/promise-name` label (which Kratix
+/// always sets), else its `spec.promiseRef.name`. The one rule for bindings and revisions alike.
+fn promise_of<'a>(meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, spec_ref: &'a str) -> &'a str {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(PROMISE_NAME_LABEL))
+        .map(String::as_str)
+        .unwrap_or(spec_ref)
+}
+
+impl PromiseRevision {
+    /// The Promise this revision belongs to.
+    pub fn promise(&self) -> &str {
+        promise_of(&self.metadata, &self.spec.promise_ref.name)
+    }
+}
+
 impl ResourceBinding {
+    /// The Promise this binding belongs to.
+    pub fn promise(&self) -> &str {
+        promise_of(&self.metadata, &self.spec.promise_ref.name)
+    }
+
     /// `status.lastAppliedVersion`, or "" when there is no status.
     pub fn last_applied_version(&self) -> &str {
         self.status
@@ -147,5 +169,24 @@ impl ResourceBinding {
     /// `status.failedVersion`, if set.
     pub fn failed_version(&self) -> Option<&str> {
         self.status.as_ref()?.failed_version.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_promise_an_object_belongs_to() {
+        let mut b = ResourceBinding::new("b", ResourceBindingSpec::default());
+        b.spec.promise_ref.name = "from-spec".into();
+        assert_eq!(b.promise(), "from-spec", "no label: the promiseRef");
+        b.metadata.labels = Some([(PROMISE_NAME_LABEL.to_string(), "from-label".to_string())].into());
+        assert_eq!(b.promise(), "from-label", "Kratix's label wins");
+        let mut r = PromiseRevision::new("r", PromiseRevisionSpec::default());
+        r.spec.promise_ref.name = "redis".into();
+        assert_eq!(r.promise(), "redis");
+        r.metadata.labels = Some([(PROMISE_NAME_LABEL.to_string(), "redis-label".to_string())].into());
+        assert_eq!(r.promise(), "redis-label");
     }
 }

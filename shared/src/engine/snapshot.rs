@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::selector::{self, SelectorKind, TermFailure};
 use super::version::VersionMatcher;
-use crate::api::kratix::{ResourceBinding, NOT_SET_VERSION, PROMISE_NAME_LABEL, RESOURCE_NAME_LABEL};
+use crate::api::kratix::{ResourceBinding, NOT_SET_VERSION, RESOURCE_NAME_LABEL};
 use crate::api::UpgradePlanSpec;
 
 /// Above this many bytes of resources a snapshot ConfigMap is split (ConfigMaps hold 1 MiB).
@@ -138,14 +138,9 @@ pub fn eligibility(b: &ResourceBinding, matcher: &VersionMatcher) -> Result<(), 
     Ok(())
 }
 
-/// Whether `b` belongs to `promise` (by Kratix's label, or its promiseRef).
+/// Whether `b` belongs to `promise` ([`ResourceBinding::promise`]).
 pub fn belongs_to(b: &ResourceBinding, promise: &str) -> bool {
-    b.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(PROMISE_NAME_LABEL))
-        .is_some_and(|p| p == promise)
-        || b.spec.promise_ref.name == promise
+    b.promise() == promise
 }
 
 /// Assigns the Promise's eligible bindings to the plan's groups. A binding may be in several
@@ -338,7 +333,7 @@ pub fn merge_shards(shards: impl IntoIterator<Item = Snapshot>) -> Snapshot {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::api::kratix::{ResourceBindingSpec, ResourceBindingStatus};
+    use crate::api::kratix::{ResourceBindingSpec, ResourceBindingStatus, PROMISE_NAME_LABEL};
     use crate::api::{PromiseRef, RolloutGroup, RolloutSelectors, UpgradePath};
     use std::collections::BTreeMap;
 
