@@ -12,7 +12,7 @@ use serde::Serialize;
 use upgradeplan::api::kratix::{PromiseRevision, ResourceBinding};
 use upgradeplan::api::{find_condition, reasons, GroupStatus, RunState, UpgradeRun};
 use upgradeplan::engine::admission::is_preview;
-use upgradeplan::engine::run::{evaluate, evaluate_resource, Blocked, Evaluation, Outcome, RunContext};
+use upgradeplan::engine::run::{evaluate, evaluate_resource, texts, Blocked, Evaluation, Outcome, RunContext};
 use upgradeplan::engine::snapshot::read_frozen;
 
 use crate::output::{duration, relative, table, utc, Style};
@@ -255,12 +255,13 @@ pub fn run_resources(
             let (word, mut detail) = outcome_words(&outcome);
             if word == "Failed" || word == "in flight" {
                 // The event carries the message Kratix gave when the run saw the failure.
-                let prefix = format!("Resource {}/{} failed to upgrade to {to}: ", r.namespace, r.name);
-                if let Some((_, _, m)) = events
+                let resource = r.display_name();
+                if let Some(d) = events
                     .iter()
-                    .find(|(_, reason, m)| reason == "ResourceUpgradeFailed" && m.starts_with(&prefix))
+                    .filter(|(_, reason, _)| reason == "ResourceUpgradeFailed")
+                    .find_map(|(_, _, m)| texts::resource_failed_detail(m, &resource, to))
                 {
-                    detail = m[prefix.len()..].to_string();
+                    detail = d.to_string();
                 }
             }
             rows.push(ResourceRow {

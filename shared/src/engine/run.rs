@@ -378,7 +378,14 @@ pub mod texts {
         format!("Resource {resource} upgrading from {from} to {to}")
     }
     pub fn resource_failed(resource: &str, to: &str, detail: &str) -> String {
-        format!("Resource {resource} failed to upgrade to {to}: {detail}")
+        format!("{}{detail}", resource_failed_prefix(resource, to))
+    }
+    fn resource_failed_prefix(resource: &str, to: &str) -> String {
+        format!("Resource {resource} failed to upgrade to {to}: ")
+    }
+    /// The inverse of [`resource_failed`]: the detail, when `message` is about `resource`.
+    pub fn resource_failed_detail<'m>(message: &'m str, resource: &str, to: &str) -> Option<&'m str> {
+        message.strip_prefix(&resource_failed_prefix(resource, to))
     }
     pub fn resource_skipped(resource: &str, why: &str) -> String {
         format!("Resource {resource} skipped: {why}")
@@ -915,6 +922,12 @@ mod tests {
             texts::resource_failed("ns/r", "v2.0.0", "workflow failed: simulated"),
             "Resource ns/r failed to upgrade to v2.0.0: workflow failed: simulated"
         );
+        let failed = texts::resource_failed("ns/r", "v2.0.0", "workflow failed: simulated");
+        assert_eq!(
+            texts::resource_failed_detail(&failed, "ns/r", "v2.0.0"),
+            Some("workflow failed: simulated")
+        );
+        assert_eq!(texts::resource_failed_detail(&failed, "ns/other", "v2.0.0"), None);
         assert_eq!(
             texts::group_failed(1, "dev"),
             "1 resource(s) failed to upgrade in rollout group \"dev\""
