@@ -64,14 +64,14 @@ fn daylight_saving_day(t: DateTime<Utc>, zone: Tz) -> bool {
     start_offset(day) != day.succ_opt().and_then(start_offset)
 }
 
-/// " (on day 13 of the month or on Fridays)" when both day fields of a schedule are restricted,
+/// " — on day 13 of the month or on Fridays" when both day fields of a schedule are restricted,
 /// so nobody expects Vixie cron's AND.
 fn either_day_note(schedule: &str) -> String {
     schedule
         .parse::<CronSchedule>()
         .ok()
         .and_then(|c| c.either_day_words())
-        .map(|w| format!(" ({w})"))
+        .map(|w| format!(" — {w}"))
         .unwrap_or_default()
 }
 

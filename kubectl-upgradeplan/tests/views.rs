@@ -66,6 +66,29 @@ fn explain_golden() {
     golden("explain-three-groups.txt", &stdout(&o));
 }
 
+/// Issue 15: both day fields restricted are said in words, and a window whose starts fall in a
+/// spring gap opens at the gap's end (Berlin, 2026-03-29 01:00Z), as the controller acts.
+#[test]
+fn explain_words_day_fields_and_opens_windows_at_the_gap() {
+    let o = plugin(&[
+        "explain",
+        "-f",
+        &fixture("either-day-plan.yaml"),
+        "--now",
+        "2026-03-28T12:00:00Z",
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    let text = stdout(&o);
+    assert!(
+        text.contains("on the schedule \"0 0 13 * 5\" — on day 13 of the month or on Fridays (UTC)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("closed now; opens 2026-03-29 01:00 UTC, closes 2026-03-29 05:00 UTC"),
+        "{text}"
+    );
+}
+
 #[test]
 fn explain_is_a_lint_exit_1_on_an_invalid_plan() {
     let o = plugin(&["explain", "-f", &fixture("invalid-plan.yaml"), "--now", NOW]);
