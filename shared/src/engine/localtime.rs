@@ -139,7 +139,7 @@ pub fn firings<P: LocalPattern>(
     let until = until.unwrap_or(DateTime::<Utc>::MAX_UTC);
     // A reading shown at or before `until` is at most this far past it, whatever the offset.
     let local_limit = wall(until, MAX_OFFSET_JUMP);
-    let mut segments = Segments::new(tz, from);
+    let segments = Segments::new(tz, from);
     let cursor = match pattern.dst() {
         // Readings at or after the highest one shown before `from` have not fired yet.
         Dst::FirstInstant => {
@@ -165,7 +165,6 @@ pub fn firings<P: LocalPattern>(
         }
         Dst::WallClock => pattern.next_local(wall(from, segments.offset), local_limit),
     };
-    segments.start = from;
     Firings {
         pattern,
         segments,
