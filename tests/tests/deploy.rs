@@ -9,8 +9,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, PostParams};
 use serde_json::{json, Value};
-use upgradeplan::api::RunState;
-use upgradeplan_e2e::harness::{repo_root, TestEnv};
+use upgradeplan::api::{RunResult, RunState};
+use upgradeplan_e2e::harness::{repo_root, wait_gone, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(120);
@@ -281,7 +281,8 @@ async fn the_shipped_rbac_is_sufficient_and_the_base_applies_server_side() {
         (2, 1)
     );
 
-    // A cancel: a preview, then deleted (finalizer, snapshot deletion, lastRun on the plan).
+    // A cancel: a preview, then deleted (finalizer, snapshot deletion). A preview never resumed
+    // does not write the plan's lastRun (spec §3.2): the failed run stays the last result.
     // Times have one-second resolution: a failure stamped in the run's creation second counts
     // for the run (spec: lastTransitionTime >= creation), so start the preview a second later.
     tokio::time::sleep(Duration::from_millis(1100)).await;
@@ -292,14 +293,11 @@ async fn the_shipped_rbac_is_sufficient_and_the_base_applies_server_side() {
     .await
     .unwrap();
     env.runs().delete(&preview, &Default::default()).await.unwrap();
-    env.wait_plan(&plan, WAIT, "lastRun Cancelled", |p| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.last_run.as_ref())
-            .is_some_and(|l| l.name == preview)
-    })
-    .await
-    .unwrap();
+    wait_gone(env.runs(), &preview, WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("the finalizer was not released: {e}\n{}", controller.log_text()));
+    let last = env.plans().get(&plan).await.unwrap().status.unwrap().last_run.unwrap();
+    assert_eq!((last.name.as_str(), last.result), (run.as_str(), RunResult::Failed));
 
     // A scheduled trigger.
     let at = {
