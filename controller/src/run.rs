@@ -386,10 +386,7 @@ fn revision_gate_sample(
         .unwrap_or_default();
     let mut resources = Vec::new();
     for g in &groups {
-        for state in ["in_progress", "succeeded", "failed", "skipped"] {
-            resources.push((g.name.clone(), state, 0));
-        }
-        resources.push((g.name.clone(), "pending", g.total));
+        push_group_series(&mut resources, g, 0);
     }
     let blocked = plan
         .spec
@@ -397,6 +394,20 @@ fn revision_gate_sample(
         .first()
         .map(|g| (g.name.clone(), Blocked::RevisionMissing.as_str()));
     crate::metrics::RunSample { resources, blocked }
+}
+
+/// One group's `run_resources` series: every state, pending being what is neither done nor in flight.
+fn push_group_series(resources: &mut Vec<(String, &'static str, i64)>, g: &GroupStatus, in_flight: i64) {
+    let pending = (g.total - g.succeeded - g.failed - g.skipped - in_flight).max(0);
+    for (state, n) in [
+        ("pending", pending),
+        ("in_progress", in_flight),
+        ("succeeded", g.succeeded),
+        ("failed", g.failed),
+        ("skipped", g.skipped),
+    ] {
+        resources.push((g.name.clone(), state, n));
+    }
 }
 
 /// The active run's gauges: resources per group and state, and what it waits for.
@@ -408,16 +419,7 @@ fn run_sample(eval: &Evaluation, snapshot: &Snapshot) -> crate::metrics::RunSamp
     let mut resources = Vec::new();
     for (i, g) in eval.groups.iter().enumerate() {
         let in_flight = if Some(i) == current { eval.in_flight as i64 } else { 0 };
-        let pending = (g.total - g.succeeded - g.failed - g.skipped - in_flight).max(0);
-        for (state, n) in [
-            ("pending", pending),
-            ("in_progress", in_flight),
-            ("succeeded", g.succeeded),
-            ("failed", g.failed),
-            ("skipped", g.skipped),
-        ] {
-            resources.push((g.name.clone(), state, n));
-        }
+        push_group_series(&mut resources, g, in_flight);
     }
     let blocked = current
         .zip(eval.blocked)
