@@ -372,18 +372,8 @@ fn agrees_with_oracle(expr: &str, schedule: &CronSchedule, tz: Tz, t: DateTime<U
         .unwrap_or_else(|| panic!("{expr:?}: the engine accepts it, the oracle cannot read it"));
     let horizon = t + Duration::days(2);
     let first = oracle::local_day(t, tz) - Duration::days(2);
-    let want: Vec<_> = naive
-        .firings(tz, first, oracle::local_day(horizon, tz) + Duration::days(1))
-        .into_iter()
-        .filter(|f| *f > t && *f <= horizon)
-        .take(30)
-        .collect();
-    let mut got: Vec<_> = schedule
-        .upcoming(t, tz, want.len() + 1)
-        .into_iter()
-        .filter(|f| *f <= horizon)
-        .collect();
-    got.truncate(30);
+    let fires = naive.firings(tz, first, oracle::local_day(horizon, tz) + Duration::days(1));
+    let (got, want) = oracle::upcoming_side_by_side(&fires, t, horizon, 30, |n| schedule.upcoming(t, tz, n));
     assert_eq!(
         got, want,
         "{expr:?} in {tz} after {t}: engine (left) and oracle (right) disagree"

@@ -74,19 +74,7 @@ fn trigger_case(rng: &mut Rng, tz: Tz, changes: &[DateTime<Utc>]) -> Result<usiz
         local_day(now, tz) - Duration::days(2),
         local_day(horizon, tz) + Duration::days(1),
     );
-    let want: Vec<_> = fires
-        .iter()
-        .copied()
-        .filter(|f| *f > now && *f <= horizon)
-        .take(40)
-        .collect();
-    // One more than the oracle found: it must lie past the horizon (or the oracle's 40 cap).
-    let mut got: Vec<_> = engine
-        .upcoming(now, tz, want.len() + 1)
-        .into_iter()
-        .filter(|f| *f <= horizon)
-        .collect();
-    got.truncate(40);
+    let (got, want) = oracle::upcoming_side_by_side(&fires, now, horizon, 40, |n| engine.upcoming(now, tz, n));
     check(got == want, || {
         format!("{expr:?} in {tz}, now {now}: upcoming\n  engine {got:?}\n  oracle {want:?}")
     })?;

@@ -148,6 +148,27 @@ impl NaiveCron {
     }
 }
 
+/// The oracle's firings in `(now, horizon]` (at most `cap`) beside the engine's: `upcoming(n)`
+/// is asked for one more than the oracle found, so an extra engine firing inside the horizon
+/// shows. Returns (engine, oracle), equal when they agree.
+pub fn upcoming_side_by_side(
+    fires: &[DateTime<Utc>],
+    now: DateTime<Utc>,
+    horizon: DateTime<Utc>,
+    cap: usize,
+    upcoming: impl FnOnce(usize) -> Vec<DateTime<Utc>>,
+) -> (Vec<DateTime<Utc>>, Vec<DateTime<Utc>>) {
+    let want: Vec<_> = fires
+        .iter()
+        .copied()
+        .filter(|f| *f > now && *f <= horizon)
+        .take(cap)
+        .collect();
+    let mut got: Vec<_> = upcoming(want.len() + 1).into_iter().filter(|f| *f <= horizon).collect();
+    got.truncate(cap);
+    (got, want)
+}
+
 /// The instants at which local time `l` fires in `tz`.
 pub fn local_time_fires(l: NaiveDateTime, tz: Tz, wall_clock: bool) -> Vec<DateTime<Utc>> {
     match tz.from_local_datetime(&l) {
