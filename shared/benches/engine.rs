@@ -148,34 +148,40 @@ fn eval_run(
         .len()
 }
 
+/// A gate of windows `(kind, schedule, duration)` in one zone.
+fn gate_in(zone: &str, windows: &[(WindowKind, &str, &str)]) -> Gate {
+    let windows: Vec<UpgradeWindow> = windows
+        .iter()
+        .map(|(kind, schedule, duration)| UpgradeWindow {
+            kind: *kind,
+            schedule: schedule.to_string(),
+            duration: duration.to_string(),
+            time_zone: Some(zone.into()),
+        })
+        .collect();
+    Gate::compile(&windows).unwrap_or_else(|_| panic!("valid windows"))
+}
+
 fn gate() -> Gate {
-    let w = |kind, schedule: &str, duration: &str| UpgradeWindow {
-        kind,
-        schedule: schedule.into(),
-        duration: duration.into(),
-        time_zone: Some("Europe/London".into()),
-    };
-    Gate::compile(&[
-        w(WindowKind::Allow, "0 22 * * 1-5", "4h"),
-        w(WindowKind::Allow, "0 10 * * 6,0", "2h"),
-        w(WindowKind::Deny, "0 23 * * 5", "1h"),
-    ])
-    .unwrap_or_else(|_| panic!("valid windows"))
+    gate_in(
+        "Europe/London",
+        &[
+            (WindowKind::Allow, "0 22 * * 1-5", "4h"),
+            (WindowKind::Allow, "0 10 * * 6,0", "2h"),
+            (WindowKind::Deny, "0 23 * * 5", "1h"),
+        ],
+    )
 }
 
 /// The costly shape: openings every 5 minutes that overlap (always active), with a deny.
 fn dense_gate() -> Gate {
-    let w = |kind, schedule: &str, duration: &str| UpgradeWindow {
-        kind,
-        schedule: schedule.into(),
-        duration: duration.into(),
-        time_zone: Some("Australia/Lord_Howe".into()),
-    };
-    Gate::compile(&[
-        w(WindowKind::Allow, "*/5 * * * *", "1h"),
-        w(WindowKind::Deny, "30 2 * * 1-5", "8h"),
-    ])
-    .unwrap_or_else(|_| panic!("valid windows"))
+    gate_in(
+        "Australia/Lord_Howe",
+        &[
+            (WindowKind::Allow, "*/5 * * * *", "1h"),
+            (WindowKind::Deny, "30 2 * * 1-5", "8h"),
+        ],
+    )
 }
 
 fn triggers() -> Triggers {
