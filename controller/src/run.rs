@@ -172,11 +172,12 @@ async fn apply(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
                     texts::revision_not_found(&promise, &to),
                 ),
             );
-            write(&ctx, &run, &status).await?;
+            // Gauges first: whoever sees the waiting status can already scrape why it waits.
             if !facts.preview {
                 let sample = revision_gate_sample(&plan, &ctx.bindings_of(&promise));
                 ctx.metrics.set_run(run_plan(&run), Some(&sample));
             }
+            write(&ctx, &run, &status).await?;
             return Ok(Action::await_change());
         }
         set_condition(
