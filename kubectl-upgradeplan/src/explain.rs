@@ -12,7 +12,7 @@ use upgradeplan::engine::selector;
 use upgradeplan::engine::snapshot::assign;
 use upgradeplan::engine::validate::{validate_plan, Problem};
 use upgradeplan::engine::version::{is_regex_pattern, VersionMatcher};
-use upgradeplan::engine::window::{Gate, GateState};
+use upgradeplan::engine::window::GateState;
 
 use crate::output::{utc, Style};
 
@@ -209,28 +209,23 @@ pub fn explain(
     let mut groups = Vec::new();
     for (i, g) in spec.rollout_groups.iter().enumerate() {
         let windows = g.resource_upgrade_windows.as_deref().unwrap_or_default();
-        let gate = Gate::compile(windows).ok();
-        let state = gate.as_ref().map(|g| g.state(now)).unwrap_or(GateState {
-            open: false,
-            next_open: None,
-            next_close: None,
-        });
+        let (state, gate) = GateState::of_group(Some(windows), now);
         let limit = Limit::parse(g.max_concurrent.as_ref());
         let size = membership
             .as_ref()
             .and_then(|m| m.groups.get(i))
             .map(|g| g.resources.len());
-        let (resolved, limit_words) = match (limit, size) {
-            (Err(e), _) => (None, format!("invalid ({e})")),
-            (Ok(Limit::Unlimited), Some(n)) => (None, format!("no limit (all {n} resources now)")),
-            (Ok(Limit::Unlimited), None) => (None, "no limit".to_string()),
-            (Ok(Limit::Count(c)), Some(n)) => (Some(c as usize), format!("{c} (of {n} resources now)")),
-            (Ok(Limit::Count(c)), None) => (Some(c as usize), c.to_string()),
-            (Ok(l @ Limit::Percent(p)), Some(n)) => (
-                Some(l.resolve(n)),
-                format!("{p}% of the group: {} of {n} resources now", l.resolve(n)),
-            ),
-            (Ok(Limit::Percent(p)), None) => (None, format!("{p}% of the group (rounded down, at least 1)")),
+        let resolved = limit.as_ref().ok().and_then(|l| l.shown(size));
+        let limit_words = match (limit, size) {
+            (Err(e), _) => format!("invalid ({e})"),
+            (Ok(Limit::Unlimited), Some(n)) => format!("no limit (all {n} resources now)"),
+            (Ok(Limit::Unlimited), None) => "no limit".to_string(),
+            (Ok(Limit::Count(c)), Some(n)) => format!("{c} (of {n} resources now)"),
+            (Ok(Limit::Count(c)), None) => c.to_string(),
+            (Ok(l @ Limit::Percent(p)), Some(n)) => {
+                format!("{p}% of the group: {} of {n} resources now", l.resolve(n))
+            }
+            (Ok(Limit::Percent(p)), None) => format!("{p}% of the group (rounded down, at least 1)"),
         };
         line(format!("  {}. {}", i + 1, style.bold(&g.name)));
         line(format!(

@@ -192,7 +192,7 @@ pub fn matching(
             name: g.name.clone(),
             max_concurrent: Limit::parse(pg.max_concurrent.as_ref())
                 .ok()
-                .and_then(|l| l.resolve_explicit(g.resources.len())),
+                .and_then(|l| l.shown(Some(g.resources.len()))),
             resources: g.resources.iter().map(ResourceJson::from).collect(),
         })
         .collect();

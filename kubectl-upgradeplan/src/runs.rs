@@ -258,7 +258,7 @@ pub fn run_resources(
                 let resource = r.display_name();
                 if let Some(d) = events
                     .iter()
-                    .filter(|(_, reason, _)| reason == "ResourceUpgradeFailed")
+                    .filter(|(_, reason, _)| reason == upgradeplan::engine::lifecycle::events::RESOURCE_UPGRADE_FAILED)
                     .find_map(|(_, _, m)| texts::resource_failed_detail(m, &resource, to))
                 {
                     detail = d.to_string();

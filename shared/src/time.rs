@@ -15,6 +15,16 @@ pub fn created_at(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectM
         .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
+/// RFC 3339 UTC to the second, as annotations carry instants.
+pub fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// `t` to the second (the precision of annotations and creation timestamps).
+pub fn whole_seconds(t: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp(t.timestamp(), 0).unwrap_or(t)
+}
+
 pub fn to_jiff(t: DateTime<Utc>) -> k8s_openapi::jiff::Timestamp {
     k8s_openapi::jiff::Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos() as i32)
         .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)

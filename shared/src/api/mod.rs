@@ -50,6 +50,12 @@ pub const RETRY_REQUESTED_BY_ANNOTATION: &str = "platform.syntasso.io/retry-requ
 pub const UPGRADED_BY_ANNOTATION: &str = "platform.syntasso.io/upgraded-by";
 /// Annotation set at admission on a run created suspended: a preview, never the active run.
 pub const PREVIEW_ANNOTATION: &str = "platform.syntasso.io/preview";
+/// Annotation a newer run puts on an older active run it supersedes (with `spec.suspend=true`);
+/// the older run's own reconcile records it as `status.supersededBy` (spec §5.2).
+pub const SUPERSEDED_BY_ANNOTATION: &str = "platform.syntasso.io/superseded-by";
+/// Annotation recording when a preview was resumed, i.e. admitted for rolling out (RFC 3339 UTC):
+/// admission orders it as if created then (spec §5.2).
+pub const ADMITTED_AT_ANNOTATION: &str = "platform.syntasso.io/admitted-at";
 /// Default namespace of the snapshot ConfigMaps.
 pub const DEFAULT_SNAPSHOT_NAMESPACE: &str = "kratix-platform-system";
 /// Field manager for everything the controller writes.

@@ -6,7 +6,10 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::api::{find_condition, reasons, LastRun, PlanPhase, RunState, UpgradeRun, PREVIEW_ANNOTATION};
+use crate::api::{
+    find_condition, reasons, LastRun, PlanPhase, RunState, UpgradeRun, ADMITTED_AT_ANNOTATION, PREVIEW_ANNOTATION,
+    SUPERSEDED_BY_ANNOTATION,
+};
 
 /// What admission needs to know about a run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,10 +26,10 @@ impl RunFacts {
         let status = run.status.clone().unwrap_or_default();
         RunFacts {
             name: run.metadata.name.clone().unwrap_or_default(),
-            created: crate::time::created_at(&run.metadata),
+            created: admitted_at(run),
             state: status.state,
             preview: is_preview(run),
-            superseded: status.superseded_by.is_some(),
+            superseded: superseded_by(run).is_some(),
         }
     }
 
@@ -40,17 +43,37 @@ impl RunFacts {
     }
 }
 
-/// A run is a preview when it was admitted while created suspended (recorded by annotation), or
+fn annotation<'r>(run: &'r UpgradeRun, key: &str) -> Option<&'r str> {
+    run.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// A run is a preview when it was admitted while created suspended (recorded by annotation) and
+/// has not been admitted for rolling out since (resuming it records that moment, spec §5.2), or
 /// when it is still unadmitted and suspended.
 pub fn is_preview(run: &UpgradeRun) -> bool {
-    let annotated = run
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(PREVIEW_ANNOTATION))
-        .is_some_and(|v| v == "true");
+    let annotated = annotation(run, PREVIEW_ANNOTATION) == Some("true");
+    let resumed = annotation(run, ADMITTED_AT_ANNOTATION).is_some();
     let unadmitted = run.status.as_ref().map(|s| s.state).unwrap_or_default() == RunState::Unresolved;
-    annotated || (unadmitted && run.spec.suspend)
+    (annotated && !resumed) || (unadmitted && run.spec.suspend)
+}
+
+/// The run that superseded `run`: recorded in its status, or requested by the newer run's
+/// annotation and not recorded yet (only a run's own reconcile writes its status).
+pub fn superseded_by(run: &UpgradeRun) -> Option<&str> {
+    run.status
+        .as_ref()
+        .and_then(|s| s.superseded_by.as_deref())
+        .or_else(|| annotation(run, SUPERSEDED_BY_ANNOTATION))
+}
+
+/// The instant a run was admitted for rolling out, which orders runs in admission (the newest
+/// wins): for a resumed preview the moment it was resumed (recorded by annotation), otherwise
+/// its creation.
+pub fn admitted_at(run: &UpgradeRun) -> DateTime<Utc> {
+    annotation(run, ADMITTED_AT_ANNOTATION)
+        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.with_timezone(&Utc))
+        .unwrap_or_else(|| crate::time::created_at(&run.metadata))
 }
 
 /// How a run came to be.
@@ -140,7 +163,7 @@ pub struct RunsSummary {
 pub fn last_run_of(run: &UpgradeRun) -> Option<LastRun> {
     let status = run.status.as_ref()?;
     let result = status.state.result()?;
-    if status.superseded_by.is_some() || (is_preview(run) && run.spec.suspend) {
+    if superseded_by(run).is_some() || (is_preview(run) && run.spec.suspend) {
         return None;
     }
     let cond = find_condition(&status.conditions, reasons::RUN_SUCCEEDED);

@@ -48,11 +48,16 @@ impl Limit {
         }
     }
 
-    /// As `resolve`, but `None` when no limit was set (the plugin's JSON shows `null`).
-    pub fn resolve_explicit(self, group_size: usize) -> Option<usize> {
-        match self {
-            Limit::Unlimited => None,
-            other => Some(other.resolve(group_size)),
+    /// The limit as shown everywhere (`explain`, `matching -o json`, the `group_max_concurrent`
+    /// gauge): resolved against the group's current size when known; `None` means no limit, or a
+    /// percentage of a group whose size is not known. (A gauge cannot be null: it shows a group
+    /// without a limit as its size, the number that may be in flight at once.)
+    pub fn shown(self, group_size: Option<usize>) -> Option<usize> {
+        match (self, group_size) {
+            (Limit::Unlimited, _) => None,
+            (_, Some(n)) => Some(self.resolve(n)),
+            (Limit::Count(c), None) => Some(c as usize),
+            (Limit::Percent(_), None) => None,
         }
     }
 }
@@ -83,8 +88,12 @@ mod tests {
             let limit = Limit::parse(value.as_ref()).unwrap();
             assert_eq!(limit.resolve(*size), *want, "{value:?} of {size}");
         }
-        assert_eq!(Limit::parse(None).unwrap().resolve_explicit(4), None);
-        assert_eq!(Limit::parse(Some(&s("50%"))).unwrap().resolve_explicit(4), Some(2));
+        // Shown: no limit is None; without a size only a count is known.
+        assert_eq!(Limit::parse(None).unwrap().shown(Some(4)), None);
+        assert_eq!(Limit::parse(Some(&s("50%"))).unwrap().shown(Some(4)), Some(2));
+        assert_eq!(Limit::parse(Some(&s("50%"))).unwrap().shown(None), None);
+        assert_eq!(Limit::parse(Some(&IntOrString::Int(3))).unwrap().shown(None), Some(3));
+        assert_eq!(Limit::parse(None).unwrap().shown(None), None);
     }
 
     #[test]

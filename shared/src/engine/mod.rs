@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod concurrency;
 pub mod cron;
+pub mod lifecycle;
 pub mod localtime;
 pub mod naming;
 pub mod run;

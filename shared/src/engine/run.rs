@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::concurrency::Limit;
 use super::snapshot::{Snapshot, SnapshotResource};
-use super::window::{Gate, GateState};
+use super::window::GateState;
 use crate::api::kratix::{ResourceBinding, MANUAL_RECONCILIATION_LABEL, UPGRADE_FAILED};
 use crate::api::{GroupStatus, UpgradePlanSpec, RETRY_REQUESTED_BY_ANNOTATION};
 
@@ -290,15 +290,9 @@ pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<
             .map(|g| Limit::parse(g.max_concurrent.as_ref()).unwrap_or(Limit::Count(1)))
             .unwrap_or(Limit::Count(1))
             .resolve(group.resources.len());
-        let gate = plan_group.map(|g| Gate::compile(g.resource_upgrade_windows.as_deref().unwrap_or_default()));
-        let gate_state = match &gate {
-            Some(Ok(g)) => g.state(ctx.now),
-            _ => GateState {
-                open: false,
-                next_open: None,
-                next_close: None,
-            },
-        };
+        let gate_state = plan_group.map_or(GateState::INVALID, |g| {
+            GateState::of_group(g.resource_upgrade_windows.as_deref(), ctx.now).0
+        });
         let action = |i: usize| BindingAction {
             resource: group.resources[i].clone(),
             resource_version: live[i].and_then(|b| b.metadata.resource_version.clone()),
@@ -407,12 +401,13 @@ pub mod texts {
         to: &str,
     ) -> Option<(bool, &'static str, String)> {
         use crate::api::RunState;
+        use crate::engine::lifecycle::events;
         match state {
-            RunState::Completed => Some((false, "UpgradeRunCompleted", run_summary(completed, total, to))),
-            RunState::Failed => Some((true, "UpgradeRunFailed", run_summary(completed, total, to))),
+            RunState::Completed => Some((false, events::UPGRADE_RUN_COMPLETED, run_summary(completed, total, to))),
+            RunState::Failed => Some((true, events::UPGRADE_RUN_FAILED, run_summary(completed, total, to))),
             RunState::Cancelled => Some((
                 false,
-                "UpgradeRunCancelled",
+                events::UPGRADE_RUN_CANCELLED,
                 format!("{} ({completed}/{total} resources upgraded)", run_cancelled()),
             )),
             _ => None,

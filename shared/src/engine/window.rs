@@ -206,6 +206,25 @@ pub struct GateState {
     pub next_close: Option<DateTime<Utc>>,
 }
 
+impl GateState {
+    /// The gate of windows that do not compile: closed, with no known change. A group with an
+    /// invalid window starts nothing (the validator names the window).
+    pub const INVALID: GateState = GateState {
+        open: false,
+        next_open: None,
+        next_close: None,
+    };
+
+    /// The gate of a group's windows at `t`, and the gate itself when its windows compile: the
+    /// one rule for how an invalid window gates, for the run, the plan's gauges and the plugin.
+    pub fn of_group(windows: Option<&[UpgradeWindow]>, t: DateTime<Utc>) -> (GateState, Option<Gate>) {
+        match Gate::compile(windows.unwrap_or_default()) {
+            Ok(gate) => (gate.state(t), Some(gate)),
+            Err(_) => (GateState::INVALID, None),
+        }
+    }
+}
+
 impl Gate {
     /// Compiles a group's windows; on failure returns each bad window's index and error.
     pub fn compile(windows: &[UpgradeWindow]) -> Result<Gate, Vec<(usize, WindowError)>> {

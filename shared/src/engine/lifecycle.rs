@@ -1,0 +1,843 @@
+//! The run's lifecycle (spec §5) as one pure transition.
+//!
+//! [`step`] takes what the run says, the facts the controller gathered from its caches (the live
+//! plan, the plan's other runs, the run's snapshot if one exists, live bindings and revisions) and
+//! `now`, and returns the run's next status with everything the controller must do to get there:
+//! metadata to add, older runs to supersede, snapshot ConfigMaps to write, bindings to patch,
+//! events to announce, gauges to set, and when to look again. The controller applies a [`Step`]
+//! in the order of its fields and writes the status last; replaying a step after a partial apply
+//! (a crash anywhere in between) asks for nothing new.
+//!
+//! Only the run's own reconcile writes its status: superseding another run is a request on that
+//! run (`spec.suspend` and [`SUPERSEDED_BY_ANNOTATION`]) that its own step records, and a run that
+//! ends wakes its plan (which watches its runs) instead of writing the plan's status.
+
+pub mod plan;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+
+use super::admission::{admit, is_preview, last_run_of, superseded_by, Admission, RunFacts};
+use super::run::{evaluate, texts, Blocked, Evaluation, Outcome, RunContext, Verdict};
+use super::snapshot::{assign, shard, snapshot_config_map_name, Frozen, Snapshot, SNAPSHOT_SHARD_BYTES};
+use super::validate::{summarize as summarize_problems, validate_plan};
+use super::version::VersionMatcher;
+use crate::api::kratix::ResourceBinding;
+use crate::api::{
+    find_condition, reasons, set_condition, Condition, ConditionStatus, GroupStatus, ResourceListRef, RunState,
+    UpgradePlan, UpgradeRun, UpgradeRunStatus, ADMITTED_AT_ANNOTATION, PLAN_LABEL, PREVIEW_ANNOTATION,
+    UPGRADED_BY_ANNOTATION,
+};
+
+/// How long a deleted run waits for its plan to record its result before the finalizer is
+/// released anyway (a plan whose reconcile keeps failing must not pin the run for ever).
+pub const RECORD_GRACE: Duration = Duration::seconds(60);
+
+/// How soon a deleted run that waits for its plan looks again (the plan's status change also
+/// wakes it: runs watch their plan).
+pub const RECORD_POLL: Duration = Duration::seconds(2);
+
+/// The run's snapshot as the controller found it.
+#[derive(Debug, Clone)]
+pub enum SnapshotFact {
+    /// No snapshot of this run exists (or what exists is not a complete one: it is written again).
+    /// Before the status says InProgress the controller must still look: the status it sees may be
+    /// older than the snapshot an earlier pass wrote.
+    Absent,
+    /// Read back from the run's ConfigMaps, with their names in shard order.
+    Found {
+        frozen: Arc<Frozen>,
+        refs: Vec<ResourceListRef>,
+    },
+    /// The status names ConfigMaps that are missing or unreadable.
+    Lost(String),
+}
+
+/// Read access to the controller's caches of Kratix objects.
+pub trait Cluster {
+    fn binding(&self, namespace: &str, name: &str) -> Option<Arc<ResourceBinding>>;
+    /// Every binding of `promise`, all namespaces.
+    fn bindings_of(&self, promise: &str) -> Vec<Arc<ResourceBinding>>;
+    fn revision_exists(&self, promise: &str, version: &str) -> bool;
+}
+
+/// Everything [`step`] needs besides the run and the caches.
+#[derive(Debug, Clone)]
+pub struct Facts<'a> {
+    /// The live plan the run names; `None` when it does not exist.
+    pub plan: Option<&'a UpgradePlan>,
+    /// Admission facts of the plan's other runs.
+    pub others: &'a [RunFacts],
+    pub snapshot: SnapshotFact,
+    pub now: DateTime<Utc>,
+}
+
+/// An event to publish on the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Announcement {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub note: String,
+    /// Published once per run across restarts (deduplicated on reason, note and this key).
+    pub key: String,
+}
+
+impl Announcement {
+    fn normal(reason: &'static str, note: String) -> Self {
+        Announcement {
+            warning: false,
+            reason,
+            note,
+            key: String::new(),
+        }
+    }
+
+    fn warning(reason: &'static str, note: String) -> Self {
+        Announcement {
+            warning: true,
+            ..Announcement::normal(reason, note)
+        }
+    }
+
+    fn keyed(self, key: String) -> Self {
+        Announcement { key, ..self }
+    }
+}
+
+/// Event reasons of a run (spec §4.4), beside the condition reasons in [`reasons`].
+pub mod events {
+    pub const GROUP_IN_PROGRESS: &str = "GroupInProgress";
+    pub const RESOURCE_UPGRADE_STARTED: &str = "ResourceUpgradeStarted";
+    pub const RESOURCE_UPGRADE_FAILED: &str = "ResourceUpgradeFailed";
+    pub const RESOURCE_SKIPPED: &str = "ResourceSkipped";
+    pub const SUPERSEDED: &str = "Superseded";
+    pub const PLAN_INVALID: &str = "PlanInvalid";
+    pub const UPGRADE_RUN_COMPLETED: &str = "UpgradeRunCompleted";
+    pub const UPGRADE_RUN_FAILED: &str = "UpgradeRunFailed";
+    pub const UPGRADE_RUN_CANCELLED: &str = "UpgradeRunCancelled";
+}
+
+/// The run's gauges (spec §9.1): resources per group and state, and what the run waits for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunGauges {
+    /// (group, state, count), states pending|in_progress|succeeded|failed|skipped.
+    pub resources: Vec<(String, &'static str, i64)>,
+    /// (group, reason) of what the run waits for.
+    pub blocked: Option<(String, &'static str)>,
+}
+
+/// What to do with the plan's run gauges.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gauges {
+    /// This run does not own them (a preview, a superseded run): leave them.
+    Keep,
+    Set(RunGauges),
+    /// The active run ended: remove them.
+    Clear,
+}
+
+/// One resource's result, counted once per run (`upgradeplan_resource_upgrades_total`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceResult {
+    pub group: String,
+    /// `namespace/binding`.
+    pub key: String,
+    pub result: &'static str,
+}
+
+/// Labels, annotations and ownership a run must carry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetadataPatch {
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// The run lacks its ownerReference to the plan.
+    pub own_by_plan: bool,
+}
+
+impl MetadataPatch {
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.annotations.is_empty() && !self.own_by_plan
+    }
+}
+
+/// The output of [`step`], in the order the controller applies it.
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub metadata: MetadataPatch,
+    /// Older active runs this run supersedes: each gets `spec.suspend=true` and
+    /// [`crate::api::SUPERSEDED_BY_ANNOTATION`] naming this run; their own reconcile records it.
+    pub supersede: Vec<String>,
+    /// The snapshot to write, as (ConfigMap name, shard) in order; the frozen plan goes in the
+    /// first. Empty when the snapshot exists.
+    pub write_snapshot: Vec<(String, Snapshot)>,
+    /// The snapshot (new or found) this step worked from.
+    pub frozen: Option<Arc<Frozen>>,
+    /// The evaluation of an InProgress run: bindings to patch (`start`, `retry`).
+    pub evaluation: Option<Evaluation>,
+    /// The target version of the run's upgrades (the frozen plan's `to`), when known.
+    pub to: String,
+    pub announce: Vec<Announcement>,
+    pub results: Vec<ResourceResult>,
+    pub gauges: Gauges,
+    /// The run was superseded in this step (`upgradeplan_runs_superseded_total`).
+    pub newly_superseded: bool,
+    /// The run became terminal in this step (`upgradeplan_runs_total`, duration).
+    pub finished: Option<RunState>,
+    /// Deleted and done: delete the snapshot and remove the finalizer.
+    pub release: bool,
+    pub status: UpgradeRunStatus,
+    pub wake_at: Option<DateTime<Utc>>,
+}
+
+impl Step {
+    fn new(status: UpgradeRunStatus) -> Self {
+        Step {
+            metadata: MetadataPatch::default(),
+            supersede: Vec::new(),
+            write_snapshot: Vec::new(),
+            frozen: None,
+            evaluation: None,
+            to: String::new(),
+            announce: Vec::new(),
+            results: Vec::new(),
+            gauges: Gauges::Keep,
+            newly_superseded: false,
+            finished: None,
+            release: false,
+            status,
+            wake_at: None,
+        }
+    }
+}
+
+/// The plan a run belongs to: its immutable `spec.upgradePlanRef.name` (the plan label may hold a
+/// shortened form, spec §4.2).
+pub fn plan_of(run: &UpgradeRun) -> &str {
+    run.spec.upgrade_plan_ref.name.as_str()
+}
+
+fn cond(
+    type_: &str,
+    status: ConditionStatus,
+    reason: &str,
+    message: impl Into<String>,
+    now: DateTime<Utc>,
+) -> Condition {
+    Condition::new(type_, status, reason, message, now)
+}
+
+/// The `Suspended` condition (spec §4.3).
+fn suspended_condition(run: &UpgradeRun, status: &UpgradeRunStatus, now: DateTime<Utc>) -> Condition {
+    let (s, reason, message) = match (&status.superseded_by, run.spec.suspend) {
+        (Some(newer), _) => (ConditionStatus::True, reasons::SUPERSEDED, texts::superseded(newer)),
+        (None, true) if is_preview(run) => (
+            ConditionStatus::True,
+            reasons::SUSPENDED,
+            "Preview: the snapshot is taken and nothing is patched; set spec.suspend=false to roll it out".into(),
+        ),
+        (None, true) => (
+            ConditionStatus::True,
+            reasons::SUSPENDED,
+            "Suspended: no new resource upgrade starts".into(),
+        ),
+        (None, false) => (ConditionStatus::False, "NotSuspended", "Not suspended".into()),
+    };
+    cond(reasons::SUSPENDED, s, reason, message, now)
+}
+
+/// Labels and annotations the run lacks (spec §4.2), plus the preview mark and, for a resumed
+/// preview, the moment of its admission.
+fn metadata_patch(run: &UpgradeRun, plan: &UpgradePlan, resumed: bool, now: DateTime<Utc>) -> MetadataPatch {
+    let plan_name = plan.metadata.name.clone().unwrap_or_default();
+    let (mut labels, mut annotations) = (BTreeMap::new(), BTreeMap::new());
+    super::naming::put_name(&mut labels, &mut annotations, PLAN_LABEL, &plan_name);
+    let unadmitted = run.status.as_ref().map(|s| s.state).unwrap_or_default() == RunState::Unresolved;
+    if unadmitted && run.spec.suspend {
+        annotations.insert(PREVIEW_ANNOTATION.to_string(), "true".to_string());
+    }
+    if resumed {
+        annotations.insert(ADMITTED_AT_ANNOTATION.to_string(), crate::time::rfc3339(now));
+    }
+    let have_labels = run.metadata.labels.clone().unwrap_or_default();
+    let have_annotations = run.metadata.annotations.clone().unwrap_or_default();
+    labels.retain(|k, v| have_labels.get(k) != Some(v));
+    annotations.retain(|k, v| have_annotations.get(k) != Some(v));
+    let own_by_plan = !run
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| Some(&o.uid) == plan.metadata.uid.as_ref());
+    MetadataPatch {
+        labels,
+        annotations,
+        own_by_plan: own_by_plan && plan.metadata.uid.is_some(),
+    }
+}
+
+/// Whether a deleted run may let go: its plan recorded its result (or never will: no plan, a plan
+/// being deleted, a run that does not write `lastRun`), or the grace period is over.
+fn plan_recorded(run: &UpgradeRun, plan: Option<&UpgradePlan>, now: DateTime<Utc>) -> bool {
+    let Some(mine) = last_run_of(run) else { return true };
+    let Some(plan) = plan else { return true };
+    if plan.metadata.deletion_timestamp.is_some() {
+        return true;
+    }
+    let recorded = plan
+        .status
+        .as_ref()
+        .and_then(|s| s.last_run.as_ref())
+        .is_some_and(|l| l.name == mine.name || l.finished_at > mine.finished_at);
+    let deleted = run
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .map(|t| crate::time::to_chrono(&t.0))
+        .unwrap_or(now);
+    recorded || now - deleted >= RECORD_GRACE
+}
+
+/// The run's next status and what to do, from the run, the gathered facts and the caches.
+pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step {
+    let now = facts.now;
+    let mut out = Step::new(run.status.clone().unwrap_or_default());
+    let deleting = run.metadata.deletion_timestamp.is_some();
+
+    if out.status.state.is_terminal() {
+        if deleting {
+            out.release = plan_recorded(run, facts.plan, now);
+            if !out.release {
+                out.wake_at = Some(now + RECORD_POLL);
+            }
+        }
+        return out;
+    }
+    if deleting {
+        // Cancel = delete (spec §5.10). The finalizer goes on a later pass, once the plan recorded it.
+        let to = match &facts.snapshot {
+            SnapshotFact::Found { frozen, .. } => frozen.plan.upgrade_path.to.clone(),
+            _ => String::new(),
+        };
+        let owns_gauges = superseded_by(run).is_none() && !is_preview(run);
+        finish(
+            &mut out,
+            owns_gauges,
+            RunState::Cancelled,
+            reasons::RUN_CANCELLED,
+            texts::run_cancelled(),
+            &to,
+            now,
+        );
+        out.wake_at = Some(now);
+        return out;
+    }
+
+    let plan_name = plan_of(run).to_string();
+    let Some(plan) = facts.plan else {
+        set_condition(
+            &mut out.status.conditions,
+            cond(
+                reasons::PLAN_RESOLVED,
+                ConditionStatus::False,
+                reasons::PLAN_NOT_FOUND,
+                texts::plan_not_found(&plan_name),
+                now,
+            ),
+        );
+        return out;
+    };
+
+    // Before its snapshot a run follows the live plan, which must be valid (spec §4.3); after,
+    // its frozen copy.
+    let invalid = if matches!(out.status.state, RunState::Unresolved | RunState::Pending) {
+        let problems = validate_plan(&plan_name, &plan.spec, now);
+        (!problems.is_empty()).then(|| texts::plan_invalid(&plan_name, &summarize_problems(&problems)))
+    } else {
+        None
+    };
+    let was_invalid = find_condition(&out.status.conditions, reasons::PLAN_RESOLVED)
+        .is_some_and(|c| c.reason == reasons::PLAN_INVALID);
+    set_condition(
+        &mut out.status.conditions,
+        match &invalid {
+            Some(message) => cond(
+                reasons::PLAN_RESOLVED,
+                ConditionStatus::False,
+                reasons::PLAN_INVALID,
+                message.clone(),
+                now,
+            ),
+            None => cond(
+                reasons::PLAN_RESOLVED,
+                ConditionStatus::True,
+                reasons::PLAN_FOUND,
+                texts::plan_found(&plan_name),
+                now,
+            ),
+        },
+    );
+
+    // Admission (spec §5.2), re-checked on every pass so that two runs admitted at once still end
+    // with one winner. A preview that was resumed is admitted now, as if created now.
+    let mut me = RunFacts::of(run);
+    let resumed = me.preview && !run.spec.suspend && out.status.state != RunState::Unresolved;
+    if resumed {
+        me.preview = false;
+        me.created = crate::time::whole_seconds(now); // as the annotation will say
+    }
+    out.metadata = metadata_patch(run, plan, resumed, now);
+    let newer = match superseded_by(run) {
+        Some(newer) => Some(newer.to_string()),
+        None if me.preview => None,
+        None => match admit(&me, facts.others) {
+            Admission::SupersededBy(newer) => Some(newer),
+            Admission::Proceed { supersede } => {
+                out.supersede = supersede;
+                None
+            }
+        },
+    };
+    if out.status.state == RunState::Unresolved {
+        out.status.state = RunState::Pending;
+    }
+    if let Some(newer) = newer {
+        // A superseded run keeps its state and does nothing more; the newer run carries on.
+        if out.status.superseded_by.is_none() {
+            out.newly_superseded = true;
+            out.announce
+                .push(Announcement::normal(events::SUPERSEDED, texts::superseded(&newer)));
+            out.status.superseded_by = Some(newer);
+        }
+        let c = suspended_condition(run, &out.status, now);
+        set_condition(&mut out.status.conditions, c);
+        return out;
+    }
+    let c = suspended_condition(run, &out.status, now);
+    set_condition(&mut out.status.conditions, c);
+    let owns_gauges = !is_preview(run) || resumed;
+
+    if out.status.state == RunState::Pending {
+        if let Some(message) = invalid {
+            if !was_invalid {
+                out.announce.push(Announcement::warning(events::PLAN_INVALID, message));
+            }
+            return out;
+        }
+        let promise = plan.spec.promise_ref.name.as_str();
+        let to = plan.spec.upgrade_path.to.as_str();
+        out.to = to.to_string();
+        // Revision gate (spec §5.3): wait, not a failure.
+        let ready = cluster.revision_exists(promise, to);
+        set_condition(
+            &mut out.status.conditions,
+            if ready {
+                cond(
+                    reasons::TARGET_REVISION_READY,
+                    ConditionStatus::True,
+                    reasons::PROMISE_REVISION_READY,
+                    texts::revision_ready(promise, to),
+                    now,
+                )
+            } else {
+                cond(
+                    reasons::TARGET_REVISION_READY,
+                    ConditionStatus::False,
+                    reasons::PROMISE_REVISION_NOT_FOUND,
+                    texts::revision_not_found(promise, to),
+                    now,
+                )
+            },
+        );
+        if !ready {
+            if owns_gauges {
+                out.gauges = Gauges::Set(revision_gate_gauges(plan, cluster));
+            }
+            return out;
+        }
+        // Snapshot (spec §5.4), taken once: a snapshot an earlier pass wrote (crash before the
+        // status) is the run's, not a new one.
+        let (frozen, refs) = match &facts.snapshot {
+            SnapshotFact::Found { frozen, refs } => (frozen.clone(), refs.clone()),
+            _ => {
+                let frozen = Arc::new(take_snapshot(plan, cluster));
+                out.write_snapshot = shards_of(run_name(run), &frozen.snapshot);
+                let refs = out
+                    .write_snapshot
+                    .iter()
+                    .map(|(name, _)| ResourceListRef { name: name.clone() })
+                    .collect();
+                (frozen, refs)
+            }
+        };
+        out.status.resource_list_refs = refs;
+        out.status.rollout_groups = frozen.snapshot.initial_counts();
+        out.status.total_resources = out.status.rollout_groups.iter().map(|g| g.total).sum();
+        out.status.completed_resources = 0;
+        out.status.started_at = Some(now);
+        out.status.state = RunState::InProgress;
+        return progress(run, out, frozen, promise, owns_gauges, cluster, now);
+    }
+
+    // InProgress.
+    let promise = plan.spec.promise_ref.name.clone();
+    match facts.snapshot.clone() {
+        SnapshotFact::Found { frozen, .. } => progress(run, out, frozen, &promise, owns_gauges, cluster, now),
+        SnapshotFact::Lost(detail) => {
+            out.to = plan.spec.upgrade_path.to.clone();
+            let to = out.to.clone();
+            finish(
+                &mut out,
+                owns_gauges,
+                RunState::Failed,
+                reasons::SNAPSHOT_MISSING,
+                detail,
+                &to,
+                now,
+            );
+            out
+        }
+        SnapshotFact::Absent => {
+            let to = plan.spec.upgrade_path.to.clone();
+            out.to = to.clone();
+            finish(
+                &mut out,
+                owns_gauges,
+                RunState::Failed,
+                reasons::SNAPSHOT_MISSING,
+                format!(
+                    "snapshot of UpgradeRun {:?}: status.resourceListRefs is empty",
+                    run_name(run)
+                ),
+                &to,
+                now,
+            );
+            out
+        }
+    }
+}
+
+fn run_name(run: &UpgradeRun) -> &str {
+    run.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// The run's snapshot of the live plan: eligible bindings of its Promise assigned to groups.
+fn take_snapshot(plan: &UpgradePlan, cluster: &dyn Cluster) -> Frozen {
+    let bindings = cluster.bindings_of(&plan.spec.promise_ref.name);
+    // The plan was validated just before: `from` compiles. Should it not, nothing is eligible.
+    let snapshot = VersionMatcher::compile(&plan.spec.upgrade_path.from)
+        .map(|m| assign(&plan.spec, &m, bindings.iter().map(|b| b.as_ref())).snapshot)
+        .unwrap_or_else(|_| Snapshot {
+            groups: plan
+                .spec
+                .rollout_groups
+                .iter()
+                .map(|g| super::snapshot::SnapshotGroup {
+                    name: g.name.clone(),
+                    resources: Vec::new(),
+                })
+                .collect(),
+        });
+    Frozen {
+        snapshot,
+        plan: plan.spec.clone(),
+    }
+}
+
+/// The ConfigMaps a snapshot is written to: (name, shard) in shard order.
+pub fn shards_of(run: &str, snapshot: &Snapshot) -> Vec<(String, Snapshot)> {
+    shard(snapshot, SNAPSHOT_SHARD_BYTES)
+        .into_iter()
+        .enumerate()
+        .map(|(i, part)| (snapshot_config_map_name(run, i), part))
+        .collect()
+}
+
+/// Evaluates an InProgress run against live bindings and decides what follows.
+fn progress(
+    run: &UpgradeRun,
+    mut out: Step,
+    frozen: Arc<Frozen>,
+    promise: &str,
+    owns_gauges: bool,
+    cluster: &dyn Cluster,
+    now: DateTime<Utc>,
+) -> Step {
+    let to = frozen.plan.upgrade_path.to.clone();
+    out.to = to.clone();
+    let previous = out.status.rollout_groups.clone();
+    let live: HashMap<(String, String), Arc<ResourceBinding>> = frozen
+        .snapshot
+        .groups
+        .iter()
+        .flat_map(|g| &g.resources)
+        .filter_map(|r| {
+            cluster
+                .binding(&r.namespace, &r.binding)
+                .map(|b| ((r.namespace.clone(), r.binding.clone()), b))
+        })
+        .collect();
+    let eval = evaluate(
+        &RunContext {
+            run_name: run_name(run),
+            run_created: crate::time::created_at(&run.metadata),
+            suspended: run.spec.suspend,
+            plan: &frozen.plan,
+            snapshot: &frozen.snapshot,
+            recorded: &previous,
+            revision_present: cluster.revision_exists(promise, &to),
+            now,
+        },
+        |ns, name| live.get(&(ns.to_string(), name.to_string())).map(|b| b.as_ref()),
+    );
+    out.status.rollout_groups = eval.groups.clone();
+    out.status.completed_resources = eval.completed_resources();
+    out.status.total_resources = eval.total_resources();
+    let (announce, results) = resource_reports(&eval, &previous, &frozen.snapshot, &to);
+    out.announce.extend(announce);
+    out.results = results;
+    if owns_gauges {
+        out.gauges = Gauges::Set(run_gauges(&eval, &frozen.snapshot));
+    }
+    out.wake_at = eval.wake_at;
+    let verdict = eval.verdict.clone();
+    out.evaluation = Some(eval);
+    out.frozen = Some(frozen.clone());
+    match verdict {
+        Verdict::InProgress { .. } => {}
+        Verdict::Completed => {
+            let message = texts::run_summary(out.status.completed_resources, out.status.total_resources, &to);
+            finish(
+                &mut out,
+                owns_gauges,
+                RunState::Completed,
+                reasons::RUN_COMPLETED,
+                message,
+                &to,
+                now,
+            );
+        }
+        Verdict::Failed { group, failed } => {
+            let message = texts::group_failed(failed, &frozen.snapshot.groups[group].name);
+            finish(
+                &mut out,
+                owns_gauges,
+                RunState::Failed,
+                reasons::RESOURCE_UPGRADE_FAILED,
+                message,
+                &to,
+                now,
+            );
+        }
+        Verdict::RevisionMissing => {
+            let message = texts::revision_not_found(promise, &to);
+            finish(
+                &mut out,
+                owns_gauges,
+                RunState::Failed,
+                reasons::PROMISE_REVISION_NOT_FOUND,
+                message,
+                &to,
+                now,
+            );
+        }
+    }
+    out
+}
+
+/// Moves the run to a terminal state (spec §5.9): `RunSucceeded`, `finishedAt`, the terminal
+/// event ([`texts::terminal_event`]: every path into Failed announces UpgradeRunFailed), and the
+/// gauges cleared when the run owned them (it was the plan's active run). Nothing more starts.
+fn finish(
+    out: &mut Step,
+    owns_gauges: bool,
+    state: RunState,
+    reason: &str,
+    message: String,
+    to: &str,
+    now: DateTime<Utc>,
+) {
+    let status = &mut out.status;
+    if let Some((warning, event_reason, note)) =
+        texts::terminal_event(state, status.completed_resources, status.total_resources, to)
+    {
+        out.announce.push(if warning {
+            Announcement::warning(event_reason, note)
+        } else {
+            Announcement::normal(event_reason, note)
+        });
+    }
+    let succeeded = if state == RunState::Completed {
+        ConditionStatus::True
+    } else {
+        ConditionStatus::False
+    };
+    set_condition(
+        &mut status.conditions,
+        cond(reasons::RUN_SUCCEEDED, succeeded, reason, message, now),
+    );
+    status.state = state;
+    status.finished_at = Some(now);
+    if let Some(e) = out.evaluation.as_mut() {
+        // A terminal run starts nothing, whatever the last evaluation would have started.
+        e.start.clear();
+        e.retry.clear();
+    }
+    out.wake_at = None;
+    out.gauges = if owns_gauges { Gauges::Clear } else { Gauges::Keep };
+    out.finished = Some(state);
+}
+
+/// The gauges of a run held at the revision gate: the groups its snapshot would have, every
+/// resource pending, blocked on `RevisionMissing` in the first group (spec §9.1).
+fn revision_gate_gauges(plan: &UpgradePlan, cluster: &dyn Cluster) -> RunGauges {
+    let groups = take_snapshot(plan, cluster).snapshot.initial_counts();
+    let mut resources = Vec::new();
+    for g in &groups {
+        push_group_series(&mut resources, g, 0);
+    }
+    let blocked = plan
+        .spec
+        .rollout_groups
+        .first()
+        .map(|g| (g.name.clone(), Blocked::RevisionMissing.as_str()));
+    RunGauges { resources, blocked }
+}
+
+/// One group's `run_resources` series: every state, pending being what is neither done nor in flight.
+fn push_group_series(resources: &mut Vec<(String, &'static str, i64)>, g: &GroupStatus, in_flight: i64) {
+    let pending = (g.total - g.succeeded - g.failed - g.skipped - in_flight).max(0);
+    for (state, n) in [
+        ("pending", pending),
+        ("in_progress", in_flight),
+        ("succeeded", g.succeeded),
+        ("failed", g.failed),
+        ("skipped", g.skipped),
+    ] {
+        resources.push((g.name.clone(), state, n));
+    }
+}
+
+/// The active run's gauges from an evaluation.
+pub fn run_gauges(eval: &Evaluation, snapshot: &Snapshot) -> RunGauges {
+    let current = match eval.verdict {
+        Verdict::InProgress { group } => Some(group),
+        _ => None,
+    };
+    let mut resources = Vec::new();
+    for (i, g) in eval.groups.iter().enumerate() {
+        let in_flight = if Some(i) == current { eval.in_flight as i64 } else { 0 };
+        push_group_series(&mut resources, g, in_flight);
+    }
+    let blocked = current
+        .zip(eval.blocked)
+        .and_then(|(i, b)| snapshot.groups.get(i).map(|g| (g.name.clone(), b.as_str())));
+    RunGauges { resources, blocked }
+}
+
+/// Per-resource and per-group events and results for an evaluation: every outcome of the groups
+/// evaluated live (the controller publishes each key once per run), and `GroupInProgress` when a
+/// group's count moved since `previous` (or it just started).
+fn resource_reports(
+    eval: &Evaluation,
+    previous: &[GroupStatus],
+    snapshot: &Snapshot,
+    to: &str,
+) -> (Vec<Announcement>, Vec<ResourceResult>) {
+    let (mut announce, mut results) = (Vec::new(), Vec::new());
+    for (index, outcomes) in &eval.outcomes {
+        let Some(group) = snapshot.groups.get(*index) else {
+            continue;
+        };
+        for (resource, outcome) in group.resources.iter().zip(outcomes) {
+            let key = format!("{}/{}", resource.namespace, resource.binding);
+            let result = match outcome {
+                Outcome::Succeeded => Some("succeeded"),
+                Outcome::Failed { .. } => Some("failed"),
+                Outcome::Skipped(_) => Some("skipped"),
+                _ => None,
+            };
+            if let Some(result) = result {
+                results.push(ResourceResult {
+                    group: group.name.clone(),
+                    key: key.clone(),
+                    result,
+                });
+            }
+            match outcome {
+                Outcome::Skipped(why) => announce.push(
+                    Announcement::warning(
+                        events::RESOURCE_SKIPPED,
+                        texts::resource_skipped(&resource.display_name(), &why.to_string()),
+                    )
+                    .keyed(key),
+                ),
+                Outcome::Failed { message } => announce.push(
+                    Announcement::warning(
+                        events::RESOURCE_UPGRADE_FAILED,
+                        texts::resource_failed(&resource.display_name(), to, message),
+                    )
+                    .keyed(key),
+                ),
+                _ => {}
+            }
+        }
+        let now = &eval.groups[*index];
+        let before = previous.get(*index);
+        let moved = now.succeeded != before.map(|g| g.succeeded).unwrap_or(0);
+        let starting = before.is_none_or(|g| g.total == 0) && now.total > 0 && now.succeeded == 0;
+        if moved || starting {
+            announce.push(
+                Announcement::normal(
+                    events::GROUP_IN_PROGRESS,
+                    texts::group_in_progress(&now.name, now.succeeded, now.total, to),
+                )
+                .keyed(format!("{}:{}", now.name, now.succeeded)),
+            );
+        }
+    }
+    (announce, results)
+}
+
+/// The `ResourceUpgradeStarted` events an earlier process owed: upgrades this run started (the
+/// binding's [`UPGRADED_BY_ANNOTATION`] names it) whose announcement is not among `announced`
+/// (a crash between the patch and its event). Checked once per run per process, before anything
+/// new starts.
+pub fn lost_start_announcements(
+    run: &UpgradeRun,
+    eval: &Evaluation,
+    snapshot: &Snapshot,
+    to: &str,
+    announced: &HashSet<(String, String)>,
+    cluster: &dyn Cluster,
+) -> Vec<String> {
+    let mut missing = Vec::new();
+    for (index, outcomes) in &eval.outcomes {
+        let Some(group) = snapshot.groups.get(*index) else {
+            continue;
+        };
+        for (resource, outcome) in group.resources.iter().zip(outcomes) {
+            let started = matches!(
+                outcome,
+                Outcome::InFlight { .. } | Outcome::Failed { .. } | Outcome::Succeeded
+            ) && cluster
+                .binding(&resource.namespace, &resource.binding)
+                .is_some_and(|b| {
+                    b.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(UPGRADED_BY_ANNOTATION))
+                        .is_some_and(|by| by == run_name(run))
+                });
+            let note = texts::resource_started(&resource.display_name(), &resource.last_applied_version, to);
+            if started && !announced.contains(&(events::RESOURCE_UPGRADE_STARTED.to_string(), note.clone())) {
+                missing.push(note);
+            }
+        }
+    }
+    missing
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,310 @@
+//! The plan's lifecycle (spec §3, §6) as one pure transition: from the plan, its runs, whether
+//! its Promise exists, its Promise's bindings and `now`, to the plan's next status, the run a
+//! trigger asks for, the events to publish, the plan's gauges and when to look again.
+//!
+//! The plan's status is written by the plan's reconcile only; its run-derived fields (`phase`,
+//! `activeRunRef`, `lastRun`) follow from its runs, whose changes wake it.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use super::Cluster;
+use crate::api::kratix::ResourceBinding;
+use crate::api::{
+    find_condition, reasons, set_condition, Condition, ConditionStatus, PlanPhase, UpgradePlan, UpgradePlanStatus,
+    UpgradeRun, WindowKind,
+};
+use crate::engine::admission::summarize;
+use crate::engine::concurrency::Limit;
+use crate::engine::schedule::{scheduled_run_name, TriggerAction, Triggers};
+use crate::engine::snapshot::{assign, Snapshot};
+use crate::engine::validate::{summarize as summarize_problems, validate_plan};
+use crate::engine::version::VersionMatcher;
+use crate::engine::window::GateState;
+
+/// Event reasons of a plan.
+pub mod events {
+    pub const RUN_CREATED: &str = "RunCreated";
+    pub const TRIGGER_SKIPPED: &str = "TriggerSkipped";
+    pub const EXECUTE_AT_IN_PAST: &str = "ExecuteAtInPast";
+    pub const INVALID_SPEC: &str = crate::api::reasons::INVALID_SPEC;
+}
+
+/// An event to publish on the plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanEvent {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub note: String,
+}
+
+/// A run a trigger asks for: its name and the trigger instant it services.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduledRun {
+    pub name: String,
+    pub at: DateTime<Utc>,
+}
+
+/// One group's gauges (spec §9.1).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GroupGauges {
+    pub name: String,
+    /// [`Limit::shown`], with no limit shown as the group's size; absent when not known.
+    pub max_concurrent: Option<i64>,
+    pub window_open: bool,
+    /// (index, kind, active) per window.
+    pub windows: Vec<(usize, &'static str, bool)>,
+    pub next_open: Option<f64>,
+    pub next_close: Option<f64>,
+}
+
+/// The plan's gauges (spec §9.1).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PlanGauges {
+    pub promise: String,
+    pub to: String,
+    pub time_zone: String,
+    pub running: bool,
+    pub suspended: bool,
+    pub ready: bool,
+    pub next_run: Option<f64>,
+    pub last_schedule: Option<f64>,
+    pub last_result: Option<&'static str>,
+    pub last_finished: Option<f64>,
+    pub groups: Vec<GroupGauges>,
+}
+
+/// The output of [`step`]. The controller creates the run (an existing run of that name means the
+/// trigger was serviced already), writes the status when it changed, sets the gauges, publishes
+/// the events, and looks again at `wake_at`.
+#[derive(Debug, Clone)]
+pub struct PlanStep {
+    pub create_run: Option<ScheduledRun>,
+    pub status: UpgradePlanStatus,
+    pub gauges: PlanGauges,
+    pub events: Vec<PlanEvent>,
+    pub wake_at: Option<DateTime<Utc>>,
+}
+
+fn condition(type_: &str, ok: bool, reasons: (&str, &str), message: String, now: DateTime<Utc>) -> Condition {
+    let (status, reason) = if ok {
+        (ConditionStatus::True, reasons.0)
+    } else {
+        (ConditionStatus::False, reasons.1)
+    };
+    Condition::new(type_, status, reason, message, now)
+}
+
+/// The plan's next status and what to do.
+pub fn step(
+    plan: &UpgradePlan,
+    runs: &[&UpgradeRun],
+    promise_found: bool,
+    cluster: &dyn Cluster,
+    now: DateTime<Utc>,
+) -> PlanStep {
+    let name = plan.metadata.name.clone().unwrap_or_default();
+    let created = crate::time::created_at(&plan.metadata);
+    let generation = plan.metadata.generation;
+    let previous = plan.status.clone().unwrap_or_default();
+    let mut status = previous.clone();
+    let mut events = Vec::new();
+    let spec_changed = previous.observed_generation != generation;
+
+    let problems = validate_plan(&name, &plan.spec, now);
+    let valid = problems.is_empty();
+    let ready = Condition {
+        observed_generation: generation,
+        ..condition(
+            reasons::READY,
+            valid,
+            (reasons::VALID, reasons::INVALID_SPEC),
+            if valid {
+                "the plan is valid".to_string()
+            } else {
+                summarize_problems(&problems)
+            },
+            now,
+        )
+    };
+    let became_invalid = !valid
+        && find_condition(&previous.conditions, reasons::READY)
+            .is_none_or(|c| c.status != ConditionStatus::False || c.message != ready.message);
+    if became_invalid {
+        events.push(PlanEvent {
+            warning: true,
+            reason: events::INVALID_SPEC,
+            note: ready.message.clone(),
+        });
+    }
+    set_condition(&mut status.conditions, ready);
+    let promise = &plan.spec.promise_ref.name;
+    set_condition(
+        &mut status.conditions,
+        Condition {
+            observed_generation: generation,
+            ..condition(
+                reasons::PROMISE_RESOLVED,
+                promise_found,
+                (reasons::PROMISE_FOUND, reasons::PROMISE_NOT_FOUND),
+                format!(
+                    "Promise \"{promise}\" {}",
+                    if promise_found { "found" } else { "not found" }
+                ),
+                now,
+            )
+        },
+    );
+
+    // Triggers: only for a valid plan with a policy.
+    let triggers = plan
+        .spec
+        .upgrade_execution_policy
+        .as_ref()
+        .filter(|_| valid)
+        .and_then(Triggers::compile);
+    let mut create_run = None;
+    let mut next_trigger = None;
+    status.next_run_at = None;
+    if let Some(t) = &triggers {
+        match t.due(now, created, status.last_scheduled_at, plan.spec.suspend) {
+            TriggerAction::CreateRun(at) => {
+                create_run = Some(ScheduledRun {
+                    name: scheduled_run_name(&name, at),
+                    at,
+                });
+                status.last_scheduled_at = Some(at);
+            }
+            TriggerAction::Skip(at) => {
+                status.last_scheduled_at = Some(at);
+                events.push(PlanEvent {
+                    warning: false,
+                    reason: events::TRIGGER_SKIPPED,
+                    note: format!("Trigger {} skipped: the plan is suspended", at.to_rfc3339()),
+                });
+            }
+            TriggerAction::None => {}
+        }
+        if spec_changed && t.execute_at_before_creation(created) {
+            events.push(PlanEvent {
+                warning: true,
+                reason: events::EXECUTE_AT_IN_PAST,
+                note: "spec.upgradeExecutionPolicy.executeAt is before the plan was created and will never fire"
+                    .to_string(),
+            });
+        }
+        // While suspended nextRunAt is absent, but triggers are still recorded as skipped on time.
+        status.next_run_at = t.next_run_at(now, created, plan.spec.suspend);
+        next_trigger = t.next_after(now, created);
+    }
+    if let Some(run) = &create_run {
+        events.push(PlanEvent {
+            warning: false,
+            reason: events::RUN_CREATED,
+            note: format!(
+                "Created UpgradeRun \"{}\" for trigger {}",
+                run.name,
+                run.at.to_rfc3339()
+            ),
+        });
+    }
+
+    let summary = summarize(runs, status.last_run.as_ref(), None);
+    status.phase = summary.phase;
+    status.active_run_ref = summary.active_run_ref;
+    status.last_run = summary.last_run;
+    status.observed_generation = generation;
+
+    let bindings = if valid {
+        cluster.bindings_of(promise)
+    } else {
+        Vec::new()
+    };
+    let (gauges, window_change) = gauges(plan, &status, valid, &bindings, now);
+    PlanStep {
+        create_run,
+        status,
+        gauges,
+        events,
+        // Exactly at the next trigger or window boundary (the window gauges stay true); watches
+        // bring everything else.
+        wake_at: next_trigger.into_iter().chain(window_change).min(),
+    }
+}
+
+/// The plan's gauges, and the next instant a group's gate changes.
+fn gauges(
+    plan: &UpgradePlan,
+    status: &UpgradePlanStatus,
+    valid: bool,
+    bindings: &[Arc<ResourceBinding>],
+    now: DateTime<Utc>,
+) -> (PlanGauges, Option<DateTime<Utc>>) {
+    let spec = &plan.spec;
+    // Percentages resolve against the group's current membership.
+    let membership: Option<Snapshot> = VersionMatcher::compile(&spec.upgrade_path.from)
+        .ok()
+        .filter(|_| valid)
+        .map(|m| assign(spec, &m, bindings.iter().map(|b| b.as_ref())).snapshot);
+    let mut next_change: Option<DateTime<Utc>> = None;
+    let groups = spec
+        .rollout_groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let (state, gate) = GateState::of_group(g.resource_upgrade_windows.as_deref(), now);
+            if let Some(t) = gate.as_ref().and_then(|g| g.next_change(now)) {
+                next_change = Some(next_change.map_or(t, |n| n.min(t)));
+            }
+            let size = membership
+                .as_ref()
+                .and_then(|m| m.groups.get(i))
+                .map(|g| g.resources.len());
+            GroupGauges {
+                name: g.name.clone(),
+                max_concurrent: match Limit::parse(g.max_concurrent.as_ref()) {
+                    Ok(Limit::Unlimited) => size.map(|n| n as i64),
+                    Ok(l) => l.shown(size).map(|n| n as i64),
+                    Err(_) => None,
+                },
+                window_open: state.open,
+                windows: gate
+                    .iter()
+                    .flat_map(|g| g.windows().iter().enumerate())
+                    .map(|(wi, w)| {
+                        let kind = if w.kind == WindowKind::Allow { "allow" } else { "deny" };
+                        (wi, kind, w.is_active(now))
+                    })
+                    .collect(),
+                next_open: state.next_open.map(|t| t.timestamp() as f64),
+                next_close: state.next_close.map(|t| t.timestamp() as f64),
+            }
+        })
+        .collect();
+    let gauges = PlanGauges {
+        promise: spec.promise_ref.name.clone(),
+        to: spec.upgrade_path.to.clone(),
+        time_zone: spec
+            .upgrade_execution_policy
+            .as_ref()
+            .and_then(|p| p.time_zone.clone())
+            .unwrap_or_else(|| "UTC".into()),
+        running: status.phase == PlanPhase::Running,
+        suspended: spec.suspend,
+        ready: valid,
+        next_run: status.next_run_at.map(|t| t.timestamp() as f64),
+        last_schedule: status.last_scheduled_at.map(|t| t.timestamp() as f64),
+        last_result: status.last_run.as_ref().map(|l| l.result.as_str()),
+        last_finished: status
+            .last_run
+            .as_ref()
+            .and_then(|l| l.finished_at)
+            .map(|t| t.timestamp() as f64),
+        groups,
+    };
+    (gauges, next_change)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,278 @@
+//! Transition table of the plan's lifecycle.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::*;
+use crate::api::{RunState, UpgradeExecutionPolicy, UpgradePlanRef, UpgradeRunSpec, UpgradeRunStatus, UpgradeWindow};
+use crate::engine::snapshot::tests::{binding, match_all, plan as plan_spec};
+
+fn utc(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+struct Bindings(Vec<Arc<ResourceBinding>>);
+
+impl Cluster for Bindings {
+    fn binding(&self, _: &str, _: &str) -> Option<Arc<ResourceBinding>> {
+        None
+    }
+    fn bindings_of(&self, promise: &str) -> Vec<Arc<ResourceBinding>> {
+        self.0.iter().filter(|b| b.promise() == promise).cloned().collect()
+    }
+    fn revision_exists(&self, _: &str, _: &str) -> bool {
+        true
+    }
+}
+
+fn four() -> Bindings {
+    Bindings(
+        (0..4)
+            .map(|i| Arc::new(binding("ns", &format!("r{i}"), &[], "v1", "v1")))
+            .collect(),
+    )
+}
+
+const CREATED: &str = "2026-06-01T10:00:00Z";
+
+fn a_plan(policy: Option<UpgradeExecutionPolicy>) -> UpgradePlan {
+    let mut spec = plan_spec(&["v1"], "v2", vec![match_all("all")]);
+    spec.upgrade_execution_policy = policy;
+    let mut p = UpgradePlan::new("p", spec);
+    p.metadata.generation = Some(1);
+    p.metadata.creation_timestamp = Some(Time(crate::time::to_jiff(utc(CREATED))));
+    p
+}
+
+fn daily_at(hour_minute: &str) -> Option<UpgradeExecutionPolicy> {
+    let (h, m) = hour_minute.split_once(':').unwrap();
+    Some(UpgradeExecutionPolicy {
+        repeat_schedule: Some(format!("{m} {h} * * *")),
+        ..Default::default()
+    })
+}
+
+fn a_run(name: &str, state: RunState) -> UpgradeRun {
+    let mut r = UpgradeRun::new(
+        name,
+        UpgradeRunSpec {
+            upgrade_plan_ref: UpgradePlanRef { name: "p".into() },
+            suspend: false,
+        },
+    );
+    r.metadata.creation_timestamp = Some(Time(crate::time::to_jiff(utc(CREATED))));
+    r.status = Some(UpgradeRunStatus {
+        state,
+        finished_at: state.is_terminal().then(|| utc("2026-06-01T11:00:00Z")),
+        ..Default::default()
+    });
+    r
+}
+
+fn reasons_of(s: &PlanStep) -> Vec<&'static str> {
+    s.events.iter().map(|e| e.reason).collect()
+}
+
+#[test]
+fn a_valid_plan_without_a_policy_runs_only_by_hand() {
+    let plan = a_plan(None);
+    let s = step(&plan, &[], true, &four(), utc("2026-06-01T10:05:00Z"));
+    let ready = find_condition(&s.status.conditions, reasons::READY).unwrap();
+    assert_eq!(
+        (ready.status, ready.reason.as_str()),
+        (ConditionStatus::True, reasons::VALID)
+    );
+    assert_eq!(ready.observed_generation, Some(1));
+    let promise = find_condition(&s.status.conditions, reasons::PROMISE_RESOLVED).unwrap();
+    assert_eq!(promise.message, "Promise \"redis\" found");
+    assert!(s.create_run.is_none() && s.status.next_run_at.is_none() && s.wake_at.is_none());
+    assert_eq!(
+        (s.status.phase, s.status.observed_generation),
+        (PlanPhase::Available, Some(1))
+    );
+    assert!(s.events.is_empty());
+    // Unlimited is shown as the whole group: one rule for the gauge and the plugin.
+    assert_eq!(s.gauges.groups[0].max_concurrent, Some(4));
+    assert!(s.gauges.groups[0].window_open, "no windows: open");
+    let missing = step(&plan, &[], false, &four(), utc("2026-06-01T10:05:00Z"));
+    let promise = find_condition(&missing.status.conditions, reasons::PROMISE_RESOLVED).unwrap();
+    assert_eq!(
+        (promise.status, promise.reason.as_str()),
+        (ConditionStatus::False, reasons::PROMISE_NOT_FOUND)
+    );
+}
+
+#[test]
+fn an_invalid_plan_says_so_once_and_never_fires() {
+    let mut plan = a_plan(daily_at("10:30"));
+    plan.spec.upgrade_path.to = "/v2.*/".into();
+    plan.spec.rollout_groups[0].max_concurrent = Some(IntOrString::String("150%".into()));
+    let now = utc("2026-06-01T10:45:00Z");
+    let s = step(&plan, &[], true, &four(), now);
+    let ready = find_condition(&s.status.conditions, reasons::READY).unwrap();
+    assert_eq!(
+        (ready.status, ready.reason.as_str()),
+        (ConditionStatus::False, reasons::INVALID_SPEC)
+    );
+    assert!(ready.message.contains("spec.upgradePath.to"), "{}", ready.message);
+    assert_eq!(reasons_of(&s), vec![events::INVALID_SPEC]);
+    assert!(s.create_run.is_none() && s.status.next_run_at.is_none());
+    assert_eq!(s.gauges.groups[0].max_concurrent, None, "an invalid limit is not shown");
+    assert!(!s.gauges.ready);
+    plan.status = Some(s.status.clone());
+    let again = step(&plan, &[], true, &four(), now + Duration::minutes(1));
+    assert!(again.events.is_empty(), "announced once");
+    assert_eq!(
+        find_condition(&again.status.conditions, reasons::READY)
+            .unwrap()
+            .last_transition_time,
+        now
+    );
+}
+
+#[test]
+fn the_trigger_table() {
+    // Daily at 10:30 UTC, plan created 10:00.
+    let plan = a_plan(daily_at("10:30"));
+    let at = utc("2026-06-01T10:30:00Z");
+    type Case<'a> = (&'a str, &'a str, bool, Option<&'a str>, Option<&'a str>, Vec<&'a str>);
+    let cases: Vec<Case> = vec![
+        // (case, now, suspended, lastScheduledAt, run created, events)
+        ("before the trigger", "2026-06-01T10:29:59Z", false, None, None, vec![]),
+        (
+            "at the trigger",
+            "2026-06-01T10:30:00Z",
+            false,
+            None,
+            Some("p-20260601-1030"),
+            vec![events::RUN_CREATED],
+        ),
+        (
+            "late, not yet serviced",
+            "2026-06-01T12:00:00Z",
+            false,
+            None,
+            Some("p-20260601-1030"),
+            vec![events::RUN_CREATED],
+        ),
+        (
+            "serviced already",
+            "2026-06-01T12:00:00Z",
+            false,
+            Some("2026-06-01T10:30:00Z"),
+            None,
+            vec![],
+        ),
+        (
+            "suspended: skipped on time",
+            "2026-06-01T10:30:00Z",
+            true,
+            None,
+            None,
+            vec![events::TRIGGER_SKIPPED],
+        ),
+    ];
+    for (case, now, suspended, last, run, want_events) in cases {
+        let mut p = plan.clone();
+        p.spec.suspend = suspended;
+        p.status = Some(UpgradePlanStatus {
+            last_scheduled_at: last.map(utc),
+            observed_generation: Some(1),
+            ..Default::default()
+        });
+        let s = step(&p, &[], true, &four(), utc(now));
+        assert_eq!(s.create_run.as_ref().map(|r| r.name.as_str()), run, "{case}");
+        assert_eq!(reasons_of(&s), want_events, "{case}");
+        if run.is_some() || suspended && utc(now) >= at {
+            assert_eq!(s.status.last_scheduled_at, Some(at), "{case}");
+        }
+        let next = utc("2026-06-02T10:30:00Z").min(if utc(now) < at { at } else { utc("2026-06-02T10:30:00Z") });
+        assert_eq!(
+            s.wake_at,
+            Some(next),
+            "{case}: wakes at the next trigger, suspended or not"
+        );
+        assert_eq!(
+            s.status.next_run_at,
+            (!suspended).then_some(next),
+            "{case}: nextRunAt is absent while suspended"
+        );
+        // Replayed after the status is written: nothing again.
+        let mut applied = p.clone();
+        applied.status = Some(s.status.clone());
+        let replay = step(&applied, &[], true, &four(), utc(now));
+        assert!(
+            replay.create_run.is_none() && replay.events.is_empty(),
+            "{case}: replay"
+        );
+    }
+    // A trigger before the plan existed never fires, and the one-off in the past is reported.
+    let mut p = a_plan(Some(UpgradeExecutionPolicy {
+        execute_at: Some("2026-06-01T09:00".into()),
+        ..Default::default()
+    }));
+    let s = step(&p, &[], true, &four(), utc("2026-06-01T10:01:00Z"));
+    assert!(s.create_run.is_none());
+    assert_eq!(reasons_of(&s), vec![events::EXECUTE_AT_IN_PAST]);
+    p.status = Some(s.status);
+    assert!(step(&p, &[], true, &four(), utc("2026-06-01T10:02:00Z"))
+        .events
+        .is_empty());
+}
+
+#[test]
+fn phase_active_run_and_last_run_follow_the_runs() {
+    let plan = a_plan(None);
+    let now = utc("2026-06-01T12:00:00Z");
+    let active = a_run("active", RunState::InProgress);
+    let done = a_run("done", RunState::Failed);
+    let s = step(&plan, &[&active, &done], true, &four(), now);
+    assert_eq!(
+        (s.status.phase, s.status.active_run_ref.as_str()),
+        (PlanPhase::Running, "active")
+    );
+    assert_eq!(s.status.last_run.as_ref().map(|l| l.name.as_str()), Some("done"));
+    assert!(s.gauges.running);
+    assert_eq!(s.gauges.last_result, Some("Failed"));
+    // With the runs gone, lastRun stays.
+    let mut p = plan.clone();
+    p.status = Some(s.status);
+    let s = step(&p, &[], true, &four(), now);
+    assert_eq!(
+        (s.status.phase, s.status.active_run_ref.as_str()),
+        (PlanPhase::Available, "")
+    );
+    assert_eq!(s.status.last_run.map(|l| l.name), Some("done".into()));
+}
+
+#[test]
+fn gauges_show_the_gate_and_an_invalid_window_keeps_it_closed() {
+    let mut plan = a_plan(None);
+    plan.spec.rollout_groups[0].max_concurrent = Some(IntOrString::String("50%".into()));
+    plan.spec.rollout_groups[0].resource_upgrade_windows = Some(vec![UpgradeWindow {
+        kind: WindowKind::Allow,
+        schedule: "0 22 * * *".into(),
+        duration: "2h".into(),
+        time_zone: None,
+    }]);
+    let s = step(&plan, &[], true, &four(), utc("2026-06-01T21:00:00Z"));
+    let g = &s.gauges.groups[0];
+    assert_eq!(g.max_concurrent, Some(2), "50% of 4");
+    assert!(!g.window_open);
+    assert_eq!(g.windows, vec![(0, "allow", false)]);
+    assert_eq!(g.next_open, Some(utc("2026-06-01T22:00:00Z").timestamp() as f64));
+    assert_eq!(
+        s.wake_at,
+        Some(utc("2026-06-01T22:00:00Z")),
+        "wakes when the gate changes"
+    );
+
+    plan.spec.rollout_groups[0].resource_upgrade_windows.as_mut().unwrap()[0].schedule = "not cron".into();
+    let s = step(&plan, &[], true, &four(), utc("2026-06-01T22:30:00Z"));
+    let g = &s.gauges.groups[0];
+    assert!(!g.window_open && g.windows.is_empty() && g.next_open.is_none(), "{g:?}");
+    assert!(!s.gauges.ready);
+}

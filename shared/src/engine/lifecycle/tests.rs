@@ -1,0 +1,676 @@
+//! Transition tables of the run's lifecycle (spec §5), each pass applied as the controller would,
+//! with replays after partial applies (crash points).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::*;
+use crate::api::kratix::ResourceBinding;
+use crate::api::{
+    LastRun, RunResult, UpgradePlanRef, UpgradePlanSpec, UpgradePlanStatus, UpgradeRunSpec, ADMITTED_AT_ANNOTATION,
+    PREVIEW_ANNOTATION, SUPERSEDED_BY_ANNOTATION,
+};
+use crate::engine::snapshot::tests::{binding, match_all, plan as plan_spec};
+
+fn utc(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+const T0: &str = "2026-06-01T10:00:00Z";
+
+fn t(minutes: i64) -> DateTime<Utc> {
+    utc(T0) + Duration::minutes(minutes)
+}
+
+/// The caches: bindings of Promise `redis` and which revisions exist.
+#[derive(Clone)]
+struct World {
+    bindings: Vec<Arc<ResourceBinding>>,
+    revisions: Vec<String>,
+    /// Snapshot ConfigMaps written so far, by run: (name, shard).
+    written: BTreeMap<String, Vec<(String, Snapshot)>>,
+    frozen_plans: BTreeMap<String, UpgradePlanSpec>,
+}
+
+impl Cluster for World {
+    fn binding(&self, namespace: &str, name: &str) -> Option<Arc<ResourceBinding>> {
+        self.bindings
+            .iter()
+            .find(|b| b.metadata.namespace.as_deref() == Some(namespace) && b.metadata.name.as_deref() == Some(name))
+            .cloned()
+    }
+    fn bindings_of(&self, promise: &str) -> Vec<Arc<ResourceBinding>> {
+        self.bindings
+            .iter()
+            .filter(|b| b.promise() == promise)
+            .cloned()
+            .collect()
+    }
+    fn revision_exists(&self, promise: &str, version: &str) -> bool {
+        promise == "redis" && self.revisions.iter().any(|v| v == version)
+    }
+}
+
+impl World {
+    fn with(n: usize) -> World {
+        World {
+            bindings: (0..n)
+                .map(|i| Arc::new(binding("ns", &format!("r{i}"), &[], "v1", "v1")))
+                .collect(),
+            revisions: vec!["v1".into(), "v2".into()],
+            written: BTreeMap::new(),
+            frozen_plans: BTreeMap::new(),
+        }
+    }
+
+    /// What the controller gathers about `run`'s snapshot.
+    fn snapshot_of(&self, run: &UpgradeRun) -> SnapshotFact {
+        let name = run.metadata.name.clone().unwrap();
+        let recorded = run
+            .status
+            .as_ref()
+            .map(|s| s.resource_list_refs.clone())
+            .unwrap_or_default();
+        match self.written.get(&name) {
+            Some(shards) => SnapshotFact::Found {
+                frozen: Arc::new(Frozen {
+                    snapshot: crate::engine::snapshot::merge_shards(shards.iter().map(|(_, s)| s.clone())),
+                    plan: self.frozen_plans[&name].clone(),
+                }),
+                refs: shards
+                    .iter()
+                    .map(|(n, _)| ResourceListRef { name: n.clone() })
+                    .collect(),
+            },
+            None if recorded.is_empty() => SnapshotFact::Absent,
+            None => SnapshotFact::Lost(format!(
+                "snapshot ConfigMap {} is missing or unreadable",
+                recorded[0].name
+            )),
+        }
+    }
+
+    /// Kratix applies every binding whose spec moved.
+    fn kratix_applies(&mut self) {
+        for b in &mut self.bindings {
+            let b = Arc::make_mut(b);
+            let spec = b.spec.version.clone();
+            b.status.get_or_insert_with(Default::default).last_applied_version = spec;
+        }
+    }
+}
+
+fn the_plan(spec: UpgradePlanSpec) -> UpgradePlan {
+    let mut p = UpgradePlan::new("p", spec);
+    p.metadata.uid = Some("plan-uid".into());
+    p
+}
+
+fn valid_plan(limit: i32) -> UpgradePlan {
+    let mut g = match_all("all");
+    g.max_concurrent = Some(IntOrString::Int(limit));
+    the_plan(plan_spec(&["v1"], "v2", vec![g]))
+}
+
+fn a_run(name: &str, created: DateTime<Utc>, suspend: bool) -> UpgradeRun {
+    let mut r = UpgradeRun::new(
+        name,
+        UpgradeRunSpec {
+            upgrade_plan_ref: UpgradePlanRef { name: "p".into() },
+            suspend,
+        },
+    );
+    r.metadata.uid = Some(format!("{name}-uid"));
+    r.metadata.creation_timestamp = Some(Time(crate::time::to_jiff(created)));
+    r
+}
+
+/// Applies a step as the controller does: metadata, snapshot, binding patches, status.
+fn apply(run: &mut UpgradeRun, step: &Step, world: &mut World, plan: &UpgradePlan) {
+    apply_metadata(run, step, plan);
+    apply_snapshot(run, step, world);
+    apply_patches(step, world);
+    run.status = Some(step.status.clone());
+}
+
+fn apply_metadata(run: &mut UpgradeRun, step: &Step, plan: &UpgradePlan) {
+    run.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .extend(step.metadata.labels.clone());
+    run.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .extend(step.metadata.annotations.clone());
+    if step.metadata.own_by_plan {
+        run.metadata.owner_references = Some(vec![OwnerReference {
+            uid: plan.metadata.uid.clone().unwrap(),
+            controller: Some(true),
+            ..Default::default()
+        }]);
+    }
+}
+
+fn apply_snapshot(run: &UpgradeRun, step: &Step, world: &mut World) {
+    if !step.write_snapshot.is_empty() {
+        let name = run.metadata.name.clone().unwrap();
+        world.written.insert(name.clone(), step.write_snapshot.clone());
+        world
+            .frozen_plans
+            .insert(name, step.frozen.as_ref().unwrap().plan.clone());
+    }
+}
+
+fn apply_patches(step: &Step, world: &mut World) {
+    let Some(eval) = &step.evaluation else { return };
+    for a in &eval.start {
+        for b in &mut world.bindings {
+            if b.metadata.name.as_deref() == Some(&a.resource.binding) {
+                Arc::make_mut(b).spec.version = step.to.clone();
+            }
+        }
+    }
+}
+
+/// Supersede requests as the controller sends them to the older runs.
+fn apply_supersede(step: &Step, newer: &str, runs: &mut [&mut UpgradeRun]) {
+    for run in runs {
+        if step.supersede.iter().any(|n| Some(n) == run.metadata.name.as_ref()) {
+            run.spec.suspend = true;
+            run.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(SUPERSEDED_BY_ANNOTATION.into(), newer.into());
+        }
+    }
+}
+
+fn facts<'a>(
+    plan: Option<&'a UpgradePlan>,
+    others: &'a [RunFacts],
+    world: &World,
+    run: &UpgradeRun,
+    now: DateTime<Utc>,
+) -> Facts<'a> {
+    Facts {
+        plan,
+        others,
+        snapshot: world.snapshot_of(run),
+        now,
+    }
+}
+
+fn pass(run: &UpgradeRun, plan: Option<&UpgradePlan>, others: &[RunFacts], world: &World, now: DateTime<Utc>) -> Step {
+    step(run, &facts(plan, others, world, run, now), world)
+}
+
+fn condition<'s>(step: &'s Step, type_: &str) -> (&'s str, ConditionStatus) {
+    let c = find_condition(&step.status.conditions, type_).unwrap_or_else(|| panic!("no {type_} condition"));
+    (c.reason.as_str(), c.status)
+}
+
+fn reasons_announced(step: &Step) -> Vec<&'static str> {
+    step.announce.iter().map(|a| a.reason).collect()
+}
+
+fn started(step: &Step) -> usize {
+    step.evaluation.as_ref().map_or(0, |e| e.start.len())
+}
+
+#[test]
+fn a_run_without_its_plan_waits_unresolved() {
+    let world = World::with(1);
+    let run = a_run("r", t(0), false);
+    let s = pass(&run, None, &[], &world, t(1));
+    assert_eq!(s.status.state, RunState::Unresolved);
+    assert_eq!(
+        condition(&s, reasons::PLAN_RESOLVED),
+        (reasons::PLAN_NOT_FOUND, ConditionStatus::False)
+    );
+    assert!(s.announce.is_empty() && s.write_snapshot.is_empty() && s.metadata.is_empty() && s.finished.is_none());
+}
+
+#[test]
+fn a_run_goes_from_admission_through_its_snapshot_to_completion() {
+    let mut world = World::with(3);
+    let plan = valid_plan(2);
+    let mut run = a_run("r", t(0), false);
+
+    // Admission, revision gate open, snapshot, first starts: one pass.
+    let s = pass(&run, Some(&plan), &[], &world, t(1));
+    assert_eq!(s.status.state, RunState::InProgress);
+    assert_eq!(
+        condition(&s, reasons::PLAN_RESOLVED),
+        (reasons::PLAN_FOUND, ConditionStatus::True)
+    );
+    assert_eq!(
+        condition(&s, reasons::TARGET_REVISION_READY),
+        (reasons::PROMISE_REVISION_READY, ConditionStatus::True)
+    );
+    assert_eq!(
+        condition(&s, reasons::SUSPENDED),
+        ("NotSuspended", ConditionStatus::False)
+    );
+    assert_eq!(s.metadata.labels.get(PLAN_LABEL).map(String::as_str), Some("p"));
+    assert!(s.metadata.own_by_plan);
+    assert_eq!(s.write_snapshot.len(), 1);
+    assert_eq!(s.write_snapshot[0].0, "r-resource-snapshot");
+    assert_eq!(
+        s.status.resource_list_refs,
+        vec![ResourceListRef {
+            name: "r-resource-snapshot".into()
+        }]
+    );
+    assert_eq!((s.status.total_resources, s.status.started_at), (3, Some(t(1))));
+    assert_eq!(started(&s), 2, "maxConcurrent 2");
+    assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked.is_none()));
+    apply(&mut run, &s, &mut world, &plan);
+
+    // In flight at the limit: nothing more starts; the third waits on the limit.
+    let s = pass(&run, Some(&plan), &[], &world, t(2));
+    assert_eq!(started(&s), 0);
+    assert!(s.write_snapshot.is_empty(), "a snapshot is taken once");
+    assert!(s.metadata.is_empty(), "metadata already carried");
+    assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked == Some(("all".into(), "ConcurrencyLimit"))));
+    assert_eq!(s.status.started_at, Some(t(1)), "startedAt stays");
+    apply(&mut run, &s, &mut world, &plan);
+
+    world.kratix_applies();
+    let s = pass(&run, Some(&plan), &[], &world, t(3));
+    assert_eq!((started(&s), s.status.completed_resources), (1, 2));
+    assert!(reasons_announced(&s).contains(&events::GROUP_IN_PROGRESS));
+    apply(&mut run, &s, &mut world, &plan);
+
+    world.kratix_applies();
+    let s = pass(&run, Some(&plan), &[], &world, t(4));
+    assert_eq!(s.status.state, RunState::Completed);
+    assert_eq!(s.finished, Some(RunState::Completed));
+    assert_eq!(s.status.finished_at, Some(t(4)));
+    assert_eq!(
+        condition(&s, reasons::RUN_SUCCEEDED),
+        (reasons::RUN_COMPLETED, ConditionStatus::True)
+    );
+    let terminal: Vec<_> = s
+        .announce
+        .iter()
+        .filter(|a| a.reason == "UpgradeRunCompleted")
+        .collect();
+    assert_eq!(terminal.len(), 1);
+    assert_eq!(terminal[0].note, "3/3 resources upgraded to v2");
+    assert_eq!(s.gauges, Gauges::Clear);
+    apply(&mut run, &s, &mut world, &plan);
+
+    // Terminal: never acted on again.
+    let s = pass(&run, Some(&plan), &[], &world, t(5));
+    assert!(s.announce.is_empty() && s.finished.is_none() && s.evaluation.is_none() && !s.release);
+    assert_eq!(Some(&s.status), run.status.as_ref());
+}
+
+#[test]
+fn the_pending_table() {
+    let plan = valid_plan(1);
+    let mut invalid = valid_plan(1);
+    invalid.spec.upgrade_path.to = "latest".into();
+    let mut world_no_revision = World::with(2);
+    world_no_revision.revisions = vec!["v1".into()];
+    let world = World::with(2);
+
+    // Invalid plan: Pending, PlanInvalid condition and one event; a replay does not repeat it.
+    let mut run = a_run("r", t(0), false);
+    let s = pass(&run, Some(&invalid), &[], &world, t(1));
+    assert_eq!(s.status.state, RunState::Pending);
+    assert_eq!(
+        condition(&s, reasons::PLAN_RESOLVED),
+        (reasons::PLAN_INVALID, ConditionStatus::False)
+    );
+    assert_eq!(reasons_announced(&s), vec![events::PLAN_INVALID]);
+    assert!(s.announce[0]
+        .note
+        .starts_with("UpgradePlan \"p\" is invalid: spec.upgradePath.to"));
+    assert!(s.write_snapshot.is_empty() && s.evaluation.is_none());
+    run.status = Some(s.status.clone());
+    let again = pass(&run, Some(&invalid), &[], &world, t(2));
+    assert!(again.announce.is_empty(), "announced once");
+    let c = |s: &Step| {
+        find_condition(&s.status.conditions, reasons::PLAN_RESOLVED)
+            .unwrap()
+            .last_transition_time
+    };
+    assert_eq!(c(&again), t(1), "the transition time holds while nothing changes");
+    // Once valid, the same run proceeds.
+    let fixed = pass(&run, Some(&plan), &[], &world, t(3));
+    assert_eq!(fixed.status.state, RunState::InProgress);
+    assert_eq!(c(&fixed), t(3));
+
+    // Revision gate: waits, not a failure; gauges say why.
+    let run = a_run("r", t(0), false);
+    let s = pass(&run, Some(&plan), &[], &world_no_revision, t(1));
+    assert_eq!(s.status.state, RunState::Pending);
+    assert_eq!(
+        condition(&s, reasons::TARGET_REVISION_READY),
+        (reasons::PROMISE_REVISION_NOT_FOUND, ConditionStatus::False)
+    );
+    match &s.gauges {
+        Gauges::Set(g) => {
+            assert_eq!(g.blocked, Some(("all".into(), "RevisionMissing")));
+            assert!(g.resources.contains(&("all".into(), "pending", 2)));
+        }
+        other => panic!("gauges {other:?}"),
+    }
+    assert!(s.write_snapshot.is_empty() && s.finished.is_none());
+    // A preview at the gate leaves the plan's gauges to its active run.
+    let preview = a_run("preview", t(0), true);
+    let s = pass(&preview, Some(&plan), &[], &world_no_revision, t(1));
+    assert_eq!(s.gauges, Gauges::Keep);
+}
+
+#[test]
+fn every_path_into_failed_announces_upgrade_run_failed_once() {
+    let plan = valid_plan(5);
+    let mut world = World::with(2);
+    let mut run = a_run("r", t(0), false);
+    let s = pass(&run, Some(&plan), &[], &world, t(1));
+    apply(&mut run, &s, &mut world, &plan);
+    let in_progress = run.clone();
+
+    // A resource fails.
+    let mut failing = world.clone();
+    {
+        let b = Arc::make_mut(&mut failing.bindings[0]);
+        let st = b.status.get_or_insert_with(Default::default);
+        st.failed_version = Some("v2".into());
+        st.conditions = vec![crate::api::kratix::BindingCondition {
+            type_: crate::api::kratix::UPGRADE_SUCCEEDED.into(),
+            status: "False".into(),
+            reason: crate::api::kratix::UPGRADE_FAILED.into(),
+            message: "boom".into(),
+            last_transition_time: Some(t(2)),
+        }];
+    }
+    // The revision vanishes.
+    let mut no_revision = world.clone();
+    no_revision.revisions = vec!["v1".into()];
+    // The snapshot ConfigMap is lost.
+    let mut lost = world.clone();
+    lost.written.clear();
+
+    let cases: Vec<(&str, &World, &str)> = vec![
+        ("a resource failed", &failing, reasons::RESOURCE_UPGRADE_FAILED),
+        (
+            "the revision vanished",
+            &no_revision,
+            reasons::PROMISE_REVISION_NOT_FOUND,
+        ),
+        ("the snapshot is lost", &lost, reasons::SNAPSHOT_MISSING),
+    ];
+    for (name, w, reason) in cases {
+        let s = pass(&in_progress, Some(&plan), &[], w, t(3));
+        assert_eq!(s.status.state, RunState::Failed, "{name}");
+        assert_eq!(
+            condition(&s, reasons::RUN_SUCCEEDED),
+            (reason, ConditionStatus::False),
+            "{name}"
+        );
+        let failed: Vec<_> = s.announce.iter().filter(|a| a.reason == "UpgradeRunFailed").collect();
+        assert_eq!(failed.len(), 1, "{name}");
+        assert!(failed[0].warning, "{name}");
+        assert_eq!(
+            (s.finished, s.gauges.clone()),
+            (Some(RunState::Failed), Gauges::Clear),
+            "{name}"
+        );
+        assert_eq!(started(&s), 0, "{name}: a failed run starts nothing");
+        // Replayed (the status write was lost): the same decision and the same announcement,
+        // which the controller publishes once; after the write, nothing.
+        let replay = pass(&in_progress, Some(&plan), &[], w, t(3));
+        assert_eq!(replay.status, s.status, "{name}");
+        assert_eq!(replay.announce, s.announce, "{name}");
+        let mut done = in_progress.clone();
+        done.status = Some(s.status.clone());
+        let after = pass(&done, Some(&plan), &[], w, t(4));
+        assert!(after.announce.is_empty() && after.finished.is_none(), "{name}");
+    }
+}
+
+#[test]
+fn a_crash_between_any_two_effects_of_the_snapshot_pass_changes_nothing() {
+    let plan = valid_plan(2);
+    let world = World::with(3);
+    let run = a_run("r", t(0), false);
+    let full = pass(&run, Some(&plan), &[], &world, t(1));
+
+    type Partial = fn(&mut UpgradeRun, &Step, &mut World, &UpgradePlan);
+    let prefixes: Vec<(&str, Partial)> = vec![
+        ("nothing applied", |_, _, _, _| {}),
+        ("metadata only", |r, s, _, p| apply_metadata(r, s, p)),
+        ("metadata and snapshot", |r, s, w, p| {
+            apply_metadata(r, s, p);
+            apply_snapshot(r, s, w);
+        }),
+        ("everything but the status", |r, s, w, p| {
+            apply_metadata(r, s, p);
+            apply_snapshot(r, s, w);
+            apply_patches(s, w);
+        }),
+    ];
+    for (name, partial) in prefixes {
+        let (mut r, mut w) = (run.clone(), world.clone());
+        partial(&mut r, &full, &mut w, &plan);
+        let replay = pass(&r, Some(&plan), &[], &w, t(1));
+        assert_eq!(replay.status, full.status, "{name}: the same status");
+        assert!(
+            replay.write_snapshot.is_empty() || !w.written.contains_key("r"),
+            "{name}: a written snapshot is never written again"
+        );
+        if w.written.contains_key("r") {
+            assert_eq!(
+                replay.frozen, full.frozen,
+                "{name}: the snapshot found is the one written"
+            );
+        }
+        let in_flight = w.bindings.iter().filter(|b| b.spec.version == "v2").count();
+        assert_eq!(started(&replay) + in_flight, 2, "{name}: never more than maxConcurrent");
+    }
+    // A snapshot written while bindings changed is still the run's: the replay reads it back.
+    let (mut r, mut w) = (run.clone(), world.clone());
+    apply_snapshot(&r, &full, &mut w);
+    w.bindings.push(Arc::new(binding("ns", "late", &[], "v1", "v1")));
+    apply_metadata(&mut r, &full, &plan);
+    let replay = pass(&r, Some(&plan), &[], &w, t(1));
+    assert_eq!(replay.status.total_resources, 3, "the snapshot is taken once");
+}
+
+#[test]
+fn the_newest_run_supersedes_and_the_older_records_it_itself() {
+    let plan = valid_plan(1);
+    let mut world = World::with(2);
+    let mut old = a_run("old", t(0), false);
+    let s = pass(&old, Some(&plan), &[], &world, t(1));
+    apply(&mut old, &s, &mut world, &plan);
+
+    let mut new = a_run("new", t(5), false);
+    let s = pass(&new, Some(&plan), &[RunFacts::of(&old)], &world, t(6));
+    assert_eq!(s.supersede, vec!["old".to_string()]);
+    assert!(s.status.superseded_by.is_none());
+    apply(&mut new, &s, &mut world, &plan);
+    apply_supersede(&s, "new", &mut [&mut old]);
+    assert_eq!(
+        old.status.as_ref().unwrap().superseded_by,
+        None,
+        "nothing but its own step writes its status"
+    );
+
+    // The older run's own pass records what was asked; once.
+    let s = pass(&old, Some(&plan), &[RunFacts::of(&new)], &world, t(7));
+    assert_eq!(s.status.superseded_by.as_deref(), Some("new"));
+    assert_eq!(s.status.state, RunState::InProgress, "it keeps its state");
+    assert_eq!(
+        condition(&s, reasons::SUSPENDED),
+        (reasons::SUPERSEDED, ConditionStatus::True)
+    );
+    assert_eq!(reasons_announced(&s), vec![events::SUPERSEDED]);
+    assert!(s.newly_superseded && started(&s) == 0 && s.gauges == Gauges::Keep);
+    old.status = Some(s.status.clone());
+    let s = pass(&old, Some(&plan), &[RunFacts::of(&new)], &world, t(8));
+    assert!(s.announce.is_empty() && !s.newly_superseded);
+    // And no longer contends: the newer run supersedes nothing more.
+    let s = pass(&new, Some(&plan), &[RunFacts::of(&old)], &world, t(8));
+    assert!(s.supersede.is_empty());
+
+    // Two runs admitted at once, neither superseded yet: the older finds the newer and yields.
+    let a = a_run("a", t(10), false);
+    let mut b = a_run("b", t(11), false);
+    b.status = Some(UpgradeRunStatus {
+        state: RunState::Pending,
+        ..Default::default()
+    });
+    let s = pass(&a, Some(&plan), &[RunFacts::of(&b)], &world, t(12));
+    assert_eq!(s.status.superseded_by.as_deref(), Some("b"));
+}
+
+#[test]
+fn a_preview_supersedes_nothing_until_resumed_then_is_admitted_as_new() {
+    let plan = valid_plan(1);
+    let mut world = World::with(2);
+    let mut preview = a_run("preview", t(0), true);
+    // An active run created after the preview.
+    let mut active = a_run("active", t(2), false);
+    let s = pass(&active, Some(&plan), &[], &world, t(3));
+    apply(&mut active, &s, &mut world, &plan);
+
+    let s = pass(&preview, Some(&plan), &[RunFacts::of(&active)], &world, t(4));
+    assert_eq!(
+        s.metadata.annotations.get(PREVIEW_ANNOTATION).map(String::as_str),
+        Some("true")
+    );
+    assert!(s.supersede.is_empty() && s.status.superseded_by.is_none());
+    assert_eq!(s.status.state, RunState::InProgress, "a preview takes its snapshot");
+    assert_eq!(started(&s), 0, "and patches nothing");
+    assert_eq!(s.gauges, Gauges::Keep);
+    assert_eq!(condition(&s, reasons::SUSPENDED).0, reasons::SUSPENDED);
+    apply(&mut preview, &s, &mut world, &plan);
+    assert!(!RunFacts::of(&preview).contends(), "never the plan's active run");
+
+    // Resumed: admitted at that moment, so it is the newest and supersedes the active run.
+    preview.spec.suspend = false;
+    let s = pass(&preview, Some(&plan), &[RunFacts::of(&active)], &world, t(6));
+    assert_eq!(
+        s.metadata.annotations.get(ADMITTED_AT_ANNOTATION).map(String::as_str),
+        Some("2026-06-01T10:06:00Z")
+    );
+    assert_eq!(s.supersede, vec!["active".to_string()]);
+    assert!(matches!(s.gauges, Gauges::Set(_)), "it owns the plan's gauges now");
+    assert_eq!(started(&s), 0, "the active run still holds the only slot");
+    apply(&mut preview, &s, &mut world, &plan);
+    apply_supersede(&s, "preview", &mut [&mut active]);
+    assert!(RunFacts::of(&preview).contends());
+    assert_eq!(RunFacts::of(&preview).created, t(6));
+    // The superseded run, re-checked, agrees.
+    let s = pass(&active, Some(&plan), &[RunFacts::of(&preview)], &world, t(7));
+    assert_eq!(s.status.superseded_by.as_deref(), Some("preview"));
+
+    // Its end clears the gauges and it is the plan's last run.
+    world.kratix_applies();
+    let s = pass(&preview, Some(&plan), &[], &world, t(8));
+    world.kratix_applies();
+    apply(&mut preview, &s, &mut world, &plan);
+    let s = pass(&preview, Some(&plan), &[], &world, t(9));
+    world.kratix_applies();
+    apply(&mut preview, &s, &mut world, &plan);
+    let s = pass(&preview, Some(&plan), &[], &world, t(10));
+    assert_eq!(s.status.state, RunState::Completed);
+    assert_eq!(s.gauges, Gauges::Clear);
+    preview.status = Some(s.status.clone());
+    assert_eq!(last_run_of(&preview).map(|l| l.result), Some(RunResult::Completed));
+}
+
+#[test]
+fn deleting_cancels_and_lets_go_once_the_plan_recorded_it() {
+    let mut plan = valid_plan(1);
+    let mut world = World::with(2);
+    let mut run = a_run("r", t(0), false);
+    let s = pass(&run, Some(&plan), &[], &world, t(1));
+    apply(&mut run, &s, &mut world, &plan);
+    run.metadata.deletion_timestamp = Some(Time(crate::time::to_jiff(t(2))));
+
+    let s = pass(&run, Some(&plan), &[], &world, t(2));
+    assert_eq!(s.status.state, RunState::Cancelled);
+    assert_eq!(
+        condition(&s, reasons::RUN_SUCCEEDED),
+        (reasons::RUN_CANCELLED, ConditionStatus::False)
+    );
+    assert_eq!(reasons_announced(&s), vec!["UpgradeRunCancelled"]);
+    assert!(!s.release, "the plan records the result first");
+    assert_eq!(started(&s), 0);
+    run.status = Some(s.status.clone());
+
+    let s = pass(&run, Some(&plan), &[], &world, t(2) + Duration::seconds(1));
+    assert!(!s.release && s.wake_at.is_some() && s.announce.is_empty());
+    plan.status = Some(UpgradePlanStatus {
+        last_run: last_run_of(&run),
+        ..Default::default()
+    });
+    assert!(pass(&run, Some(&plan), &[], &world, t(2) + Duration::seconds(2)).release);
+    // Without a plan, or past the grace period, it lets go anyway.
+    plan.status = None;
+    assert!(pass(&run, None, &[], &world, t(3)).release);
+    assert!(pass(&run, Some(&plan), &[], &world, t(2) + RECORD_GRACE).release);
+    // A newer result on the plan also counts: this one is not the last run any more.
+    plan.status = Some(UpgradePlanStatus {
+        last_run: Some(LastRun {
+            name: "later".into(),
+            finished_at: Some(t(30)),
+            result: RunResult::Completed,
+            reason: String::new(),
+            message: String::new(),
+        }),
+        ..Default::default()
+    });
+    assert!(pass(&run, Some(&plan), &[], &world, t(2) + Duration::seconds(3)).release);
+
+    // A superseded run never writes lastRun: it lets go at once after cancelling.
+    let mut old = a_run("old", t(0), true);
+    old.metadata.annotations = Some([(SUPERSEDED_BY_ANNOTATION.to_string(), "r".to_string())].into());
+    old.status = Some(UpgradeRunStatus {
+        state: RunState::InProgress,
+        superseded_by: Some("r".into()),
+        ..Default::default()
+    });
+    old.metadata.deletion_timestamp = Some(Time(crate::time::to_jiff(t(4))));
+    let s = pass(&old, Some(&plan), &[], &world, t(4));
+    assert_eq!((s.status.state, s.gauges.clone()), (RunState::Cancelled, Gauges::Keep));
+    old.status = Some(s.status);
+    assert!(pass(&old, Some(&plan), &[], &world, t(4)).release);
+}
+
+#[test]
+fn suspending_a_run_holds_new_starts_and_says_why() {
+    let plan = valid_plan(5);
+    let mut world = World::with(2);
+    let mut run = a_run("r", t(0), false);
+    run.status = Some(UpgradeRunStatus {
+        state: RunState::Pending,
+        ..Default::default()
+    });
+    run.spec.suspend = true; // suspended after admission: not a preview
+    let s = pass(&run, Some(&plan), &[], &world, t(1));
+    assert_eq!(s.status.state, RunState::InProgress);
+    assert_eq!(started(&s), 0);
+    assert_eq!(
+        condition(&s, reasons::SUSPENDED),
+        (reasons::SUSPENDED, ConditionStatus::True)
+    );
+    assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked == Some(("all".into(), "Suspended"))));
+    apply(&mut run, &s, &mut world, &plan);
+    run.spec.suspend = false;
+    let s = pass(&run, Some(&plan), &[], &world, t(2));
+    assert_eq!(started(&s), 2);
+    assert!(
+        !s.metadata.annotations.contains_key(ADMITTED_AT_ANNOTATION),
+        "only a preview is re-admitted"
+    );
+}
