@@ -67,41 +67,11 @@ pub struct Metrics {
     emitted: Mutex<Emitted>,
 }
 
-/// What the plan reconciler knows of a plan.
-#[derive(Debug, Clone, Default)]
-pub struct PlanSample {
-    pub promise: String,
-    pub to: String,
-    pub time_zone: String,
-    pub running: bool,
-    pub suspended: bool,
-    pub ready: bool,
-    pub next_run: Option<f64>,
-    pub last_schedule: Option<f64>,
-    pub last_result: Option<&'static str>,
-    pub last_finished: Option<f64>,
-    pub groups: Vec<GroupSample>,
-}
+/// The plan's gauges and each group's, as the engine decides them.
+pub use upgradeplan::engine::lifecycle::plan::PlanGauges as PlanSample;
 
-#[derive(Debug, Clone, Default)]
-pub struct GroupSample {
-    pub name: String,
-    pub max_concurrent: Option<i64>,
-    pub window_open: bool,
-    /// (index, kind, active) per window.
-    pub windows: Vec<(usize, &'static str, bool)>,
-    pub next_open: Option<f64>,
-    pub next_close: Option<f64>,
-}
-
-/// What the run reconciler knows of a plan's active run.
-#[derive(Debug, Clone, Default)]
-pub struct RunSample {
-    /// (group, state, count), states pending|in_progress|succeeded|failed|skipped.
-    pub resources: Vec<(String, &'static str, i64)>,
-    /// (group, reason) of what the run waits for.
-    pub blocked: Option<(String, &'static str)>,
-}
+/// What the run reconciler knows of a plan's active run: the engine decides it.
+pub use upgradeplan::engine::lifecycle::RunGauges as RunSample;
 
 fn gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
     let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
@@ -372,6 +342,7 @@ impl Metrics {
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
+    use upgradeplan::engine::lifecycle::plan::GroupGauges as GroupSample;
 
     fn monitoring(file: &str) -> String {
         std::fs::read_to_string(

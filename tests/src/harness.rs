@@ -168,12 +168,17 @@ pub struct TestEnv {
     controllers: u32,
     /// The control plane's kubeconfig for child processes, when it is not `KUBECONFIG`'s.
     kubeconfig: Option<PathBuf>,
+    /// Set by [`TestEnv::teardown`]; otherwise dropping the world removes it (a failing test
+    /// leaks nothing).
+    torn_down: bool,
 }
 
 /// A controller process started by a test; killed when dropped.
 pub struct ControllerProcess {
     pub child: tokio::process::Child,
     pub log: PathBuf,
+    /// The `POD_NAME` it was started with: its leader-election identity begins `<pod name>_`.
+    pub pod_name: String,
 }
 
 impl ControllerProcess {
@@ -243,6 +248,7 @@ impl TestEnv {
             sim: None,
             controllers: 0,
             kubeconfig,
+            torn_down: false,
         }
     }
 
@@ -461,7 +467,9 @@ impl TestEnv {
             ("--metrics-addr", "127.0.0.1:0"),
             ("--log-level", "info,upgradeplan_controller=debug"),
         ];
+        let pod_name = format!("{}-controller-{}", self.id, self.controllers);
         let mut command = tokio::process::Command::new(workspace_bin("upgradeplan-controller")?);
+        command.env("POD_NAME", &pod_name);
         if let Some(k) = self.child_kubeconfig() {
             command.env("KUBECONFIG", k);
         }
@@ -479,7 +487,7 @@ impl TestEnv {
             .kill_on_drop(true)
             .spawn()
             .context("starting upgradeplan-controller")?;
-        Ok(ControllerProcess { child, log })
+        Ok(ControllerProcess { child, log, pod_name })
     }
 
     pub fn plans(&self) -> Api<UpgradePlan> {
@@ -583,17 +591,63 @@ impl TestEnv {
         if let Some(mut sim) = self.sim.take() {
             let _ = sim.kill().await;
         }
-        let dp = DeleteParams::background();
-        let ns_api: Api<Namespace> = Api::all(self.client.clone());
-        for ns in &self.namespaces {
-            let _ = ns_api.delete(ns, &dp).await;
-        }
-        let revs: Api<PromiseRevision> = Api::all(self.client.clone());
-        let lp = kube::api::ListParams::default().labels(&format!("{PROMISE_NAME_LABEL}={}", self.promise));
-        let _ = revs.delete_collection(&dp, &lp).await;
-        let promises: Api<Promise> = Api::all(self.client.clone());
-        let _ = promises.delete(&self.promise, &dp).await;
+        remove_world(&self.client, &self.namespaces, &self.promise).await;
+        self.torn_down = true;
         Ok(())
+    }
+}
+
+/// Deletes a world's namespaces (and so its bindings), its PromiseRevisions and its Promise.
+async fn remove_world(client: &Client, namespaces: &[String], promise: &str) {
+    let dp = DeleteParams::background();
+    let ns_api: Api<Namespace> = Api::all(client.clone());
+    for ns in namespaces {
+        let _ = ns_api.delete(ns, &dp).await;
+    }
+    let revs: Api<PromiseRevision> = Api::all(client.clone());
+    let lp = kube::api::ListParams::default().labels(&format!("{PROMISE_NAME_LABEL}={promise}"));
+    let _ = revs.delete_collection(&dp, &lp).await;
+    let promises: Api<Promise> = Api::all(client.clone());
+    let _ = promises.delete(promise, &dp).await;
+}
+
+impl Drop for TestEnv {
+    /// A test that failed before `teardown` still removes its world. The test's runtime may be
+    /// unwinding, so this uses a runtime and a client of its own, on a thread of its own.
+    fn drop(&mut self) {
+        if self.torn_down {
+            return;
+        }
+        if let Some(sim) = self.sim.as_mut() {
+            let _ = sim.start_kill();
+        }
+        let (namespaces, promise, kubeconfig) =
+            (self.namespaces.clone(), self.promise.clone(), self.kubeconfig.clone());
+        let cleanup = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                return;
+            };
+            runtime.block_on(async move {
+                let client = match kubeconfig {
+                    Some(path) => match kube::config::Kubeconfig::read_from(&path) {
+                        Ok(kc) => match kube::Config::from_custom_kubeconfig(kc, &Default::default()).await {
+                            Ok(config) => Client::try_from(config).ok(),
+                            Err(_) => None,
+                        },
+                        Err(_) => None,
+                    },
+                    None => Client::try_default().await.ok(),
+                };
+                if let Some(client) = client {
+                    let _ = tokio::time::timeout(
+                        std::time::Duration::from_secs(20),
+                        remove_world(&client, &namespaces, &promise),
+                    )
+                    .await;
+                }
+            });
+        });
+        let _ = cleanup.join();
     }
 }
 
