@@ -1153,8 +1153,8 @@ async fn wait_lease_holder(env: &TestEnv, ns: &str, lease: &str, who: &Controlle
     use k8s_openapi::api::coordination::v1::Lease;
     let leases: Api<Lease> = Api::namespaced(env.client.clone(), ns);
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut holder = String::new();
-    while tokio::time::Instant::now() < deadline {
+    let mut holder;
+    loop {
         holder = leases
             .get_opt(lease)
             .await
@@ -1163,6 +1163,9 @@ async fn wait_lease_holder(env: &TestEnv, ns: &str, lease: &str, who: &Controlle
             .unwrap_or_default();
         if holder.starts_with(&format!("{}_", who.pod_name)) {
             return holder;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
