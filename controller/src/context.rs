@@ -128,7 +128,11 @@ impl Ctx {
 
     /// Runs of `plan` (by label or, for runs not yet labelled, by reference).
     pub fn runs_of(&self, plan: &str) -> Vec<Arc<UpgradeRun>> {
-        self.runs.state().into_iter().filter(|r| run_plan(r) == plan).collect()
+        self.runs
+            .state()
+            .into_iter()
+            .filter(|r| r.plan_name() == plan)
+            .collect()
     }
 
     /// Bindings of `promise`, all namespaces, from the cache (shared, never copied).
@@ -255,17 +259,10 @@ impl Ctx {
         match &self.selector {
             None => true,
             Some(sel) => {
-                self.plan(&run.spec.upgrade_plan_ref.name).is_some()
-                    || run.annotations().get(SELECTOR_ANNOTATION) == Some(sel)
+                self.plan(run.plan_name()).is_some() || run.annotations().get(SELECTOR_ANNOTATION) == Some(sel)
             }
         }
     }
-}
-
-/// The plan a run belongs to: its immutable `spec.upgradePlanRef.name` (the plan label may hold
-/// a shortened form, spec §4.2).
-pub fn run_plan(run: &UpgradeRun) -> &str {
-    run.spec.upgrade_plan_ref.name.as_str()
 }
 
 /// Writes `status` of a cluster-scoped object with server-side apply under our field manager.

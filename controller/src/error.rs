@@ -6,8 +6,12 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("encoding JSON: {0}")]
     Json(#[from] serde_json::Error),
-    #[error("snapshot of run {run}: {detail}")]
-    Snapshot { run: String, detail: String },
+    #[error("snapshot of run {run}: ConfigMap {config_map}: {detail}")]
+    Snapshot {
+        run: String,
+        config_map: String,
+        detail: String,
+    },
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
 }

@@ -28,7 +28,7 @@ use kube::{Client, ResourceExt};
 use upgradeplan::api::kratix::{Promise, PromiseRevision, ResourceBinding};
 use upgradeplan::api::{UpgradePlan, UpgradeRun, DEFAULT_SNAPSHOT_NAMESPACE};
 
-use crate::context::{run_plan, Ctx};
+use crate::context::Ctx;
 
 /// Executes UpgradePlans and UpgradeRuns (platform.syntasso.io/v1alpha1): creates runs on the
 /// plans' schedules and upgrades Kratix ResourceBindings group by group, within windows and
@@ -418,7 +418,7 @@ where
                 .collect();
             runs.state()
                 .iter()
-                .filter(|r| plan_names.iter().any(|p| p == run_plan(r)))
+                .filter(|r| plan_names.iter().any(|p| p == r.plan_name()))
                 .filter(|r| !r.status.as_ref().is_some_and(|s| s.state.is_terminal()))
                 .map(|r| ObjectRef::from_obj(&**r))
                 .collect()
@@ -438,7 +438,7 @@ where
             let name = p.name_any();
             runs.state()
                 .iter()
-                .filter(|r| r.spec.upgrade_plan_ref.name == name)
+                .filter(|r| r.plan_name() == name)
                 .map(|r| ObjectRef::from_obj(&**r))
                 .collect()
         }
@@ -469,7 +469,7 @@ where
     let run_to_plan = {
         let plans = plans.clone();
         move |r: UpgradeRun| {
-            let plan = ObjectRef::<UpgradePlan>::new(run_plan(&r));
+            let plan = ObjectRef::<UpgradePlan>::new(r.plan_name());
             plans.get(&plan).map(|_| plan)
         }
     };

@@ -24,7 +24,7 @@ use upgradeplan::engine::naming;
 use upgradeplan::engine::run::{texts, BindingAction};
 use upgradeplan::engine::snapshot::{read_frozen, snapshot_shard_index, SNAPSHOT_PLAN_KEY, SNAPSHOT_RESOURCES_KEY};
 
-use crate::context::{run_plan, Ctx, Frozen, SELECTOR_ANNOTATION};
+use crate::context::{Ctx, Frozen, SELECTOR_ANNOTATION};
 use crate::error::{Error, Result};
 use crate::events::EventType;
 
@@ -73,9 +73,9 @@ impl lifecycle::Cluster for Ctx {
 /// Gathers the facts, takes the engine's step and applies it.
 async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
     let status = run.status.clone().unwrap_or_default();
-    let plan = ctx.plan(run_plan(run));
+    let plan = ctx.plan(run.plan_name());
     let others: Vec<RunFacts> = ctx
-        .runs_of(run_plan(run))
+        .runs_of(run.plan_name())
         .iter()
         .filter(|r| r.name_any() != run.name_any())
         .map(|r| RunFacts::of(r))
@@ -129,7 +129,10 @@ async fn gather_snapshot(ctx: &Ctx, run: &UpgradeRun, status: &UpgradeRunStatus)
                 frozen,
                 refs: status.resource_list_refs.clone(),
             }),
-            Err(e @ Error::Snapshot { .. }) => Ok(SnapshotFact::Lost(e.to_string())),
+            Err(Error::Snapshot { config_map, detail, .. }) => {
+                tracing::warn!(run = %run.name_any(), %config_map, %detail, "the run's snapshot is lost");
+                Ok(SnapshotFact::Lost { config_map, detail })
+            }
             Err(e) => Err(e),
         },
         _ => Ok(SnapshotFact::Absent),
@@ -140,7 +143,7 @@ async fn gather_snapshot(ctx: &Ctx, run: &UpgradeRun, status: &UpgradeRunStatus)
 /// old status and the next pass takes the same step again (which asks for nothing already done).
 async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
     let run_name = run.name_any();
-    let plan_name = run_plan(run).to_string();
+    let plan_name = run.plan_name().to_string();
     patch_metadata(ctx, run, &step).await?;
     for older in &step.supersede {
         request_supersede(ctx, older, &run_name).await?;
@@ -207,7 +210,7 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
 
 /// Metrics of a run that just ended.
 fn record_finished(ctx: &Ctx, run: &UpgradeRun, status: &UpgradeRunStatus, state: RunState) {
-    let plan = run_plan(run);
+    let plan = run.plan_name();
     let result = state.as_str();
     ctx.metrics
         .runs_total
@@ -225,7 +228,7 @@ fn record_finished(ctx: &Ctx, run: &UpgradeRun, status: &UpgradeRunStatus, state
 /// Counts each resource's result once per run, and how long its upgrade took when this process
 /// started it.
 fn count_results(ctx: &Ctx, run: &UpgradeRun, step: &Step) {
-    let plan = run_plan(run);
+    let plan = run.plan_name();
     for r in &step.results {
         if !ctx.first_time(run, "resource-result", r.key.clone()) {
             continue;
@@ -273,7 +276,7 @@ async fn patch_metadata(ctx: &Ctx, run: &UpgradeRun, step: &Step) -> Result<()> 
         patch.insert("annotations".into(), json!(annotations));
     }
     if step.metadata.own_by_plan {
-        if let Some(owner) = ctx.plan(run_plan(run)).and_then(|p| p.controller_owner_ref(&())) {
+        if let Some(owner) = ctx.plan(run.plan_name()).and_then(|p| p.controller_owner_ref(&())) {
             let mut owners: Vec<_> = run
                 .owner_references()
                 .iter()
@@ -315,9 +318,10 @@ async fn request_supersede(ctx: &Ctx, older: &str, newer: &str) -> Result<()> {
     }
 }
 
-fn snapshot_error(run: &UpgradeRun, detail: impl Into<String>) -> Error {
+fn snapshot_error(run: &UpgradeRun, config_map: &str, detail: impl Into<String>) -> Error {
     Error::Snapshot {
         run: run.name_any(),
+        config_map: config_map.to_string(),
         detail: detail.into(),
     }
 }
@@ -350,7 +354,7 @@ async fn write_snapshot(ctx: &Ctx, run: &UpgradeRun, step: &Step) -> Result<()> 
             data.insert(SNAPSHOT_PLAN_KEY.to_string(), frozen_plan.clone());
         }
         let (mut labels, mut annotations) = (BTreeMap::new(), BTreeMap::new());
-        naming::put_name(&mut labels, &mut annotations, PLAN_LABEL, run_plan(run));
+        naming::put_name(&mut labels, &mut annotations, PLAN_LABEL, run.plan_name());
         naming::put_name(&mut labels, &mut annotations, RUN_LABEL, &run_name);
         let cm = ConfigMap {
             metadata: kube::api::ObjectMeta {
@@ -375,6 +379,7 @@ async fn write_snapshot(ctx: &Ctx, run: &UpgradeRun, step: &Step) -> Result<()> 
             Err(kube::Error::Api(e)) if e.code == 404 => {
                 return Err(snapshot_error(
                     run,
+                    name,
                     format!(
                         "namespace {:?} does not exist: create it or start the controller with --snapshot-namespace",
                         ctx.snapshot_namespace
@@ -397,7 +402,10 @@ fn read_shards(run: &UpgradeRun, mut cms: Vec<ConfigMap>) -> Result<Arc<Frozen>>
             cm.data.as_ref().unwrap_or(&empty),
         )
     }))
-    .map_err(|e| snapshot_error(run, e.to_string()))?;
+    .map_err(|e| {
+        let first = cms.first().map(|cm| cm.name_any()).unwrap_or_default();
+        snapshot_error(run, &first, e.to_string())
+    })?;
     Ok(Arc::new(frozen))
 }
 
@@ -415,13 +423,15 @@ async fn load_snapshot(ctx: &Ctx, run: &UpgradeRun, status: &UpgradeRunStatus) -
             None => {
                 return Err(snapshot_error(
                     run,
+                    &r.name,
                     format!("ConfigMap {}/{} is missing", ctx.snapshot_namespace, r.name),
                 ))
             }
         }
     }
     if found.is_empty() {
-        return Err(snapshot_error(run, "status.resourceListRefs is empty"));
+        let first = upgradeplan::engine::snapshot::snapshot_config_map_name(&run.name_any(), 0);
+        return Err(snapshot_error(run, &first, "status.resourceListRefs is empty"));
     }
     let frozen = read_shards(run, found)?;
     if let Ok(mut cache) = ctx.frozen.lock() {

@@ -99,7 +99,7 @@ pub async fn runs_of(client: &Client, plan: &str) -> anyhow::Result<Vec<UpgradeR
         .items
         .into_iter()
         // The immutable reference, not the plan label (which may hold a shortened form).
-        .filter(|r| r.spec.upgrade_plan_ref.name == plan)
+        .filter(|r| r.plan_name() == plan)
         .collect())
 }
 

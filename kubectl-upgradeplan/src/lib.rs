@@ -94,11 +94,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
                 Some(r) => {
                     let run = client::get_run(&c, r).await?;
-                    if run.spec.upgrade_plan_ref.name != *plan {
-                        anyhow::bail!(
-                            "upgraderun/{r} belongs to plan {:?}, not {plan:?}",
-                            run.spec.upgrade_plan_ref.name
-                        );
+                    if run.plan_name() != plan.as_str() {
+                        anyhow::bail!("upgraderun/{r} belongs to plan {:?}, not {plan:?}", run.plan_name());
                     }
                     let Some(frozen) = runs::load_frozen(&c, &g.snapshot_namespace, &run).await? else {
                         anyhow::bail!(

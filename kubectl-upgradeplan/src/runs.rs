@@ -386,7 +386,7 @@ pub fn status(
         .unwrap_or_else(|| s.rollout_groups.clone());
     let json = StatusJson {
         name: name.clone(),
-        plan: run.spec.upgrade_plan_ref.name.clone(),
+        plan: run.plan_name().to_string(),
         state: if s.state == RunState::Unresolved {
             "Unresolved".into()
         } else {

@@ -568,20 +568,24 @@ impl TestEnv {
         Ok(events)
     }
 
-    /// Events recorded on a cluster-scoped object: (type, reason, message), oldest first.
+    /// Events recorded on cluster-scoped object `name`: (type, reason, message), oldest first, each
+    /// repeated as often as it happened.
     pub async fn events_of(&self, name: &str) -> anyhow::Result<Vec<(String, String, String)>> {
         let api: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(self.client.clone(), "default");
         let lp = kube::api::ListParams::default().fields(&format!("involvedObject.name={name}"));
         let mut events = api.list(&lp).await?.items;
         events.sort_by_key(|e| e.metadata.creation_timestamp.clone().map(|t| t.0));
+        // An Event repeated is one object with a count: it appears here that many times.
         Ok(events
             .into_iter()
-            .map(|e| {
-                (
+            .flat_map(|e| {
+                let times = e.count.unwrap_or(1).max(1) as usize;
+                let one = (
                     e.type_.unwrap_or_default(),
                     e.reason.unwrap_or_default(),
                     e.message.unwrap_or_default(),
-                )
+                );
+                std::iter::repeat_n(one, times)
             })
             .collect())
     }
@@ -791,6 +795,9 @@ pub struct Observed {
     pub spec_changes: HashMap<String, usize>,
     /// The `upgraded-by` annotation each time a binding's spec.version moved to the target.
     pub upgraded_by: HashMap<String, Vec<String>>,
+    /// How many bindings the watch has seen: a negative ("nothing was patched") means something
+    /// only when the watch saw them.
+    pub bindings: usize,
 }
 
 /// Starts a watch on the bindings of `env`'s Promise that records what [`Observed`] holds.
@@ -814,6 +821,7 @@ pub fn observe_bindings(env: &TestEnv, to: &'static str) -> Arc<Mutex<Observed>>
             );
             let before = last.insert(key.clone(), now.clone());
             let Ok(mut o) = out.lock() else { return };
+            o.bindings = last.len();
             if now.0 == to && before.as_ref().is_none_or(|p| p.0 != to) {
                 *o.spec_changes.entry(key.clone()).or_default() += 1;
                 let by = b

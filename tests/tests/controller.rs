@@ -315,6 +315,7 @@ async fn a_preview_snapshots_and_patches_nothing_until_resumed() {
     let mut spec = two_groups();
     spec["rolloutGroups"][0]["maxConcurrent"] = json!(1);
     let plan = env.create_plan("plan", spec).await.unwrap();
+    let observed = observe_bindings(&env, "v2.0.0");
     let run = env.create_run(&format!("{plan}-preview"), &plan, true).await.unwrap();
     let r = env
         .wait_run(&run, WAIT, "snapshot taken", |r| {
@@ -333,11 +334,17 @@ async fn a_preview_snapshots_and_patches_nothing_until_resumed() {
         (s.status, s.reason.as_str()),
         (ConditionStatus::True, reasons::SUSPENDED)
     );
+    // A bounded watch over the bindings proves the negative: it saw all three, and no patch.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(
-        spec_versions(&env).await.values().all(|v| v == "v1.0.0"),
-        "a preview patches nothing"
-    );
+    {
+        let o = observed.lock().unwrap();
+        assert_eq!(o.bindings, 3, "the watch saw the bindings");
+        assert!(
+            o.spec_changes.is_empty(),
+            "a preview patches nothing: {:?}",
+            o.spec_changes
+        );
+    }
     let p = env.plans().get(&plan).await.unwrap();
     assert_eq!(
         p.status.unwrap().active_run_ref,
@@ -1324,4 +1331,47 @@ async fn a_world_dropped_without_teardown_is_removed() {
         "the namespace of a dropped world remains"
     );
     wait_gone(Api::<Promise>::all(client), &promise, WAIT).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lost_snapshot_fails_the_run_once() {
+    let (mut env, mut controller, _) = world("e2e-lost", &[("dev", 2)], "0s").await;
+    let plan = env.create_plan("plan", two_groups()).await.unwrap();
+    // A preview holds its snapshot and patches nothing: a run that stays InProgress.
+    let run = env.create_run(&format!("{plan}-1"), &plan, true).await.unwrap();
+    env.wait_run(&run, WAIT, "snapshot taken", |r| state(r) == RunState::InProgress)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    // The controller keeps a snapshot it read in memory; a new one must read the ConfigMap.
+    controller.kill().await;
+    let config_map = format!("{run}-resource-snapshot");
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(env.client.clone(), &env.snapshot_namespace())
+        .delete(&config_map, &Default::default())
+        .await
+        .unwrap();
+    let restarted = env.start_controller(&[]).await.unwrap();
+    let done = env
+        .wait_run(&run, WAIT, "failed", terminal)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", restarted.log_text()));
+    assert_eq!(state(&done), RunState::Failed);
+    let c = condition(&done, reasons::RUN_SUCCEEDED).unwrap();
+    assert_eq!(
+        (c.status, c.reason.as_str(), c.message.clone()),
+        (
+            ConditionStatus::False,
+            reasons::SNAPSHOT_MISSING,
+            format!("snapshot ConfigMap {config_map} is missing or unreadable")
+        )
+    );
+    let events = env
+        .events_when(&run, |(_, r, _)| r == "UpgradeRunFailed")
+        .await
+        .unwrap();
+    let failed: Vec<_> = events
+        .iter()
+        .filter(|(t, r, _)| t == "Warning" && r == "UpgradeRunFailed")
+        .collect();
+    assert_eq!(failed.len(), 1, "{events:#?}");
+    env.teardown().await.unwrap();
 }

@@ -36,6 +36,14 @@ pub struct UpgradeRunSpec {
 }
 
 /// A reference to an UpgradePlan by name.
+impl UpgradeRun {
+    /// The plan this run belongs to: its immutable `spec.upgradePlanRef.name` (the plan label may
+    /// hold a shortened form, spec §4.2).
+    pub fn plan_name(&self) -> &str {
+        self.spec.upgrade_plan_ref.name.as_str()
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
 pub struct UpgradePlanRef {
     /// Name of the UpgradePlan (cluster-scoped).

@@ -51,8 +51,8 @@ pub enum SnapshotFact {
         frozen: Arc<Frozen>,
         refs: Vec<ResourceListRef>,
     },
-    /// The status names ConfigMaps that are missing or unreadable.
-    Lost(String),
+    /// The status names a ConfigMap that is missing or unreadable (`detail` says how, for logs).
+    Lost { config_map: String, detail: String },
 }
 
 /// Read access to the controller's caches of Kratix objects.
@@ -212,12 +212,6 @@ impl Step {
     }
 }
 
-/// The plan a run belongs to: its immutable `spec.upgradePlanRef.name` (the plan label may hold a
-/// shortened form, spec §4.2).
-pub fn plan_of(run: &UpgradeRun) -> &str {
-    run.spec.upgrade_plan_ref.name.as_str()
-}
-
 fn cond(
     type_: &str,
     status: ConditionStatus,
@@ -334,7 +328,7 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
         return out;
     }
 
-    let plan_name = plan_of(run).to_string();
+    let plan_name = run.plan_name().to_string();
     let Some(plan) = facts.plan else {
         set_condition(
             &mut out.status.conditions,
@@ -484,15 +478,16 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
     let promise = plan.spec.promise_ref.name.clone();
     match facts.snapshot.clone() {
         SnapshotFact::Found { frozen, .. } => progress(run, out, frozen, &promise, owns_gauges, cluster, now),
-        SnapshotFact::Lost(detail) => {
+        SnapshotFact::Lost { config_map, .. } => {
             out.to = plan.spec.upgrade_path.to.clone();
             let to = out.to.clone();
+            let message = texts::snapshot_missing(&config_map);
             finish(
                 &mut out,
                 owns_gauges,
                 RunState::Failed,
                 reasons::SNAPSHOT_MISSING,
-                detail,
+                message,
                 &to,
                 now,
             );
@@ -501,15 +496,13 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
         SnapshotFact::Absent => {
             let to = plan.spec.upgrade_path.to.clone();
             out.to = to.clone();
+            let message = texts::snapshot_missing(&snapshot_config_map_name(run_name(run), 0));
             finish(
                 &mut out,
                 owns_gauges,
                 RunState::Failed,
                 reasons::SNAPSHOT_MISSING,
-                format!(
-                    "snapshot of UpgradeRun {:?}: status.resourceListRefs is empty",
-                    run_name(run)
-                ),
+                message,
                 &to,
                 now,
             );

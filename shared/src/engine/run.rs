@@ -388,6 +388,9 @@ pub mod texts {
     pub fn run_summary(completed: i64, total: i64, to: &str) -> String {
         format!("{completed}/{total} resources upgraded to {to}")
     }
+    pub fn snapshot_missing(config_map: &str) -> String {
+        format!("snapshot ConfigMap {config_map} is missing or unreadable")
+    }
     pub fn run_cancelled() -> String {
         "UpgradeRun was deleted before it finished".to_string()
     }

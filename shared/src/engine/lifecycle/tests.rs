@@ -87,10 +87,10 @@ impl World {
                     .collect(),
             },
             None if recorded.is_empty() => SnapshotFact::Absent,
-            None => SnapshotFact::Lost(format!(
-                "snapshot ConfigMap {} is missing or unreadable",
-                recorded[0].name
-            )),
+            None => SnapshotFact::Lost {
+                config_map: recorded[0].name.clone(),
+                detail: "not found".into(),
+            },
         }
     }
 
@@ -673,4 +673,28 @@ fn suspending_a_run_holds_new_starts_and_says_why() {
         !s.metadata.annotations.contains_key(ADMITTED_AT_ANNOTATION),
         "only a preview is re-admitted"
     );
+}
+
+#[test]
+fn a_run_with_nothing_eligible_completes_at_once_as_a_record() {
+    let plan = valid_plan(1);
+    let mut world = World::with(2);
+    for b in &mut world.bindings {
+        Arc::make_mut(b)
+            .status
+            .get_or_insert_with(Default::default)
+            .last_applied_version = "v0".into();
+    }
+    let run = a_run("r", t(0), false);
+    let s = pass(&run, Some(&plan), &[], &world, t(1));
+    assert_eq!(s.status.state, RunState::Completed);
+    assert_eq!((s.status.total_resources, s.status.completed_resources), (0, 0));
+    assert_eq!(
+        s.write_snapshot.len(),
+        1,
+        "the (empty) snapshot is still written: the record"
+    );
+    assert_eq!(s.status.started_at, s.status.finished_at);
+    assert_eq!(reasons_announced(&s), vec!["UpgradeRunCompleted"]);
+    assert_eq!(s.announce[0].note, "0/0 resources upgraded to v2");
 }
