@@ -476,39 +476,24 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
 
     // InProgress.
     let promise = plan.spec.promise_ref.name.clone();
-    match facts.snapshot.clone() {
-        SnapshotFact::Found { frozen, .. } => progress(run, out, frozen, &promise, owns_gauges, cluster, now),
-        SnapshotFact::Lost { config_map, .. } => {
-            out.to = plan.spec.upgrade_path.to.clone();
-            let to = out.to.clone();
-            let message = texts::snapshot_missing(&config_map);
-            finish(
-                &mut out,
-                owns_gauges,
-                RunState::Failed,
-                reasons::SNAPSHOT_MISSING,
-                message,
-                &to,
-                now,
-            );
-            out
-        }
-        SnapshotFact::Absent => {
-            let to = plan.spec.upgrade_path.to.clone();
-            out.to = to.clone();
-            let message = texts::snapshot_missing(&snapshot_config_map_name(run_name(run), 0));
-            finish(
-                &mut out,
-                owns_gauges,
-                RunState::Failed,
-                reasons::SNAPSHOT_MISSING,
-                message,
-                &to,
-                now,
-            );
-            out
-        }
-    }
+    let lost = match facts.snapshot.clone() {
+        SnapshotFact::Found { frozen, .. } => return progress(run, out, frozen, &promise, owns_gauges, cluster, now),
+        SnapshotFact::Lost { config_map, .. } => config_map,
+        SnapshotFact::Absent => snapshot_config_map_name(run_name(run), 0),
+    };
+    // Without its snapshot the run cannot go on (spec §4.3 SnapshotMissing).
+    let to = plan.spec.upgrade_path.to.clone();
+    out.to = to.clone();
+    finish(
+        &mut out,
+        owns_gauges,
+        RunState::Failed,
+        reasons::SNAPSHOT_MISSING,
+        texts::snapshot_missing(&lost),
+        &to,
+        now,
+    );
+    out
 }
 
 fn run_name(run: &UpgradeRun) -> &str {
