@@ -49,10 +49,9 @@ async fn sources(
 
 fn emit<T: serde::Serialize>(g: &cli::Global, json: &T, text: &str) -> anyhow::Result<()> {
     match g.output {
-        Output::Json | Output::Yaml => print!("{}", structured(g.output, json)?),
-        _ => print!("{text}"),
+        Output::Json | Output::Yaml => output::out(structured(g.output, json)?),
+        _ => output::out(text),
     }
-    Ok(())
 }
 
 /// Runs the command line; the exit code follows kubectl's habits (1 on error) plus the
@@ -124,12 +123,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Resume { target } => verbs::set_suspend(&client::connect(g).await?, target, false).await?,
         Command::Cancel { run, yes } => verbs::cancel(&client::connect(g).await?, run, *yes).await?,
         Command::Completion { shell } => {
-            clap_complete::generate(
-                *shell,
-                &mut Cli::command(),
-                "kubectl-upgradeplan",
-                &mut std::io::stdout(),
-            );
+            // Generated into memory first: clap_complete panics when its writer fails.
+            let mut script = Vec::new();
+            clap_complete::generate(*shell, &mut Cli::command(), "kubectl-upgradeplan", &mut script);
+            output::out(String::from_utf8_lossy(&script))?;
         }
         Command::Version => verbs::version(g).await?,
     }

@@ -15,6 +15,8 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(kubectl_upgradeplan::run(cli)) {
         Ok(code) => code,
+        // `| head -1` closed stdout: end quietly, as kubectl does.
+        Err(e) if kubectl_upgradeplan::output::is_closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE

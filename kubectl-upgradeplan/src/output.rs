@@ -1,11 +1,43 @@
 //! Tables, colour and machine-readable output.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::cli::{Global, Output};
+
+/// Stdout was closed by its reader (`| head -1`): the program ends quietly, as kubectl does.
+#[derive(Debug)]
+pub struct ClosedPipe;
+
+impl std::fmt::Display for ClosedPipe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stdout was closed")
+    }
+}
+
+impl std::error::Error for ClosedPipe {}
+
+/// Writes `text` to stdout and flushes it. Every line the plugin prints goes through here, so
+/// that a closed pipe is [`ClosedPipe`] (never a panic, as `print!` would).
+pub fn out(text: impl std::fmt::Display) -> anyhow::Result<()> {
+    write_to(&mut std::io::stdout().lock(), text)
+}
+
+/// [`out`] to any writer.
+pub fn write_to(w: &mut impl Write, text: impl std::fmt::Display) -> anyhow::Result<()> {
+    match write!(w, "{text}").and_then(|_| w.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(ClosedPipe.into()),
+        Err(e) => Err(anyhow::Error::new(e).context("writing to stdout")),
+        Ok(()) => Ok(()),
+    }
+}
+
+/// Whether `e` is (or was caused by) a closed stdout.
+pub fn is_closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.is::<ClosedPipe>())
+}
 
 /// How text is rendered.
 #[derive(Clone, Copy, Debug)]

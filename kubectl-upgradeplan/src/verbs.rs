@@ -1,6 +1,6 @@
 //! The everyday verbs: get, run, status, suspend, resume, cancel, version.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail};
@@ -89,7 +89,7 @@ pub async fn get(client: &Client, g: &Global, plan: Option<&str>, watch: bool, s
         Some(p) => vec![get_plan(client, p).await?],
         None => list_plans(client).await?,
     };
-    print!("{}", show(current)?);
+    crate::output::out(show(current)?)?;
     if !watch {
         return Ok(());
     }
@@ -108,9 +108,7 @@ pub async fn get(client: &Client, g: &Global, plan: Option<&str>, watch: bool, s
         };
         let text = show(plans)?;
         if text != last {
-            println!();
-            print!("{text}");
-            std::io::stdout().flush().ok();
+            crate::output::out(format!("\n{text}"))?;
             last = text;
         }
     }
@@ -140,7 +138,7 @@ pub async fn run(client: &Client, plan_name: &str, preview: bool, name: Option<&
         .create(&PostParams::default(), &run)
         .await
         .map_err(|e| explain_error(e, "create", "upgraderuns", name))?;
-    println!("{}", created.metadata.name.unwrap_or_default());
+    crate::output::out(format!("{}\n", created.metadata.name.unwrap_or_default()))?;
     Ok(())
 }
 
@@ -190,7 +188,7 @@ pub async fn set_suspend(client: &Client, target: &str, suspend: bool) -> anyhow
                 .patch(&n, &PatchParams::default(), &patch)
                 .await
                 .map_err(|e| explain_error(e, "patch", "upgradeplans", Some(&n)))?;
-            println!("upgradeplan/{n} {verb}");
+            crate::output::out(format!("upgradeplan/{n} {verb}\n"))?;
         }
         Target::Run(n) => {
             let run = get_run(client, &n).await?;
@@ -208,7 +206,7 @@ pub async fn set_suspend(client: &Client, target: &str, suspend: bool) -> anyhow
                 .patch(&n, &PatchParams::default(), &patch)
                 .await
                 .map_err(|e| explain_error(e, "patch", "upgraderuns", Some(&n)))?;
-            println!("upgraderun/{n} {verb}");
+            crate::output::out(format!("upgraderun/{n} {verb}\n"))?;
         }
     }
     Ok(())
@@ -240,7 +238,7 @@ pub async fn cancel(client: &Client, name: &str, yes: bool) -> anyhow::Result<()
         .delete(name, &DeleteParams::default())
         .await
         .map_err(|e| explain_error(e, "delete", "upgraderuns", Some(name)))?;
-    println!("upgraderun/{name} cancelled");
+    crate::output::out(format!("upgraderun/{name} cancelled\n"))?;
     Ok(())
 }
 
@@ -272,7 +270,7 @@ pub async fn status(
 ) -> anyhow::Result<u8> {
     let run = get_run(client, name).await?;
     let mut last = render_status(client, g, &run, style).await?;
-    print!("{last}");
+    crate::output::out(&last)?;
     if !watch {
         return Ok(0);
     }
@@ -308,9 +306,7 @@ pub async fn status(
             };
             let text = render_status(client, g, &current, style).await?;
             if text != last {
-                println!();
-                print!("{text}");
-                std::io::stdout().flush().ok();
+                crate::output::out(format!("\n{text}"))?;
                 last = text;
             }
             if let Some(code) = exit_code(&current) {
@@ -331,13 +327,13 @@ pub async fn status(
 }
 
 pub async fn version(g: &Global) -> anyhow::Result<()> {
-    println!("kubectl-upgradeplan {}", env!("CARGO_PKG_VERSION"));
+    crate::output::out(format!("kubectl-upgradeplan {}\n", env!("CARGO_PKG_VERSION")))?;
     match crate::client::connect(g).await {
         Ok(c) => match c.apiserver_version().await {
-            Ok(v) => println!("server {}", v.git_version),
-            Err(e) => println!("server unreachable: {e}"),
+            Ok(v) => crate::output::out(format!("server {}\n", v.git_version))?,
+            Err(e) => crate::output::out(format!("server unreachable: {e}\n"))?,
         },
-        Err(e) => println!("server unknown: {e}"),
+        Err(e) => crate::output::out(format!("server unknown: {e}\n"))?,
     }
     Ok(())
 }

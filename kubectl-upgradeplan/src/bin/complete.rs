@@ -23,8 +23,8 @@ fn main() {
         Ok(rt) => rt.block_on(kubectl_upgradeplan::complete::complete(&raw, &global)),
         Err(_) => (vec![], kubectl_upgradeplan::complete::DIRECTIVE_NO_FILES),
     };
-    for c in candidates {
-        println!("{c}");
-    }
-    println!(":{directive}");
+    let mut text: String = candidates.iter().map(|c| format!("{c}\n")).collect();
+    text.push_str(&format!(":{directive}\n"));
+    // A closed pipe ends it quietly; there is nothing else to say to a shell.
+    let _ = kubectl_upgradeplan::output::out(text);
 }
