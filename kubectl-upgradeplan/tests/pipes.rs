@@ -1,5 +1,6 @@
 //! A closed stdout (`kubectl upgradeplan … | head -1`) ends the program quietly: no panic, no
 //! message, exit 0, as kubectl does.
+#![allow(clippy::unwrap_used)]
 
 use std::process::{Command, Stdio};
 
