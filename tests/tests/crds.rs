@@ -154,5 +154,38 @@ async fn binding_printer_columns_match_kratix() {
             "Age"
         ]
     );
+
+    // `kubectl get upgradeplans` shows a future nextRunAt as a time, not `<invalid>` (what a
+    // date column prints for a future instant): the server's own table says so.
+    let plan = env
+        .create_plan(
+            "cols",
+            json!({"upgradePath": {"from": ["v1"], "to": "v2"},
+        "rolloutGroups": [{"name": "all", "selectors": {"matchAll": true}}]}),
+        )
+        .await
+        .unwrap();
+    env.plans()
+        .patch_status(
+            &plan,
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"status": {"nextRunAt": "2099-01-02T03:04:00Z"}})),
+        )
+        .await
+        .unwrap();
+    let request = http::Request::get(format!("/apis/platform.syntasso.io/v1alpha1/upgradeplans/{plan}"))
+        .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+        .body(Vec::new())
+        .unwrap();
+    let table: serde_json::Value = env.client.request(request).await.unwrap();
+    let names: Vec<&str> = table["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    let next = names.iter().position(|n| *n == "Next Run").unwrap();
+    assert_eq!(table["rows"][0]["cells"][next], "2099-01-02T03:04:00Z", "{table:#}");
+    env.plans().delete(&plan, &Default::default()).await.unwrap();
     env.teardown().await.unwrap();
 }

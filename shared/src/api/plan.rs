@@ -26,7 +26,7 @@ use super::Condition;
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Active Run","type":"string","jsonPath":".status.activeRunRef"}"#,
     printcolumn = r#"{"name":"Last Result","type":"string","jsonPath":".status.lastRun.result"}"#,
-    printcolumn = r#"{"name":"Next Run","type":"date","jsonPath":".status.nextRunAt"}"#,
+    printcolumn = r#"{"name":"Next Run","type":"string","description":"The earliest future trigger, RFC 3339 UTC (a date column would print <invalid> for a future time)","jsonPath":".status.nextRunAt"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     validation = Rule::new("!has(self.spec.upgradeExecutionPolicy) || size(self.metadata.name) <= 229")
         .message("metadata.name: a plan with spec.upgradeExecutionPolicy must have a name of at most 229 characters, so that its run names (<plan>-YYYYMMDD-HHMM) fit in 253")
