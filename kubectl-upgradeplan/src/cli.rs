@@ -51,6 +51,9 @@ pub struct Global {
     /// No colour (also when NO_COLOR is set or the output is not a terminal).
     #[arg(long, global = true)]
     pub no_color: bool,
+    /// Keep metadata.managedFields in -o json|yaml (left out by default, as kubectl does).
+    #[arg(long, global = true)]
+    pub show_managed_fields: bool,
     /// Namespace of the runs' snapshot ConfigMaps (the controller's --snapshot-namespace).
     #[arg(long, global = true, value_name = "NS", default_value = upgradeplan::api::DEFAULT_SNAPSHOT_NAMESPACE)]
     pub snapshot_namespace: String,

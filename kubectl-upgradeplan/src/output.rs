@@ -146,6 +146,34 @@ pub fn structured<T: Serialize>(format: Output, value: &T) -> anyhow::Result<Str
     })
 }
 
+/// Objects as `kubectl get -o json|yaml` prints them: one named object as itself, otherwise a
+/// `List`; `metadata.managedFields` left out unless `show_managed_fields`.
+pub fn objects_as_kubectl<K: Serialize>(
+    objects: &[K],
+    one_named: bool,
+    show_managed_fields: bool,
+) -> anyhow::Result<serde_json::Value> {
+    let mut items = Vec::with_capacity(objects.len());
+    for o in objects {
+        let mut v = serde_json::to_value(o)?;
+        if !show_managed_fields {
+            if let Some(meta) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+                meta.remove("managedFields");
+            }
+        }
+        items.push(v);
+    }
+    Ok(match (one_named, items.len()) {
+        (true, 1) => items.remove(0),
+        _ => serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": items,
+            "metadata": {"resourceVersion": ""},
+        }),
+    })
+}
+
 /// "in 3h", "5m ago".
 pub fn relative(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
     let d = t - now;

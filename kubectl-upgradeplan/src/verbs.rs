@@ -81,7 +81,10 @@ pub fn plans_table(plans: &[UpgradePlan], style: &Style) -> String {
 pub async fn get(client: &Client, g: &Global, plan: Option<&str>, watch: bool, style: &Style) -> anyhow::Result<()> {
     let show = |plans: Vec<UpgradePlan>| -> anyhow::Result<String> {
         Ok(match g.output {
-            Output::Json | Output::Yaml => structured(g.output, &plans)?,
+            Output::Json | Output::Yaml => structured(
+                g.output,
+                &crate::output::objects_as_kubectl(&plans, plan.is_some(), g.show_managed_fields)?,
+            )?,
             _ => plans_table(&plans, style),
         })
     };
@@ -326,14 +329,33 @@ pub async fn status(
     }
 }
 
+/// `version`: the plugin's and the server's; `-o json|yaml` in kubectl's shape
+/// (`clientVersion`, `serverVersion`), the server's left out when it cannot be reached.
 pub async fn version(g: &Global) -> anyhow::Result<()> {
-    crate::output::out(format!("kubectl-upgradeplan {}\n", env!("CARGO_PKG_VERSION")))?;
-    match crate::client::connect(g).await {
-        Ok(c) => match c.apiserver_version().await {
-            Ok(v) => crate::output::out(format!("server {}\n", v.git_version))?,
-            Err(e) => crate::output::out(format!("server unreachable: {e}\n"))?,
-        },
-        Err(e) => crate::output::out(format!("server unknown: {e}\n"))?,
+    let client_version = format!("v{}", env!("CARGO_PKG_VERSION"));
+    let server = match crate::client::connect(g).await {
+        Ok(c) => c
+            .apiserver_version()
+            .await
+            .map_err(|e| format!("server unreachable: {e}")),
+        Err(e) => Err(format!("server unknown: {e}")),
+    };
+    match g.output {
+        Output::Json | Output::Yaml => {
+            let mut v = serde_json::json!({"clientVersion": {"gitVersion": client_version}});
+            match &server {
+                Ok(info) => v["serverVersion"] = serde_json::to_value(info)?,
+                Err(why) => eprintln!("{why}"),
+            }
+            crate::output::out(structured(g.output, &v)?)
+        }
+        _ => crate::output::out(format!(
+            "kubectl-upgradeplan {}\n{}\n",
+            env!("CARGO_PKG_VERSION"),
+            match &server {
+                Ok(info) => format!("server {}", info.git_version),
+                Err(why) => why.clone(),
+            }
+        )),
     }
-    Ok(())
 }

@@ -56,6 +56,45 @@ async fn every_verb_against_a_live_cluster() {
         "{}",
         get.stdout
     );
+    // -o json like kubectl: one name → the object, none → a List; managedFields only on request.
+    let one: Value = serde_json::from_str(&plugin(&["get", &plan, "-o", "json"]).await.stdout).unwrap();
+    assert_eq!(
+        (one["kind"].as_str(), one["metadata"]["name"].as_str()),
+        (Some("UpgradePlan"), Some(plan.as_str()))
+    );
+    assert!(one["metadata"].get("managedFields").is_none(), "{one:#}");
+    let all: Value = serde_json::from_str(&plugin(&["get", "-o", "json"]).await.stdout).unwrap();
+    assert_eq!(all["kind"], "List");
+    assert!(all["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["metadata"]["name"] == plan.as_str()));
+    let managed: Value = serde_json::from_str(
+        &plugin(&["get", &plan, "-o", "json", "--show-managed-fields"])
+            .await
+            .stdout,
+    )
+    .unwrap();
+    assert!(managed["metadata"]["managedFields"].is_array(), "{managed:#}");
+    let yaml = plugin(&["get", &plan, "-o", "yaml"]).await;
+    assert!(
+        yaml.stdout.contains("kind: UpgradePlan") && !yaml.stdout.contains("managedFields"),
+        "{}",
+        yaml.stdout
+    );
+    let version: Value = serde_json::from_str(&plugin(&["version", "-o", "json"]).await.stdout).unwrap();
+    assert!(version["clientVersion"]["gitVersion"]
+        .as_str()
+        .unwrap()
+        .starts_with('v'));
+    assert!(
+        version["serverVersion"]["gitVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("v1.")),
+        "{version:#}"
+    );
+
     let explain = plugin(&["explain", &plan]).await;
     assert_eq!(explain.code, Some(0), "{}", explain.stderr);
     assert!(explain.stdout.contains("1 (of 2 resources now)"), "{}", explain.stdout);
