@@ -211,7 +211,13 @@ fn match_json_contract() {
     );
     assert_eq!(v["groups"][2]["maxConcurrent"], Value::Null, "no limit");
     let ineligible = v["ineligible"].as_array().unwrap();
-    assert_eq!(ineligible.len(), 4);
+    assert_eq!(ineligible.len(), 5);
+    assert!(
+        ineligible
+            .iter()
+            .any(|i| i["name"] == "done" && i["reason"] == "already at v2.0.0"),
+        "a resource at the target is said to be there: {ineligible:#?}"
+    );
     assert_eq!(
         keys(&ineligible[0]),
         vec!["binding", "name", "namespace", "reason", "version"]

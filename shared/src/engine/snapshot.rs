@@ -89,7 +89,13 @@ impl Snapshot {
 pub enum Ineligibility {
     BeingDeleted,
     Unversioned,
-    VersionNotInFrom { version: String },
+    VersionNotInFrom {
+        version: String,
+    },
+    /// Already at the plan's target (and the target is not in `from`): nothing to do.
+    AlreadyAtTarget {
+        version: String,
+    },
 }
 
 impl fmt::Display for Ineligibility {
@@ -98,6 +104,7 @@ impl fmt::Display for Ineligibility {
             Ineligibility::BeingDeleted => write!(f, "being deleted"),
             Ineligibility::Unversioned => write!(f, "unversioned (no status.lastAppliedVersion)"),
             Ineligibility::VersionNotInFrom { version } => write!(f, "version {version} is not in upgradePath.from"),
+            Ineligibility::AlreadyAtTarget { version } => write!(f, "already at {version}"),
         }
     }
 }
@@ -122,13 +129,18 @@ pub struct Assignment {
 }
 
 /// Eligibility of one binding: being deleted, unversioned, or version not in `from`.
-pub fn eligibility(b: &ResourceBinding, matcher: &VersionMatcher) -> Result<(), Ineligibility> {
+pub fn eligibility(b: &ResourceBinding, matcher: &VersionMatcher, to: &str) -> Result<(), Ineligibility> {
     if b.metadata.deletion_timestamp.is_some() {
         return Err(Ineligibility::BeingDeleted);
     }
     let version = b.last_applied_version();
     if version.is_empty() || version == NOT_SET_VERSION {
         return Err(Ineligibility::Unversioned);
+    }
+    if !matcher.matches(version) && version == to {
+        return Err(Ineligibility::AlreadyAtTarget {
+            version: version.to_string(),
+        });
     }
     if !matcher.matches(version) {
         return Err(Ineligibility::VersionNotInFrom {
@@ -160,7 +172,7 @@ pub fn assign<'b>(
     let mut out = Assignment::default();
     let mut eligible = Vec::new();
     for b in ours {
-        match eligibility(b, matcher) {
+        match eligibility(b, matcher, &spec.upgrade_path.to) {
             Ok(()) => eligible.push(b),
             Err(why) => out.ineligible.push((SnapshotResource::from_binding(b), why)),
         }
@@ -426,11 +438,27 @@ pub(crate) mod tests {
             (deleting, Err(Ineligibility::BeingDeleted)),
         ];
         for (b, want) in cases {
-            assert_eq!(eligibility(&b, &m), want, "{:?}", b.metadata.name);
+            assert_eq!(eligibility(&b, &m, "v2.0.0"), want, "{:?}", b.metadata.name);
         }
         let mut no_status = binding("a", "nostatus", &[], "", "v1");
         no_status.status = None;
-        assert_eq!(eligibility(&no_status, &m), Err(Ineligibility::Unversioned));
+        assert_eq!(eligibility(&no_status, &m, "v2.0.0"), Err(Ineligibility::Unversioned));
+        // At the target already: said so, not "not in from"; a target listed in from stays eligible.
+        let done = binding("a", "done", &[], "v2.0.0", "v2.0.0");
+        assert_eq!(
+            eligibility(&done, &m, "v2.0.0"),
+            Err(Ineligibility::AlreadyAtTarget {
+                version: "v2.0.0".into()
+            })
+        );
+        assert_eq!(
+            eligibility(&done, &m, "v2.0.0").unwrap_err().to_string(),
+            "already at v2.0.0"
+        );
+        assert_eq!(
+            eligibility(&binding("a", "t", &[], "v1.1.9", "v1.1.9"), &m, "v1.1.9"),
+            Ok(())
+        );
     }
 
     #[test]
