@@ -87,8 +87,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let c = client::connect(g).await?;
             match run {
                 None => {
-                    client::get_plan(&c, plan).await?;
-                    let (json, text) = runs::history(client::runs_of(&c, plan).await?, *limit, Utc::now(), &style);
+                    let p = client::get_plan(&c, plan).await?;
+                    let last_run = p.status.as_ref().and_then(|s| s.last_run.as_ref());
+                    let (json, text) =
+                        runs::history(client::runs_of(&c, plan).await?, last_run, *limit, Utc::now(), &style);
                     emit(g, &json, &text)?;
                 }
                 Some(r) => {

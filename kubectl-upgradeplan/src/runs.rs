@@ -10,7 +10,7 @@ use kube::api::{Api, ListParams};
 use kube::Client;
 use serde::Serialize;
 use upgradeplan::api::kratix::{PromiseRevision, ResourceBinding};
-use upgradeplan::api::{find_condition, reasons, GroupStatus, RunState, UpgradeRun};
+use upgradeplan::api::{find_condition, reasons, GroupStatus, LastRun, RunState, UpgradeRun};
 use upgradeplan::engine::admission::is_preview;
 use upgradeplan::engine::run::{evaluate, evaluate_resource, texts, Blocked, Evaluation, Outcome, RunContext};
 use upgradeplan::engine::snapshot::read_frozen;
@@ -129,6 +129,8 @@ pub struct HistoryRow {
     pub trigger: String,
     pub state: String,
     pub superseded_by: Option<String>,
+    /// The run object is gone; the row comes from the plan's `lastRun`.
+    pub deleted: bool,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
     pub duration_seconds: Option<i64>,
@@ -140,19 +142,34 @@ pub struct HistoryRow {
 }
 
 /// The plan's runs, newest first.
+/// When a run stopped: its `finishedAt`, or, for a superseded run, the moment it was superseded
+/// (its `Suspended=True/Superseded` transition), so that its duration stops there in every view.
+pub fn ended_at(run: &UpgradeRun) -> Option<DateTime<Utc>> {
+    let s = run.status.as_ref()?;
+    s.finished_at.or_else(|| {
+        s.superseded_by.as_ref()?;
+        find_condition(&s.conditions, reasons::SUSPENDED)
+            .filter(|c| c.reason == reasons::SUPERSEDED)
+            .map(|c| c.last_transition_time)
+    })
+}
+
+/// The plan's runs, newest first, and the plan's `lastRun` when its run is gone (a cancelled run
+/// is deleted: this is its only record).
 pub fn history(
     mut runs: Vec<UpgradeRun>,
+    last_run: Option<&LastRun>,
     limit: usize,
     now: DateTime<Utc>,
     style: &Style,
 ) -> (Vec<HistoryRow>, String) {
     runs.sort_by_key(|r| std::cmp::Reverse((created(r), r.metadata.name.clone())));
-    runs.truncate(limit);
-    let rows: Vec<HistoryRow> = runs
+    let mut rows: Vec<HistoryRow> = runs
         .iter()
         .map(|r| {
             let s = r.status.clone().unwrap_or_default();
             let cond = find_condition(&s.conditions, reasons::RUN_SUCCEEDED);
+            let ended = ended_at(r);
             HistoryRow {
                 name: r.metadata.name.clone().unwrap_or_default(),
                 trigger: trigger(r).to_string(),
@@ -162,9 +179,10 @@ pub fn history(
                     s.state.as_str().to_string()
                 },
                 superseded_by: s.superseded_by.clone(),
+                deleted: false,
                 started_at: s.started_at,
                 finished_at: s.finished_at,
-                duration_seconds: s.started_at.map(|b| (s.finished_at.unwrap_or(now) - b).num_seconds()),
+                duration_seconds: s.started_at.map(|b| (ended.unwrap_or(now) - b).num_seconds()),
                 groups: s.rollout_groups.clone(),
                 completed_resources: s.completed_resources,
                 total_resources: s.total_resources,
@@ -173,12 +191,41 @@ pub fn history(
             }
         })
         .collect();
+    if let Some(last) = last_run.filter(|l| !rows.iter().any(|r| r.name == l.name)) {
+        let row = HistoryRow {
+            name: last.name.clone(),
+            trigger: "-".into(),
+            state: last.result.as_str().to_string(),
+            superseded_by: None,
+            deleted: true,
+            started_at: None,
+            finished_at: last.finished_at,
+            duration_seconds: None,
+            groups: Vec::new(),
+            completed_resources: 0,
+            total_resources: 0,
+            reason: Some(last.reason.clone()),
+            message: Some(last.message.clone()),
+        };
+        // Before the first run that had started when this one finished (newest first).
+        let at = rows
+            .iter()
+            .position(|r| {
+                r.started_at
+                    .or(r.finished_at)
+                    .is_some_and(|t| Some(t) <= last.finished_at)
+            })
+            .unwrap_or(rows.len());
+        rows.insert(at, row);
+    }
+    rows.truncate(limit);
     let table_rows: Vec<Vec<String>> = rows
         .iter()
         .map(|h| {
-            let state = match &h.superseded_by {
-                Some(by) => format!("{} (superseded by {by})", style.state(&h.state)),
-                None => style.state(&h.state),
+            let state = match (&h.superseded_by, h.deleted) {
+                (Some(by), _) => format!("{} (superseded by {by})", style.state(&h.state)),
+                (None, true) => format!("{} (run deleted; from the plan's lastRun)", style.state(&h.state)),
+                (None, false) => style.state(&h.state),
             };
             let mut row = vec![
                 h.name.clone(),
@@ -189,7 +236,11 @@ pub fn history(
                 h.duration_seconds
                     .map(|d| duration(chrono::Duration::seconds(d)))
                     .unwrap_or_else(|| "-".into()),
-                format!("{}/{}", h.completed_resources, h.total_resources),
+                if h.deleted {
+                    "-".into()
+                } else {
+                    format!("{}/{}", h.completed_resources, h.total_resources)
+                },
                 h.reason.clone().unwrap_or_else(|| "-".into()),
             ];
             if style.wide {
@@ -351,6 +402,25 @@ fn waiting(run: &UpgradeRun, eval: Option<&Evaluation>) -> Option<String> {
 
 /// The progress of a run.
 #[allow(clippy::too_many_arguments)]
+/// A group's phase in `status`: a run that ended says how each unfinished group ended, never
+/// `waiting`.
+pub fn group_phase(state: RunState, current: Option<usize>, index: usize, g: &GroupStatus) -> &'static str {
+    let complete = g.failed == 0 && g.succeeded + g.skipped == g.total;
+    match current {
+        _ if g.failed > 0 => "failed",
+        Some(c) if c == index => "current",
+        Some(c) if index < c => "done",
+        _ if complete && (g.total > 0 || state == RunState::Completed) => "done",
+        _ => match state {
+            RunState::Completed => "done",
+            RunState::Cancelled => "cancelled",
+            RunState::Failed if g.succeeded + g.skipped == 0 => "not started",
+            RunState::Failed => "stopped",
+            _ => "waiting",
+        },
+    }
+}
+
 pub fn status(
     run: &UpgradeRun,
     frozen: Option<&Frozen>,
@@ -412,10 +482,11 @@ pub fn status(
         style.state(&json.state)
     );
     if let Some(t) = s.started_at {
-        let end = s
-            .finished_at
-            .map(|f| format!(", finished {} after {}", relative(f, now), duration(f - t)))
-            .unwrap_or_default();
+        let end = match (s.finished_at, ended_at(run)) {
+            (Some(f), _) => format!(", finished {} after {}", relative(f, now), duration(f - t)),
+            (None, Some(e)) => format!(", superseded {} after {}", relative(e, now), duration(e - t)),
+            (None, None) => String::new(),
+        };
         out.push_str(&format!(
             "  started {}{end}; {}/{} resources upgraded\n",
             relative(t, now),
@@ -431,13 +502,7 @@ pub fn status(
             .iter()
             .enumerate()
             .map(|(i, g)| {
-                let phase = match current {
-                    Some(c) if c == i => "current",
-                    Some(c) if i < c => "done",
-                    None if s.state == RunState::Completed => "done",
-                    _ if g.total > 0 && g.succeeded + g.skipped == g.total => "done",
-                    _ => "waiting",
-                };
+                let phase = group_phase(s.state, current, i, g);
                 let in_flight = if Some(i) == current {
                     json.in_flight.to_string()
                 } else {
@@ -465,4 +530,106 @@ pub fn status(
         out.push_str(&format!("\n{} {w}\n", style.bold("Waiting:")));
     }
     (json, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use upgradeplan::api::{Condition, ConditionStatus, RunResult, UpgradePlanRef, UpgradeRunSpec, UpgradeRunStatus};
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    fn group(total: i64, succeeded: i64, failed: i64, skipped: i64) -> GroupStatus {
+        GroupStatus {
+            name: "g".into(),
+            total,
+            succeeded,
+            failed,
+            skipped,
+        }
+    }
+
+    #[test]
+    fn an_ended_run_never_shows_a_group_waiting() {
+        use RunState::*;
+        let cases = [
+            (InProgress, Some(1), 0, group(2, 2, 0, 0), "done"),
+            (InProgress, Some(1), 1, group(2, 0, 0, 0), "current"),
+            (InProgress, Some(1), 2, group(2, 0, 0, 0), "waiting"),
+            (Failed, None, 0, group(2, 1, 1, 0), "failed"),
+            (Failed, None, 1, group(2, 0, 0, 0), "not started"),
+            (Failed, None, 1, group(3, 1, 0, 0), "stopped"),
+            (Cancelled, None, 0, group(2, 2, 0, 0), "done"),
+            (Cancelled, None, 1, group(2, 1, 0, 0), "cancelled"),
+            (Cancelled, None, 2, group(2, 0, 0, 0), "cancelled"),
+            (Completed, None, 0, group(0, 0, 0, 0), "done"),
+        ];
+        for (state, current, index, g, want) in cases {
+            assert_eq!(
+                group_phase(state, current, index, &g),
+                want,
+                "{state:?} {current:?} {index} {g:?}"
+            );
+        }
+    }
+
+    fn run(name: &str, created: &str, status: UpgradeRunStatus) -> UpgradeRun {
+        let mut r = UpgradeRun::new(
+            name,
+            UpgradeRunSpec {
+                upgrade_plan_ref: UpgradePlanRef { name: "p".into() },
+                suspend: false,
+            },
+        );
+        r.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            upgradeplan::time::to_jiff(utc(created)),
+        ));
+        r.status = Some(status);
+        r
+    }
+
+    #[test]
+    fn history_keeps_the_cancelled_run_and_stops_a_superseded_runs_clock() {
+        let superseded = run(
+            "old",
+            "2026-06-01T10:00:00Z",
+            UpgradeRunStatus {
+                state: RunState::InProgress,
+                started_at: Some(utc("2026-06-01T10:00:00Z")),
+                superseded_by: Some("new".into()),
+                conditions: vec![Condition::new(
+                    reasons::SUSPENDED,
+                    ConditionStatus::True,
+                    reasons::SUPERSEDED,
+                    "Superseded by UpgradeRun \"new\"",
+                    utc("2026-06-01T10:05:00Z"),
+                )],
+                ..Default::default()
+            },
+        );
+        assert_eq!(ended_at(&superseded), Some(utc("2026-06-01T10:05:00Z")));
+        let cancelled = LastRun {
+            name: "cancelled".into(),
+            finished_at: Some(utc("2026-06-01T11:00:00Z")),
+            result: RunResult::Cancelled,
+            reason: reasons::RUN_CANCELLED.into(),
+            message: "UpgradeRun was deleted before it finished".into(),
+        };
+        let now = utc("2026-06-02T00:00:00Z");
+        let (rows, text) = history(vec![superseded], Some(&cancelled), 10, now, &Style::plain());
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].name.as_str(), rows[0].deleted), ("cancelled", true));
+        assert_eq!(rows[0].state, "Cancelled");
+        assert_eq!(rows[1].duration_seconds, Some(300), "stops when superseded, not at now");
+        assert!(
+            text.contains("Cancelled (run deleted; from the plan's lastRun)"),
+            "{text}"
+        );
+        assert!(text.contains("InProgress (superseded by new)"), "{text}");
+        // The plan's lastRun of a run still listed is not repeated.
+        let (rows, _) = history(vec![], None, 10, now, &Style::plain());
+        assert!(rows.is_empty());
+    }
 }
