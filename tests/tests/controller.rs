@@ -602,8 +602,15 @@ async fn a_newer_run_supersedes_the_active_one() {
     assert_eq!(state(&done), RunState::Completed);
     let old = env.runs().get(&first).await.unwrap();
     assert_eq!(state(&old), RunState::InProgress, "a superseded run keeps its state");
-    let p = env.plans().get(&plan).await.unwrap().status.unwrap();
-    assert_eq!(p.last_run.unwrap().name, second);
+    // The plan's own reconcile records it (the run does not write the plan's status).
+    env.wait_plan(&plan, WAIT, "the newer run recorded as the last run", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.last_run.as_ref())
+            .is_some_and(|l| l.name == second)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
     // Deleting the old superseded run cancels it but leaves the plan's lastRun alone (spec §3.2).
     env.runs().delete(&first, &Default::default()).await.unwrap();
     wait_gone(env.runs(), &first, WAIT).await.unwrap();

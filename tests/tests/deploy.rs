@@ -281,6 +281,15 @@ async fn the_shipped_rbac_is_sufficient_and_the_base_applies_server_side() {
         (2, 1)
     );
 
+    env.wait_plan(&plan, WAIT, "the failed run recorded as the last run", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.last_run.as_ref())
+            .is_some_and(|l| l.name == run)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+
     // A cancel: a preview, then deleted (finalizer, snapshot deletion). A preview never resumed
     // does not write the plan's lastRun (spec §3.2): the failed run stays the last result.
     // Times have one-second resolution: a failure stamped in the run's creation second counts
