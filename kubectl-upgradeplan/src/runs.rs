@@ -365,6 +365,9 @@ pub struct StatusJson {
     pub in_flight: usize,
     pub limit: Option<usize>,
     pub waiting: Option<String>,
+    /// Why the view is the run's recorded status rather than the live one, when it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// What a run waits for, in words, from its conditions and (when in progress) the engine.
@@ -473,6 +476,7 @@ pub fn status(
             waiting(run, eval.as_ref())
         },
         groups: groups.clone(),
+        note: None,
     };
     let mut out = format!(
         "{} {} (plan {}) — {}\n",

@@ -19,10 +19,13 @@ use crate::client::{explain_error, get_plan, get_run, list_plans};
 use crate::output::{relative, structured, table, utc, Style};
 use crate::runs;
 
-/// Exit codes of `status -w`.
+/// Exit codes (README "Exit codes"): `status -w` ends 0 when the run completed, and these
+/// otherwise; any error of any command (API, usage, a missing object) is [`EXIT_ERROR`].
 pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_CANCELLED: u8 = 2;
 pub const EXIT_TIMEOUT: u8 = 3;
+pub const EXIT_ERROR: u8 = 4;
+pub const EXIT_SUPERSEDED: u8 = 5;
 
 pub fn plans_table(plans: &[UpgradePlan], style: &Style) -> String {
     let now = Utc::now();
@@ -245,17 +248,34 @@ pub async fn cancel(client: &Client, name: &str, yes: bool) -> anyhow::Result<()
     Ok(())
 }
 
-/// Renders a run's status now.
+/// Renders a run's status now. Without its snapshot (deleted, or not readable with the user's
+/// rights) or the live bindings, it shows what the run's own status records, and says so.
 async fn render_status(client: &Client, g: &Global, run: &UpgradeRun, style: &Style) -> anyhow::Result<String> {
-    let frozen = runs::load_frozen(client, &g.snapshot_namespace, run).await?;
-    let (live, revision) = match &frozen {
-        Some(f) => (
-            runs::live_bindings(client, &f.plan.promise_ref.name).await?,
-            runs::revision_exists(client, &f.plan.promise_ref.name, &f.plan.upgrade_path.to).await?,
-        ),
-        None => (Default::default(), true),
+    let live_view = async {
+        let Some(f) = runs::load_frozen(client, &g.snapshot_namespace, run).await? else {
+            return anyhow::Ok(None);
+        };
+        let live = runs::live_bindings(client, &f.plan.promise_ref.name).await?;
+        let revision = runs::revision_exists(client, &f.plan.promise_ref.name, &f.plan.upgrade_path.to).await?;
+        Ok(Some((f, live, revision)))
     };
-    let (json, text) = runs::status(run, frozen.as_ref(), &live, revision, Utc::now(), style);
+    let (frozen, live, revision, note) = match live_view.await {
+        Ok(Some((f, live, revision))) => (Some(f), live, revision, None),
+        Ok(None) => (None, Default::default(), true, None),
+        Err(e) if run.status.as_ref().is_some_and(|s| !s.state.is_terminal()) => (
+            None,
+            Default::default(),
+            true,
+            Some(format!("showing the run's recorded status: {e:#}")),
+        ),
+        // An ended run's recorded status is complete: nothing to say.
+        Err(_) => (None, Default::default(), true, None),
+    };
+    let (mut json, mut text) = runs::status(run, frozen.as_ref(), &live, revision, Utc::now(), style);
+    if let Some(note) = note {
+        text.push_str(&format!("\n{} {note}\n", style.bold("Note:")));
+        json.note = Some(note);
+    }
     Ok(match g.output {
         Output::Json | Output::Yaml => structured(g.output, &json)?,
         _ => text,
@@ -277,10 +297,15 @@ pub async fn status(
     if !watch {
         return Ok(0);
     }
-    let exit_code = |r: &UpgradeRun| match r.status.as_ref().map(|s| s.state) {
-        Some(RunState::Completed) => Some(0),
-        Some(RunState::Failed) => Some(EXIT_FAILED),
-        Some(RunState::Cancelled) => Some(EXIT_CANCELLED),
+    // The watch ends with the run, or when a newer run supersedes it (which it names).
+    let exit_code = |r: &UpgradeRun| match r.status.as_ref().map(|s| (s.state, s.superseded_by.as_deref())) {
+        Some((RunState::Completed, _)) => Some(0),
+        Some((RunState::Failed, _)) => Some(EXIT_FAILED),
+        Some((RunState::Cancelled, _)) => Some(EXIT_CANCELLED),
+        Some((_, Some(newer))) => {
+            eprintln!("upgraderun/{name} was superseded by upgraderun/{newer}: follow that one");
+            Some(EXIT_SUPERSEDED)
+        }
         _ => None,
     };
     if let Some(code) = exit_code(&run) {

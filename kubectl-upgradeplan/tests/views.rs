@@ -242,7 +242,7 @@ fn match_json_contract() {
 #[test]
 fn bad_input_gets_a_message_that_names_the_file() {
     let o = plugin(&["explain", "-f", "/nonexistent/plan.yaml"]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(4), "any error is exit 4");
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("reading /nonexistent/plan.yaml"),
         "{o:?}"
@@ -359,4 +359,25 @@ fn completion_scripts_and_the_completion_executable() {
     assert_eq!(run(&["explain", "-o", "j"]), vec!["json".to_string(), ":4".to_string()]);
     assert_eq!(run(&["explain", "-f", ""]), vec![":0".to_string()], "files for -f");
     assert!(run(&["match", "--res"]).contains(&"--resource".to_string()));
+}
+
+#[test]
+fn exit_codes_tell_help_usage_errors_and_invalid_plans_apart() {
+    // `kubectl upgradeplan` alone teaches, on stdout, and succeeds.
+    let alone = plugin(&[]);
+    assert_eq!(alone.status.code(), Some(0), "{alone:?}");
+    assert!(String::from_utf8_lossy(&alone.stdout).contains("Usage: kubectl upgradeplan"));
+    assert_eq!(plugin(&["--help"]).status.code(), Some(0));
+    assert_eq!(plugin(&["get", "--help"]).status.code(), Some(0));
+    // A usage error is an error: 4, like an API error or a missing object.
+    let bogus = plugin(&["get", "--bogus"]);
+    assert_eq!(bogus.status.code(), Some(4), "{bogus:?}");
+    assert!(String::from_utf8_lossy(&bogus.stderr).contains("unexpected argument '--bogus'"));
+    // An invalid plan is explain's own answer: 1.
+    assert_eq!(
+        plugin(&["explain", "-f", &fixture("invalid-plan.yaml"), "--now", NOW])
+            .status
+            .code(),
+        Some(1)
+    );
 }

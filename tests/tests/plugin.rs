@@ -178,7 +178,7 @@ async fn every_verb_against_a_live_cluster() {
         .to_string();
     // What the API server refuses comes back as one readable line, never a Debug dump.
     let taken = plugin(&["run", &plan3, "--name", &run3]).await;
-    assert_eq!(taken.code, Some(1), "{taken:?}");
+    assert_eq!(taken.code, Some(4), "{taken:?}");
     let line = taken.stderr.trim();
     assert!(
         !line.contains('\n')
@@ -248,7 +248,7 @@ async fn every_verb_against_a_live_cluster() {
     });
     tokio::time::sleep(Duration::from_secs(1)).await;
     let refused = plugin(&["cancel", &preview]).await;
-    assert_eq!(refused.code, Some(1));
+    assert_eq!(refused.code, Some(4));
     assert!(refused.stderr.contains("pass --yes"), "{}", refused.stderr);
     assert!(plugin(&["cancel", &preview, "--yes"])
         .await
@@ -290,6 +290,49 @@ async fn every_verb_against_a_live_cluster() {
         done.stderr
     );
 
+    // A run held by a window that opens in twelve hours: status without its snapshot, and superseded.
+    use chrono::Timelike;
+    let opens = (chrono::Utc::now().hour() + 12) % 24;
+    let mut held_spec = plan_spec("v2.0.0");
+    for g in held_spec["rolloutGroups"].as_array_mut().unwrap() {
+        g["resourceUpgradeWindows"] =
+            json!([{"kind": "allow", "schedule": format!("0 {opens} * * *"), "duration": "1h"}]);
+    }
+    let plan5 = env.create_plan("held", held_spec).await.unwrap();
+    let held = plugin(&["run", &plan5]).await.stdout.trim().to_string();
+    env.wait_run(&held, WAIT, "in progress", |r| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| s.state == upgradeplan::api::RunState::InProgress)
+    })
+    .await
+    .unwrap();
+    kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(env.client.clone(), &snap)
+        .delete(&format!("{held}-resource-snapshot"), &Default::default())
+        .await
+        .unwrap();
+    let fallback = plugin(&["status", &held, "--snapshot-namespace", &snap]).await;
+    assert_eq!(fallback.code, Some(0), "{}", fallback.stderr);
+    assert!(
+        fallback.stdout.contains("InProgress") && fallback.stdout.contains("Note: showing the run's recorded status"),
+        "{}",
+        fallback.stdout
+    );
+    let follow = tokio::spawn({
+        let (held, snap) = (held.clone(), snap.clone());
+        async move { plugin(&["status", &held, "-w", "--timeout", "60s", "--snapshot-namespace", &snap]).await }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let newer = plugin(&["run", &plan5]).await.stdout.trim().to_string();
+    let superseded = follow.await.unwrap();
+    assert_eq!(superseded.code, Some(5), "{}\n{}", superseded.stdout, superseded.stderr);
+    assert!(
+        superseded.stderr.contains(&format!("superseded by upgraderun/{newer}")),
+        "{}",
+        superseded.stderr
+    );
+    env.plans().delete(&plan5, &Default::default()).await.unwrap();
+
     // Completion through the kubectl protocol, with live names.
     let complete = tokio::process::Command::new(workspace_bin("kubectl_complete-upgradeplan").unwrap())
         .args(["status", &format!("{}-to-v3", env.id)])
@@ -314,7 +357,7 @@ async fn every_verb_against_a_live_cluster() {
 
     // Errors that say what to do.
     let missing = plugin(&["get", "no-such-plan"]).await;
-    assert_eq!(missing.code, Some(1));
+    assert_eq!(missing.code, Some(4));
     assert!(
         missing.stderr.contains("upgradeplans \"no-such-plan\" not found"),
         "{}",
@@ -322,7 +365,7 @@ async fn every_verb_against_a_live_cluster() {
     );
     let no_rights = std::env::var("TESTENV_NO_RIGHTS_KUBECONFIG").unwrap();
     let denied = plugin_with(Some(&no_rights), &["get"]).await;
-    assert_eq!(denied.code, Some(1));
+    assert_eq!(denied.code, Some(4));
     assert!(
         denied.stderr.contains("forbidden: you may not list upgradeplans"),
         "{}",
