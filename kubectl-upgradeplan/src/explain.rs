@@ -103,8 +103,10 @@ fn gate_words(style: &Style, s: &GateState, has_windows: bool) -> String {
 
 /// Explains `plan` as at `now`. `bindings`: the Promise's bindings, when known, to resolve
 /// percentages against current membership.
+/// `unknown_fields`: fields of a plan file the API server would reject; problems like any other.
 pub fn explain(
     plan: &UpgradePlan,
+    unknown_fields: &[upgradeplan::engine::Problem],
     bindings: Option<&[ResourceBinding]>,
     now: DateTime<Utc>,
     runs: usize,
@@ -113,7 +115,8 @@ pub fn explain(
 ) -> (ExplainJson, String) {
     let name = plan.metadata.name.clone().unwrap_or_default();
     let spec = &plan.spec;
-    let problems = validate_plan(&name, spec, now);
+    let mut problems = unknown_fields.to_vec();
+    problems.extend(validate_plan(&name, spec, now));
     let created = upgradeplan::time::created_at(&plan.metadata);
     let triggers = spec.upgrade_execution_policy.as_ref().and_then(Triggers::compile);
     let next_runs = match &triggers {

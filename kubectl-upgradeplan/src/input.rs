@@ -18,8 +18,8 @@ fn read(path: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
 
-/// Reads one UpgradePlan.
-pub fn plan(path: &Path) -> anyhow::Result<UpgradePlan> {
+/// Reads one UpgradePlan, with its unknown fields (which the API server would reject).
+pub fn plan(path: &Path) -> anyhow::Result<(UpgradePlan, Vec<upgradeplan::engine::Problem>)> {
     let text = read(path)?;
     let value: serde_json::Value =
         serde_saphyr::from_str(&text).with_context(|| format!("{} is not valid YAML or JSON", path.display()))?;
@@ -27,7 +27,10 @@ pub fn plan(path: &Path) -> anyhow::Result<UpgradePlan> {
     if kind != "UpgradePlan" {
         bail!("{}: expected kind UpgradePlan, found {kind:?}", path.display());
     }
-    serde_path_to_error::deserialize(value).with_context(|| format!("{} is not a valid UpgradePlan", path.display()))
+    let unknown = upgradeplan::api::strict::unknown_plan_fields(&value);
+    let plan = serde_path_to_error::deserialize(value)
+        .with_context(|| format!("{} is not a valid UpgradePlan", path.display()))?;
+    Ok((plan, unknown))
 }
 
 #[derive(Deserialize)]

@@ -20,20 +20,20 @@ use clap::CommandFactory;
 use cli::{Cli, Command, Output, PlanSource};
 use output::{structured, Style};
 
-/// The plan and (when needed) bindings a view works on: from files, or from the cluster.
-async fn sources(
-    g: &cli::Global,
-    source: &PlanSource,
-    need_bindings: bool,
-) -> anyhow::Result<(
-    upgradeplan::api::UpgradePlan,
-    Option<Vec<upgradeplan::api::kratix::ResourceBinding>>,
-)> {
+/// What a view works on: the plan, its unknown fields when read from a file (the API server
+/// would reject them), and (when needed) the bindings — from files, or from the cluster.
+struct Sources {
+    plan: upgradeplan::api::UpgradePlan,
+    unknown_fields: Vec<upgradeplan::engine::Problem>,
+    bindings: Option<Vec<upgradeplan::api::kratix::ResourceBinding>>,
+}
+
+async fn sources(g: &cli::Global, source: &PlanSource, need_bindings: bool) -> anyhow::Result<Sources> {
     let offline = source.filename.is_some() && (source.bindings.is_some() || !need_bindings);
     let client = if offline { None } else { Some(client::connect(g).await?) };
-    let plan = match (&source.filename, &source.plan, &client) {
+    let (plan, unknown_fields) = match (&source.filename, &source.plan, &client) {
         (Some(f), _, _) => input::plan(f)?,
-        (None, Some(name), Some(c)) => client::get_plan(c, name).await?,
+        (None, Some(name), Some(c)) => (client::get_plan(c, name).await?, Vec::new()),
         _ => anyhow::bail!("name a plan, or pass -f FILE"),
     };
     let bindings = match (&source.bindings, &client) {
@@ -44,7 +44,11 @@ async fn sources(
         }
         (None, None) => None,
     };
-    Ok((plan, bindings))
+    Ok(Sources {
+        plan,
+        unknown_fields,
+        bindings,
+    })
 }
 
 fn emit<T: serde::Serialize>(g: &cli::Global, json: &T, text: &str) -> anyhow::Result<()> {
@@ -61,9 +65,21 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let style = Style::from(g);
     match &cli.command {
         Command::Explain { source, runs } => {
-            let (plan, bindings) = sources(g, source, false).await?;
+            let Sources {
+                plan,
+                unknown_fields,
+                bindings,
+            } = sources(g, source, false).await?;
             let now = source.now.unwrap_or_else(Utc::now);
-            let (json, text) = explain::explain(&plan, bindings.as_deref(), now, *runs, output::viewer_zone(), &style);
+            let (json, text) = explain::explain(
+                &plan,
+                &unknown_fields,
+                bindings.as_deref(),
+                now,
+                *runs,
+                output::viewer_zone(),
+                &style,
+            );
             emit(g, &json, &text)?;
             return Ok(if json.valid {
                 ExitCode::SUCCESS
@@ -72,7 +88,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             });
         }
         Command::Match { source, resource } => {
-            let (plan, bindings) = sources(g, source, true).await?;
+            let Sources {
+                plan,
+                unknown_fields,
+                bindings,
+            } = sources(g, source, true).await?;
+            for p in &unknown_fields {
+                eprintln!("warning: {p} (explain -f lists every problem)");
+            }
             let now = source.now.unwrap_or_else(Utc::now);
             let (json, text) = matching::matching(
                 &plan,

@@ -381,3 +381,55 @@ fn exit_codes_tell_help_usage_errors_and_invalid_plans_apart() {
         Some(1)
     );
 }
+
+#[test]
+fn explain_lints_unknown_fields_as_the_api_server_rejects_them() {
+    let base = std::fs::read_to_string(fixture("three-groups.yaml")).unwrap();
+    let dir = std::env::temp_dir().join(format!("upgradeplan-strict-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // (typo, the field the lint names, its hint)
+    let cases = [
+        (
+            base.replace("maxConcurrent: 1", "maxConcurent: 1"),
+            "spec.rolloutGroups[1].maxConcurent",
+            "maxConcurrent",
+        ),
+        (
+            base.replace("selectors: {matchAll: true}", "selector: {matchAll: true}"),
+            "spec.rolloutGroups[2].selector",
+            "selectors",
+        ),
+        (
+            base.replace("repeatSchedule:", "repeatSchedul:"),
+            "spec.upgradeExecutionPolicy.repeatSchedul",
+            "repeatSchedule",
+        ),
+        (
+            base.replace("duration: 30m, timeZone", "duration: 30m, timezone"),
+            "spec.rolloutGroups[1].resourceUpgradeWindows[1].timezone",
+            "timeZone",
+        ),
+    ];
+    for (i, (text, field, hint)) in cases.iter().enumerate() {
+        assert_ne!(text, &base, "case {i} changed nothing");
+        let path = dir.join(format!("plan-{i}.yaml"));
+        std::fs::write(&path, text).unwrap();
+        let o = plugin(&["explain", "-f", path.to_str().unwrap(), "--now", NOW, "-o", "json"]);
+        assert_eq!(o.status.code(), Some(1), "{field}: {o:?}");
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let problem = v["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["field"] == *field)
+            .unwrap_or_else(|| panic!("{field} not reported: {v:#}"));
+        assert!(
+            problem["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("did you mean \"{hint}\"")),
+            "{problem}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

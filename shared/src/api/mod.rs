@@ -4,6 +4,7 @@ mod condition;
 pub mod kratix;
 mod plan;
 mod run;
+pub mod strict;
 
 pub use condition::{find_condition, set_condition, Condition, ConditionStatus};
 pub use plan::*;
