@@ -95,6 +95,10 @@ pub enum Command {
         /// How many upcoming triggers to show.
         #[arg(long, value_name = "N", default_value_t = 5)]
         runs: usize,
+        /// Exit 1 on warnings too (the target listed in from, an executeAt that has passed, a
+        /// Promise that does not exist), not only on problems.
+        #[arg(long)]
+        strict: bool,
     },
     /// Show which resources a run would upgrade now, group by group, and why the others would not.
     Match {

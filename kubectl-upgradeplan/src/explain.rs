@@ -4,7 +4,7 @@ use chrono::{DateTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 use serde::Serialize;
 use upgradeplan::api::kratix::ResourceBinding;
-use upgradeplan::api::{UpgradePlan, WindowKind};
+use upgradeplan::api::{find_condition, reasons, ConditionStatus, UpgradePlan, WindowKind};
 use upgradeplan::engine::concurrency::Limit;
 use upgradeplan::engine::cron::CronSchedule;
 use upgradeplan::engine::schedule::Triggers;
@@ -41,6 +41,8 @@ pub struct ExplainJson {
     pub plan: String,
     pub valid: bool,
     pub problems: Vec<Problem>,
+    /// Allowed but probably not meant; problems under `--strict`.
+    pub warnings: Vec<Problem>,
     pub next_runs: Vec<DateTime<Utc>>,
     pub groups: Vec<GroupJson>,
     pub promise: String,
@@ -117,6 +119,19 @@ pub fn explain(
     let spec = &plan.spec;
     let mut problems = unknown_fields.to_vec();
     problems.extend(validate_plan(&name, spec, now));
+    let mut warnings = upgradeplan::engine::validate::plan_warnings(spec, now);
+    // Live: what the controller found about the Promise.
+    let promise = plan
+        .status
+        .as_ref()
+        .and_then(|s| find_condition(&s.conditions, reasons::PROMISE_RESOLVED))
+        .filter(|c| c.status == ConditionStatus::False);
+    if let Some(c) = promise {
+        warnings.push(Problem {
+            field: "spec.promiseRef.name".into(),
+            message: c.message.clone(),
+        });
+    }
     let created = upgradeplan::time::created_at(&plan.metadata);
     let triggers = spec.upgrade_execution_policy.as_ref().and_then(Triggers::compile);
     let next_runs = match &triggers {
@@ -275,10 +290,17 @@ pub fn explain(
             line(format!("  {}: {}", p.field, p.message));
         }
     }
+    if !warnings.is_empty() {
+        line(style.bold(&format!("Warnings ({}):", warnings.len())));
+        for w in &warnings {
+            line(format!("  {}: {}", w.field, w.message));
+        }
+    }
     let json = ExplainJson {
         plan: name,
         valid: problems.is_empty(),
         problems,
+        warnings,
         next_runs,
         groups,
         promise: spec.promise_ref.name.clone(),

@@ -64,7 +64,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let g = &cli.global;
     let style = Style::from(g);
     match &cli.command {
-        Command::Explain { source, runs } => {
+        Command::Explain { source, runs, strict } => {
             let Sources {
                 plan,
                 unknown_fields,
@@ -81,7 +81,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 &style,
             );
             emit(g, &json, &text)?;
-            return Ok(if json.valid {
+            let warned = *strict && !json.warnings.is_empty();
+            return Ok(if json.valid && !warned {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)

@@ -27,6 +27,25 @@ pub const EXIT_TIMEOUT: u8 = 3;
 pub const EXIT_ERROR: u8 = 4;
 pub const EXIT_SUPERSEDED: u8 = 5;
 
+/// READY of `get -o wide`: True only when the plan is valid and its Promise exists; otherwise
+/// False with the reason of the condition that is not.
+pub fn plan_readiness(plan: &UpgradePlan) -> String {
+    let conditions = plan
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let mut state = "-".to_string();
+    for type_ in [reasons::READY, reasons::PROMISE_RESOLVED] {
+        match find_condition(conditions, type_) {
+            Some(c) if c.status == upgradeplan::api::ConditionStatus::True => state = "True".into(),
+            Some(c) => return format!("False ({})", c.reason),
+            None => return "-".into(),
+        }
+    }
+    state
+}
+
 pub fn plans_table(plans: &[UpgradePlan], style: &Style) -> String {
     let now = Utc::now();
     let rows: Vec<Vec<String>> = plans
@@ -43,6 +62,7 @@ pub fn plans_table(plans: &[UpgradePlan], style: &Style) -> String {
                 p.spec.promise_ref.name.clone(),
                 p.spec.upgrade_path.to.clone(),
                 style.state(&phase),
+                if p.spec.suspend { "True" } else { "False" }.to_string(),
                 if s.active_run_ref.is_empty() {
                     "-".into()
                 } else {
@@ -55,10 +75,7 @@ pub fn plans_table(plans: &[UpgradePlan], style: &Style) -> String {
                 next,
             ];
             if style.wide {
-                let ready = find_condition(&s.conditions, reasons::READY)
-                    .map(|c| format!("{:?}", c.status))
-                    .unwrap_or_else(|| "-".into());
-                row.extend([p.spec.upgrade_path.from.join(","), p.spec.suspend.to_string(), ready]);
+                row.extend([p.spec.upgrade_path.from.join(","), plan_readiness(p)]);
             }
             row
         })
@@ -68,12 +85,13 @@ pub fn plans_table(plans: &[UpgradePlan], style: &Style) -> String {
         "PROMISE",
         "TO",
         "PHASE",
+        "SUSPENDED",
         "ACTIVE RUN",
         "LAST RESULT",
         "NEXT RUN",
     ];
     if style.wide {
-        headers.extend(["FROM", "SUSPENDED", "READY"]);
+        headers.extend(["FROM", "READY"]);
     }
     if rows.is_empty() {
         return "No UpgradePlans found.\n".into();

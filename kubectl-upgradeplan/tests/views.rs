@@ -433,3 +433,48 @@ fn explain_lints_unknown_fields_as_the_api_server_rejects_them() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn explain_warns_about_what_is_allowed_but_probably_not_meant() {
+    let base = std::fs::read_to_string(fixture("three-groups.yaml")).unwrap();
+    let dir = std::env::temp_dir().join(format!("upgradeplan-warn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [
+        (
+            base.replace(r#"from: ["v1.0.0", "/v1\\.1\\..*/"]"#, r#"from: ["v1.0.0", "v2.0.0"]"#),
+            "spec.upgradePath.from",
+            "matches the target v2.0.0",
+        ),
+        (
+            base.replace(
+                "timeZone: Europe/London\n  rolloutGroups",
+                "timeZone: Europe/London\n    executeAt: \"2026-01-02T03:00\"\n  rolloutGroups",
+            ),
+            "spec.upgradeExecutionPolicy.executeAt",
+            "has passed: it fires no more",
+        ),
+    ];
+    for (i, (text, field, words)) in cases.iter().enumerate() {
+        assert_ne!(text, &base, "case {i} changed nothing");
+        let path = dir.join(format!("plan-{i}.yaml"));
+        std::fs::write(&path, text).unwrap();
+        let file = path.to_str().unwrap();
+        let o = plugin(&["explain", "-f", file, "--now", NOW, "-o", "json"]);
+        assert_eq!(o.status.code(), Some(0), "a warning alone passes: {o:?}");
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let warning = v["warnings"].as_array().unwrap().iter().find(|w| w["field"] == *field);
+        assert!(
+            warning.is_some_and(|w| w["message"].as_str().unwrap().contains(words)),
+            "{field}: {v:#}"
+        );
+        assert_eq!(v["valid"], true);
+        let text = plugin(&["explain", "-f", file, "--now", NOW]);
+        assert!(
+            String::from_utf8_lossy(&text.stdout).contains("Warnings (1):"),
+            "{text:?}"
+        );
+        let strict = plugin(&["explain", "-f", file, "--now", NOW, "--strict"]);
+        assert_eq!(strict.status.code(), Some(1), "--strict fails on warnings: {strict:?}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -56,6 +56,8 @@ async fn every_verb_against_a_live_cluster() {
         "{}",
         get.stdout
     );
+    let header: Vec<&str> = get.stdout.lines().next().unwrap().split_whitespace().collect();
+    assert!(header.contains(&"SUSPENDED"), "{}", get.stdout);
     // -o json like kubectl: one name → the object, none → a List; managedFields only on request.
     let one: Value = serde_json::from_str(&plugin(&["get", &plan, "-o", "json"]).await.stdout).unwrap();
     assert_eq!(
@@ -94,6 +96,39 @@ async fn every_verb_against_a_live_cluster() {
             .is_some_and(|v| v.starts_with("v1.")),
         "{version:#}"
     );
+
+    // A plan whose Promise does not exist: not READY in `get -o wide`, a warning in `explain`.
+    let orphan = env.create_plan("orphan", plan_spec("v2.0.0")).await.unwrap();
+    env.plans()
+        .patch(
+            &orphan,
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"promiseRef": {"name": "no-such-promise"}}})),
+        )
+        .await
+        .unwrap();
+    env.wait_plan(&orphan, WAIT, "PromiseResolved=False", |p| {
+        p.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "PromiseResolved" && c.status == upgradeplan::api::ConditionStatus::False)
+        })
+    })
+    .await
+    .unwrap();
+    let wide = plugin(&["get", &orphan, "-o", "wide"]).await;
+    assert!(wide.stdout.contains("False (PromiseNotFound)"), "{}", wide.stdout);
+    let warned = plugin(&["explain", &orphan]).await;
+    assert_eq!(warned.code, Some(0), "{}", warned.stderr);
+    assert!(
+        warned
+            .stdout
+            .contains("spec.promiseRef.name: Promise \"no-such-promise\" not found"),
+        "{}",
+        warned.stdout
+    );
+    assert_eq!(plugin(&["explain", &orphan, "--strict"]).await.code, Some(1));
+    env.plans().delete(&orphan, &Default::default()).await.unwrap();
 
     let explain = plugin(&["explain", &plan]).await;
     assert_eq!(explain.code, Some(0), "{}", explain.stderr);

@@ -48,6 +48,34 @@ pub fn summarize(problems: &[Problem]) -> String {
 
 /// Every problem of the plan named `name`. `now` is needed to tell a window that can never open
 /// within the search horizon.
+/// What is allowed but probably not meant (`explain` warns; `--strict` makes them problems): the
+/// target listed in `from`, and an `executeAt` that has passed (it fires no more).
+pub fn plan_warnings(spec: &UpgradePlanSpec, now: DateTime<Utc>) -> Vec<Problem> {
+    let mut warnings = Vec::new();
+    let to = spec.upgrade_path.to.as_str();
+    if !to.is_empty() && VersionMatcher::compile(&spec.upgrade_path.from).is_ok_and(|m| m.matches(to)) {
+        warnings.push(Problem {
+            field: "spec.upgradePath.from".into(),
+            message: format!(
+                "matches the target {to}: resources already at {to} are counted as upgraded; list only the versions to upgrade from"
+            ),
+        });
+    }
+    let executed = spec
+        .upgrade_execution_policy
+        .as_ref()
+        .and_then(super::schedule::Triggers::compile)
+        .and_then(|t| t.execute_at)
+        .filter(|t| *t <= now);
+    if let Some(t) = executed {
+        warnings.push(Problem {
+            field: "spec.upgradeExecutionPolicy.executeAt".into(),
+            message: format!("{} has passed: it fires no more", t.to_rfc3339()),
+        });
+    }
+    warnings
+}
+
 pub fn validate_plan(name: &str, spec: &UpgradePlanSpec, now: DateTime<Utc>) -> Vec<Problem> {
     let mut problems = Vec::new();
     let mut add = |field: String, message: String| problems.push(Problem { field, message });
