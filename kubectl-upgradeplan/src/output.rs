@@ -85,11 +85,42 @@ impl Style {
     pub fn state(&self, s: &str) -> String {
         match s {
             "Completed" | "Available" | "open" | "valid" | "Succeeded" => self.paint("32", s),
-            "Failed" | "Cancelled" | "invalid" | "closed" => self.paint("31", s),
+            "Failed" | "invalid" | "closed" => self.paint("31", s),
+            // Someone chose to stop it: not a failure.
+            "Cancelled" => self.paint("90", s),
             "InProgress" | "Pending" | "Running" | "in flight" => self.paint("33", s),
             _ => s.to_string(),
         }
     }
+}
+
+/// Orders names as people read them: digit runs by value, so `k-4` comes before `k-10`.
+pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    fn chunks(s: &str) -> Vec<(bool, &str)> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        let bytes = s.as_bytes();
+        for i in 1..=bytes.len() {
+            if i == bytes.len() || bytes[i].is_ascii_digit() != bytes[start].is_ascii_digit() {
+                out.push((bytes[start].is_ascii_digit(), &s[start..i]));
+                start = i;
+            }
+        }
+        out
+    }
+    let (x, y) = (chunks(a), chunks(b));
+    for ((xd, xs), (yd, ys)) in x.iter().zip(&y) {
+        let order = if *xd && *yd {
+            let (xt, yt) = (xs.trim_start_matches('0'), ys.trim_start_matches('0'));
+            xt.len().cmp(&yt.len()).then_with(|| xt.cmp(yt))
+        } else {
+            xs.cmp(ys)
+        };
+        if order != std::cmp::Ordering::Equal {
+            return order;
+        }
+    }
+    x.len().cmp(&y.len()).then_with(|| a.cmp(b))
 }
 
 /// Aligned columns separated by three spaces, like kubectl's; ANSI colour codes do not count
@@ -264,5 +295,17 @@ mod tests {
         assert_eq!(relative(now + chrono::Duration::milliseconds(300), now), "0s ago");
         assert_eq!(relative(now + chrono::Duration::seconds(1), now), "in 1s");
         assert_eq!(duration(chrono::Duration::seconds(3725)), "1h02m");
+    }
+}
+
+#[cfg(test)]
+mod natural_order_tests {
+    use super::natural_cmp;
+
+    #[test]
+    fn numbers_sort_by_value() {
+        let mut names = vec!["k-10", "k-4", "k-2", "a", "k-04x", "k", "b-1-10", "b-1-9"];
+        names.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(names, vec!["a", "b-1-9", "b-1-10", "k", "k-2", "k-4", "k-04x", "k-10"]);
     }
 }

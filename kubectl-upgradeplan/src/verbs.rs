@@ -48,6 +48,13 @@ pub fn plan_readiness(plan: &UpgradePlan) -> String {
 
 pub fn plans_table(plans: &[UpgradePlan], style: &Style) -> String {
     let now = Utc::now();
+    let mut plans: Vec<&UpgradePlan> = plans.iter().collect();
+    plans.sort_by(|a, b| {
+        crate::output::natural_cmp(
+            a.metadata.name.as_deref().unwrap_or_default(),
+            b.metadata.name.as_deref().unwrap_or_default(),
+        )
+    });
     let rows: Vec<Vec<String>> = plans
         .iter()
         .map(|p| {
