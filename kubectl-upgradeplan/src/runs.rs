@@ -405,6 +405,24 @@ fn waiting(run: &UpgradeRun, eval: Option<&Evaluation>) -> Option<String> {
 
 /// The progress of a run.
 #[allow(clippy::too_many_arguments)]
+/// When a resource is in several groups it is counted in each (as SKE specifies): says so, so that
+/// the totals never look wrong. `None` when every resource is in one group.
+pub fn shared_entries_note(snapshot: &upgradeplan::engine::snapshot::Snapshot) -> Option<String> {
+    let mut seen: HashMap<(&str, &str), usize> = HashMap::new();
+    let mut entries = 0;
+    for r in snapshot.groups.iter().flat_map(|g| &g.resources) {
+        entries += 1;
+        *seen.entry((r.namespace.as_str(), r.binding.as_str())).or_default() += 1;
+    }
+    let shared = seen.values().filter(|n| **n > 1).count();
+    (shared > 0).then(|| {
+        format!(
+            "{entries} group entries, {} distinct resources; {shared} in more than one group, upgraded in the first and counted in each",
+            seen.len()
+        )
+    })
+}
+
 /// A group's phase in `status`: a run that ended says how each unfinished group ended, never
 /// `waiting`.
 pub fn group_phase(state: RunState, current: Option<usize>, index: usize, g: &GroupStatus) -> &'static str {
@@ -497,6 +515,9 @@ pub fn status(
             json.completed_resources,
             json.total_resources
         ));
+        if let Some(note) = frozen.and_then(|f| shared_entries_note(&f.snapshot)) {
+            out.push_str(&format!("  ({note})\n"));
+        }
     }
     if let Some(c) = find_condition(&s.conditions, reasons::RUN_SUCCEEDED) {
         out.push_str(&format!("  {}: {}\n", c.reason, c.message));
@@ -553,6 +574,33 @@ mod tests {
             failed,
             skipped,
         }
+    }
+
+    #[test]
+    fn resources_in_two_groups_are_said_to_be() {
+        use upgradeplan::engine::snapshot::{Snapshot, SnapshotGroup, SnapshotResource};
+        let r = |name: &str| SnapshotResource {
+            namespace: "ns".into(),
+            name: name.into(),
+            binding: format!("{name}-b"),
+            last_applied_version: "v1".into(),
+            spec_version: "v1".into(),
+        };
+        let group = |name: &str, resources: Vec<SnapshotResource>| SnapshotGroup {
+            name: name.into(),
+            resources,
+        };
+        let shared = Snapshot {
+            groups: vec![group("a", vec![r("x"), r("y")]), group("b", vec![r("x"), r("z")])],
+        };
+        assert_eq!(
+            shared_entries_note(&shared).as_deref(),
+            Some("4 group entries, 3 distinct resources; 1 in more than one group, upgraded in the first and counted in each")
+        );
+        let apart = Snapshot {
+            groups: vec![group("a", vec![r("x")]), group("b", vec![r("y")])],
+        };
+        assert_eq!(shared_entries_note(&apart), None);
     }
 
     #[test]
