@@ -1,6 +1,6 @@
 //! Connecting to the cluster, and errors that say what to do.
 
-use anyhow::{anyhow, Context};
+use anyhow::anyhow;
 use kube::api::{Api, ListParams};
 use kube::Client;
 use upgradeplan::api::kratix::{ResourceBinding, PROMISE_NAME_LABEL};
@@ -8,28 +8,75 @@ use upgradeplan::api::{UpgradePlan, UpgradeRun};
 
 use crate::cli::Global;
 
+/// The server and context this process talks to, for errors that must name them.
+static TARGET: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+fn target() -> &'static str {
+    TARGET.get().map(String::as_str).unwrap_or("the API server")
+}
+
+/// A kubeconfig that cannot be read, in one sentence that says what to do.
+fn unreadable_kubeconfig(path: &std::path::Path, e: &kube::config::KubeconfigError) -> anyhow::Error {
+    if !path.exists() {
+        anyhow!(
+            "kubeconfig {} does not exist: point KUBECONFIG or --kubeconfig at a kubeconfig file",
+            path.display()
+        )
+    } else {
+        anyhow!("kubeconfig {} cannot be read: {e}", path.display())
+    }
+}
+
 pub async fn connect(g: &Global) -> anyhow::Result<Client> {
     let options = kube::config::KubeConfigOptions {
         context: g.context.clone(),
         ..Default::default()
     };
-    let mut config = match &g.kubeconfig {
+    let (mut config, context) = match &g.kubeconfig {
         Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &options).await?
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| unreadable_kubeconfig(path, &e))?;
+            let context = g.context.clone().or_else(|| kc.current_context.clone());
+            let config = kube::Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .map_err(|e| anyhow!("kubeconfig {}: {e}", path.display()))?;
+            (config, context)
         }
-        None if g.context.is_some() => kube::Config::from_kubeconfig(&options).await?,
-        None => kube::Config::infer()
-            .await
-            .context("no cluster configured: set KUBECONFIG or pass --kubeconfig")?,
+        None if g.context.is_some() => (
+            kube::Config::from_kubeconfig(&options)
+                .await
+                .map_err(|e| anyhow!("kubeconfig: {e}"))?,
+            g.context.clone(),
+        ),
+        None => {
+            let context = kube::config::Kubeconfig::read().ok().and_then(|kc| kc.current_context);
+            let config = kube::Config::infer().await.map_err(|_| {
+                anyhow!("no cluster configured: no ~/.kube/config and not running in a pod; set KUBECONFIG or pass --kubeconfig")
+            })?;
+            (config, context)
+        }
     };
+    let _ = TARGET.set(match context {
+        Some(c) => format!("{} (context {c})", config.cluster_url),
+        None => config.cluster_url.to_string(),
+    });
     if !g.request_timeout.is_zero() {
         config.read_timeout = Some(g.request_timeout);
         config.connect_timeout = Some(g.request_timeout);
         config.write_timeout = Some(g.request_timeout);
     }
     Ok(Client::try_from(config)?)
+}
+
+/// Whether `e` is a failure to reach the server at all (refused, unreachable, timed out).
+fn unreachable(e: &kube::Error) -> Option<&'static str> {
+    let text = format!("{e:?}").to_lowercase();
+    if text.contains("timed out") || text.contains("timeout") {
+        Some("did not answer in time (--request-timeout)")
+    } else if text.contains("connect") || text.contains("dns") || text.contains("refused") {
+        Some("cannot be reached")
+    } else {
+        None
+    }
 }
 
 /// Turns an API error into a message that names the verb and resource and says what to do.
@@ -63,7 +110,13 @@ pub fn explain_error(e: kube::Error, verb: &str, resource: &str, name: Option<&s
             let reason = if s.reason.is_empty() { String::new() } else { format!(", {}", s.reason) };
             anyhow!("cannot {verb} {what}: {} (HTTP {}{reason}); {hint}", s.message.trim_end(), s.code)
         }
-        _ => anyhow!("cannot {verb} {what}: {e}"),
+        _ => match unreachable(&e) {
+            Some(how) => anyhow!(
+                "cannot {verb} {what}: the API server at {} {how}: is the cluster running, and is this the right context (kubectl config current-context)?",
+                target()
+            ),
+            None => anyhow!("cannot {verb} {what}: {e}"),
+        },
     }
 }
 

@@ -6,6 +6,11 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser};
 
 fn main() -> ExitCode {
+    // An empty KUBECONFIG means unset, as for kubectl (clap would call it a missing value). This
+    // runs before any thread exists.
+    if std::env::var_os("KUBECONFIG").is_some_and(|v| v.is_empty()) {
+        std::env::remove_var("KUBECONFIG");
+    }
     // `kubectl upgradeplan` alone teaches: help on stdout, exit 0.
     if std::env::args_os().len() == 1 {
         let help = kubectl_upgradeplan::cli::Cli::command().render_help();

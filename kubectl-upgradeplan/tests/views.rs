@@ -478,3 +478,44 @@ fn explain_warns_about_what_is_allowed_but_probably_not_meant() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn connection_errors_are_one_sentence_that_names_the_server_and_says_what_to_do() {
+    let dir = std::env::temp_dir().join(format!("upgradeplan-conn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let refused = dir.join("refused.kubeconfig");
+    std::fs::write(
+        &refused,
+        "apiVersion: v1\nkind: Config\nclusters:\n- cluster: {server: \"https://127.0.0.1:1\"}\n  name: dead\n\
+         contexts:\n- context: {cluster: dead, user: u}\n  name: deadctx\ncurrent-context: deadctx\n\
+         users:\n- name: u\n  user: {token: x}\n",
+    )
+    .unwrap();
+    let run = |kubeconfig: &str, home: &str| {
+        let o = Command::new(PLUGIN)
+            .args(["get"])
+            .env("KUBECONFIG", kubeconfig)
+            .env("HOME", home)
+            .output()
+            .unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).trim().to_string())
+    };
+    let cases = [
+        (
+            run("/nonexistent/kubeconfig", "/"),
+            "error: kubeconfig /nonexistent/kubeconfig does not exist: point KUBECONFIG or --kubeconfig at a kubeconfig file".to_string(),
+        ),
+        (
+            run(refused.to_str().unwrap(), "/"),
+            "error: cannot list upgradeplans: the API server at https://127.0.0.1:1/ (context deadctx) cannot be reached: is the cluster running, and is this the right context (kubectl config current-context)?".to_string(),
+        ),
+        (
+            run("", dir.to_str().unwrap()),
+            "error: no cluster configured: no ~/.kube/config and not running in a pod; set KUBECONFIG or pass --kubeconfig".to_string(),
+        ),
+    ];
+    for ((code, stderr), want) in cases {
+        assert_eq!((code, stderr), (Some(4), want));
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
