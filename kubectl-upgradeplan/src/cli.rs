@@ -104,9 +104,13 @@ pub enum Command {
     Match {
         #[command(flatten)]
         source: PlanSource,
-        /// Answer "when will mine be upgraded?" for one Resource Request.
+        /// Answer "when will mine be upgraded?" for one Resource Request: its groups, position
+        /// and window.
         #[arg(long, value_name = "NS/NAME")]
         resource: Option<String>,
+        /// With --resource, list the whole plan as well.
+        #[arg(long, requires = "resource")]
+        all: bool,
     },
     /// The plan's runs, newest first; with RUN, the outcome of each resource of that run.
     History {

@@ -88,7 +88,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ExitCode::from(1)
             });
         }
-        Command::Match { source, resource } => {
+        Command::Match { source, resource, all } => {
             let Sources {
                 plan,
                 unknown_fields,
@@ -103,6 +103,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 bindings.as_deref().unwrap_or_default(),
                 now,
                 resource.as_deref(),
+                *all,
                 &style,
             )?;
             emit(g, &json, &text)?;

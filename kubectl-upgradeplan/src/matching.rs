@@ -171,6 +171,7 @@ pub fn matching(
     bindings: &[ResourceBinding],
     now: DateTime<Utc>,
     resource: Option<&str>,
+    all: bool,
     style: &Style,
 ) -> anyhow::Result<(MatchJson, String)> {
     let spec = &plan.spec;
@@ -243,14 +244,27 @@ pub fn matching(
             .collect(),
         resource: placement,
     };
-    Ok((json.clone(), render(&json, style)))
+    Ok((json.clone(), render(&json, all, style)))
 }
 
-fn render(m: &MatchJson, style: &Style) -> String {
+/// The text view: the whole plan; with a resource, that resource only unless `all`.
+fn render(m: &MatchJson, all: bool, style: &Style) -> String {
     let mut out = String::new();
     let total: usize = m.groups.iter().map(|g| g.resources.len()).sum();
+    let distinct = m
+        .groups
+        .iter()
+        .flat_map(|g| g.resources.iter().map(|r| (&r.namespace, &r.binding)))
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    // A resource in several groups is counted in each (as SKE specifies): say so.
+    let counted = if distinct < total {
+        format!("{total} group entries ({distinct} distinct resources)")
+    } else {
+        format!("{total} resource(s)")
+    };
     out.push_str(&format!(
-        "{} {} — Promise {} → {} — {total} resource(s) in {} group(s)\n",
+        "{} {} — Promise {} → {} — {counted} in {} group(s)\n",
         style.bold("UpgradePlan"),
         style.bold(&m.plan),
         m.promise,
@@ -286,6 +300,17 @@ fn render(m: &MatchJson, style: &Style) -> String {
                 pl.position,
                 pl.group_size
             ));
+        }
+        if let [first, _, ..] = p.placements.as_slice() {
+            out.push_str(&format!(
+                "It is in {} groups: upgraded with {}; the later groups find it already upgraded.\n",
+                p.placements.len(),
+                first.group
+            ));
+        }
+        if !all {
+            out.push_str("\n(--all lists the whole plan)\n");
+            return out;
         }
     }
     for (i, g) in m.groups.iter().enumerate() {

@@ -108,9 +108,26 @@ fn match_golden() {
         NOW,
         "--resource",
         "team-b/queue",
+        "--all",
     ]);
     assert!(o.status.success(), "{o:?}");
     golden("match-three-groups.txt", &stdout(&o));
+    // Without --all: that resource only.
+    let mine = |resource: &str| {
+        plugin(&[
+            "match",
+            "-f",
+            &fixture("three-groups.yaml"),
+            "--bindings",
+            &fixture("bindings.json"),
+            "--now",
+            NOW,
+            "--resource",
+            resource,
+        ])
+    };
+    golden("match-one-resource.txt", &stdout(&mine("team-b/queue")));
+    golden("match-a-resource-in-two-groups.txt", &stdout(&mine("team-a/cache-0")));
     let o = plugin(&[
         "match",
         "-f",
