@@ -85,8 +85,11 @@ YAML
   done
   kubectl get resourcebindings -A | sed -n 1,6p; echo "   … (30 in all)"
 
-  say "The plan (examples/demo/plan.yaml)"
-  kubectl apply -f examples/demo/plan.yaml >/dev/null
+  # prod's deny window is 12:00-13:00 UTC in the example; the demo moves it twelve hours away from
+  # now, so that it shows a window and never holds the demo's run (whenever the demo runs).
+  deny_hour=$(( ($(date -u +%-H) + 12) % 24 ))
+  say "The plan (examples/demo/plan.yaml; prod's deny window moved to ${deny_hour}:00 UTC)"
+  sed "s/schedule: \"0 12 \* \* \*\"/schedule: \"0 ${deny_hour} * * *\"/" examples/demo/plan.yaml | kubectl apply -f - >/dev/null
   sleep 1
   kubectl get upgradeplan redis-v1-to-v2 -o wide
   if [ -x "$BIN/kubectl-upgradeplan" ]; then "$BIN/kubectl-upgradeplan" explain redis-v1-to-v2 || true; fi
