@@ -145,6 +145,15 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
     let run_name = run.name_any();
     let plan_name = run.plan_name().to_string();
     patch_metadata(ctx, run, &step).await?;
+    if step.suspend_self {
+        let api: Api<UpgradeRun> = Api::all(ctx.client.clone());
+        api.patch(
+            &run_name,
+            &field_manager(),
+            &Patch::Merge(json!({"spec": {"suspend": true}})),
+        )
+        .await?;
+    }
     for older in &step.supersede {
         request_supersede(ctx, older, &run_name).await?;
     }

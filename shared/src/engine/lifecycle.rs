@@ -169,6 +169,9 @@ pub struct Step {
     /// Older active runs this run supersedes: each gets `spec.suspend=true` and
     /// [`crate::api::SUPERSEDED_BY_ANNOTATION`] naming this run; their own reconcile records it.
     pub supersede: Vec<String>,
+    /// Set this run's `spec.suspend=true`: it found itself superseded (spec §5.2) before the newer
+    /// run asked it to stand down (two runs admitted at once).
+    pub suspend_self: bool,
     /// The snapshot to write, as (ConfigMap name, shard) in order; the frozen plan goes in the
     /// first. Empty when the snapshot exists.
     pub write_snapshot: Vec<(String, Snapshot)>,
@@ -196,6 +199,7 @@ impl Step {
         Step {
             metadata: MetadataPatch::default(),
             supersede: Vec::new(),
+            suspend_self: false,
             write_snapshot: Vec::new(),
             frozen: None,
             evaluation: None,
@@ -404,6 +408,7 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
                 .push(Announcement::normal(events::SUPERSEDED, texts::superseded(&newer)));
             out.status.superseded_by = Some(newer);
         }
+        out.suspend_self = !run.spec.suspend;
         let c = suspended_condition(run, &out.status, now);
         set_condition(&mut out.status.conditions, c);
         return out;

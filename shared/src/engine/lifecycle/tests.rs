@@ -530,6 +530,14 @@ fn the_newest_run_supersedes_and_the_older_records_it_itself() {
     });
     let s = pass(&a, Some(&plan), &[RunFacts::of(&b)], &world, t(12));
     assert_eq!(s.status.superseded_by.as_deref(), Some("b"));
+    assert!(
+        s.suspend_self,
+        "a superseded run is suspended (spec 5.2), by itself when no one asked"
+    );
+    assert!(
+        !pass(&old, Some(&plan), &[RunFacts::of(&new)], &world, t(9)).suspend_self,
+        "already suspended"
+    );
 }
 
 #[test]
