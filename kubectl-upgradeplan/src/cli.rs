@@ -26,6 +26,7 @@ pub struct Cli {
 
 /// Flags every command takes, as kubectl has them.
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Global flags")]
 pub struct Global {
     /// Path to the kubeconfig file to use.
     #[arg(long, global = true, value_name = "FILE", env = "KUBECONFIG", hide_env = true)]
@@ -89,6 +90,9 @@ pub struct PlanSource {
 pub enum Command {
     /// Explain a plan in plain words: what it upgrades, when, each group, its windows, and every
     /// problem with its field path. Exits 1 when the plan is invalid (a CI lint with -f).
+    #[command(
+        after_help = "Examples:\n  kubectl upgradeplan explain redis-v1-to-v2\n  kubectl upgradeplan explain -f plan.yaml --strict      # CI: fail on problems and warnings\n  kubectl upgradeplan explain -f plan.yaml --now 2026-12-24T22:00:00Z --runs 10\n  kubectl upgradeplan explain redis-v1-to-v2 -o json"
+    )]
     Explain {
         #[command(flatten)]
         source: PlanSource,
@@ -101,6 +105,9 @@ pub enum Command {
         strict: bool,
     },
     /// Show which resources a run would upgrade now, group by group, and why the others would not.
+    #[command(
+        after_help = "Examples:\n  kubectl upgradeplan match redis-v1-to-v2\n  kubectl upgradeplan match redis-v1-to-v2 --resource team-a/cache-3   # when will mine be upgraded?\n  kubectl get resourcebindings -A -o yaml > b.yaml && kubectl upgradeplan match -f plan.yaml --bindings b.yaml"
+    )]
     Match {
         #[command(flatten)]
         source: PlanSource,
@@ -113,6 +120,9 @@ pub enum Command {
         all: bool,
     },
     /// The plan's runs, newest first; with RUN, the outcome of each resource of that run.
+    #[command(
+        after_help = "Examples:\n  kubectl upgradeplan history redis-v1-to-v2\n  kubectl upgradeplan history redis-v1-to-v2 redis-v1-to-v2-20261130-0130   # each resource's outcome\n  kubectl upgradeplan history redis-v1-to-v2 --limit 5 -o wide"
+    )]
     History {
         /// The UpgradePlan.
         plan: String,
@@ -123,6 +133,9 @@ pub enum Command {
         limit: usize,
     },
     /// List plans (or one) with their phase, active run, last result and next run.
+    #[command(
+        after_help = "Examples:\n  kubectl upgradeplan get\n  kubectl upgradeplan get redis-v1-to-v2 -w\n  kubectl upgradeplan get redis-v1-to-v2 -o yaml"
+    )]
     Get {
         /// One plan; all when omitted.
         plan: Option<String>,
@@ -131,6 +144,9 @@ pub enum Command {
         watch: bool,
     },
     /// Start a run of a plan now (a manual trigger) and print its name.
+    #[command(
+        after_help = "Examples:\n  kubectl upgradeplan run redis-v1-to-v2\n  kubectl upgradeplan run redis-v1-to-v2 --preview      # snapshot only; resume to roll out\n  run=$(kubectl upgradeplan run redis-v1-to-v2) && kubectl upgradeplan status \"$run\" -w"
+    )]
     Run {
         /// The UpgradePlan.
         plan: String,
@@ -142,7 +158,11 @@ pub enum Command {
         name: Option<String>,
     },
     /// Progress of a run by group, and what it waits for. With -w, follow it: exit 0 when it
-    /// completes, 1 when it fails, 2 when it is cancelled, 3 on --timeout.
+    /// completes, 1 when it fails, 2 when it is cancelled, 3 on --timeout, 5 when it is
+    /// superseded (4: any error).
+    #[command(
+        after_help = "Examples:\n  kubectl upgradeplan status redis-v1-to-v2-demo\n  kubectl upgradeplan status redis-v1-to-v2-demo -w --timeout 2h   # in a pipeline"
+    )]
     Status {
         /// The UpgradeRun.
         run: String,
@@ -155,18 +175,40 @@ pub enum Command {
     },
     /// Suspend a plan (no scheduled runs) or a run (no new upgrades start). TARGET is a name, or
     /// plan/NAME or run/NAME when both exist.
-    Suspend { target: String },
+    #[command(
+        after_help = "Examples:\n  kubectl upgradeplan suspend redis-v1-to-v2          # the plan: its triggers are skipped\n  kubectl upgradeplan suspend run/redis-v1-to-v2-demo  # a run: no new upgrade starts"
+    )]
+    Suspend {
+        /// A plan or a run: NAME, plan/NAME or run/NAME.
+        target: String,
+    },
     /// Resume a suspended plan or run (a preview run starts rolling out).
-    Resume { target: String },
+    #[command(
+        after_help = "Examples:\n  kubectl upgradeplan resume redis-v1-to-v2\n  kubectl upgradeplan resume run/redis-v1-to-v2-preview   # roll the preview out"
+    )]
+    Resume {
+        /// A plan or a run: NAME, plan/NAME or run/NAME.
+        target: String,
+    },
     /// Cancel a run (delete it: it ends Cancelled; upgrades already started are not rolled back).
+    #[command(
+        after_help = "Examples:\n  kubectl upgradeplan cancel redis-v1-to-v2-demo\n  kubectl upgradeplan cancel redis-v1-to-v2-demo --yes   # without asking"
+    )]
     Cancel {
+        /// The UpgradeRun.
         run: String,
         /// Don't ask for confirmation.
         #[arg(short = 'y', long)]
         yes: bool,
     },
     /// Print a shell completion script (bash, zsh or fish) for kubectl-upgradeplan.
-    Completion { shell: clap_complete::Shell },
+    #[command(
+        after_help = "Examples:\n  source <(kubectl upgradeplan completion bash)\n  kubectl upgradeplan completion fish > ~/.config/fish/completions/kubectl-upgradeplan.fish"
+    )]
+    Completion {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
     /// Print the plugin's version and the API server's.
     Version,
 }

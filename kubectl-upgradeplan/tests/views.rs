@@ -536,3 +536,33 @@ fn connection_errors_are_one_sentence_that_names_the_server_and_says_what_to_do(
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn every_command_teaches_with_examples_and_lists_global_flags_apart() {
+    let commands = [
+        "explain",
+        "match",
+        "history",
+        "get",
+        "run",
+        "status",
+        "suspend",
+        "resume",
+        "cancel",
+        "completion",
+        "version",
+    ];
+    for command in commands {
+        let o = plugin(&[command, "--help"]);
+        assert_eq!(o.status.code(), Some(0), "{command}");
+        let help = stdout(&o);
+        if command != "version" {
+            assert!(help.contains("\nExamples:\n  "), "{command}:\n{help}");
+        }
+        assert!(help.contains("\nGlobal flags:\n"), "{command}:\n{help}");
+        // Every argument is described.
+        for line in help.lines().filter(|l| l.trim_start().starts_with('<')) {
+            assert!(line.trim().contains("  "), "{command}: undescribed argument {line:?}");
+        }
+    }
+}
