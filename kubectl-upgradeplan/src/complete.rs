@@ -22,8 +22,14 @@ pub enum Want {
     Flags(String),
     Plans,
     Runs,
-    PlansAndRuns,
+    /// Runs not yet Completed, Failed or Cancelled (what `cancel` can act on).
+    ActiveRuns,
+    /// Plans, and runs not yet ended (what `suspend`/`resume` can act on).
+    PlansAndActiveRuns,
     RunsOfPlan(String),
+    /// Contexts of the kubeconfig.
+    Contexts,
+    Namespaces,
     Values(Vec<String>),
     Files,
     Nothing,
@@ -40,17 +46,11 @@ pub fn want(args: &[String]) -> Want {
         match prev.as_str() {
             "-o" | "--output" => return Want::Values(["table", "wide", "json", "yaml"].map(String::from).to_vec()),
             "-f" | "--filename" | "--bindings" | "--kubeconfig" => return Want::Files,
-            "--context"
-            | "-n"
-            | "--namespace"
-            | "--now"
-            | "--runs"
-            | "--limit"
-            | "--name"
-            | "--timeout"
-            | "--resource"
-            | "--request-timeout"
-            | "--snapshot-namespace" => return Want::Nothing,
+            "--context" => return Want::Contexts,
+            "-n" | "--namespace" | "--snapshot-namespace" => return Want::Namespaces,
+            "--now" | "--runs" | "--limit" | "--name" | "--timeout" | "--resource" | "--request-timeout" => {
+                return Want::Nothing
+            }
             _ => {}
         }
     }
@@ -69,8 +69,9 @@ pub fn want(args: &[String]) -> Want {
     match (command.as_str(), position) {
         ("history", 1) => Want::RunsOfPlan(words[1].to_string()),
         (c, 0) if PLAN_VERBS.contains(&c) => Want::Plans,
-        ("status" | "cancel", 0) => Want::Runs,
-        ("suspend" | "resume", 0) => Want::PlansAndRuns,
+        ("status", 0) => Want::Runs,
+        ("cancel", 0) => Want::ActiveRuns,
+        ("suspend" | "resume", 0) => Want::PlansAndActiveRuns,
         ("completion", 0) => Want::Values(["bash", "zsh", "fish"].map(String::from).to_vec()),
         _ => Want::Nothing,
     }
@@ -109,14 +110,56 @@ pub async fn complete(args: &[String], global: &Global) -> (Vec<String>, u8) {
         Want::Values(v) => (v, DIRECTIVE_NO_FILES),
         Want::Files => (vec![], DIRECTIVE_FILES),
         Want::Nothing => (vec![], DIRECTIVE_NO_FILES),
-        Want::Plans => (names(global, false, None).await, DIRECTIVE_NO_FILES),
-        Want::Runs => (names(global, true, None).await, DIRECTIVE_NO_FILES),
-        Want::RunsOfPlan(p) => (names(global, true, Some(&p)).await, DIRECTIVE_NO_FILES),
-        Want::PlansAndRuns => {
-            let mut all = names(global, false, None).await;
-            all.extend(names(global, true, None).await);
+        Want::Plans => (names(global, Kind::Plans).await, DIRECTIVE_NO_FILES),
+        Want::Runs => (
+            names(
+                global,
+                Kind::Runs {
+                    plan: None,
+                    active_only: false,
+                },
+            )
+            .await,
+            DIRECTIVE_NO_FILES,
+        ),
+        Want::ActiveRuns => (
+            names(
+                global,
+                Kind::Runs {
+                    plan: None,
+                    active_only: true,
+                },
+            )
+            .await,
+            DIRECTIVE_NO_FILES,
+        ),
+        Want::RunsOfPlan(p) => (
+            names(
+                global,
+                Kind::Runs {
+                    plan: Some(&p),
+                    active_only: false,
+                },
+            )
+            .await,
+            DIRECTIVE_NO_FILES,
+        ),
+        Want::PlansAndActiveRuns => {
+            let mut all = names(global, Kind::Plans).await;
+            all.extend(
+                names(
+                    global,
+                    Kind::Runs {
+                        plan: None,
+                        active_only: true,
+                    },
+                )
+                .await,
+            );
             (all, DIRECTIVE_NO_FILES)
         }
+        Want::Contexts => (contexts(global), DIRECTIVE_NO_FILES),
+        Want::Namespaces => (names(global, Kind::Namespaces).await, DIRECTIVE_NO_FILES),
     };
     (
         candidates.into_iter().filter(|c| c.starts_with(&partial)).collect(),
@@ -124,32 +167,60 @@ pub async fn complete(args: &[String], global: &Global) -> (Vec<String>, u8) {
     )
 }
 
-async fn names(global: &Global, runs: bool, plan: Option<&str>) -> Vec<String> {
+/// What to list from the cluster.
+enum Kind<'p> {
+    Plans,
+    Runs { plan: Option<&'p str>, active_only: bool },
+    Namespaces,
+}
+
+/// The kubeconfig's contexts (from --kubeconfig, or KUBECONFIG / ~/.kube/config).
+fn contexts(global: &Global) -> Vec<String> {
+    let kubeconfig = match &global.kubeconfig {
+        Some(path) => kube::config::Kubeconfig::read_from(path),
+        None => kube::config::Kubeconfig::read(),
+    };
+    kubeconfig
+        .map(|kc| kc.contexts.into_iter().map(|c| c.name).collect())
+        .unwrap_or_default()
+}
+
+async fn names(global: &Global, kind: Kind<'_>) -> Vec<String> {
     let lookup = async {
         let client = crate::client::connect(global).await.ok()?;
-        let names: Vec<String> = if runs {
-            let lp = match plan {
-                Some(p) => ListParams::default()
-                    .labels(&upgradeplan::engine::naming::selector(upgradeplan::api::PLAN_LABEL, p)),
-                None => ListParams::default(),
-            };
-            Api::<UpgradeRun>::all(client)
-                .list(&lp)
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .filter_map(|r| r.metadata.name)
-                .collect()
-        } else {
-            Api::<UpgradePlan>::all(client)
+        let names: Vec<String> = match kind {
+            Kind::Runs { plan, active_only } => {
+                let lp = match plan {
+                    Some(p) => ListParams::default()
+                        .labels(&upgradeplan::engine::naming::selector(upgradeplan::api::PLAN_LABEL, p)),
+                    None => ListParams::default(),
+                };
+                Api::<UpgradeRun>::all(client)
+                    .list(&lp)
+                    .await
+                    .ok()?
+                    .items
+                    .into_iter()
+                    .filter(|r| !active_only || !r.status.as_ref().is_some_and(|s| s.state.is_terminal()))
+                    .filter_map(|r| r.metadata.name)
+                    .collect()
+            }
+            Kind::Plans => Api::<UpgradePlan>::all(client)
                 .list(&ListParams::default())
                 .await
                 .ok()?
                 .items
                 .into_iter()
                 .filter_map(|p| p.metadata.name)
-                .collect()
+                .collect(),
+            Kind::Namespaces => Api::<k8s_openapi::api::core::v1::Namespace>::all(client)
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .filter_map(|n| n.metadata.name)
+                .collect(),
         };
         Some(names)
     };
@@ -175,7 +246,10 @@ mod tests {
         assert_eq!(w(&["explain", ""]), Want::Plans);
         assert_eq!(w(&["status", "r"]), Want::Runs);
         assert_eq!(w(&["history", "plan", ""]), Want::RunsOfPlan("plan".into()));
-        assert_eq!(w(&["suspend", ""]), Want::PlansAndRuns);
+        assert_eq!(w(&["suspend", ""]), Want::PlansAndActiveRuns);
+        assert_eq!(w(&["cancel", ""]), Want::ActiveRuns);
+        assert_eq!(w(&["get", "--context", ""]), Want::Contexts);
+        assert_eq!(w(&["match", "p", "-n", ""]), Want::Namespaces);
         assert_eq!(
             w(&["explain", "-o", ""]),
             Want::Values(vec!["table".into(), "wide".into(), "json".into(), "yaml".into()])

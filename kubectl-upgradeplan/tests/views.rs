@@ -566,3 +566,24 @@ fn every_command_teaches_with_examples_and_lists_global_flags_apart() {
         }
     }
 }
+
+#[test]
+fn completion_offers_the_kubeconfig_contexts() {
+    let dir = std::env::temp_dir().join(format!("upgradeplan-ctx-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("config");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: []\nusers: []\ncontexts:\n\
+         - {name: prod-eu, context: {cluster: a, user: b}}\n- {name: prod-us, context: {cluster: a, user: b}}\n\
+         - {name: dev, context: {cluster: a, user: b}}\ncurrent-context: dev\n",
+    )
+    .unwrap();
+    let o = Command::new(COMPLETE)
+        .args(["get", "--context", "prod"])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "prod-eu\nprod-us\n:4\n");
+    std::fs::remove_dir_all(&dir).ok();
+}
