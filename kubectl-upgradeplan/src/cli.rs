@@ -52,6 +52,9 @@ pub struct Global {
     /// No colour (also when NO_COLOR is set or the output is not a terminal).
     #[arg(long, global = true)]
     pub no_color: bool,
+    /// Write times in UTC (default: your zone from TZ, with the plan's zone beside).
+    #[arg(long, global = true)]
+    pub utc: bool,
     /// Keep metadata.managedFields in -o json|yaml (left out by default, as kubectl does).
     #[arg(long, global = true)]
     pub show_managed_fields: bool,

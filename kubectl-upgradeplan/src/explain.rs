@@ -14,7 +14,7 @@ use upgradeplan::engine::validate::{validate_plan, Problem};
 use upgradeplan::engine::version::{is_regex_pattern, VersionMatcher};
 use upgradeplan::engine::window::GateState;
 
-use crate::output::{utc, Style};
+use crate::output::Style;
 
 #[derive(Serialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -81,11 +81,15 @@ fn local(t: DateTime<Utc>, zone: Tz) -> String {
     t.with_timezone(&zone).format("%Y-%m-%d %H:%M %Z").to_string()
 }
 
-fn gate_words(style: &Style, s: &GateState, has_windows: bool) -> String {
-    if !has_windows {
+fn gate_words(style: &Style, s: &GateState, windows: &[upgradeplan::api::UpgradeWindow]) -> String {
+    if windows.is_empty() {
         return format!("{} (no windows)", style.state("open"));
     }
-    let at = |t: Option<DateTime<Utc>>| t.map(utc).unwrap_or_else(|| "not within 400 days".to_string());
+    let zone = crate::output::windows_zone(windows);
+    let at = |t: Option<DateTime<Utc>>| {
+        t.map(|t| style.time(t, zone))
+            .unwrap_or_else(|| "not within 400 days".to_string())
+    };
     if s.open {
         format!(
             "{} now; closes {}, opens again {}",
@@ -265,7 +269,7 @@ pub fn explain(
             ));
         }
         let gate_line = if gate.is_some() {
-            gate_words(style, &state, !windows.is_empty())
+            gate_words(style, &state, windows)
         } else {
             "cannot be evaluated: the windows are invalid (see Problems)".to_string()
         };

@@ -8,9 +8,9 @@ use upgradeplan::api::UpgradePlan;
 use upgradeplan::engine::concurrency::Limit;
 use upgradeplan::engine::snapshot::{assign, belongs_to, Assignment, SnapshotResource};
 use upgradeplan::engine::version::VersionMatcher;
-use upgradeplan::engine::window::Gate;
+use upgradeplan::engine::window::GateState;
 
-use crate::output::{table, utc, Style};
+use crate::output::{table, Style};
 
 #[derive(Serialize, Debug, Clone, PartialEq)]
 pub struct ResourceJson {
@@ -88,6 +88,9 @@ pub struct PlaceJson {
     pub group_size: usize,
     pub window_open: bool,
     pub next_open: Option<DateTime<Utc>>,
+    /// The zone the group's windows are written in, shown beside the viewer's.
+    #[serde(skip)]
+    pub zone: Option<chrono_tz::Tz>,
 }
 
 /// The `-o json` contract of `match` (spec §10), with `multipleGroups` and `resource` added.
@@ -123,14 +126,15 @@ fn placement(
                 .get(gi)
                 .and_then(|g| g.resource_upgrade_windows.clone())
                 .unwrap_or_default();
-            let state = Gate::compile(&windows).map(|g| g.state(now)).ok();
+            let (state, _) = GateState::of_group(Some(&windows), now);
             placements.push(PlaceJson {
                 group: g.name.clone(),
                 group_index: gi + 1,
                 position: pos + 1,
                 group_size: g.resources.len(),
-                window_open: state.is_some_and(|s| s.open),
-                next_open: state.and_then(|s| if s.open { None } else { s.next_open }),
+                window_open: state.open,
+                next_open: if state.open { None } else { state.next_open },
+                zone: crate::output::windows_zone(&windows),
             });
         }
     }
@@ -286,7 +290,7 @@ fn render(m: &MatchJson, all: bool, style: &Style) -> String {
                 "its window is open now".to_string()
             } else {
                 match pl.next_open {
-                    Some(t) => format!("its window opens {}", utc(t)),
+                    Some(t) => format!("its window opens {}", style.time(t, pl.zone)),
                     None => "its window does not open within 400 days".to_string(),
                 }
             };

@@ -45,6 +45,8 @@ pub struct Style {
     pub color: bool,
     pub headers: bool,
     pub wide: bool,
+    /// The zone every view writes instants in: the viewer's (`TZ`), or UTC with `--utc`.
+    pub zone: chrono_tz::Tz,
 }
 
 impl Style {
@@ -54,6 +56,7 @@ impl Style {
             color,
             headers: !g.no_headers,
             wide: g.output == Output::Wide,
+            zone: if g.utc { chrono_tz::Tz::UTC } else { viewer_zone() },
         }
     }
 
@@ -62,6 +65,26 @@ impl Style {
             color: false,
             headers: true,
             wide: false,
+            zone: chrono_tz::Tz::UTC,
+        }
+    }
+
+    /// The one rule for instants in every view: in the viewer's zone (`2026-03-27 18:00 EDT`),
+    /// with the plan's own zone beside when it has one and it differs
+    /// (`2026-03-27 18:00 EDT (22:00 GMT in Europe/London)`).
+    pub fn time(&self, t: DateTime<Utc>, plan_zone: Option<chrono_tz::Tz>) -> String {
+        let mine = t.with_timezone(&self.zone).format("%Y-%m-%d %H:%M %Z").to_string();
+        match plan_zone {
+            Some(z) if z != self.zone => {
+                let theirs = t.with_timezone(&z);
+                let day = if theirs.date_naive() == t.with_timezone(&self.zone).date_naive() {
+                    theirs.format("%H:%M %Z").to_string()
+                } else {
+                    theirs.format("%a %H:%M %Z").to_string()
+                };
+                format!("{mine} ({day} in {z})")
+            }
+            _ => mine,
         }
     }
 
@@ -237,8 +260,16 @@ pub fn duration(d: chrono::Duration) -> String {
     }
 }
 
-pub fn utc(t: DateTime<Utc>) -> String {
-    t.format("%Y-%m-%d %H:%M UTC").to_string()
+/// The zone a group's windows are written in, when they share one (shown beside the viewer's).
+pub fn windows_zone(windows: &[upgradeplan::api::UpgradeWindow]) -> Option<chrono_tz::Tz> {
+    let zones: std::collections::BTreeSet<&str> = windows
+        .iter()
+        .map(|w| w.time_zone.as_deref().unwrap_or("UTC"))
+        .collect();
+    match zones.into_iter().collect::<Vec<_>>().as_slice() {
+        [one] => one.parse().ok(),
+        _ => None,
+    }
 }
 
 /// The viewer's time zone (from TZ or the system), UTC when unknown.
@@ -258,8 +289,7 @@ mod tests {
     fn tables_align_ignoring_colour() {
         let style = Style {
             color: true,
-            headers: true,
-            wide: false,
+            ..Style::plain()
         };
         let t = table(
             &style,
@@ -281,6 +311,28 @@ mod tests {
             &[vec!["x".into()]],
         );
         assert_eq!(plain, "x\n");
+    }
+
+    #[test]
+    fn instants_in_the_viewers_zone_with_the_plans_beside() {
+        let t = DateTime::parse_from_rfc3339("2026-03-27T22:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let ny = Style {
+            zone: chrono_tz::America::New_York,
+            ..Style::plain()
+        };
+        assert_eq!(ny.time(t, None), "2026-03-27 18:00 EDT");
+        assert_eq!(ny.time(t, Some(chrono_tz::America::New_York)), "2026-03-27 18:00 EDT");
+        assert_eq!(
+            ny.time(t, Some(chrono_tz::Europe::London)),
+            "2026-03-27 18:00 EDT (22:00 GMT in Europe/London)"
+        );
+        assert_eq!(
+            ny.time(t, Some(chrono_tz::Asia::Tokyo)),
+            "2026-03-27 18:00 EDT (Sat 07:00 JST in Asia/Tokyo)"
+        );
+        assert_eq!(Style::plain().time(t, None), "2026-03-27 22:00 UTC", "--utc");
     }
 
     #[test]

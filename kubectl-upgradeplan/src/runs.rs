@@ -15,7 +15,7 @@ use upgradeplan::engine::admission::is_preview;
 use upgradeplan::engine::run::{evaluate, evaluate_resource, texts, Blocked, Evaluation, Outcome, RunContext};
 use upgradeplan::engine::snapshot::read_frozen;
 
-use crate::output::{duration, relative, table, utc, Style};
+use crate::output::{duration, relative, table, Style};
 
 pub use upgradeplan::engine::snapshot::Frozen;
 
@@ -371,7 +371,7 @@ pub struct StatusJson {
 }
 
 /// What a run waits for, in words, from its conditions and (when in progress) the engine.
-fn waiting(run: &UpgradeRun, eval: Option<&Evaluation>) -> Option<String> {
+fn waiting(run: &UpgradeRun, eval: Option<&Evaluation>, style: &Style) -> Option<String> {
     let s = run.status.as_ref()?;
     if let Some(by) = &s.superseded_by {
         return Some(format!("superseded by {by}: it starts nothing more"));
@@ -390,7 +390,7 @@ fn waiting(run: &UpgradeRun, eval: Option<&Evaluation>) -> Option<String> {
         }
         Blocked::Suspended => "suspended: no new upgrade starts (kubectl upgradeplan resume <run>)".to_string(),
         Blocked::WindowClosed => match e.gate.and_then(|g| g.next_open) {
-            Some(t) => format!("window closed until {}", utc(t)),
+            Some(t) => format!("window closed until {}", style.time(t, None)),
             None => "window closed, and it does not open within 400 days".to_string(),
         },
         Blocked::ConcurrencyLimit => format!(
@@ -491,7 +491,7 @@ pub fn status(
         waiting: if s.state.is_terminal() {
             None
         } else {
-            waiting(run, eval.as_ref())
+            waiting(run, eval.as_ref(), style)
         },
         groups: groups.clone(),
         note: None,

@@ -16,7 +16,7 @@ use upgradeplan::api::{
 
 use crate::cli::{Global, Output};
 use crate::client::{explain_error, get_plan, get_run, list_plans};
-use crate::output::{relative, structured, table, utc, Style};
+use crate::output::{relative, structured, table, Style};
 use crate::runs;
 
 /// Exit codes (README "Exit codes"): `status -w` ends 0 when the run completed, and these
@@ -46,6 +46,15 @@ pub fn plan_readiness(plan: &UpgradePlan) -> String {
     state
 }
 
+/// The zone a plan's triggers are written in, when it names one.
+fn plan_zone(plan: &UpgradePlan) -> Option<chrono_tz::Tz> {
+    plan.spec
+        .upgrade_execution_policy
+        .as_ref()
+        .and_then(|p| p.time_zone.as_deref())
+        .and_then(|z| z.parse().ok())
+}
+
 pub fn plans_table(plans: &[UpgradePlan], style: &Style) -> String {
     let now = Utc::now();
     let mut plans: Vec<&UpgradePlan> = plans.iter().collect();
@@ -62,7 +71,7 @@ pub fn plans_table(plans: &[UpgradePlan], style: &Style) -> String {
             let phase = format!("{:?}", s.phase);
             let next = s
                 .next_run_at
-                .map(|t| format!("{} ({})", relative(t, now), utc(t)))
+                .map(|t| format!("{} ({})", relative(t, now), style.time(t, plan_zone(p))))
                 .unwrap_or_else(|| "-".into());
             let mut row = vec![
                 p.metadata.name.clone().unwrap_or_default(),

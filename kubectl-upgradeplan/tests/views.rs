@@ -76,6 +76,7 @@ fn explain_words_day_fields_and_opens_windows_at_the_gap() {
         &fixture("either-day-plan.yaml"),
         "--now",
         "2026-03-28T12:00:00Z",
+        "--utc",
     ]);
     assert_eq!(o.status.code(), Some(0));
     let text = stdout(&o);
@@ -83,8 +84,11 @@ fn explain_words_day_fields_and_opens_windows_at_the_gap() {
         text.contains("on the schedule \"0 0 13 * 5\" — on day 13 of the month or on Fridays (UTC)"),
         "{text}"
     );
+    // --utc writes UTC, the windows' own zone beside (02:00 Berlin does not exist that night).
     assert!(
-        text.contains("closed now; opens 2026-03-29 01:00 UTC, closes 2026-03-29 05:00 UTC"),
+        text.contains(
+            "closed now; opens 2026-03-29 01:00 UTC (03:00 CEST in Europe/Berlin), closes 2026-03-29 05:00 UTC (07:00 CEST in Europe/Berlin)"
+        ),
         "{text}"
     );
 }
