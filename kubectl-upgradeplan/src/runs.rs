@@ -368,6 +368,36 @@ pub struct StatusJson {
     /// Why the view is the run's recorded status rather than the live one, when it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// Until when it waits, when that is known (a window that opens then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_until: Option<DateTime<Utc>>,
+    /// The resources of the current group being upgraded now (`namespace/name`).
+    pub in_flight_resources: Vec<String>,
+    /// The resources that failed, with Kratix's message.
+    pub failed_resources: Vec<FailedResource>,
+}
+
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct FailedResource {
+    pub resource: String,
+    pub message: String,
+}
+
+/// A group's progress as a bar: done (succeeded or skipped) of total.
+pub fn progress_bar(g: &GroupStatus) -> String {
+    const WIDTH: i64 = 10;
+    let done = g.succeeded + g.skipped;
+    let filled = if g.total > 0 {
+        (done * WIDTH / g.total).clamp(0, WIDTH)
+    } else {
+        WIDTH
+    };
+    let percent = if g.total > 0 { done * 100 / g.total } else { 100 };
+    format!(
+        "[{}{}] {percent:>3}%",
+        "#".repeat(filled as usize),
+        "-".repeat((WIDTH - filled) as usize)
+    )
 }
 
 /// What a run waits for, in words, from its conditions and (when in progress) the engine.
@@ -495,6 +525,16 @@ pub fn status(
         },
         groups: groups.clone(),
         note: None,
+        waiting_until: eval
+            .as_ref()
+            .filter(|e| e.blocked == Some(Blocked::WindowClosed))
+            .and_then(|e| e.gate)
+            .and_then(|g| g.next_open),
+        in_flight_resources: in_flight_resources(eval.as_ref(), frozen),
+        failed_resources: match (s.state, frozen) {
+            (RunState::Failed, Some(f)) => failed_resources(run, f, live),
+            _ => Vec::new(),
+        },
     };
     let mut out = format!(
         "{} {} (plan {}) — {}\n",
@@ -535,6 +575,7 @@ pub fn status(
                 };
                 vec![
                     g.name.clone(),
+                    progress_bar(g),
                     g.total.to_string(),
                     g.succeeded.to_string(),
                     g.failed.to_string(),
@@ -547,14 +588,101 @@ pub fn status(
         out.push('\n');
         out.push_str(&table(
             style,
-            &["GROUP", "TOTAL", "SUCCEEDED", "FAILED", "SKIPPED", "IN FLIGHT", "PHASE"],
+            &[
+                "GROUP",
+                "PROGRESS",
+                "TOTAL",
+                "SUCCEEDED",
+                "FAILED",
+                "SKIPPED",
+                "IN FLIGHT",
+                "PHASE",
+            ],
             &rows,
         ));
     }
+    if !json.in_flight_resources.is_empty() {
+        out.push_str(&format!(
+            "\n{} {}\n",
+            style.bold("Upgrading:"),
+            first_few(&json.in_flight_resources, 5)
+        ));
+    }
     if let Some(w) = &json.waiting {
-        out.push_str(&format!("\n{} {w}\n", style.bold("Waiting:")));
+        // The countdown is in the text only: it ticks, the run does not change.
+        let countdown = json
+            .waiting_until
+            .map(|t| format!(" ({})", relative(t, now)))
+            .unwrap_or_default();
+        out.push_str(&format!("\n{} {w}{countdown}\n", style.bold("Waiting:")));
+    }
+    if !json.failed_resources.is_empty() {
+        out.push_str(&format!("\n{}\n", style.bold("Failed:")));
+        for f in json.failed_resources.iter().take(5) {
+            out.push_str(&format!("  {}: {}\n", f.resource, f.message));
+        }
+        if json.failed_resources.len() > 5 {
+            out.push_str(&format!("  … and {} more\n", json.failed_resources.len() - 5));
+        }
+        out.push_str(&format!(
+            "Every resource's outcome: kubectl upgradeplan history {} {name}\n",
+            json.plan
+        ));
     }
     (json, out)
+}
+
+/// `a, b, c (+2 more)`.
+fn first_few(names: &[String], n: usize) -> String {
+    let shown = names.iter().take(n).cloned().collect::<Vec<_>>().join(", ");
+    match names.len().saturating_sub(n) {
+        0 => shown,
+        more => format!("{shown} (+{more} more)"),
+    }
+}
+
+/// The current group's resources being upgraded now.
+fn in_flight_resources(eval: Option<&Evaluation>, frozen: Option<&Frozen>) -> Vec<String> {
+    let (Some(e), Some(f)) = (eval, frozen) else {
+        return Vec::new();
+    };
+    let upgradeplan::engine::run::Verdict::InProgress { group } = e.verdict else {
+        return Vec::new();
+    };
+    let Some((_, outcomes)) = e.outcomes.iter().find(|(i, _)| *i == group) else {
+        return Vec::new();
+    };
+    f.snapshot.groups[group]
+        .resources
+        .iter()
+        .zip(outcomes)
+        .filter(|(_, o)| matches!(o, Outcome::InFlight { .. }))
+        .map(|(r, _)| r.display_name())
+        .collect()
+}
+
+/// The resources of a failed run that failed, with the message of their binding's condition.
+fn failed_resources(
+    run: &UpgradeRun,
+    f: &Frozen,
+    live: &HashMap<(String, String), ResourceBinding>,
+) -> Vec<FailedResource> {
+    let name = run.metadata.name.clone().unwrap_or_default();
+    f.snapshot
+        .groups
+        .iter()
+        .flat_map(|g| &g.resources)
+        .filter_map(|r| {
+            let b = live.get(&(r.namespace.clone(), r.binding.clone()));
+            match evaluate_resource(r, b, &f.plan.upgrade_path.to, &name, created(run)) {
+                Outcome::Failed { message } => Some(FailedResource {
+                    resource: r.display_name(),
+                    message,
+                }),
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -574,6 +702,20 @@ mod tests {
             failed,
             skipped,
         }
+    }
+
+    #[test]
+    fn progress_bars_and_short_lists() {
+        assert_eq!(progress_bar(&group(10, 3, 1, 1)), "[####------]  40%");
+        assert_eq!(progress_bar(&group(3, 3, 0, 0)), "[##########] 100%");
+        assert_eq!(
+            progress_bar(&group(0, 0, 0, 0)),
+            "[##########] 100%",
+            "an empty group is done"
+        );
+        let names: Vec<String> = (0..7).map(|i| format!("ns/r{i}")).collect();
+        assert_eq!(first_few(&names[..2], 5), "ns/r0, ns/r1");
+        assert_eq!(first_few(&names, 5), "ns/r0, ns/r1, ns/r2, ns/r3, ns/r4 (+2 more)");
     }
 
     #[test]

@@ -282,9 +282,15 @@ pub async fn cancel(client: &Client, name: &str, yes: bool) -> anyhow::Result<()
     Ok(())
 }
 
-/// Renders a run's status now. Without its snapshot (deleted, or not readable with the user's
+/// Renders a run's status now: (what it says, as JSON, to tell a change from a tick; the text).
+/// Without its snapshot (deleted, or not readable with the user's
 /// rights) or the live bindings, it shows what the run's own status records, and says so.
-async fn render_status(client: &Client, g: &Global, run: &UpgradeRun, style: &Style) -> anyhow::Result<String> {
+async fn render_status(
+    client: &Client,
+    g: &Global,
+    run: &UpgradeRun,
+    style: &Style,
+) -> anyhow::Result<(serde_json::Value, String)> {
     let live_view = async {
         let Some(f) = runs::load_frozen(client, &g.snapshot_namespace, run).await? else {
             return anyhow::Ok(None);
@@ -310,9 +316,10 @@ async fn render_status(client: &Client, g: &Global, run: &UpgradeRun, style: &St
         text.push_str(&format!("\n{} {note}\n", style.bold("Note:")));
         json.note = Some(note);
     }
+    let value = serde_json::to_value(&json)?;
     Ok(match g.output {
-        Output::Json | Output::Yaml => structured(g.output, &json)?,
-        _ => text,
+        Output::Json | Output::Yaml => (value.clone(), structured(g.output, &value)?),
+        _ => (value, text),
     })
 }
 
@@ -326,8 +333,11 @@ pub async fn status(
     style: &Style,
 ) -> anyhow::Result<u8> {
     let run = get_run(client, name).await?;
-    let mut last = render_status(client, g, &run, style).await?;
+    let (mut last_seen, mut last) = render_status(client, g, &run, style).await?;
     crate::output::out(&last)?;
+    // On a terminal the view is redrawn in place (its clocks tick); elsewhere a new block is
+    // appended only when something changed, never the same block again and again.
+    let redraw = std::io::stdout().is_terminal() && !matches!(g.output, Output::Json | Output::Yaml);
     if !watch {
         return Ok(0);
     }
@@ -366,10 +376,15 @@ pub async fn status(
                     None => return Ok(EXIT_CANCELLED),
                 },
             };
-            let text = render_status(client, g, &current, style).await?;
-            if text != last {
+            let (seen, text) = render_status(client, g, &current, style).await?;
+            if redraw && text != last {
+                // Up as many lines as the last view took, clear to the end, draw again.
+                crate::output::out(format!("\x1b[{}A\x1b[J{text}", last.lines().count()))?;
+                last = text;
+            } else if !redraw && seen != last_seen {
                 crate::output::out(format!("\n{text}"))?;
                 last = text;
+                last_seen = seen;
             }
             if let Some(code) = exit_code(&current) {
                 return Ok(code);

@@ -361,6 +361,18 @@ async fn every_verb_against_a_live_cluster() {
     let newer = plugin(&["run", &plan5]).await.stdout.trim().to_string();
     let superseded = follow.await.unwrap();
     assert_eq!(superseded.code, Some(5), "{}\n{}", superseded.stdout, superseded.stderr);
+    // Not a terminal: a block is appended when the run changes, not on every tick.
+    let blocks = superseded.stdout.matches(&format!("UpgradeRun {held} ")).count();
+    assert!(
+        blocks <= 2,
+        "{blocks} blocks while nothing changed:\n{}",
+        superseded.stdout
+    );
+    assert!(
+        superseded.stdout.contains("PROGRESS") && superseded.stdout.contains("[----------]   0%"),
+        "{}",
+        superseded.stdout
+    );
     assert!(
         superseded.stderr.contains(&format!("superseded by upgraderun/{newer}")),
         "{}",
