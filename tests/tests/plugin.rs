@@ -224,6 +224,15 @@ async fn every_verb_against_a_live_cluster() {
     );
     let status = plugin(&["status", &run3, "-w", "--timeout", "90s", "--snapshot-namespace", &snap]).await;
     assert_eq!(status.code, Some(1), "failed run: {}\n{}", status.stdout, status.stderr);
+    // It names the failed resource, Kratix's message, and where to see the rest.
+    assert!(
+        status.stdout.contains(&format!("\nFailed:\n  {ns}/d0: "))
+            && status
+                .stdout
+                .contains(&format!("kubectl upgradeplan history {plan3} {run3}")),
+        "{}",
+        status.stdout
+    );
     let detail = plugin(&["history", &plan3, &run3, "--snapshot-namespace", &snap]).await;
     assert!(
         detail.stdout.lines().any(|l| l.contains(&format!("{ns}/d0"))
