@@ -129,16 +129,18 @@ pub async fn get(client: &Client, g: &Global, plan: Option<&str>, watch: bool, s
         Some(p) => vec![get_plan(client, p).await?],
         None => list_plans(client).await?,
     };
-    crate::output::out(show(current)?)?;
+    let mut last = show(current)?;
+    crate::output::out(&last)?;
     if !watch {
         return Ok(());
     }
+    // On a terminal the table is redrawn in place, as `status -w` does; piped, appended.
+    let redraw = std::io::stdout().is_terminal() && !matches!(g.output, Output::Json | Output::Yaml);
     let api: Api<UpgradePlan> = Api::all(client.clone());
     let config = match plan {
         Some(p) => watcher::Config::default().fields(&format!("metadata.name={p}")),
         None => watcher::Config::default(),
     };
-    let mut last = String::new();
     let mut stream = watcher(api.clone(), config).default_backoff().applied_objects().boxed();
     while let Some(ev) = stream.next().await {
         ev.map_err(|e| anyhow!("watching upgradeplans: {e}"))?;
@@ -148,7 +150,11 @@ pub async fn get(client: &Client, g: &Global, plan: Option<&str>, watch: bool, s
         };
         let text = show(plans)?;
         if text != last {
-            crate::output::out(format!("\n{text}"))?;
+            if redraw {
+                crate::output::out(format!("\x1b[{}A\x1b[J{text}", last.lines().count()))?;
+            } else {
+                crate::output::out(format!("\n{text}"))?;
+            }
             last = text;
         }
     }
