@@ -40,7 +40,15 @@ async fn sources(g: &cli::Global, source: &PlanSource, need_bindings: bool) -> a
         (Some(f), _) => Some(input::bindings(f)?),
         (None, Some(c)) => {
             let ns = if g.all_namespaces { None } else { g.namespace.as_deref() };
-            Some(client::bindings_of(c, &plan.spec.promise_ref.name, ns).await?)
+            match client::bindings_of(c, &plan.spec.promise_ref.name, ns).await {
+                Ok(b) => Some(b),
+                // explain only uses them to resolve percentages: say what is missing and go on.
+                Err(e) if !need_bindings => {
+                    eprintln!("note: {e:#}; limits given as percentages are not resolved");
+                    None
+                }
+                Err(e) => return Err(e),
+            }
         }
         (None, None) => None,
     };

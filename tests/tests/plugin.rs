@@ -427,6 +427,66 @@ async fn every_verb_against_a_live_cluster() {
         "{}",
         denied.stderr
     );
+    // A user who may only read plans and runs: explain and status work, saying what is missing.
+    let reader = format!("{}-reader", env.id);
+    let rbac: Vec<serde_json::Value> = vec![
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": reader},
+               "rules": [{"apiGroups": ["platform.syntasso.io"], "resources": ["upgradeplans", "upgraderuns"],
+                          "verbs": ["get", "list", "watch"]}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": reader},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": reader},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": reader}]}),
+    ];
+    let roles: kube::Api<k8s_openapi::api::rbac::v1::ClusterRole> = kube::Api::all(env.client.clone());
+    let bindings: kube::Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = kube::Api::all(env.client.clone());
+    roles
+        .create(&Default::default(), &serde_json::from_value(rbac[0].clone()).unwrap())
+        .await
+        .unwrap();
+    bindings
+        .create(&Default::default(), &serde_json::from_value(rbac[1].clone()).unwrap())
+        .await
+        .unwrap();
+    let mut as_reader = kube::config::Kubeconfig::read().unwrap();
+    for a in &mut as_reader.auth_infos {
+        if let Some(info) = a.auth_info.as_mut() {
+            info.impersonate = Some(reader.clone());
+        }
+    }
+    let reader_kubeconfig = std::env::temp_dir().join(format!("{reader}.kubeconfig"));
+    std::fs::write(&reader_kubeconfig, serde_json::to_string(&as_reader).unwrap()).unwrap();
+    let reader_kubeconfig = reader_kubeconfig.to_str().unwrap().to_string();
+    let preview2 = plugin(&["run", &plan, "--preview"]).await.stdout.trim().to_string();
+    env.wait_run(&preview2, WAIT, "in progress", |r| {
+        r.status.as_ref().is_some_and(|s| s.state == RunState::InProgress)
+    })
+    .await
+    .unwrap();
+    let explained = plugin_with(Some(&reader_kubeconfig), &["explain", &plan]).await;
+    assert_eq!(explained.code, Some(0), "{}", explained.stderr);
+    assert!(
+        explained.stderr.contains("note: ") && explained.stderr.contains("resourcebindings"),
+        "{}",
+        explained.stderr
+    );
+    let watched = plugin_with(
+        Some(&reader_kubeconfig),
+        &["status", &preview2, "--snapshot-namespace", &snap],
+    )
+    .await;
+    assert_eq!(watched.code, Some(0), "{}", watched.stderr);
+    assert!(
+        watched.stdout.contains("Note: showing the run's recorded status"),
+        "{}",
+        watched.stdout
+    );
+    assert!(plugin(&["cancel", &preview2, "--yes"])
+        .await
+        .stdout
+        .contains("cancelled"));
+    roles.delete(&reader, &Default::default()).await.unwrap();
+    bindings.delete(&reader, &Default::default()).await.unwrap();
+
     let version = plugin(&["version"]).await;
     assert!(
         version.stdout.contains("kubectl-upgradeplan 0.1.0") && version.stdout.contains("server v1.20"),
