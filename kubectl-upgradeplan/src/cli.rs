@@ -40,9 +40,13 @@ pub struct Global {
     /// Consider resources in all namespaces (the default for plans, which span namespaces).
     #[arg(short = 'A', long, global = true)]
     pub all_namespaces: bool,
-    /// How long to wait for a single server request, e.g. 10s, 1m (0: no limit).
-    #[arg(long, global = true, value_name = "DURATION", default_value = "0", value_parser = parse_duration)]
+    /// How long to wait for a single server request, e.g. 10s, 1m (0: no limit). Watches (-w)
+    /// wait for changes as long as it takes; only connecting is bounded for them.
+    #[arg(long, global = true, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub request_timeout: std::time::Duration,
+    /// Set for commands that watch (`get -w`, `status -w`).
+    #[arg(skip)]
+    pub watching: bool,
     /// Output format.
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Table)]
     pub output: Output,
@@ -87,6 +91,16 @@ pub struct PlanSource {
     /// or -o json) instead of the cluster.
     #[arg(long, value_name = "FILE")]
     pub bindings: Option<PathBuf>,
+}
+
+impl Global {
+    /// These flags for a command that watches when `watch` (see [`Global::watching`]).
+    pub fn watching_if(&self, watch: bool) -> Global {
+        Global {
+            watching: watch,
+            ..self.clone()
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]

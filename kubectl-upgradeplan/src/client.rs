@@ -60,9 +60,12 @@ pub async fn connect(g: &Global) -> anyhow::Result<Client> {
         None => config.cluster_url.to_string(),
     });
     if !g.request_timeout.is_zero() {
-        config.read_timeout = Some(g.request_timeout);
         config.connect_timeout = Some(g.request_timeout);
         config.write_timeout = Some(g.request_timeout);
+        // A watch may rightly stay silent for minutes: only one-shot requests give up on reads.
+        if !g.watching {
+            config.read_timeout = Some(g.request_timeout);
+        }
     }
     Ok(Client::try_from(config)?)
 }
@@ -70,7 +73,10 @@ pub async fn connect(g: &Global) -> anyhow::Result<Client> {
 /// Whether `e` is a failure to reach the server at all (refused, unreachable, timed out).
 fn unreachable(e: &kube::Error) -> Option<&'static str> {
     let text = format!("{e:?}").to_lowercase();
-    if text.contains("timed out") || text.contains("timeout") {
+    if ["timed out", "timedout", "timeout", "elapsed"]
+        .iter()
+        .any(|w| text.contains(w))
+    {
         Some("did not answer in time (--request-timeout)")
     } else if text.contains("connect") || text.contains("dns") || text.contains("refused") {
         Some("cannot be reached")

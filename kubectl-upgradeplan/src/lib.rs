@@ -145,13 +145,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Get { plan, watch } => {
-            verbs::get(&client::connect(g).await?, g, plan.as_deref(), *watch, &style).await?
+            let c = client::connect(&g.watching_if(*watch)).await?;
+            verbs::get(&c, g, plan.as_deref(), *watch, &style).await?
         }
         Command::Run { plan, preview, name } => {
             verbs::run(&client::connect(g).await?, plan, *preview, name.as_deref()).await?
         }
         Command::Status { run, watch, timeout } => {
-            let code = verbs::status(&client::connect(g).await?, g, run, *watch, *timeout, &style).await?;
+            let c = client::connect(&g.watching_if(*watch)).await?;
+            let code = verbs::status(&c, g, run, *watch, *timeout, &style).await?;
             return Ok(ExitCode::from(code));
         }
         Command::Suspend { target } => verbs::set_suspend(&client::connect(g).await?, target, true).await?,

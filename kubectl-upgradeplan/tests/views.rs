@@ -591,3 +591,42 @@ fn completion_offers_the_kubeconfig_contexts() {
     assert_eq!(String::from_utf8_lossy(&o.stdout), "prod-eu\nprod-us\n:4\n");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn a_server_that_never_answers_is_given_up_on_after_the_request_timeout() {
+    // Accepts connections and says nothing.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in listener.incoming().flatten() {
+            held.push(c);
+        }
+    });
+    let dir = std::env::temp_dir().join(format!("upgradeplan-hang-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("config");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- cluster: {{server: \"https://127.0.0.1:{port}\"}}\n  name: slow\n\
+             contexts:\n- context: {{cluster: slow, user: u}}\n  name: slowctx\ncurrent-context: slowctx\n\
+             users:\n- name: u\n  user: {{token: x}}\n"
+        ),
+    )
+    .unwrap();
+    let o = Command::new(PLUGIN)
+        .args(["get", "--request-timeout", "1s"])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the API server at https://127.0.0.1:{port}/ (context slowctx) did not answer in time (--request-timeout)"
+        )),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
