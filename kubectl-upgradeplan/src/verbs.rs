@@ -55,8 +55,7 @@ fn plan_zone(plan: &UpgradePlan) -> Option<chrono_tz::Tz> {
         .and_then(|z| z.parse().ok())
 }
 
-pub fn plans_table(plans: &[UpgradePlan], style: &Style) -> String {
-    let now = Utc::now();
+pub fn plans_table(plans: &[UpgradePlan], now: chrono::DateTime<Utc>, style: &Style) -> String {
     let mut plans: Vec<&UpgradePlan> = plans.iter().collect();
     plans.sort_by(|a, b| {
         crate::output::natural_cmp(
@@ -71,7 +70,7 @@ pub fn plans_table(plans: &[UpgradePlan], style: &Style) -> String {
             let phase = format!("{:?}", s.phase);
             let next = s
                 .next_run_at
-                .map(|t| format!("{} ({})", relative(t, now), style.time(t, plan_zone(p))))
+                .map(|t| format!("{}, {}", relative(t, now), style.time(t, plan_zone(p))))
                 .unwrap_or_else(|| "-".into());
             let mut row = vec![
                 p.metadata.name.clone().unwrap_or_default(),
@@ -122,7 +121,7 @@ pub async fn get(client: &Client, g: &Global, plan: Option<&str>, watch: bool, s
                 g.output,
                 &crate::output::objects_as_kubectl(&plans, plan.is_some(), g.show_managed_fields)?,
             )?,
-            _ => plans_table(&plans, style),
+            _ => plans_table(&plans, Utc::now(), style),
         })
     };
     let current = match plan {

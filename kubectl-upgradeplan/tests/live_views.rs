@@ -1,0 +1,241 @@
+//! Golden output of the views that read the cluster — `status`, `history` and `get` — rendered
+//! offline from objects as the API server would return them, at a fixed time and zone.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use kubectl_upgradeplan::output::Style;
+use kubectl_upgradeplan::runs;
+use serde_json::json;
+use upgradeplan::api::kratix::ResourceBinding;
+use upgradeplan::api::{UpgradePlan, UpgradeRun};
+use upgradeplan::engine::snapshot::{assign, Frozen};
+use upgradeplan::engine::version::VersionMatcher;
+
+fn utc(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+const NOW: &str = "2026-03-27T21:30:00Z";
+
+fn golden(name: &str, actual: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(expected == actual, "{name} differs (UPDATE_GOLDEN=1 cargo test -p kubectl-upgradeplan to accept):\n--- expected\n{expected}\n--- actual\n{actual}");
+}
+
+fn style() -> Style {
+    Style {
+        zone: chrono_tz::America::New_York,
+        ..Style::plain()
+    }
+}
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name),
+    )
+    .unwrap()
+}
+
+fn plan() -> UpgradePlan {
+    let mut p: UpgradePlan = serde_saphyr::from_str(&fixture("three-groups.yaml")).unwrap();
+    p.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        upgradeplan::time::to_jiff(utc("2026-03-01T00:00:00Z")),
+    ));
+    p
+}
+
+fn bindings() -> Vec<ResourceBinding> {
+    let list: serde_json::Value = serde_json::from_str(&fixture("bindings.json")).unwrap();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| serde_json::from_value(b.clone()).ok())
+        .collect()
+}
+
+fn frozen(plan: &UpgradePlan, bindings: &[ResourceBinding]) -> Frozen {
+    let m = VersionMatcher::compile(&plan.spec.upgrade_path.from).unwrap();
+    Frozen {
+        snapshot: assign(&plan.spec, &m, bindings).snapshot,
+        plan: plan.spec.clone(),
+    }
+}
+
+fn run(name: &str, status: serde_json::Value) -> UpgradeRun {
+    serde_json::from_value(json!({
+        "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeRun",
+        "metadata": {"name": name, "creationTimestamp": "2026-03-27T21:00:00Z",
+                     "labels": {"platform.syntasso.io/upgrade-plan": "redis-v1-to-v2"}},
+        "spec": {"upgradePlanRef": {"name": "redis-v1-to-v2"}},
+        "status": status
+    }))
+    .unwrap()
+}
+
+fn live(bindings: &[ResourceBinding]) -> HashMap<(String, String), ResourceBinding> {
+    bindings
+        .iter()
+        .map(|b| {
+            (
+                (
+                    b.metadata.namespace.clone().unwrap_or_default(),
+                    b.metadata.name.clone().unwrap_or_default(),
+                ),
+                b.clone(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn status_of_a_run_waiting_for_its_window() {
+    let plan = plan();
+    let mut bindings = bindings();
+    // dev is done: every dev resource is at the target.
+    for b in &mut bindings {
+        if b.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("env"))
+            .map(String::as_str)
+            == Some("dev")
+        {
+            b.spec.version = "v2.0.0".into();
+            b.status.get_or_insert_with(Default::default).last_applied_version = "v2.0.0".into();
+        }
+    }
+    let frozen = frozen(&plan, &self::bindings());
+    let r = run(
+        "redis-v1-to-v2-20260327-2100",
+        json!({"state": "InProgress", "startedAt": "2026-03-27T21:00:05Z", "totalResources": 6,
+               "completedResources": 3,
+               "resourceListRefs": [{"name": "redis-v1-to-v2-20260327-2100-resource-snapshot"}],
+               "rolloutGroups": [{"name": "dev", "total": 3, "succeeded": 3}, {"name": "eu", "total": 2},
+                                 {"name": "rest", "total": 1}]}),
+    );
+    let (_, text) = runs::status(&r, Some(&frozen), &live(&bindings), true, utc(NOW), &style());
+    golden("status-waiting-for-a-window.txt", &text);
+}
+
+#[test]
+fn status_of_a_failed_run() {
+    let plan = plan();
+    let bindings = bindings();
+    let frozen = frozen(&plan, &bindings);
+    let mut failed = bindings.clone();
+    for b in &mut failed {
+        if b.metadata.name.as_deref() == Some("cache-1-redis") {
+            b.spec.version = "v2.0.0".into();
+            let s = b.status.get_or_insert_with(Default::default);
+            s.failed_version = Some("v2.0.0".into());
+            s.conditions = vec![upgradeplan::api::kratix::BindingCondition {
+                type_: upgradeplan::api::kratix::UPGRADE_SUCCEEDED.into(),
+                status: "False".into(),
+                reason: upgradeplan::api::kratix::UPGRADE_FAILED.into(),
+                message: "workflow failed: helm upgrade timed out".into(),
+                last_transition_time: Some(utc("2026-03-27T21:04:00Z")),
+            }];
+        }
+    }
+    let r = run(
+        "redis-v1-to-v2-20260327-2100",
+        json!({"state": "Failed", "startedAt": "2026-03-27T21:00:05Z", "finishedAt": "2026-03-27T21:04:10Z",
+               "totalResources": 6, "completedResources": 1,
+               "resourceListRefs": [{"name": "redis-v1-to-v2-20260327-2100-resource-snapshot"}],
+               "rolloutGroups": [{"name": "dev", "total": 3, "succeeded": 1, "failed": 1}, {"name": "eu", "total": 2},
+                                 {"name": "rest", "total": 1}],
+               "conditions": [{"type": "RunSucceeded", "status": "False", "reason": "ResourceUpgradeFailed",
+                               "message": "1 resource(s) failed to upgrade in rollout group \"dev\"",
+                               "lastTransitionTime": "2026-03-27T21:04:10Z"}]}),
+    );
+    let (_, text) = runs::status(&r, Some(&frozen), &live(&failed), true, utc(NOW), &style());
+    golden("status-failed.txt", &text);
+}
+
+#[test]
+fn history_of_a_plan() {
+    let done = run(
+        "redis-v1-to-v2-20260326-2100",
+        json!({"state": "Completed", "startedAt": "2026-03-26T21:00:05Z", "finishedAt": "2026-03-26T21:40:00Z",
+               "totalResources": 6, "completedResources": 6,
+               "rolloutGroups": [{"name": "dev", "total": 3, "succeeded": 3}, {"name": "eu", "total": 2, "succeeded": 2},
+                                 {"name": "rest", "total": 1, "succeeded": 1}],
+               "conditions": [{"type": "RunSucceeded", "status": "True", "reason": "RunCompleted",
+                               "message": "6/6 resources upgraded to v2.0.0", "lastTransitionTime": "2026-03-26T21:40:00Z"}]}),
+    );
+    let mut done = done;
+    done.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        upgradeplan::time::to_jiff(utc("2026-03-26T21:00:00Z")),
+    ));
+    let active = run(
+        "redis-v1-to-v2-20260327-2100",
+        json!({"state": "InProgress", "startedAt": "2026-03-27T21:00:05Z", "totalResources": 6, "completedResources": 3,
+               "rolloutGroups": [{"name": "dev", "total": 3, "succeeded": 3}, {"name": "eu", "total": 2},
+                                 {"name": "rest", "total": 1}]}),
+    );
+    let cancelled = upgradeplan::api::LastRun {
+        name: "redis-v1-to-v2-manual".into(),
+        finished_at: Some(utc("2026-03-27T09:00:00Z")),
+        result: upgradeplan::api::RunResult::Cancelled,
+        reason: "RunCancelled".into(),
+        message: "UpgradeRun was deleted before it finished".into(),
+    };
+    let (_, text) = runs::history(
+        vec![done.clone(), active.clone()],
+        Some(&cancelled),
+        20,
+        utc(NOW),
+        &style(),
+    );
+    golden("history.txt", &text);
+    let wide = Style { wide: true, ..style() };
+    let (_, text) = runs::history(vec![done, active], Some(&cancelled), 20, utc(NOW), &wide);
+    golden("history-wide.txt", &text);
+}
+
+#[test]
+fn get_plans() {
+    let mut a = plan();
+    a.status = Some(
+        serde_json::from_value(json!({"phase": "Running", "activeRunRef": "redis-v1-to-v2-20260327-2100",
+            "nextRunAt": "2026-03-28T01:30:00Z",
+            "lastRun": {"name": "redis-v1-to-v2-20260326-2100", "finishedAt": "2026-03-26T21:40:00Z",
+                        "result": "Completed", "reason": "RunCompleted", "message": ""},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "Valid", "lastTransitionTime": "2026-03-01T00:00:00Z"},
+                           {"type": "PromiseResolved", "status": "True", "reason": "PromiseFound", "lastTransitionTime": "2026-03-01T00:00:00Z"}]}))
+        .unwrap(),
+    );
+    let mut b = plan();
+    b.metadata.name = Some("redis-v1-to-v2-10".into());
+    b.spec.suspend = true;
+    b.status = Some(
+        serde_json::from_value(json!({"phase": "Available",
+            "conditions": [{"type": "Ready", "status": "True", "reason": "Valid", "lastTransitionTime": "2026-03-01T00:00:00Z"},
+                           {"type": "PromiseResolved", "status": "False", "reason": "PromiseNotFound", "lastTransitionTime": "2026-03-01T00:00:00Z"}]}))
+        .unwrap(),
+    );
+    let mut c = b.clone();
+    c.metadata.name = Some("redis-v1-to-v2-4".into());
+    let plans = vec![b, a, c];
+    golden(
+        "get.txt",
+        &kubectl_upgradeplan::verbs::plans_table(&plans, utc(NOW), &style()),
+    );
+    let wide = Style { wide: true, ..style() };
+    golden(
+        "get-wide.txt",
+        &kubectl_upgradeplan::verbs::plans_table(&plans, utc(NOW), &wide),
+    );
+}
