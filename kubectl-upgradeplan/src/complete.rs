@@ -111,51 +111,12 @@ pub async fn complete(args: &[String], global: &Global) -> (Vec<String>, u8) {
         Want::Files => (vec![], DIRECTIVE_FILES),
         Want::Nothing => (vec![], DIRECTIVE_NO_FILES),
         Want::Plans => (names(global, Kind::Plans).await, DIRECTIVE_NO_FILES),
-        Want::Runs => (
-            names(
-                global,
-                Kind::Runs {
-                    plan: None,
-                    active_only: false,
-                },
-            )
-            .await,
-            DIRECTIVE_NO_FILES,
-        ),
-        Want::ActiveRuns => (
-            names(
-                global,
-                Kind::Runs {
-                    plan: None,
-                    active_only: true,
-                },
-            )
-            .await,
-            DIRECTIVE_NO_FILES,
-        ),
-        Want::RunsOfPlan(p) => (
-            names(
-                global,
-                Kind::Runs {
-                    plan: Some(&p),
-                    active_only: false,
-                },
-            )
-            .await,
-            DIRECTIVE_NO_FILES,
-        ),
+        Want::Runs => (names(global, Kind::runs(None, false)).await, DIRECTIVE_NO_FILES),
+        Want::ActiveRuns => (names(global, Kind::runs(None, true)).await, DIRECTIVE_NO_FILES),
+        Want::RunsOfPlan(p) => (names(global, Kind::runs(Some(&p), false)).await, DIRECTIVE_NO_FILES),
         Want::PlansAndActiveRuns => {
             let mut all = names(global, Kind::Plans).await;
-            all.extend(
-                names(
-                    global,
-                    Kind::Runs {
-                        plan: None,
-                        active_only: true,
-                    },
-                )
-                .await,
-            );
+            all.extend(names(global, Kind::runs(None, true)).await);
             (all, DIRECTIVE_NO_FILES)
         }
         Want::Contexts => (contexts(global), DIRECTIVE_NO_FILES),
@@ -172,6 +133,12 @@ enum Kind<'p> {
     Plans,
     Runs { plan: Option<&'p str>, active_only: bool },
     Namespaces,
+}
+
+impl<'p> Kind<'p> {
+    fn runs(plan: Option<&'p str>, active_only: bool) -> Kind<'p> {
+        Kind::Runs { plan, active_only }
+    }
 }
 
 /// The kubeconfig's contexts (from --kubeconfig, or KUBECONFIG / ~/.kube/config).

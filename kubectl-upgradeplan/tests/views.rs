@@ -45,6 +45,21 @@ fn golden(name: &str, actual: &str) {
 
 const NOW: &str = "2026-03-27T12:00:00Z";
 
+/// Every command of the plugin.
+const COMMANDS: [&str; 11] = [
+    "explain",
+    "match",
+    "history",
+    "get",
+    "run",
+    "status",
+    "suspend",
+    "resume",
+    "cancel",
+    "completion",
+    "version",
+];
+
 #[test]
 fn explain_golden() {
     let seed = root().join("../examples/plans/seed.yaml").display().to_string();
@@ -361,19 +376,7 @@ fn completion_scripts_and_the_completion_executable() {
     };
     let top = run(&[""]);
     assert_eq!(top.last().unwrap(), ":4");
-    for c in [
-        "explain",
-        "match",
-        "history",
-        "get",
-        "run",
-        "status",
-        "suspend",
-        "resume",
-        "cancel",
-        "completion",
-        "version",
-    ] {
+    for c in COMMANDS {
         assert!(top.contains(&c.to_string()), "{c} missing from {top:?}");
     }
     assert_eq!(run(&["st"]), vec!["status".to_string(), ":4".to_string()]);
@@ -543,20 +546,7 @@ fn connection_errors_are_one_sentence_that_names_the_server_and_says_what_to_do(
 
 #[test]
 fn every_command_teaches_with_examples_and_lists_global_flags_apart() {
-    let commands = [
-        "explain",
-        "match",
-        "history",
-        "get",
-        "run",
-        "status",
-        "suspend",
-        "resume",
-        "cancel",
-        "completion",
-        "version",
-    ];
-    for command in commands {
+    for command in COMMANDS {
         let o = plugin(&[command, "--help"]);
         assert_eq!(o.status.code(), Some(0), "{command}");
         let help = stdout(&o);
