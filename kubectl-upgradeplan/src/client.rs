@@ -85,6 +85,15 @@ fn unreachable(e: &kube::Error) -> Option<&'static str> {
     }
 }
 
+/// The cluster-scoped kinds the plugin reads or writes.
+const CLUSTER_SCOPED: &[&str] = &[
+    "upgradeplans",
+    "upgraderuns",
+    "promises",
+    "promiserevisions",
+    "namespaces",
+];
+
 /// Turns an API error into a message that names the verb and resource and says what to do.
 pub fn explain_error(e: kube::Error, verb: &str, resource: &str, name: Option<&str>) -> anyhow::Error {
     let what = match name {
@@ -98,10 +107,18 @@ pub fn explain_error(e: kube::Error, verb: &str, resource: &str, name: Option<&s
         kube::Error::Api(s) if s.code == 404 => anyhow!(
             "the server has no {resource}: the upgradeplan CRDs are not installed (kubectl apply -f deploy/crds/, or upgradeplan-controller crd | kubectl apply -f -)"
         ),
-        kube::Error::Api(s) if s.code == 403 => anyhow!(
-            "forbidden: you may not {verb} {resource} ({}). Ask for a Role granting `{verb}` on {resource}",
-            s.message
-        ),
+        kube::Error::Api(s) if s.code == 403 => {
+            // Cluster-scoped kinds are granted by a ClusterRole; namespaced ones by a Role.
+            let role = if CLUSTER_SCOPED.contains(&resource) {
+                "ClusterRole (bound with a ClusterRoleBinding)"
+            } else {
+                "Role in that namespace (or a ClusterRole)"
+            };
+            anyhow!(
+                "forbidden: you may not {verb} {resource} ({}). Ask for a {role} granting `{verb}` on {resource}",
+                s.message
+            )
+        }
         kube::Error::Api(s) if s.code == 401 => anyhow!("unauthorized: your credentials were refused ({}); check your kubeconfig", s.message),
         // Anything else the server said: one line with its words and what to do, never kube's
         // Debug dump of the Status.

@@ -423,7 +423,10 @@ async fn every_verb_against_a_live_cluster() {
     let denied = plugin_with(Some(&no_rights), &["get"]).await;
     assert_eq!(denied.code, Some(4));
     assert!(
-        denied.stderr.contains("forbidden: you may not list upgradeplans"),
+        denied.stderr.contains("forbidden: you may not list upgradeplans")
+            && denied
+                .stderr
+                .contains("Ask for a ClusterRole (bound with a ClusterRoleBinding) granting `list` on upgradeplans"),
         "{}",
         denied.stderr
     );
