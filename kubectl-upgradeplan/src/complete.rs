@@ -29,6 +29,8 @@ pub enum Want {
     RunsOfPlan(String),
     /// Contexts of the kubeconfig.
     Contexts,
+    /// `NS/NAME` of the resources of a plan's Promise (for `--resource`).
+    ResourcesOfPlan(String),
     Namespaces,
     Values(Vec<String>),
     Files,
@@ -42,19 +44,23 @@ pub fn want(args: &[String]) -> Want {
     let Some((partial, before)) = args.split_last() else {
         return Want::Commands;
     };
+    let words: Vec<&String> = before.iter().filter(|w| !w.starts_with('-')).collect();
     if let Some(prev) = before.last() {
         match prev.as_str() {
+            "--resource" => {
+                return match words.get(1) {
+                    Some(plan) => Want::ResourcesOfPlan(plan.to_string()),
+                    None => Want::Nothing,
+                }
+            }
             "-o" | "--output" => return Want::Values(["table", "wide", "json", "yaml"].map(String::from).to_vec()),
             "-f" | "--filename" | "--bindings" | "--kubeconfig" => return Want::Files,
             "--context" => return Want::Contexts,
             "-n" | "--namespace" | "--snapshot-namespace" => return Want::Namespaces,
-            "--now" | "--runs" | "--limit" | "--name" | "--timeout" | "--resource" | "--request-timeout" => {
-                return Want::Nothing
-            }
+            "--now" | "--runs" | "--limit" | "--name" | "--timeout" | "--request-timeout" => return Want::Nothing,
             _ => {}
         }
     }
-    let words: Vec<&String> = before.iter().filter(|w| !w.starts_with('-')).collect();
     let Some(command) = words.first() else {
         return if partial.starts_with('-') {
             Want::Flags(String::new())
@@ -121,6 +127,7 @@ pub async fn complete(args: &[String], global: &Global) -> (Vec<String>, u8) {
         }
         Want::Contexts => (contexts(global), DIRECTIVE_NO_FILES),
         Want::Namespaces => (names(global, Kind::Namespaces).await, DIRECTIVE_NO_FILES),
+        Want::ResourcesOfPlan(p) => (names(global, Kind::Resources { plan: &p }).await, DIRECTIVE_NO_FILES),
     };
     (
         candidates.into_iter().filter(|c| c.starts_with(&partial)).collect(),
@@ -131,8 +138,15 @@ pub async fn complete(args: &[String], global: &Global) -> (Vec<String>, u8) {
 /// What to list from the cluster.
 enum Kind<'p> {
     Plans,
-    Runs { plan: Option<&'p str>, active_only: bool },
+    Runs {
+        plan: Option<&'p str>,
+        active_only: bool,
+    },
     Namespaces,
+    /// The resources of a plan's Promise, as `NS/NAME`.
+    Resources {
+        plan: &'p str,
+    },
 }
 
 impl<'p> Kind<'p> {
@@ -180,6 +194,15 @@ async fn names(global: &Global, kind: Kind<'_>) -> Vec<String> {
                 .into_iter()
                 .filter_map(|p| p.metadata.name)
                 .collect(),
+            Kind::Resources { plan } => {
+                let plan = Api::<UpgradePlan>::all(client.clone()).get(plan).await.ok()?;
+                crate::client::bindings_of(&client, &plan.spec.promise_ref.name, None)
+                    .await
+                    .ok()?
+                    .iter()
+                    .map(|b| upgradeplan::engine::snapshot::SnapshotResource::from_binding(b).display_name())
+                    .collect()
+            }
             Kind::Namespaces => Api::<k8s_openapi::api::core::v1::Namespace>::all(client)
                 .list(&ListParams::default())
                 .await
@@ -217,6 +240,11 @@ mod tests {
         assert_eq!(w(&["cancel", ""]), Want::ActiveRuns);
         assert_eq!(w(&["get", "--context", ""]), Want::Contexts);
         assert_eq!(w(&["match", "p", "-n", ""]), Want::Namespaces);
+        assert_eq!(
+            w(&["match", "plan", "--resource", "te"]),
+            Want::ResourcesOfPlan("plan".into())
+        );
+        assert_eq!(w(&["match", "--resource", ""]), Want::Nothing, "no plan named yet");
         assert_eq!(
             w(&["explain", "-o", ""]),
             Want::Values(vec!["table".into(), "wide".into(), "json".into(), "yaml".into()])

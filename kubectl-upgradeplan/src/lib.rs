@@ -122,8 +122,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 None => {
                     let p = client::get_plan(&c, plan).await?;
                     let last_run = p.status.as_ref().and_then(|s| s.last_run.as_ref());
-                    let (json, text) =
-                        runs::history(client::runs_of(&c, plan).await?, last_run, *limit, Utc::now(), &style);
+                    let mut listed = client::runs_of(&c, plan).await?;
+                    runs::newest_first(&mut listed);
+                    // Best effort: a snapshot that cannot be read only leaves the count as it is.
+                    let mut distinct = std::collections::HashMap::new();
+                    for r in listed.iter().take(*limit) {
+                        if let Ok(Some(f)) = runs::load_frozen(&c, &g.snapshot_namespace, r).await {
+                            distinct.insert(
+                                r.metadata.name.clone().unwrap_or_default(),
+                                runs::distinct_resources(&f.snapshot),
+                            );
+                        }
+                    }
+                    let (json, text) = runs::history(listed, last_run, &distinct, *limit, Utc::now(), &style);
                     emit(g, &json, &text)?;
                 }
                 Some(r) => {

@@ -136,7 +136,11 @@ pub struct HistoryRow {
     pub duration_seconds: Option<i64>,
     pub groups: Vec<GroupStatus>,
     pub completed_resources: i64,
+    /// Group entries: a resource in two groups counts in each (as SKE specifies).
     pub total_resources: i64,
+    /// Distinct resources, when fewer than the group entries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub distinct_resources: Option<usize>,
     pub reason: Option<String>,
     pub message: Option<String>,
 }
@@ -154,16 +158,33 @@ pub fn ended_at(run: &UpgradeRun) -> Option<DateTime<Utc>> {
     })
 }
 
+/// Orders runs newest first, as `history` lists them.
+pub fn newest_first(runs: &mut [UpgradeRun]) {
+    runs.sort_by_key(|r| std::cmp::Reverse((created(r), r.metadata.name.clone())));
+}
+
+/// How many distinct resources a snapshot holds (a resource in two groups is one).
+pub fn distinct_resources(snapshot: &upgradeplan::engine::snapshot::Snapshot) -> usize {
+    snapshot
+        .groups
+        .iter()
+        .flat_map(|g| g.resources.iter().map(|r| (&r.namespace, &r.binding)))
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+}
+
 /// The plan's runs, newest first, and the plan's `lastRun` when its run is gone (a cancelled run
-/// is deleted: this is its only record).
+/// is deleted: this is its only record). `distinct`: per run, its distinct resources when its
+/// snapshot was read (the counts are group entries: a resource in two groups counts twice).
 pub fn history(
     mut runs: Vec<UpgradeRun>,
     last_run: Option<&LastRun>,
+    distinct: &HashMap<String, usize>,
     limit: usize,
     now: DateTime<Utc>,
     style: &Style,
 ) -> (Vec<HistoryRow>, String) {
-    runs.sort_by_key(|r| std::cmp::Reverse((created(r), r.metadata.name.clone())));
+    newest_first(&mut runs);
     let mut rows: Vec<HistoryRow> = runs
         .iter()
         .map(|r| {
@@ -186,6 +207,12 @@ pub fn history(
                 groups: s.rollout_groups.clone(),
                 completed_resources: s.completed_resources,
                 total_resources: s.total_resources,
+                distinct_resources: r
+                    .metadata
+                    .name
+                    .as_ref()
+                    .and_then(|n| distinct.get(n).copied())
+                    .filter(|d| (*d as i64) < s.total_resources),
                 reason: cond.map(|c| c.reason.clone()),
                 message: cond.map(|c| c.message.clone()),
             }
@@ -204,6 +231,7 @@ pub fn history(
             groups: Vec::new(),
             completed_resources: 0,
             total_resources: 0,
+            distinct_resources: None,
             reason: Some(last.reason.clone()),
             message: Some(last.message.clone()),
         };
@@ -236,10 +264,10 @@ pub fn history(
                 h.duration_seconds
                     .map(|d| duration(chrono::Duration::seconds(d)))
                     .unwrap_or_else(|| "-".into()),
-                if h.deleted {
-                    "-".into()
-                } else {
-                    format!("{}/{}", h.completed_resources, h.total_resources)
+                match (h.deleted, h.distinct_resources) {
+                    (true, _) => "-".into(),
+                    (false, Some(d)) => format!("{}/{} ({d} distinct)", h.completed_resources, h.total_resources),
+                    (false, None) => format!("{}/{}", h.completed_resources, h.total_resources),
                 },
                 h.reason.clone().unwrap_or_else(|| "-".into()),
             ];
@@ -448,7 +476,7 @@ pub fn shared_entries_note(snapshot: &upgradeplan::engine::snapshot::Snapshot) -
     (shared > 0).then(|| {
         format!(
             "{entries} group entries, {} distinct resources; {shared} in more than one group, upgraded in the first and counted in each",
-            seen.len()
+            distinct_resources(snapshot)
         )
     })
 }
@@ -812,7 +840,14 @@ mod tests {
             message: "UpgradeRun was deleted before it finished".into(),
         };
         let now = utc("2026-06-02T00:00:00Z");
-        let (rows, text) = history(vec![superseded], Some(&cancelled), 10, now, &Style::plain());
+        let (rows, text) = history(
+            vec![superseded],
+            Some(&cancelled),
+            &HashMap::new(),
+            10,
+            now,
+            &Style::plain(),
+        );
         assert_eq!(rows.len(), 2);
         assert_eq!((rows[0].name.as_str(), rows[0].deleted), ("cancelled", true));
         assert_eq!(rows[0].state, "Cancelled");
@@ -823,7 +858,7 @@ mod tests {
         );
         assert!(text.contains("InProgress (superseded by new)"), "{text}");
         // The plan's lastRun of a run still listed is not repeated.
-        let (rows, _) = history(vec![], None, 10, now, &Style::plain());
+        let (rows, _) = history(vec![], None, &HashMap::new(), 10, now, &Style::plain());
         assert!(rows.is_empty());
     }
 }

@@ -192,16 +192,19 @@ fn history_of_a_plan() {
         reason: "RunCancelled".into(),
         message: "UpgradeRun was deleted before it finished".into(),
     };
+    // The newest run's snapshot holds 5 distinct resources in 6 group entries.
+    let distinct = HashMap::from([("redis-v1-to-v2-20260327-2100".to_string(), 5)]);
     let (_, text) = runs::history(
         vec![done.clone(), active.clone()],
         Some(&cancelled),
+        &distinct,
         20,
         utc(NOW),
         &style(),
     );
     golden("history.txt", &text);
     let wide = Style { wide: true, ..style() };
-    let (_, text) = runs::history(vec![done, active], Some(&cancelled), 20, utc(NOW), &wide);
+    let (_, text) = runs::history(vec![done, active], Some(&cancelled), &distinct, 20, utc(NOW), &wide);
     golden("history-wide.txt", &text);
 }
 

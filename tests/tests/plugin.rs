@@ -410,6 +410,16 @@ async fn every_verb_against_a_live_cluster() {
         plans.contains(&plan) && plans.contains(&plan3) && plans.contains(&plan4),
         "{plans}"
     );
+    let resources = tokio::process::Command::new(workspace_bin("kubectl_complete-upgradeplan").unwrap())
+        .args(["match", &plan, "--resource", &format!("{ns}/p")])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&resources.stdout),
+        format!("{ns}/p0\n{ns}/p1\n:4\n"),
+        "--resource completes the plan's resources"
+    );
 
     // Errors that say what to do.
     let missing = plugin(&["get", "no-such-plan"]).await;
