@@ -242,3 +242,33 @@ fn get_plans() {
         &kubectl_upgradeplan::verbs::plans_table(&plans, utc(NOW), &wide),
     );
 }
+
+#[test]
+fn status_of_a_run_upgrading_now() {
+    let plan = plan();
+    let bindings = bindings();
+    let frozen = frozen(&plan, &bindings);
+    // dev (50%: one at a time of 3): cache-0 is upgraded, cache-1 is upgrading.
+    let mut live_now = bindings.clone();
+    for b in &mut live_now {
+        match b.metadata.name.as_deref() {
+            Some("cache-0-redis") => {
+                b.spec.version = "v2.0.0".into();
+                b.status.get_or_insert_with(Default::default).last_applied_version = "v2.0.0".into();
+            }
+            Some("cache-1-redis") => b.spec.version = "v2.0.0".into(),
+            _ => {}
+        }
+    }
+    let r = run(
+        "redis-v1-to-v2-20260327-2100",
+        json!({"state": "InProgress", "startedAt": "2026-03-27T21:00:05Z", "totalResources": 6,
+               "completedResources": 1,
+               "resourceListRefs": [{"name": "redis-v1-to-v2-20260327-2100-resource-snapshot"}],
+               "rolloutGroups": [{"name": "dev", "total": 3, "succeeded": 1}, {"name": "eu", "total": 2},
+                                 {"name": "rest", "total": 1}]}),
+    );
+    let (json, text) = runs::status(&r, Some(&frozen), &live(&live_now), true, utc(NOW), &style());
+    assert_eq!(json.in_flight_resources, vec!["team-a/cache-1".to_string()]);
+    golden("status-upgrading.txt", &text);
+}
