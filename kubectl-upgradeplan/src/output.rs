@@ -262,14 +262,23 @@ pub fn duration(d: chrono::Duration) -> String {
 
 /// The zone a group's windows are written in, when they share one (shown beside the viewer's).
 pub fn windows_zone(windows: &[upgradeplan::api::UpgradeWindow]) -> Option<chrono_tz::Tz> {
-    let zones: std::collections::BTreeSet<&str> = windows
+    let zones: Vec<chrono_tz::Tz> = windows
         .iter()
-        .map(|w| w.time_zone.as_deref().unwrap_or("UTC"))
-        .collect();
-    match zones.into_iter().collect::<Vec<_>>().as_slice() {
-        [one] => one.parse().ok(),
-        _ => None,
-    }
+        .map(|w| upgradeplan::engine::cron::parse_zone(w.time_zone.as_deref()).ok())
+        .collect::<Option<_>>()?;
+    let first = *zones.first()?;
+    zones.iter().all(|z| *z == first).then_some(first)
+}
+
+/// Whether a watching view redraws itself in place: on a terminal, for the text views.
+pub fn redraws_in_place(g: &Global) -> bool {
+    std::io::stdout().is_terminal() && !matches!(g.output, Output::Json | Output::Yaml)
+}
+
+/// Replaces the view `last` drawn on the terminal with `text`: up as many lines as it took,
+/// clear to the end, draw again.
+pub fn redraw(last: &str, text: &str) -> anyhow::Result<()> {
+    out(format!("\x1b[{}A\x1b[J{text}", last.lines().count()))
 }
 
 /// The viewer's time zone (from TZ or the system), UTC when unknown.

@@ -476,7 +476,7 @@ pub fn shared_entries_note(snapshot: &upgradeplan::engine::snapshot::Snapshot) -
     (shared > 0).then(|| {
         format!(
             "{entries} group entries, {} distinct resources; {shared} in more than one group, upgraded in the first and counted in each",
-            distinct_resources(snapshot)
+            seen.len()
         )
     })
 }

@@ -52,7 +52,7 @@ fn plan_zone(plan: &UpgradePlan) -> Option<chrono_tz::Tz> {
         .upgrade_execution_policy
         .as_ref()
         .and_then(|p| p.time_zone.as_deref())
-        .and_then(|z| z.parse().ok())
+        .and_then(|z| upgradeplan::engine::cron::parse_zone(Some(z)).ok())
 }
 
 pub fn plans_table(plans: &[UpgradePlan], now: chrono::DateTime<Utc>, style: &Style) -> String {
@@ -134,7 +134,7 @@ pub async fn get(client: &Client, g: &Global, plan: Option<&str>, watch: bool, s
         return Ok(());
     }
     // On a terminal the table is redrawn in place, as `status -w` does; piped, appended.
-    let redraw = std::io::stdout().is_terminal() && !matches!(g.output, Output::Json | Output::Yaml);
+    let redraw = crate::output::redraws_in_place(g);
     let api: Api<UpgradePlan> = Api::all(client.clone());
     let config = match plan {
         Some(p) => watcher::Config::default().fields(&format!("metadata.name={p}")),
@@ -150,7 +150,7 @@ pub async fn get(client: &Client, g: &Global, plan: Option<&str>, watch: bool, s
         let text = show(plans)?;
         if text != last {
             if redraw {
-                crate::output::out(format!("\x1b[{}A\x1b[J{text}", last.lines().count()))?;
+                crate::output::redraw(&last, &text)?;
             } else {
                 crate::output::out(format!("\n{text}"))?;
             }
@@ -342,7 +342,7 @@ pub async fn status(
     crate::output::out(&last)?;
     // On a terminal the view is redrawn in place (its clocks tick); elsewhere a new block is
     // appended only when something changed, never the same block again and again.
-    let redraw = std::io::stdout().is_terminal() && !matches!(g.output, Output::Json | Output::Yaml);
+    let redraw = crate::output::redraws_in_place(g);
     if !watch {
         return Ok(0);
     }
@@ -383,8 +383,7 @@ pub async fn status(
             };
             let (seen, text) = render_status(client, g, &current, style).await?;
             if redraw && text != last {
-                // Up as many lines as the last view took, clear to the end, draw again.
-                crate::output::out(format!("\x1b[{}A\x1b[J{text}", last.lines().count()))?;
+                crate::output::redraw(&last, &text)?;
                 last = text;
             } else if !redraw && seen != last_seen {
                 crate::output::out(format!("\n{text}"))?;
