@@ -131,7 +131,7 @@ async fn gather_snapshot(ctx: &Ctx, run: &UpgradeRun, status: &UpgradeRunStatus)
             }),
             Err(Error::Snapshot { config_map, detail, .. }) => {
                 tracing::warn!(run = %run.name_any(), %config_map, %detail, "the run's snapshot is lost");
-                Ok(SnapshotFact::Lost { config_map, detail })
+                Ok(SnapshotFact::Lost { config_map })
             }
             Err(e) => Err(e),
         },

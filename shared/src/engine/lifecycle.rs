@@ -51,8 +51,8 @@ pub enum SnapshotFact {
         frozen: Arc<Frozen>,
         refs: Vec<ResourceListRef>,
     },
-    /// The status names a ConfigMap that is missing or unreadable (`detail` says how, for logs).
-    Lost { config_map: String, detail: String },
+    /// The status names a ConfigMap that is missing or unreadable (the controller logs how).
+    Lost { config_map: String },
 }
 
 /// Read access to the controller's caches of Kratix objects.

@@ -89,7 +89,6 @@ impl World {
             None if recorded.is_empty() => SnapshotFact::Absent,
             None => SnapshotFact::Lost {
                 config_map: recorded[0].name.clone(),
-                detail: "not found".into(),
             },
         }
     }
