@@ -852,6 +852,36 @@ pub fn observe_bindings(env: &TestEnv, to: &'static str) -> Arc<Mutex<Observed>>
     seen
 }
 
+/// Runs this workspace's `kubectl-upgradeplan` with its stdout on a terminal (a pseudo-terminal
+/// from util-linux's `script`, essential on Debian), as a user at a shell sees it: what the
+/// in-place redraw of the watching views writes. stderr arrives merged into stdout. With
+/// `stop_after`, the plugin is interrupted then (for `get -w`, which never ends by itself).
+pub async fn run_plugin_on_terminal(args: &[&str], stop_after: Option<Duration>) -> anyhow::Result<PluginOutput> {
+    let bin = workspace_bin("kubectl-upgradeplan")?;
+    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    let stop = stop_after
+        .map(|d| format!("timeout --signal=INT {}s ", d.as_secs()))
+        .unwrap_or_default();
+    let command = std::iter::once(quote(&bin.to_string_lossy()))
+        .chain(args.iter().map(|a| quote(a)))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let command = format!("{stop}{command}");
+    let o = tokio::process::Command::new("script")
+        .args(["--quiet", "--flush", "--return", "--command", &command, "/dev/null"])
+        .env("NO_COLOR", "1")
+        .env("COLUMNS", "200")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .context("running kubectl-upgradeplan under script(1)")?;
+    Ok(PluginOutput {
+        code: o.status.code(),
+        stdout: String::from_utf8_lossy(&o.stdout).into(),
+        stderr: String::from_utf8_lossy(&o.stderr).into(),
+    })
+}
+
 /// What one run of `kubectl-upgradeplan` printed and how it exited.
 #[derive(Debug)]
 pub struct PluginOutput {

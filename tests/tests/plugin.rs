@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use upgradeplan::api::RunState;
-use upgradeplan_e2e::harness::{run_plugin, workspace_bin, PluginOutput as Out, TestEnv};
+use upgradeplan_e2e::harness::{run_plugin, run_plugin_on_terminal, workspace_bin, PluginOutput as Out, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
@@ -249,12 +249,26 @@ async fn every_verb_against_a_live_cluster() {
         h.stdout
     );
 
-    // suspend / resume a plan.
+    // suspend / resume a plan, while `get -w` on a terminal redraws its table in place.
+    let watching = tokio::spawn({
+        let plan = plan.clone();
+        async move {
+            run_plugin_on_terminal(&["get", &plan, "-w"], Some(Duration::from_secs(6)))
+                .await
+                .unwrap()
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(plugin(&["suspend", &format!("plan/{plan}")])
         .await
         .stdout
         .contains("suspended"));
     assert!(env.plans().get(&plan).await.unwrap().spec.suspend);
+    let table = watching.await.unwrap().stdout;
+    assert!(
+        table.contains("A\x1b[J") && table.matches("SUSPENDED").count() >= 2,
+        "get -w on a terminal: {table:?}"
+    );
     assert!(plugin(&["resume", &plan]).await.stdout.contains("resumed"));
     assert!(!env.plans().get(&plan).await.unwrap().spec.suspend);
 
@@ -311,27 +325,57 @@ async fn every_verb_against_a_live_cluster() {
     let stuck = plugin(&["run", &plan4, "--preview"]).await.stdout.trim().to_string();
     let t = plugin(&["status", &stuck, "-w", "--timeout", "2s", "--snapshot-namespace", &snap]).await;
     assert_eq!(t.code, Some(3), "{}", t.stderr);
-    // Resuming the preview rolls it out.
-    assert!(plugin(&["resume", &format!("run/{stuck}")])
-        .await
-        .stdout
-        .contains("resumed"));
-    let done = plugin(&[
+    // Resuming the preview rolls it out, watched at once on a terminal and through a pipe.
+    let watch_args = [
         "status",
-        &stuck,
+        stuck.as_str(),
         "-w",
         "--timeout",
         "90s",
         "--snapshot-namespace",
-        &snap,
-    ])
-    .await;
+        snap.as_str(),
+    ];
+    let on_terminal = tokio::spawn({
+        let args: Vec<String> = watch_args.iter().map(|a| a.to_string()).collect();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            run_plugin_on_terminal(&args, None).await.unwrap()
+        }
+    });
+    let piped = tokio::spawn({
+        let args: Vec<String> = watch_args.iter().map(|a| a.to_string()).collect();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            plugin(&args).await
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(plugin(&["resume", &format!("run/{stuck}")])
+        .await
+        .stdout
+        .contains("resumed"));
+    let (tty, done) = (on_terminal.await.unwrap(), piped.await.unwrap());
     assert_eq!(
         done.code,
         Some(0),
         "the resumed preview completes (d0 fails only v3): {}\n{}",
         done.stdout,
         done.stderr
+    );
+    assert_eq!(tty.code, Some(0), "on a terminal: {}", tty.stdout);
+    // On a terminal every new view replaces the last one: cursor up over its lines, clear below.
+    let redraws = tty.stdout.matches("\x1b[J").count();
+    assert!(
+        redraws >= 1 && tty.stdout.contains("A\x1b[J") && tty.stdout.contains("Completed"),
+        "no in-place redraw on a terminal: {:?}",
+        tty.stdout
+    );
+    // Piped, blocks are appended, only when something changed, and nothing moves the cursor.
+    let blocks: Vec<&str> = done.stdout.split("UpgradeRun ").map(str::trim).collect();
+    assert!(
+        !done.stdout.contains('\x1b') && blocks.windows(2).all(|w| w[0] != w[1]),
+        "piped: {:?}",
+        done.stdout
     );
 
     // A run held by a window that opens in twelve hours: status without its snapshot, and superseded.
