@@ -12,7 +12,7 @@ CHAOS_KILLS ?= 100
 CHAOS_BINDINGS ?= 2000
 CHAOS_FAILOVERS ?= 6
 
-.PHONY: help demo-smoke chaos fuzz bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
+.PHONY: help monitoring-rules demo-smoke chaos fuzz bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -36,9 +36,20 @@ unit: deps ## tests that need no cluster (engine tables, CRD freshness, CEL rule
 	$(CARGO) test --workspace --locked --exclude upgradeplan-e2e
 	$(CARGO) test --locked -p upgradeplan-e2e --lib
 
-monitoring: cluster-install ## promtool: the alert rules are valid and their unit tests pass
+monitoring: cluster-install ## promtool: the alert rules are valid, their unit tests pass, and they render with your settings
 	promtool check rules deploy/monitoring/rules.yaml
 	cd deploy/monitoring && promtool test rules rules.test.yaml
+	@out=$$(mktemp -d); trap 'rm -rf '$$out EXIT; \
+	RUNBOOK_BASE=https://runbooks.example.com/upgradeplan FAILED_FOR=2h scripts/monitoring-rules.sh $$out >/dev/null; \
+	promtool check rules $$out/rules.yaml >/dev/null; \
+	grep -q '^        keep_firing_for: 2h$$' $$out/rules.yaml; \
+	test "$$(grep -c 'runbook_url: "https://runbooks.example.com/upgradeplan#' $$out/rules.yaml)" = "$$(grep -c 'runbook_url:' deploy/monitoring/rules.yaml)"; \
+	scripts/monitoring-rules.sh $$out/default >/dev/null; \
+	cmp -s $$out/default/prometheusrule.yaml deploy/monitoring/prometheusrule.yaml || { echo "deploy/monitoring/prometheusrule.yaml is stale: run scripts/monitoring-rules.sh" >&2; exit 1; }; \
+	echo "scripts/monitoring-rules.sh: rules render with a custom runbook base and FAILED_FOR"
+
+monitoring-rules: ## write the alert rules for your installation: RUNBOOK_BASE=https://… FAILED_FOR=2h OUT=dir (see docs/runbooks.md)
+	scripts/monitoring-rules.sh $(OUT)
 
 cluster-install: ## get etcd, kube-apiserver, kube-controller-manager (cached; builds once, ~10 min)
 	tests/cluster.sh install

@@ -27,6 +27,14 @@ impl Error {
             Error::Finalizer(_) => "finalizer",
         }
     }
+
+    /// One line for an event: the API server's own message and status, without the wrapping.
+    pub fn short(&self) -> String {
+        match self {
+            Error::Kube(kube::Error::Api(e)) => format!("{} (HTTP {}, {})", e.message, e.code, e.reason),
+            other => other.to_string(),
+        }
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

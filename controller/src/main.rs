@@ -140,8 +140,12 @@ fn main() -> anyhow::Result<()> {
 fn init_logging(cli: &Cli) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cli.log_level));
+    // Colour only on a terminal (and never with NO_COLOR): log files and collectors get plain text.
+    use std::io::IsTerminal;
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     match cli.log_format {
         LogFormat::Json => builder.json().init(),

@@ -21,6 +21,10 @@ enum G {
     PlanLastSchedule,
     PlanLastRunResult,
     PlanLastRunFinished,
+    PlanLastRunInfo,
+    PlanActiveRunInfo,
+    PlanLastFailure,
+    PlanRunCreateFailing,
     GroupMaxConcurrent,
     WindowOpen,
     WindowActive,
@@ -44,6 +48,10 @@ pub struct Metrics {
     plan_last_schedule: GaugeVec,
     plan_last_run_result: IntGaugeVec,
     plan_last_run_finished: GaugeVec,
+    plan_last_run_info: IntGaugeVec,
+    plan_active_run_info: IntGaugeVec,
+    plan_last_failure: GaugeVec,
+    plan_run_create_failing: IntGaugeVec,
     pub runs_total: IntCounterVec,
     pub runs_superseded_total: IntCounterVec,
     pub run_duration: HistogramVec,
@@ -65,7 +73,28 @@ pub struct Metrics {
     /// Series emitted per (plan, part): part "plan" is written by the plan reconciler, "run" by
     /// the run reconciler; each rewrite removes the previous series of its part.
     emitted: Mutex<Emitted>,
+    /// Counter series initialised at 0 per plan (so that `increase()` sees their first
+    /// increment), removed with the plan.
+    counted: Mutex<HashMap<String, Vec<CountedSeries>>>,
 }
+
+/// One counter series initialised for a plan: the counter and its label values.
+type CountedSeries = (Counted, Vec<String>);
+
+/// The counters initialised per plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Counted {
+    Runs,
+    RunsSuperseded,
+    ResourceUpgrades,
+}
+
+/// Label values of `upgradeplan_runs_total{trigger}`.
+pub const TRIGGERS: [&str; 2] = ["scheduled", "manual"];
+/// Label values of `upgradeplan_resource_upgrades_total{result}`.
+pub const RESOURCE_RESULTS: [&str; 3] = ["succeeded", "failed", "skipped"];
+/// The `controller` label of the reconcile metrics.
+pub const CONTROLLERS: [&str; 2] = ["upgradeplan", "upgraderun"];
 
 /// The plan's gauges and each group's, as the engine decides them.
 pub use upgradeplan::engine::lifecycle::plan::PlanGauges as PlanSample;
@@ -123,6 +152,10 @@ impl Metrics {
             plan_last_schedule: fgauge(&r, &n("plan_last_schedule_timestamp_seconds"), "Unix time of the trigger last serviced (lastScheduledAt).", &["plan"]),
             plan_last_run_result: gauge(&r, &n("plan_last_run_result"), "1 for the result of the plan's last finished run, 0 for the others.", &["plan", "result"]),
             plan_last_run_finished: fgauge(&r, &n("plan_last_run_finished_timestamp_seconds"), "Unix time the plan's last run finished.", &["plan"]),
+            plan_last_run_info: gauge(&r, &n("plan_last_run_info"), "Always 1, one series per plan: its last finished run (status.lastRun), so that alerts can name it.", &["plan", "run", "result", "reason"]),
+            plan_active_run_info: gauge(&r, &n("plan_active_run_info"), "Always 1, one series per plan with an active run: its name, state and, while Pending, why (PlanInvalid, PromiseNotFound, PromiseRevisionNotFound).", &["plan", "run", "state", "reason"]),
+            plan_last_failure: fgauge(&r, &n("plan_last_failure_timestamp_seconds"), "Unix time the plan's most recent failed run ended, one series per plan; run and reason name it.", &["plan", "run", "reason"]),
+            plan_run_create_failing: gauge(&r, &n("plan_run_create_failing"), "1 while the API server refuses the run a due trigger asks for (the trigger is retried).", &["plan"]),
             runs_total: counter(&r, &n("runs_total"), "Runs that finished, by trigger and result.", &["plan", "trigger", "result"]),
             runs_superseded_total: counter(&r, &n("runs_superseded_total"), "Runs superseded by a newer run of the same plan.", &["plan"]),
             run_duration: histogram(&r, &n("run_duration_seconds"), "Duration of finished runs, from snapshot to end.", &["plan", "result"], long_buckets.clone()),
@@ -143,8 +176,16 @@ impl Metrics {
             rest_requests: counter(&r, "rest_client_requests_total", "API requests this controller made, by method and resource.", &["method", "resource"]),
             registry: r,
             emitted: Mutex::default(),
+            counted: Mutex::default(),
         };
         m.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        // The error ratio of the reconcile alert needs both series from the start.
+        for c in CONTROLLERS {
+            m.reconcile_errors_total.with_label_values(&[c]).inc_by(0);
+            for result in ["success", "error"] {
+                m.reconcile_total.with_label_values(&[c, result]).inc_by(0);
+            }
+        }
         m
     }
 
@@ -155,6 +196,9 @@ impl Metrics {
             G::PlanSuspended => &self.plan_suspended,
             G::PlanReady => &self.plan_ready,
             G::PlanLastRunResult => &self.plan_last_run_result,
+            G::PlanLastRunInfo => &self.plan_last_run_info,
+            G::PlanActiveRunInfo => &self.plan_active_run_info,
+            G::PlanRunCreateFailing => &self.plan_run_create_failing,
             G::GroupMaxConcurrent => &self.group_max_concurrent,
             G::WindowOpen => &self.window_open,
             G::WindowActive => &self.window_active,
@@ -169,6 +213,7 @@ impl Metrics {
             G::PlanNextRun => &self.plan_next_run,
             G::PlanLastSchedule => &self.plan_last_schedule,
             G::PlanLastRunFinished => &self.plan_last_run_finished,
+            G::PlanLastFailure => &self.plan_last_failure,
             G::WindowNextOpen => &self.window_next_open,
             G::WindowNextClose => &self.window_next_close,
             _ => return None,
@@ -230,6 +275,23 @@ impl Metrics {
         if let Some(t) = s.last_finished {
             series.push((G::PlanLastRunFinished, vec![p()], t));
         }
+        if let Some(r) = &s.last_run {
+            series.push((
+                G::PlanLastRunInfo,
+                vec![p(), r.run.clone(), r.state.clone(), r.reason.clone()],
+                1.0,
+            ));
+        }
+        if let Some((r, at)) = &s.last_failure {
+            series.push((G::PlanLastFailure, vec![p(), r.run.clone(), r.reason.clone()], *at));
+        }
+        if let Some(r) = &s.active_run {
+            series.push((
+                G::PlanActiveRunInfo,
+                vec![p(), r.run.clone(), r.state.clone(), r.reason.clone()],
+                1.0,
+            ));
+        }
         for g in &s.groups {
             let pg = || vec![p(), g.name.clone()];
             series.push((G::WindowOpen, pg(), f64::from(g.window_open)));
@@ -251,6 +313,53 @@ impl Metrics {
             }
         }
         self.replace(plan, "plan", series);
+        self.init_counters(plan, s.groups.iter().map(|g| g.name.as_str()));
+    }
+
+    /// Whether the API server refused the run the plan's due trigger asks for.
+    pub fn set_run_create_failing(&self, plan: &str, failing: bool) {
+        self.replace(
+            plan,
+            "create",
+            vec![(G::PlanRunCreateFailing, vec![plan.to_string()], f64::from(failing))],
+        );
+    }
+
+    /// Creates the plan's counter series at 0, once per plan and group, so that the first
+    /// failure is an increase (a series born at 1 is invisible to `increase()`).
+    fn init_counters<'a>(&self, plan: &str, groups: impl Iterator<Item = &'a str>) {
+        let Ok(mut counted) = self.counted.lock() else { return };
+        let known = counted.entry(plan.to_string()).or_default();
+        let mut wanted: Vec<CountedSeries> = vec![(Counted::RunsSuperseded, vec![plan.to_string()])];
+        for trigger in TRIGGERS {
+            for result in RESULTS {
+                wanted.push((Counted::Runs, vec![plan.into(), trigger.into(), result.into()]));
+            }
+        }
+        for group in groups {
+            for result in RESOURCE_RESULTS {
+                wanted.push((
+                    Counted::ResourceUpgrades,
+                    vec![plan.into(), group.into(), result.into()],
+                ));
+            }
+        }
+        for (c, labels) in wanted {
+            if known.iter().any(|(k, l)| *k == c && *l == labels) {
+                continue;
+            }
+            let values: Vec<&str> = labels.iter().map(String::as_str).collect();
+            self.counter(c).with_label_values(&values).inc_by(0);
+            known.push((c, labels));
+        }
+    }
+
+    fn counter(&self, c: Counted) -> &IntCounterVec {
+        match c {
+            Counted::Runs => &self.runs_total,
+            Counted::RunsSuperseded => &self.runs_superseded_total,
+            Counted::ResourceUpgrades => &self.resource_upgrades_total,
+        }
     }
 
     /// Writes the active run's series of `plan`; `None` when the plan has no active run.
@@ -289,6 +398,17 @@ impl Metrics {
         for (plan, part) in stale {
             self.replace(&plan, part, vec![]);
         }
+        let Ok(mut counted) = self.counted.lock() else { return };
+        counted.retain(|plan, series| {
+            if live.contains(plan) {
+                return true;
+            }
+            for (c, labels) in series.iter() {
+                let values: Vec<&str> = labels.iter().map(String::as_str).collect();
+                let _ = self.counter(*c).remove_label_values(&values);
+            }
+            false
+        });
     }
 
     /// The text exposition of every metric.
@@ -312,6 +432,10 @@ impl Metrics {
             &self.plan_last_schedule,
             &self.plan_last_run_result,
             &self.plan_last_run_finished,
+            &self.plan_last_run_info,
+            &self.plan_active_run_info,
+            &self.plan_last_failure,
+            &self.plan_run_create_failing,
             &self.runs_total,
             &self.runs_superseded_total,
             &self.run_duration,
@@ -342,7 +466,7 @@ impl Metrics {
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
-    use upgradeplan::engine::lifecycle::plan::GroupGauges as GroupSample;
+    use upgradeplan::engine::lifecycle::plan::{GroupGauges as GroupSample, RunInfo};
 
     fn monitoring(file: &str) -> String {
         std::fs::read_to_string(
@@ -380,7 +504,7 @@ mod tests {
             .iter()
             .map(|r| r["expr"].as_str().unwrap().to_string())
             .collect();
-        assert_eq!(exprs.len(), 6);
+        assert_eq!(exprs.len(), 8);
         let dashboard: serde_json::Value = serde_json::from_str(&monitoring("dashboard.json")).unwrap();
         let panel_exprs: Vec<String> = dashboard["panels"]
             .as_array()
@@ -415,16 +539,33 @@ mod tests {
         ] {
             assert!(titles.contains(&t), "dashboard lacks {t}");
         }
-        // Every alert has severity, summary, description and runbook.
+        // Every alert has severity, summary, description and an absolute runbook_url whose
+        // anchor is a section of docs/runbooks.md.
+        let runbooks =
+            std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/runbooks.md"))
+                .unwrap();
         for r in rules["groups"][0]["rules"].as_array().unwrap() {
+            let alert = r["alert"].as_str().unwrap();
             assert!(r["labels"]["severity"].is_string(), "{r}");
-            for a in ["summary", "description", "runbook"] {
+            for a in ["summary", "description", "runbook_url"] {
                 assert!(
                     r["annotations"][a].as_str().is_some_and(|s| !s.is_empty()),
-                    "{} lacks {a}",
-                    r["alert"]
+                    "{alert} lacks {a}"
                 );
             }
+            let url = r["annotations"]["runbook_url"].as_str().unwrap();
+            assert_eq!(
+                url,
+                format!(
+                    "https://github.com/upgradeplan/upgradeplan/blob/main/docs/runbooks.md#{}",
+                    alert.to_lowercase()
+                ),
+                "{alert}"
+            );
+            assert!(
+                runbooks.contains(&format!("\n## {alert}\n")),
+                "docs/runbooks.md has no section for {alert}"
+            );
         }
     }
 
@@ -502,7 +643,57 @@ mod tests {
             }],
             ..Default::default()
         };
+        m.set_plan(
+            "p",
+            &PlanSample {
+                last_run: Some(RunInfo {
+                    run: "p-1".into(),
+                    state: "Failed".into(),
+                    reason: "ResourceUpgradeFailed".into(),
+                }),
+                active_run: Some(RunInfo {
+                    run: "p-2".into(),
+                    state: "Pending".into(),
+                    reason: "PromiseNotFound".into(),
+                }),
+                last_failure: Some((
+                    RunInfo {
+                        run: "p-1".into(),
+                        state: "Failed".into(),
+                        reason: "ResourceUpgradeFailed".into(),
+                    },
+                    1.8e9,
+                )),
+                ..sample.clone()
+            },
+        );
+        m.set_run_create_failing("p", true);
+        let text = m.render();
+        for series in [
+            r#"upgradeplan_plan_last_run_info{plan="p",reason="ResourceUpgradeFailed",result="Failed",run="p-1"} 1"#,
+            r#"upgradeplan_plan_active_run_info{plan="p",reason="PromiseNotFound",run="p-2",state="Pending"} 1"#,
+            r#"upgradeplan_plan_run_create_failing{plan="p"} 1"#,
+            r#"upgradeplan_plan_last_failure_timestamp_seconds{plan="p",reason="ResourceUpgradeFailed",run="p-1"} 1800000000"#,
+            // Counters exist at 0 from the moment the plan is seen: increase() sees the first failure.
+            r#"upgradeplan_runs_total{plan="p",result="Failed",trigger="scheduled"} 0"#,
+            r#"upgradeplan_runs_total{plan="p",result="Cancelled",trigger="manual"} 0"#,
+            r#"upgradeplan_runs_superseded_total{plan="p"} 0"#,
+            r#"upgradeplan_resource_upgrades_total{group="dev",plan="p",result="failed"} 0"#,
+            r#"controller_runtime_reconcile_errors_total{controller="upgraderun"} 0"#,
+            r#"controller_runtime_reconcile_total{controller="upgradeplan",result="error"} 0"#,
+        ] {
+            assert!(text.contains(series), "{series} missing:\n{text}");
+        }
+        // Seen again, a counter keeps its count.
+        m.runs_total.with_label_values(&["p", "scheduled", "Failed"]).inc();
         m.set_plan("p", &sample);
+        assert!(m
+            .render()
+            .contains(r#"upgradeplan_runs_total{plan="p",result="Failed",trigger="scheduled"} 1"#));
+        assert!(
+            !m.render().contains("upgradeplan_plan_last_run_info{"),
+            "no lastRun, no info"
+        );
         m.set_run(
             "p",
             Some(&RunSample {

@@ -30,8 +30,27 @@ pub async fn reconcile(plan: Arc<UpgradePlan>, ctx: Arc<Ctx>) -> Result<Action> 
     let step = lifecycle::plan::step(&plan, &runs, promise_found, ctx.as_ref(), crate::clock::now());
 
     if let Some(run) = &step.create_run {
-        create_scheduled_run(&plan, run, &ctx).await?;
+        // Refused, the trigger is retried under backoff (the status, which would mark it
+        // serviced, is not written); the gauge and a Warning event say so meanwhile.
+        if let Err(e) = create_scheduled_run(&plan, run, &ctx).await {
+            ctx.metrics.set_run_create_failing(&name, true);
+            let note = format!(
+                "Cannot create UpgradeRun \"{}\" for trigger {}: {}; retrying",
+                run.name,
+                upgradeplan::time::rfc3339(run.at),
+                e.short()
+            );
+            ctx.event(
+                &*plan,
+                EventType::Warning,
+                lifecycle::plan::events::RUN_CREATE_FAILED,
+                note,
+            )
+            .await;
+            return Err(e);
+        }
     }
+    ctx.metrics.set_run_create_failing(&name, false);
     if plan.status.as_ref() != Some(&step.status) {
         apply_status::<UpgradePlan>(&ctx.client, &name, &step.status).await?;
     }

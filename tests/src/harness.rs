@@ -905,3 +905,108 @@ pub async fn run_plugin(kubeconfig: Option<&str>, args: &[&str]) -> anyhow::Resu
         stderr: String::from_utf8_lossy(&o.stderr).into(),
     })
 }
+
+/// A real Prometheus (Debian's package, installed by `tests/cluster.sh install`) scraping
+/// `targets` every second and evaluating `rules` every second. Killed when dropped.
+pub struct Prometheus {
+    pub addr: String,
+    pub dir: PathBuf,
+    _child: tokio::process::Child,
+}
+
+impl Prometheus {
+    pub async fn start(name: &str, targets: &[&str], rules: &Path) -> anyhow::Result<Prometheus> {
+        let bin = std::env::var_os("PATH")
+            .and_then(|p| {
+                std::env::split_paths(&p)
+                    .map(|d| d.join("prometheus"))
+                    .find(|f| f.is_file())
+            })
+            .ok_or_else(|| {
+                anyhow!("prometheus is not installed: `tests/cluster.sh install` installs Debian's package")
+            })?;
+        let dir = std::env::temp_dir().join(format!("{name}-prometheus"));
+        std::fs::create_dir_all(&dir)?;
+        let addr = format!("127.0.0.1:{}", free_port()?);
+        let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+        std::fs::write(
+            dir.join("prometheus.yml"),
+            format!(
+                "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nrule_files: [{rules:?}]\nscrape_configs:\n  - job_name: upgradeplan-controller\n    static_configs: [{{targets: [{}]}}]\n",
+                targets.join(", ")
+            ),
+        )?;
+        let child = tokio::process::Command::new(bin)
+            .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("prometheus.log"))?)
+            .kill_on_drop(true)
+            .spawn()?;
+        let p = Prometheus {
+            addr,
+            dir,
+            _child: child,
+        };
+        for _ in 0..150 {
+            if http_get(&p.addr, "/-/ready").await.is_ok_and(|(c, _)| c == 200) {
+                return Ok(p);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        bail!("prometheus did not start: {}", p.log())
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
+    }
+
+    /// An instant query: its result vector.
+    pub async fn query(&self, expr: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+        let (code, body) = http_get(&self.addr, &format!("/api/v1/query?query={}", urlencode(expr))).await?;
+        let v: serde_json::Value = serde_json::from_str(&body).with_context(|| format!("query {expr}: {body}"))?;
+        if code != 200 {
+            bail!("query {expr}: HTTP {code}: {}", v["error"]);
+        }
+        Ok(v["data"]["result"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// Every alert Prometheus holds (pending and firing), as its API returns them.
+    pub async fn alerts(&self) -> anyhow::Result<Vec<serde_json::Value>> {
+        let (_, body) = http_get(&self.addr, "/api/v1/alerts").await?;
+        let v: serde_json::Value = serde_json::from_str(&body)?;
+        Ok(v["data"]["alerts"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// Waits until alert `name` with every label of `labels` is firing (`firing`), or is no
+    /// longer there at all (`!firing`); returns the alert when firing.
+    pub async fn wait_alert(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+        firing: bool,
+        timeout: Duration,
+    ) -> anyhow::Result<Option<serde_json::Value>> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let found = self
+                .alerts()
+                .await?
+                .into_iter()
+                .find(|a| a["labels"]["alertname"] == name && labels.iter().all(|(k, v)| a["labels"][*k] == *v));
+            match (&found, firing) {
+                (Some(a), true) if a["state"] == "firing" => return Ok(found),
+                (None, false) => return Ok(None),
+                _ => {}
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!(
+                    "alert {name} {labels:?} did not {} within {timeout:?}; now: {found:?}",
+                    if firing { "fire" } else { "resolve" }
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}

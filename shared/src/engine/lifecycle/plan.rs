@@ -12,10 +12,10 @@ use chrono::{DateTime, Utc};
 use super::Cluster;
 use crate::api::kratix::ResourceBinding;
 use crate::api::{
-    find_condition, reasons, set_condition, Condition, ConditionStatus, PlanPhase, UpgradePlan, UpgradePlanStatus,
-    UpgradeRun, WindowKind,
+    find_condition, reasons, set_condition, Condition, ConditionStatus, PlanPhase, RunResult, RunState, UpgradePlan,
+    UpgradePlanStatus, UpgradeRun, WindowKind,
 };
-use crate::engine::admission::summarize;
+use crate::engine::admission::{last_run_of, summarize};
 use crate::engine::concurrency::Limit;
 use crate::engine::schedule::{scheduled_run_name, TriggerAction, Triggers};
 use crate::engine::snapshot::{assign, Snapshot};
@@ -26,6 +26,8 @@ use crate::engine::window::GateState;
 /// Event reasons of a plan.
 pub mod events {
     pub const RUN_CREATED: &str = "RunCreated";
+    /// Published by the controller when the API server refuses the run a trigger asks for.
+    pub const RUN_CREATE_FAILED: &str = "RunCreateFailed";
     pub const TRIGGER_SKIPPED: &str = "TriggerSkipped";
     pub const EXECUTE_AT_IN_PAST: &str = "ExecuteAtInPast";
     pub const INVALID_SPEC: &str = crate::api::reasons::INVALID_SPEC;
@@ -72,7 +74,25 @@ pub struct PlanGauges {
     pub last_schedule: Option<f64>,
     pub last_result: Option<&'static str>,
     pub last_finished: Option<f64>,
+    /// `upgradeplan_plan_last_run_info`: the last run's name, result and reason, so that an
+    /// alert can name the run (one series per plan).
+    pub last_run: Option<RunInfo>,
+    /// `upgradeplan_plan_active_run_info`: the plan's active run, its state and, while it is
+    /// `Pending`, why (`PlanInvalid`, `PromiseNotFound`, `PromiseRevisionNotFound`).
+    pub active_run: Option<RunInfo>,
+    /// `upgradeplan_plan_last_failure_timestamp_seconds`: the plan's most recent failed run
+    /// (from its runs, so a retry that completes right after does not hide it; else `lastRun`)
+    /// and when it ended.
+    pub last_failure: Option<(RunInfo, f64)>,
     pub groups: Vec<GroupGauges>,
+}
+
+/// A run named in an info series: its name, a state or result, and the reason.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunInfo {
+    pub run: String,
+    pub state: String,
+    pub reason: String,
 }
 
 /// The output of [`step`]. The controller creates the run (an existing run of that name means the
@@ -221,7 +241,30 @@ pub fn step(
     } else {
         Vec::new()
     };
-    let (gauges, window_change) = gauges(plan, &status, valid, &bindings, now);
+    let (mut gauges, window_change) = gauges(plan, &status, valid, &bindings, now);
+    gauges.active_run = runs
+        .iter()
+        .find(|r| {
+            r.metadata.name.as_deref() == Some(status.active_run_ref.as_str()) && !status.active_run_ref.is_empty()
+        })
+        .map(|r| active_run_info(r, promise_found));
+    gauges.last_failure = runs
+        .iter()
+        .filter_map(|r| last_run_of(r))
+        .chain(status.last_run.clone())
+        .filter(|l| l.result == RunResult::Failed)
+        .filter_map(|l| Some((l.finished_at?, l)))
+        .max_by_key(|(at, _)| *at)
+        .map(|(at, l)| {
+            (
+                RunInfo {
+                    run: l.name,
+                    state: l.result.as_str().to_string(),
+                    reason: l.reason,
+                },
+                at.timestamp() as f64,
+            )
+        });
     PlanStep {
         create_run,
         status,
@@ -296,6 +339,13 @@ fn gauges(
         next_run: status.next_run_at.map(|t| t.timestamp() as f64),
         last_schedule: status.last_scheduled_at.map(|t| t.timestamp() as f64),
         last_result: status.last_run.as_ref().map(|l| l.result.as_str()),
+        last_run: status.last_run.as_ref().map(|l| RunInfo {
+            run: l.name.clone(),
+            state: l.result.as_str().to_string(),
+            reason: l.reason.clone(),
+        }),
+        active_run: None,
+        last_failure: None,
         last_finished: status
             .last_run
             .as_ref()
@@ -304,6 +354,30 @@ fn gauges(
         groups,
     };
     (gauges, next_change)
+}
+
+/// The active run's info series: while `Pending`, the reason it waits (the first unmet condition
+/// of spec §4.3; a missing Promise named as such, since its revision can never appear).
+fn active_run_info(run: &UpgradeRun, promise_found: bool) -> RunInfo {
+    let state = run.status.as_ref().map(|s| s.state).unwrap_or_default();
+    let conditions = run.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let unmet = |type_: &str| {
+        find_condition(conditions, type_)
+            .filter(|c| c.status == ConditionStatus::False)
+            .map(|c| c.reason.clone())
+    };
+    let reason = match state {
+        RunState::Pending => unmet(reasons::PLAN_RESOLVED)
+            .or_else(|| (!promise_found).then(|| reasons::PROMISE_NOT_FOUND.to_string()))
+            .or_else(|| unmet(reasons::TARGET_REVISION_READY))
+            .unwrap_or_default(),
+        _ => String::new(),
+    };
+    RunInfo {
+        run: run.metadata.name.clone().unwrap_or_default(),
+        state: state.as_str().to_string(),
+        reason,
+    }
 }
 
 #[cfg(test)]

@@ -276,3 +276,95 @@ fn gauges_show_the_gate_and_an_invalid_window_keeps_it_closed() {
     assert!(!g.window_open && g.windows.is_empty() && g.next_open.is_none(), "{g:?}");
     assert!(!s.gauges.ready);
 }
+
+#[test]
+fn the_info_series_name_the_last_run_and_why_the_active_run_waits() {
+    let plan = a_plan(None);
+    let now = utc("2026-06-01T12:00:00Z");
+    let unmet = |type_: &str, reason: &str| Condition::new(type_, ConditionStatus::False, reason, "", now);
+    let pending_with = |conditions: Vec<Condition>| {
+        let mut r = a_run("waiting", RunState::Pending);
+        r.status.as_mut().unwrap().conditions = conditions;
+        r
+    };
+    let cases: Vec<(&str, UpgradeRun, bool, (&str, &str))> = vec![
+        (
+            "invalid plan",
+            pending_with(vec![unmet(reasons::PLAN_RESOLVED, reasons::PLAN_INVALID)]),
+            true,
+            ("Pending", "PlanInvalid"),
+        ),
+        (
+            "no Promise (its revision can never appear)",
+            pending_with(vec![unmet(
+                reasons::TARGET_REVISION_READY,
+                reasons::PROMISE_REVISION_NOT_FOUND,
+            )]),
+            false,
+            ("Pending", "PromiseNotFound"),
+        ),
+        (
+            "no revision",
+            pending_with(vec![unmet(
+                reasons::TARGET_REVISION_READY,
+                reasons::PROMISE_REVISION_NOT_FOUND,
+            )]),
+            true,
+            ("Pending", "PromiseRevisionNotFound"),
+        ),
+        ("just admitted", pending_with(vec![]), true, ("Pending", "")),
+        (
+            "rolling out",
+            a_run("waiting", RunState::InProgress),
+            true,
+            ("InProgress", ""),
+        ),
+    ];
+    let mut last = a_run("done", RunState::Failed);
+    last.status.as_mut().unwrap().conditions = vec![unmet(reasons::RUN_SUCCEEDED, reasons::RESOURCE_UPGRADE_FAILED)];
+    for (case, run, promise_found, (state, reason)) in cases {
+        let s = step(&plan, &[&run, &last], promise_found, &four(), now);
+        let active = s.gauges.active_run.unwrap_or_else(|| panic!("{case}: no active run"));
+        assert_eq!(
+            (active.run.as_str(), active.state.as_str(), active.reason.as_str()),
+            ("waiting", state, reason),
+            "{case}"
+        );
+        let l = s.gauges.last_run.unwrap();
+        assert_eq!(
+            (l.run.as_str(), l.state.as_str(), l.reason.as_str()),
+            ("done", "Failed", "ResourceUpgradeFailed"),
+            "{case}"
+        );
+    }
+    // No active run, no series.
+    assert_eq!(step(&plan, &[&last], true, &four(), now).gauges.active_run, None);
+    // The last failure is the newest failed run, even when a retry completed after it (and so is
+    // the plan's lastRun).
+    let mut retry = a_run("retry", RunState::Completed);
+    retry.status.as_mut().unwrap().finished_at = Some(utc("2026-06-01T11:05:00Z"));
+    let mut older = a_run("older", RunState::Failed);
+    older.status.as_mut().unwrap().finished_at = Some(utc("2026-06-01T09:00:00Z"));
+    let s = step(&plan, &[&older, &retry, &last], true, &four(), now);
+    assert_eq!(s.status.last_run.as_ref().map(|l| l.name.as_str()), Some("retry"));
+    let (failed, at) = s.gauges.last_failure.unwrap();
+    assert_eq!(
+        (failed.run.as_str(), failed.reason.as_str(), at),
+        (
+            "done",
+            "ResourceUpgradeFailed",
+            utc("2026-06-01T11:00:00Z").timestamp() as f64
+        )
+    );
+    // Its run deleted, the plan's lastRun still names it; with no failure at all, no series.
+    let mut p = plan.clone();
+    p.status = Some(step(&plan, &[&last], true, &four(), now).status);
+    assert_eq!(
+        step(&p, &[], true, &four(), now)
+            .gauges
+            .last_failure
+            .map(|(r, _)| r.run),
+        Some("done".into())
+    );
+    assert_eq!(step(&plan, &[&retry], true, &four(), now).gauges.last_failure, None);
+}

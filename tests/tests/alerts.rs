@@ -1,0 +1,315 @@
+//! Every shipped alert fires and resolves on a real Prometheus scraping a real controller, each
+//! caused the way production causes it: a resource that fails, a run that hangs in Kratix, a run
+//! whose Promise does not exist, an invalid plan, an admission webhook refusing the scheduled run
+//! or the run's status writes, a controller that goes away. The rules are the shipped ones with
+//! their durations shortened (every change is checked to apply, so a rule edit that the test no
+//! longer shortens fails here rather than making the test wait for an hour).
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use upgradeplan::api::{RunState, PLAN_LABEL};
+use upgradeplan_e2e::harness::{free_port, repo_root, Prometheus, TestEnv};
+
+const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
+const WAIT: Duration = Duration::from_secs(90);
+/// Long enough for a `for:`, a 20 s window and backoff; short of a test timeout.
+const ALERT_WAIT: Duration = Duration::from_secs(120);
+
+/// deploy/monitoring/rules.yaml with minutes and hours made seconds.
+fn fast_rules(dir: &std::path::Path) -> std::path::PathBuf {
+    let mut rules = std::fs::read_to_string(repo_root().join("deploy/monitoring/rules.yaml")).unwrap();
+    for (pattern, with) in [
+        (r"(?m)^(\s+)for: \d+[smh]$", "${1}for: 2s"),
+        (r"(?m)^(\s+)keep_firing_for: \d+[smh]$", "${1}keep_firing_for: 10s"),
+        (r"\[(10m|15m|1h)\]", "[20s]"),
+        (r"(?m)< 600$", "< 20"),
+        (r"> 600\)", "> 3)"),
+    ] {
+        let re = regex::Regex::new(pattern).unwrap();
+        assert!(
+            re.is_match(&rules),
+            "{pattern} no longer in rules.yaml: update fast_rules"
+        );
+        rules = re.replace_all(&rules, with).into_owned();
+    }
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join("rules-fast.yaml");
+    std::fs::write(&path, rules).unwrap();
+    path
+}
+
+/// An admission webhook that cannot be reached (failurePolicy Fail) for `resources` of the runs
+/// of `plan` only: the API server refuses those writes as it would behind a broken policy engine.
+async fn refuse(env: &TestEnv, name: &str, plan: &str, resource: &str, operation: &str) -> String {
+    let name = format!("{}-{name}", env.id);
+    let api = webhooks(env);
+    let webhook: kube::core::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "refuse.upgradeplan.test", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "failurePolicy": "Fail", "timeoutSeconds": 2,
+            "clientConfig": {"url": "https://127.0.0.1:1/refuse"},
+            "rules": [{"operations": [operation], "apiGroups": ["platform.syntasso.io"], "apiVersions": ["v1alpha1"],
+                       "resources": [resource], "scope": "*"}],
+            "objectSelector": {"matchLabels": {PLAN_LABEL: plan}}
+        }]
+    }))
+    .unwrap();
+    api.create(&Default::default(), &webhook).await.unwrap();
+    name
+}
+
+fn webhooks(env: &TestEnv) -> kube::Api<kube::core::DynamicObject> {
+    kube::Api::all_with(
+        env.client.clone(),
+        &kube::discovery::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration"),
+            "validatingwebhookconfigurations",
+        ),
+    )
+}
+
+/// Patches plan `plan` (a merge patch, or a JSON patch when `patch` is a list).
+async fn patch_plan(env: &TestEnv, plan: &str, patch: Value) {
+    let patch = match patch {
+        Value::Array(_) => kube::api::Patch::Json::<Value>(serde_json::from_value(patch).unwrap()),
+        merge => kube::api::Patch::Merge(merge),
+    };
+    env.plans().patch(plan, &Default::default(), &patch).await.unwrap();
+}
+
+async fn allow(env: &TestEnv, webhook: &str) {
+    let api = webhooks(env);
+    api.delete(webhook, &Default::default()).await.unwrap();
+}
+
+fn group(role: &str) -> Value {
+    json!([{"name": role, "selectors": {"matchLabels": {"role": role}}}])
+}
+
+#[tokio::test]
+async fn every_alert_fires_and_resolves() {
+    let mut env = TestEnv::new("alerts").await.unwrap();
+    env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
+        .await
+        .unwrap();
+    let ns = env.namespace("apps").await.unwrap();
+    for role in ["bad", "slow", "ok"] {
+        env.binding(&ns, role, &[("role", role)], "v1.0.0", Some("v1.0.0"))
+            .await
+            .unwrap();
+    }
+    let annotate = |name: &str, k: &str, v: &str| {
+        let binding = format!("{name}-{}", env.promise);
+        let patch = json!({"metadata": {"annotations": {k: v}}});
+        let ns = ns.clone();
+        let env = &env;
+        async move { env.patch_binding(&ns, &binding, patch).await.unwrap() }
+    };
+    annotate("bad", "kratix-sim/fail-version", "v2.0.0").await;
+    annotate("slow", "kratix-sim/delay", "1h").await;
+    env.start_sim(SIM, &[]).unwrap();
+    let metrics = format!("127.0.0.1:{}", free_port().unwrap());
+    let mut controller = env.start_controller(&["--metrics-addr", &metrics]).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("{}-alerts", env.id));
+    let prom = Prometheus::start(&env.id, &[&metrics], &fast_rules(&dir))
+        .await
+        .unwrap();
+    let spec = |role: &str| json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"}, "rolloutGroups": group(role)});
+    {
+        let env = &env;
+        let prom = &prom;
+
+        // UpgradeRunFailed: one alert naming the failed run, kept for a while, then resolved.
+        let failed = async {
+            let plan = env.create_plan("failing", spec("bad")).await.unwrap();
+            // As in production, Prometheus has scraped the plan's counters (at 0) before its run
+            // fails: the failure is then an increase.
+            let counter =
+                format!("upgradeplan_resource_upgrades_total{{plan=\"{plan}\",group=\"bad\",result=\"failed\"}}");
+            for _ in 0..60 {
+                if !prom.query(&counter).await.unwrap().is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+            let r = env
+                .wait_run(&run, WAIT, "failed", |r| {
+                    r.status.as_ref().is_some_and(|s| s.state.is_terminal())
+                })
+                .await
+                .unwrap();
+            assert_eq!(r.status.unwrap().state, RunState::Failed);
+            let alert = prom
+                .wait_alert("UpgradeRunFailed", &[("plan", &plan), ("run", &run)], true, ALERT_WAIT)
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(alert["labels"]["reason"], "ResourceUpgradeFailed", "{alert}");
+            let summary = alert["annotations"]["summary"].as_str().unwrap();
+            let description = alert["annotations"]["description"].as_str().unwrap();
+            assert_eq!(
+                summary,
+                format!("UpgradeRun {run} of plan {plan} failed (ResourceUpgradeFailed)")
+            );
+            assert!(
+                description.contains("resources failed in group bad")
+                    && description.contains(&format!("kubectl upgradeplan history {plan} {run}")),
+                "{description}"
+            );
+            prom.wait_alert("UpgradeRunFailed", &[("plan", &plan)], false, ALERT_WAIT)
+                .await
+                .unwrap();
+        };
+
+        // UpgradeRunStuck: an upgrade that hangs in Kratix with the window open; cancelling resolves it.
+        let stuck = async {
+            let plan = env.create_plan("stuck", spec("slow")).await.unwrap();
+            let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+            env.wait_run(&run, WAIT, "in progress", |r| {
+                r.status.as_ref().is_some_and(|s| s.state == RunState::InProgress)
+            })
+            .await
+            .unwrap();
+            prom.wait_alert("UpgradeRunStuck", &[("plan", &plan), ("run", &run)], true, ALERT_WAIT)
+                .await
+                .unwrap();
+            env.runs().delete(&run, &Default::default()).await.unwrap();
+            prom.wait_alert("UpgradeRunStuck", &[("plan", &plan)], false, ALERT_WAIT)
+                .await
+                .unwrap();
+        };
+
+        // UpgradeRunPending: the plan's Promise does not exist.
+        let pending = async {
+            let plan = env.create_plan("orphan", spec("ok")).await.unwrap();
+            patch_plan(
+                env,
+                &plan,
+                json!({"spec": {"promiseRef": {"name": format!("{}-missing", env.id)}}}),
+            )
+            .await;
+            let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+            let alert = prom
+                .wait_alert("UpgradeRunPending", &[("plan", &plan), ("run", &run)], true, ALERT_WAIT)
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(alert["labels"]["reason"], "PromiseNotFound", "{alert}");
+            assert!(
+                alert["annotations"]["description"]
+                    .as_str()
+                    .unwrap()
+                    .contains("the plan's Promise does not exist"),
+                "{alert}"
+            );
+            env.runs().delete(&run, &Default::default()).await.unwrap();
+            prom.wait_alert("UpgradeRunPending", &[("plan", &plan)], false, ALERT_WAIT)
+                .await
+                .unwrap();
+        };
+
+        // UpgradePlanInvalid: an unknown time zone; fixing it resolves the alert.
+        let invalid = async {
+            let mut s = spec("ok");
+            s["rolloutGroups"][0]["resourceUpgradeWindows"] =
+                json!([{"kind": "allow", "schedule": "0 2 * * *", "duration": "1h", "timeZone": "Mars/Olympus_Mons"}]);
+            let plan = env.create_plan("invalid", s).await.unwrap();
+            prom.wait_alert("UpgradePlanInvalid", &[("plan", &plan)], true, ALERT_WAIT)
+                .await
+                .unwrap();
+            let zone = "/spec/rolloutGroups/0/resourceUpgradeWindows/0/timeZone";
+            patch_plan(env, &plan, json!([{"op": "replace", "path": zone, "value": "UTC"}])).await;
+            prom.wait_alert("UpgradePlanInvalid", &[("plan", &plan)], false, ALERT_WAIT)
+                .await
+                .unwrap();
+        };
+
+        // UpgradePlanCannotSchedule and UpgradeScheduleMissed: the scheduled run is refused by an
+        // admission webhook until it is removed.
+        let refused = async {
+            let mut s = spec("none");
+            s["upgradeExecutionPolicy"] = json!({"repeatSchedule": "* * * * *"});
+            let name = format!("{}-refused", env.id);
+            let webhook = refuse(env, "runs", &name, "upgraderuns", "CREATE").await;
+            let plan = env.create_plan("refused", s).await.unwrap();
+            assert_eq!(plan, name);
+            prom.wait_alert("UpgradePlanCannotSchedule", &[("plan", &plan)], true, ALERT_WAIT)
+                .await
+                .unwrap();
+            prom.wait_alert("UpgradeScheduleMissed", &[("plan", &plan)], true, ALERT_WAIT)
+                .await
+                .unwrap();
+            let events = env
+                .events_when(&plan, |(t, reason, _)| t == "Warning" && reason == "RunCreateFailed")
+                .await
+                .unwrap();
+            assert!(
+                events.iter().any(|(_, reason, message)| reason == "RunCreateFailed"
+                    && message.starts_with(&format!("Cannot create UpgradeRun \"{plan}-"))
+                    && message.contains("failed calling webhook")),
+                "{events:?}"
+            );
+            allow(env, &webhook).await;
+            prom.wait_alert("UpgradePlanCannotSchedule", &[("plan", &plan)], false, ALERT_WAIT)
+                .await
+                .unwrap();
+            prom.wait_alert("UpgradeScheduleMissed", &[("plan", &plan)], false, ALERT_WAIT)
+                .await
+                .unwrap();
+            patch_plan(env, &plan, json!({"spec": {"suspend": true}})).await;
+        };
+
+        // UpgradeControllerReconcileErrors: the run's status writes are refused; the ratio of failed
+        // reconciles, not their rate, fires it.
+        let errors = async {
+            let name = format!("{}-errors", env.id);
+            let webhook = refuse(env, "status", &name, "upgraderuns/status", "UPDATE").await;
+            let plan = env.create_plan("errors", spec("ok")).await.unwrap();
+            assert_eq!(plan, name);
+            let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+            prom.wait_alert(
+                "UpgradeControllerReconcileErrors",
+                &[("controller", "upgraderun")],
+                true,
+                ALERT_WAIT,
+            )
+            .await
+            .unwrap();
+            allow(env, &webhook).await;
+            env.wait_run(&run, WAIT, "completed", |r| {
+                r.status.as_ref().is_some_and(|s| s.state == RunState::Completed)
+            })
+            .await
+            .unwrap();
+            prom.wait_alert(
+                "UpgradeControllerReconcileErrors",
+                &[("controller", "upgraderun")],
+                false,
+                ALERT_WAIT,
+            )
+            .await
+            .unwrap();
+        };
+
+        tokio::join!(failed, stuck, pending, invalid, refused, errors);
+    }
+
+    // UpgradeControllerAbsent: the controller stops; a new one resolves it.
+    prom.wait_alert("UpgradeControllerAbsent", &[], false, ALERT_WAIT)
+        .await
+        .unwrap();
+    controller.terminate().await.unwrap();
+    prom.wait_alert("UpgradeControllerAbsent", &[], true, ALERT_WAIT)
+        .await
+        .unwrap();
+    let _controller = env.start_controller(&["--metrics-addr", &metrics]).await.unwrap();
+    prom.wait_alert("UpgradeControllerAbsent", &[], false, ALERT_WAIT)
+        .await
+        .unwrap();
+    env.teardown().await.unwrap();
+}
