@@ -81,12 +81,14 @@ pub struct Metrics {
 /// One counter series initialised for a plan: the counter and its label values.
 type CountedSeries = (Counted, Vec<String>);
 
-/// The counters initialised per plan.
+/// The counters (and histograms) initialised per plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Counted {
     Runs,
     RunsSuperseded,
     ResourceUpgrades,
+    RunDuration,
+    ResourceUpgradeDuration,
 }
 
 /// Label values of `upgradeplan_runs_total{trigger}`.
@@ -325,8 +327,9 @@ impl Metrics {
         );
     }
 
-    /// Creates the plan's counter series at 0, once per plan and group, so that the first
-    /// failure is an increase (a series born at 1 is invisible to `increase()`).
+    /// Creates the plan's counter and histogram series at 0, once per plan and group, so that
+    /// the first failure or duration is an increase (a series born at 1 is invisible to
+    /// `increase()` and `rate()`).
     fn init_counters<'a>(&self, plan: &str, groups: impl Iterator<Item = &'a str>) {
         let Ok(mut counted) = self.counted.lock() else { return };
         let known = counted.entry(plan.to_string()).or_default();
@@ -336,6 +339,9 @@ impl Metrics {
                 wanted.push((Counted::Runs, vec![plan.into(), trigger.into(), result.into()]));
             }
         }
+        for result in RESULTS {
+            wanted.push((Counted::RunDuration, vec![plan.into(), result.into()]));
+        }
         for group in groups {
             for result in RESOURCE_RESULTS {
                 wanted.push((
@@ -343,22 +349,30 @@ impl Metrics {
                     vec![plan.into(), group.into(), result.into()],
                 ));
             }
+            wanted.push((Counted::ResourceUpgradeDuration, vec![plan.into(), group.into()]));
         }
         for (c, labels) in wanted {
             if known.iter().any(|(k, l)| *k == c && *l == labels) {
                 continue;
             }
             let values: Vec<&str> = labels.iter().map(String::as_str).collect();
-            self.counter(c).with_label_values(&values).inc_by(0);
+            match self.counter(c) {
+                Ok(counter) => counter.with_label_values(&values).inc_by(0),
+                // A histogram's series exist, all buckets at 0, once its labels are used.
+                Err(histogram) => drop(histogram.with_label_values(&values)),
+            }
             known.push((c, labels));
         }
     }
 
-    fn counter(&self, c: Counted) -> &IntCounterVec {
+    /// The counter, or the histogram, of `c`.
+    fn counter(&self, c: Counted) -> Result<&IntCounterVec, &HistogramVec> {
         match c {
-            Counted::Runs => &self.runs_total,
-            Counted::RunsSuperseded => &self.runs_superseded_total,
-            Counted::ResourceUpgrades => &self.resource_upgrades_total,
+            Counted::Runs => Ok(&self.runs_total),
+            Counted::RunsSuperseded => Ok(&self.runs_superseded_total),
+            Counted::ResourceUpgrades => Ok(&self.resource_upgrades_total),
+            Counted::RunDuration => Err(&self.run_duration),
+            Counted::ResourceUpgradeDuration => Err(&self.resource_upgrade_duration),
         }
     }
 
@@ -405,7 +419,10 @@ impl Metrics {
             }
             for (c, labels) in series.iter() {
                 let values: Vec<&str> = labels.iter().map(String::as_str).collect();
-                let _ = self.counter(*c).remove_label_values(&values);
+                let _ = match self.counter(*c) {
+                    Ok(counter) => counter.remove_label_values(&values),
+                    Err(histogram) => histogram.remove_label_values(&values),
+                };
             }
             false
         });
@@ -494,6 +511,20 @@ mod tests {
             .collect()
     }
 
+    /// Every PromQL expression of the dashboard: panel targets and annotations.
+    fn dashboard_queries(dashboard: &serde_json::Value) -> Vec<String> {
+        let targets = dashboard["panels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|p| p["targets"].as_array().into_iter().flatten());
+        let annotations = dashboard["annotations"]["list"].as_array().into_iter().flatten();
+        targets
+            .chain(annotations)
+            .filter_map(|t| t["expr"].as_str().map(String::from))
+            .collect()
+    }
+
     #[test]
     fn rules_and_dashboard_use_only_exported_metrics() {
         let exported: BTreeSet<String> = Metrics::new().names().into_iter().collect();
@@ -506,21 +537,37 @@ mod tests {
             .collect();
         assert_eq!(exprs.len(), 8);
         let dashboard: serde_json::Value = serde_json::from_str(&monitoring("dashboard.json")).unwrap();
-        let panel_exprs: Vec<String> = dashboard["panels"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|p| {
-                p["targets"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|t| t["expr"].as_str().unwrap().to_string())
-            })
-            .collect();
+        let panel_exprs = dashboard_queries(&dashboard);
         let used: BTreeSet<String> = exprs.iter().chain(&panel_exprs).flat_map(|e| names_in(e)).collect();
         let missing: Vec<&String> = used.difference(&exported).collect();
         assert!(missing.is_empty(), "used but not exported: {missing:?}");
+        // Grafana conventions: every plan-scoped query follows the `plan` variable, every rate
+        // uses $__rate_interval, the alert list and the failed-run annotations are there.
+        for e in &panel_exprs {
+            if e.contains("upgradeplan_") && !e.contains("upgradeplan_build_info") {
+                assert!(e.contains(r#"plan=~"$plan"#), "not filtered by $plan: {e}");
+            }
+            if e.contains("rate(") || e.contains("increase(") {
+                assert!(
+                    e.matches("[$__rate_interval]").count() == e.matches('[').count(),
+                    "a range other than $__rate_interval: {e}"
+                );
+            }
+        }
+        let variables = dashboard["templating"]["list"].as_array().unwrap();
+        assert!(variables
+            .iter()
+            .any(|v| v["name"] == "plan" && v["definition"] == "label_values(upgradeplan_plan_info, plan)"));
+        assert!(dashboard["panels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["type"] == "alertlist"));
+        assert!(dashboard["annotations"]["list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["name"] == "Failed runs" && a["useValueForTime"] == true));
         // The dashboard has the panels the spec asks for.
         let titles: Vec<&str> = dashboard["panels"]
             .as_array()
@@ -679,6 +726,8 @@ mod tests {
             r#"upgradeplan_runs_total{plan="p",result="Cancelled",trigger="manual"} 0"#,
             r#"upgradeplan_runs_superseded_total{plan="p"} 0"#,
             r#"upgradeplan_resource_upgrades_total{group="dev",plan="p",result="failed"} 0"#,
+            r#"upgradeplan_resource_upgrade_duration_seconds_count{group="dev",plan="p"} 0"#,
+            r#"upgradeplan_run_duration_seconds_count{plan="p",result="Failed"} 0"#,
             r#"controller_runtime_reconcile_errors_total{controller="upgraderun"} 0"#,
             r#"controller_runtime_reconcile_total{controller="upgradeplan",result="error"} 0"#,
         ] {

@@ -972,6 +972,27 @@ impl Prometheus {
         Ok(v["data"]["result"].as_array().cloned().unwrap_or_default())
     }
 
+    /// A range query from `start` to now, one step per `step_seconds`: its result matrix.
+    pub async fn query_range(
+        &self,
+        expr: &str,
+        start: chrono::DateTime<chrono::Utc>,
+        step_seconds: u32,
+    ) -> anyhow::Result<Vec<serde_json::Value>> {
+        let path = format!(
+            "/api/v1/query_range?query={}&start={}&end={}&step={step_seconds}",
+            urlencode(expr),
+            start.timestamp(),
+            chrono::Utc::now().timestamp()
+        );
+        let (code, body) = http_get(&self.addr, &path).await?;
+        let v: serde_json::Value = serde_json::from_str(&body).with_context(|| format!("query {expr}: {body}"))?;
+        if code != 200 {
+            bail!("query {expr}: HTTP {code}: {}", v["error"]);
+        }
+        Ok(v["data"]["result"].as_array().cloned().unwrap_or_default())
+    }
+
     /// Every alert Prometheus holds (pending and firing), as its API returns them.
     pub async fn alerts(&self) -> anyhow::Result<Vec<serde_json::Value>> {
         let (_, body) = http_get(&self.addr, "/api/v1/alerts").await?;

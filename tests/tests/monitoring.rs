@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
-use chrono::{DurationRound, Utc};
+use chrono::{DurationRound, Timelike, Utc};
 use serde_json::{json, Value};
 use upgradeplan::api::RunState;
-use upgradeplan_e2e::harness::{free_port, http_get, repo_root, urlencode, TestEnv};
+use upgradeplan_e2e::harness::{free_port, http_get, repo_root, urlencode, Prometheus, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
@@ -209,4 +209,130 @@ async fn prometheus_fires_upgrade_run_failed_and_follows_window_open() {
 
 fn which(name: &str) -> Option<std::path::PathBuf> {
     std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|f| f.is_file()))
+}
+
+/// What the dashboard shows, proven on data: a completed run, a failed run, a run held by a closed
+/// window, a scheduled plan and a suspended one, scraped by a real Prometheus with the shipped
+/// rules; then every query of every panel (and the annotations and the `plan` variable) is run
+/// as Grafana would run it and must return values (Grafana itself cannot be installed here).
+#[tokio::test]
+async fn every_dashboard_query_returns_data() {
+    let started = Utc::now() - chrono::Duration::seconds(5);
+    let mut env = TestEnv::new("dash").await.unwrap();
+    env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
+        .await
+        .unwrap();
+    let ns = env.namespace("apps").await.unwrap();
+    for role in ["ok", "bad", "held"] {
+        env.binding(&ns, role, &[("role", role)], "v1.0.0", Some("v1.0.0"))
+            .await
+            .unwrap();
+    }
+    env.patch_binding(
+        &ns,
+        &format!("bad-{}", env.promise),
+        json!({"metadata": {"annotations": {"kratix-sim/fail-version": "v2.0.0"}}}),
+    )
+    .await
+    .unwrap();
+    env.start_sim(SIM, &["--delay", "1s"]).unwrap();
+    let metrics = format!("127.0.0.1:{}", free_port().unwrap());
+    let controller = env.start_controller(&["--metrics-addr", &metrics]).await.unwrap();
+    let prom = Prometheus::start(&env.id, &[&metrics], &repo_root().join("deploy/monitoring/rules.yaml"))
+        .await
+        .unwrap();
+
+    let spec = |role: &str| {
+        json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
+               "rolloutGroups": [{"name": role, "selectors": {"matchLabels": {"role": role}}}]})
+    };
+    let opens = (Utc::now().hour() + 12) % 24;
+    let mut held = spec("held");
+    held["rolloutGroups"][0]["resourceUpgradeWindows"] =
+        json!([{"kind": "allow", "schedule": format!("0 {opens} * * *"), "duration": "1h"}]);
+    let mut scheduled = spec("none");
+    scheduled["upgradeExecutionPolicy"] = json!({"repeatSchedule": "0 3 * * *", "timeZone": "Europe/London"});
+    let mut suspended = spec("none");
+    suspended["suspend"] = json!(true);
+    let mut runs = vec![];
+    for (name, s) in [("completed", spec("ok")), ("failed", spec("bad")), ("held", held)] {
+        let plan = env.create_plan(name, s).await.unwrap();
+        // Prometheus sees the plan's counters at 0 before its run ends, as it would in production.
+        let seen = format!("upgradeplan_runs_total{{plan=\"{plan}\"}}");
+        for _ in 0..40 {
+            if !prom.query(&seen).await.unwrap().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        runs.push(env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap());
+    }
+    env.create_plan("scheduled", scheduled).await.unwrap();
+    env.create_plan("suspended", suspended).await.unwrap();
+    for (run, want) in runs
+        .iter()
+        .zip([RunState::Completed, RunState::Failed, RunState::InProgress])
+    {
+        env.wait_run(run, WAIT, "its state", |r| {
+            r.status.as_ref().is_some_and(|s| s.state == want)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    }
+    prom.wait_alert("UpgradeRunFailed", &[("run", &runs[1])], true, WAIT)
+        .await
+        .unwrap();
+    // A few scrapes more, so that rates over $__rate_interval have two samples after each change.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+
+    let dashboard: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo_root().join("deploy/monitoring/dashboard.json")).unwrap())
+            .unwrap();
+    // As Grafana substitutes them: the `plan` variable at "All", $__rate_interval at four scrapes.
+    let as_grafana = |e: &str| e.replace("$plan", ".*").replace("$__rate_interval", "4s");
+    let mut queries: Vec<(String, String)> = vec![];
+    for p in dashboard["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().into_iter().flatten() {
+            queries.push((
+                format!("panel \"{}\" {}", p["title"].as_str().unwrap(), t["refId"]),
+                t["expr"].as_str().unwrap().to_string(),
+            ));
+        }
+    }
+    for a in dashboard["annotations"]["list"].as_array().unwrap() {
+        if let Some(e) = a["expr"].as_str() {
+            queries.push((format!("annotation \"{}\"", a["name"]), e.to_string()));
+        }
+    }
+    assert!(queries.len() >= 20, "{} queries", queries.len());
+    let mut empty = vec![];
+    for (what, expr) in &queries {
+        let result = prom.query_range(&as_grafana(expr), started, 2).await.unwrap();
+        let has_value = result.iter().any(|series| {
+            series["values"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|v| v[1].as_str().is_some_and(|x| x != "NaN"))
+        });
+        if !has_value {
+            empty.push(format!("{what}: {expr}"));
+        }
+    }
+    assert!(empty.is_empty(), "queries without data:\n{}", empty.join("\n"));
+    // The `plan` variable lists the plans.
+    for v in dashboard["templating"]["list"].as_array().unwrap() {
+        if v["name"] == "plan" {
+            let def = v["definition"].as_str().unwrap();
+            let metric = def.trim_start_matches("label_values(").split(',').next().unwrap();
+            let series = prom.query(metric).await.unwrap();
+            assert!(
+                series
+                    .iter()
+                    .any(|s| s["metric"]["plan"].as_str().is_some_and(|p| p.ends_with("-suspended"))),
+                "{def}: {series:?}"
+            );
+        }
+    }
+    env.teardown().await.unwrap();
 }
