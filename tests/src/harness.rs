@@ -882,6 +882,20 @@ pub async fn run_plugin_on_terminal(args: &[&str], stop_after: Option<Duration>)
     })
 }
 
+/// A kubeconfig that acts as `user` (the admin's credentials, impersonating), for tests of what
+/// a person with given rights can do against the real API server's RBAC.
+pub fn impersonating_kubeconfig(user: &str) -> anyhow::Result<String> {
+    let mut config = kube::config::Kubeconfig::read()?;
+    for a in &mut config.auth_infos {
+        if let Some(info) = a.auth_info.as_mut() {
+            info.impersonate = Some(user.to_string());
+        }
+    }
+    let path = std::env::temp_dir().join(format!("{}-{user}.kubeconfig", std::process::id()));
+    std::fs::write(&path, serde_json::to_string(&config)?)?;
+    Ok(path.to_string_lossy().into_owned())
+}
+
 /// What one run of `kubectl-upgradeplan` printed and how it exited.
 #[derive(Debug)]
 pub struct PluginOutput {

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, PostParams};
 use serde_json::{json, Value};
 use upgradeplan::api::{RunResult, RunState};
-use upgradeplan_e2e::harness::{repo_root, wait_gone, TestEnv};
+use upgradeplan_e2e::harness::{impersonating_kubeconfig, repo_root, run_plugin, wait_gone, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(120);
@@ -344,4 +344,118 @@ async fn the_shipped_rbac_is_sufficient_and_the_base_applies_server_side() {
         eprintln!("upgradeplan-controller {peak}");
     }
     env.teardown().await.unwrap();
+}
+
+/// deploy/core/user-roles.yaml joins the built-in roles by aggregation: a user bound to `view`
+/// reads plans and runs with the plugin but cannot start a run; one bound to `edit` can.
+#[tokio::test]
+async fn view_and_edit_users_get_plans_and_runs_through_aggregation() {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::{Patch, PatchParams};
+    let env = TestEnv::new("users").await.unwrap();
+    let roles: Api<ClusterRole> = Api::all(env.client.clone());
+    for role in docs("deploy/core/user-roles.yaml") {
+        let name = role["metadata"]["name"].as_str().unwrap().to_string();
+        roles
+            .patch(
+                &name,
+                &PatchParams::apply("upgradeplan-tests").force(),
+                &Patch::Apply(role),
+            )
+            .await
+            .unwrap();
+    }
+    let bindings: Api<ClusterRoleBinding> = Api::all(env.client.clone());
+    let mut users = vec![];
+    for builtin in ["view", "edit"] {
+        let user = format!("{}-{builtin}er", env.id);
+        let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": user},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": builtin},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]});
+        bindings
+            .create(&PostParams::default(), &serde_json::from_value(binding).unwrap())
+            .await
+            .unwrap();
+        users.push((user.clone(), impersonating_kubeconfig(&user).unwrap()));
+    }
+    let plan = env
+        .create_plan(
+            "p",
+            json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
+                   "rolloutGroups": [{"name": "all", "selectors": {"matchAll": true}}]}),
+        )
+        .await
+        .unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, true).await.unwrap();
+    let (viewer, editor) = (&users[0].1, &users[1].1);
+
+    // The aggregation controller merges the rules into `view` and `edit` within moments.
+    let mut got = None;
+    for _ in 0..60 {
+        let out = run_plugin(Some(viewer), &["get", &plan]).await.unwrap();
+        if out.code == Some(0) {
+            got = Some(out);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let got = got.expect("a view user cannot get plans: upgradeplan-view did not join `view`");
+    assert!(got.stdout.contains(&plan), "{}", got.stdout);
+    let status = run_plugin(Some(viewer), &["status", &run]).await.unwrap();
+    assert_eq!(status.code, Some(0), "{}{}", status.stdout, status.stderr);
+    assert!(status.stdout.contains(&run), "{}", status.stdout);
+    let refused = run_plugin(Some(viewer), &["run", &plan]).await.unwrap();
+    assert_eq!(refused.code, Some(4), "{}{}", refused.stdout, refused.stderr);
+    assert!(
+        refused.stderr.contains("forbidden") && refused.stderr.contains("create upgraderuns"),
+        "{}",
+        refused.stderr
+    );
+    let mut started = None;
+    for _ in 0..60 {
+        let out = run_plugin(Some(editor), &["run", &plan, "--preview"]).await.unwrap();
+        if out.code == Some(0) {
+            started = Some(out);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let started = started.expect("an edit user cannot start a run: upgradeplan-edit did not join `edit`");
+    assert!(
+        started.stdout.trim().starts_with(&format!("{plan}-")),
+        "{}",
+        started.stdout
+    );
+    for (user, _) in &users {
+        bindings.delete(user, &Default::default()).await.unwrap();
+    }
+    env.teardown().await.unwrap();
+}
+
+#[test]
+fn the_user_roles_aggregate_and_view_only_reads() {
+    let roles = docs("deploy/core/user-roles.yaml");
+    let role = |name: &str| roles.iter().find(|r| r["metadata"]["name"] == name).unwrap();
+    let view = role("upgradeplan-view");
+    assert_eq!(
+        view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"],
+        "true"
+    );
+    for rule in view["rules"].as_array().unwrap() {
+        for verb in rule["verbs"].as_array().unwrap() {
+            assert!(["get", "list", "watch"].contains(&verb.as_str().unwrap()), "{rule}");
+        }
+    }
+    let edit = role("upgradeplan-edit");
+    for label in ["aggregate-to-edit", "aggregate-to-admin"] {
+        assert_eq!(
+            edit["metadata"]["labels"][format!("rbac.authorization.k8s.io/{label}")],
+            "true"
+        );
+    }
+    for r in &roles {
+        assert!(!r.to_string().contains('*'), "no wildcards: {r}");
+        assert!(r.to_string().contains("platform.syntasso.io"), "{r}");
+    }
 }

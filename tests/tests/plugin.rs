@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use upgradeplan::api::RunState;
-use upgradeplan_e2e::harness::{run_plugin, run_plugin_on_terminal, workspace_bin, PluginOutput as Out, TestEnv};
+use upgradeplan_e2e::harness::{
+    impersonating_kubeconfig, run_plugin, run_plugin_on_terminal, workspace_bin, PluginOutput as Out, TestEnv,
+};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
@@ -504,15 +506,7 @@ async fn every_verb_against_a_live_cluster() {
         .create(&Default::default(), &serde_json::from_value(rbac[1].clone()).unwrap())
         .await
         .unwrap();
-    let mut as_reader = kube::config::Kubeconfig::read().unwrap();
-    for a in &mut as_reader.auth_infos {
-        if let Some(info) = a.auth_info.as_mut() {
-            info.impersonate = Some(reader.clone());
-        }
-    }
-    let reader_kubeconfig = std::env::temp_dir().join(format!("{reader}.kubeconfig"));
-    std::fs::write(&reader_kubeconfig, serde_json::to_string(&as_reader).unwrap()).unwrap();
-    let reader_kubeconfig = reader_kubeconfig.to_str().unwrap().to_string();
+    let reader_kubeconfig = impersonating_kubeconfig(&reader).unwrap();
     let preview2 = plugin(&["run", &plan, "--preview"]).await.stdout.trim().to_string();
     env.wait_run(&preview2, WAIT, "in progress", |r| {
         r.status.as_ref().is_some_and(|s| s.state == RunState::InProgress)
