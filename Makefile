@@ -12,7 +12,7 @@ CHAOS_KILLS ?= 100
 CHAOS_BINDINGS ?= 2000
 CHAOS_FAILOVERS ?= 6
 
-.PHONY: help monitoring-rules demo-smoke chaos fuzz bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
+.PHONY: help krew-install monitoring-rules demo-smoke chaos fuzz bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -71,11 +71,14 @@ demo: deps cluster-install ## a local control plane, kratix-sim, the controller,
 	scripts/demo.sh start
 
 demo-smoke: build ## `make demo` end to end on its own ports, then stopped (part of `make test`)
-	@export DEMO_DIR=/tmp/upgradeplan-demo-smoke DEMO_API_PORT=17643 DEMO_ETCD_PORT=13579; \
+	@export DEMO_DIR=/tmp/upgradeplan-demo-smoke DEMO_API_PORT=17643 DEMO_ETCD_PORT=13579 \
+	  DEMO_METRICS_PORT=18180 DEMO_HEALTH_PORT=18181 DEMO_PROMETHEUS_PORT=19190; \
 	trap 'scripts/demo.sh stop >/dev/null' EXIT; \
 	scripts/demo.sh start >/tmp/upgradeplan-demo-smoke.log 2>&1 || { tail -40 /tmp/upgradeplan-demo-smoke.log; exit 1; }; \
 	grep -q 'Completed 30/30' /tmp/upgradeplan-demo-smoke.log || { tail -40 /tmp/upgradeplan-demo-smoke.log; echo 'the demo run did not complete' >&2; exit 1; }; \
-	echo "make demo: run completed, 30/30"
+	grep -q '^ALERT UpgradeRunFailed firing' /tmp/upgradeplan-demo-smoke.log || { tail -40 /tmp/upgradeplan-demo-smoke.log; echo 'the demo did not end with UpgradeRunFailed firing' >&2; exit 1; }; \
+	if grep -q $$'\x1b\\[' /tmp/upgradeplan-demo-smoke/logs/upgradeplan-controller.log; then echo 'ANSI colour codes in the controller log file' >&2; exit 1; fi; \
+	echo "make demo: run completed, 30/30; the failing run's UpgradeRunFailed alert fired"
 
 demo-stop: ## stop everything `make demo` started
 	scripts/demo.sh stop
@@ -105,7 +108,11 @@ fuzz: deps ## every engine fuzz target for FUZZ_SECONDS each (default 60; stable
 	$(CARGO) build --profile fuzz --locked -p upgradeplan-fuzz
 	target/fuzz/upgradeplan-fuzz --seconds $(FUZZ_SECONDS) --artifacts fuzz/artifacts
 
+krew-install: build cluster-install ## the release archive (debug build) installed exactly as krew installs it, then run through kubectl
+	PROFILE=dev scripts/release.sh >/dev/null
+	$(CARGO) test --locked -p kubectl-upgradeplan --test krew -- --ignored
+
 release: ## the plugin's release archive for this machine (dist/), its sha256, written into krew/upgradeplan.yaml
 	scripts/release.sh $(TARGET)
 
-test: check unit monitoring integration demo-smoke ## everything: format, lints, unit, rule and integration tests, and the demo
+test: check unit monitoring krew-install integration demo-smoke ## everything: format, lints, unit, rule and integration tests, and the demo

@@ -2,15 +2,20 @@
 # scripts/demo.sh start|stop — the `make demo` / `make demo-stop` walkthrough.
 #
 # start: a local control plane (its own instance: $DEMO_DIR, ports 17443/13379), the CRDs,
-# kratix-sim standing in for Kratix, the controller, a Promise with two versions, 30 resources in
-# three namespaces, a three-group plan and a run; then follows the run until it finishes.
-# stop: stops the controller, kratix-sim and the control plane, by PID.
+# kratix-sim standing in for Kratix, the controller, Prometheus with the shipped alert rules, a
+# Promise with three versions, 30 resources in three namespaces, a three-group plan and a run
+# followed until it completes; then a second plan whose run fails on one resource, and the
+# UpgradeRunFailed alert that fires for it.
+# stop: stops Prometheus, the controller, kratix-sim and the control plane, by PID.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export TESTENV_DIR="${DEMO_DIR:-/tmp/upgradeplan-demo}"
 export TESTENV_API_PORT="${DEMO_API_PORT:-17443}"
 export TESTENV_ETCD_PORT="${DEMO_ETCD_PORT:-13379}"
 BIN=target/debug
+METRICS_PORT="${DEMO_METRICS_PORT:-18080}"
+HEALTH_PORT="${DEMO_HEALTH_PORT:-18081}"
+PROM_PORT="${DEMO_PROMETHEUS_PORT:-19090}"
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
 stop_pid() { # name
@@ -26,6 +31,7 @@ stop_pid() { # name
 }
 
 cmd_stop() {
+  stop_pid prometheus
   stop_pid upgradeplan-controller
   stop_pid kratix-sim
   tests/cluster.sh stop
@@ -52,9 +58,23 @@ cmd_start() {
   say "kratix-sim (plays Kratix: each upgrade takes 1s) and upgradeplan-controller"
   setsid "$BIN/kratix-sim" --delay 1s >"$TESTENV_DIR/logs/kratix-sim.log" 2>&1 </dev/null &
   echo $! >"$TESTENV_DIR/demo-kratix-sim.pid"
-  setsid "$BIN/upgradeplan-controller" --health-addr 127.0.0.1:18081 --metrics-addr 127.0.0.1:18080 \
+  setsid "$BIN/upgradeplan-controller" --health-addr "127.0.0.1:$HEALTH_PORT" --metrics-addr "127.0.0.1:$METRICS_PORT" \
     >"$TESTENV_DIR/logs/upgradeplan-controller.log" 2>&1 </dev/null &
   echo $! >"$TESTENV_DIR/demo-upgradeplan-controller.pid"
+
+  say "Prometheus (Debian's) on 127.0.0.1:$PROM_PORT, scraping the controller, with deploy/monitoring/rules.yaml"
+  mkdir -p "$TESTENV_DIR/prometheus"
+  cat >"$TESTENV_DIR/prometheus/prometheus.yml" <<YAML
+global: {scrape_interval: 5s, evaluation_interval: 5s}
+rule_files: ["$PWD/deploy/monitoring/rules.yaml"]
+scrape_configs:
+  - job_name: upgradeplan-controller
+    static_configs: [{targets: ["127.0.0.1:$METRICS_PORT"]}]
+YAML
+  setsid prometheus --config.file="$TESTENV_DIR/prometheus/prometheus.yml" \
+    --storage.tsdb.path="$TESTENV_DIR/prometheus/data" --web.listen-address="127.0.0.1:$PROM_PORT" \
+    >"$TESTENV_DIR/logs/prometheus.log" 2>&1 </dev/null &
+  echo $! >"$TESTENV_DIR/demo-prometheus.pid"
 
   say "Promise redis (v1.0.0, v2.0.0) and 30 resources at v1.0.0 in team-a, team-b, team-c"
   kubectl apply -f examples/demo/promise.yaml >/dev/null
@@ -108,19 +128,53 @@ YAML
   kubectl get upgradeplans
   kubectl get events --field-selector involvedObject.name=redis-v1-to-v2-demo --sort-by=.lastTimestamp | tail -5
   if [ -x "$BIN/kubectl-upgradeplan" ]; then "$BIN/kubectl-upgradeplan" history redis-v1-to-v2 || true; fi
+  [ "$state" = Completed ] || { echo "the first run did not complete: $last" >&2; return 1; }
+
+  say "A second plan, v2.0.0 to v3.0.0 (examples/demo/failing-plan.yaml); team-b/cache-3 will fail its upgrade"
+  kubectl apply -f examples/demo/failing-plan.yaml >/dev/null
+  kubectl annotate resourcebinding -n team-b cache-3-redis kratix-sim/fail-version=v3.0.0 --overwrite >/dev/null
+  sleep 6 # a scrape: Prometheus sees the new plan's counters at 0 before its run fails
+  say "Before running it: which group each resource is in (kubectl upgradeplan match)"
+  "$BIN/kubectl-upgradeplan" match redis-v2-to-v3 || true
+  say "…and when one resource will be upgraded (match --resource team-b/cache-3)"
+  "$BIN/kubectl-upgradeplan" match redis-v2-to-v3 --resource team-b/cache-3 || true
+
+  say "Run it (kubectl upgradeplan run) and follow it (status -w exits 1: the run failed)"
+  local failing
+  failing="$("$BIN/kubectl-upgradeplan" run redis-v2-to-v3)"
+  echo "$failing"
+  "$BIN/kubectl-upgradeplan" status "$failing" -w --timeout 120s && true
+  echo "(status -w exited $?)"
+
+  say "Prometheus: the UpgradeRunFailed alert for $failing (rules: deploy/monitoring/rules.yaml)"
+  local alert=""
+  for _ in $(seq 1 60); do
+    alert="$(curl -fsS "http://127.0.0.1:$PROM_PORT/api/v1/alerts" | jq -c --arg run "$failing" \
+      '.data.alerts[] | select(.labels.alertname == "UpgradeRunFailed" and .labels.run == $run and .state == "firing")' || true)"
+    [ -n "$alert" ] && break
+    sleep 1
+  done
+  if [ -z "$alert" ]; then echo "UpgradeRunFailed did not fire for $failing" >&2; return 1; fi
+  echo "ALERT UpgradeRunFailed firing ($(jq -r '.labels | "severity=\(.severity) plan=\(.plan) run=\(.run) reason=\(.reason)"' <<<"$alert"))"
+  jq -r '.annotations | "  summary:     \(.summary)\n  description: \(.description)\n  runbook:     \(.runbook_url)"' <<<"$alert"
 
   cat <<TXT
 
 The demo is still running. Look around:
   export KUBECONFIG=$TESTENV_DIR/admin.kubeconfig
-  kubectl get upgradeplans,upgraderuns
-  kubectl describe upgraderun redis-v1-to-v2-demo
-  kubectl get resourcebindings -A
-  kubectl get configmap -n kratix-platform-system redis-v1-to-v2-demo-resource-snapshot -o yaml
-  logs: $TESTENV_DIR/logs/
+  alias k=$PWD/$BIN/kubectl-upgradeplan   # or put $BIN on PATH and use kubectl upgradeplan
+  k get                                   # plans: phase, active run, last result, next run
+  k explain redis-v1-to-v2                # the plan in plain words, its windows and problems
+  k match redis-v1-to-v2 --resource team-c/cache-8
+  k history redis-v2-to-v3 $failing       # which resource failed, and Kratix's message
+  k status redis-v1-to-v2-demo
+  k run redis-v2-to-v3 --preview && k get # a run that snapshots and waits: resume or cancel it
+  kubectl describe upgraderun $failing
+Metrics:    http://127.0.0.1:$METRICS_PORT/metrics
+Prometheus: http://127.0.0.1:$PROM_PORT/alerts (alerts), http://127.0.0.1:$PROM_PORT/graph
+Logs:       $TESTENV_DIR/logs/
 Stop it with: make demo-stop
 TXT
-  [ "$state" = Completed ]
 }
 
 case "${1:-}" in

@@ -54,7 +54,7 @@ adopt() { # name path
 }
 
 cmd_install() {
-  apt_install openssl curl ca-certificates
+  apt_install openssl curl ca-certificates jq
   command -v kubectl >/dev/null || apt_install kubernetes-client
   # promtool (rule tests) and a real Prometheus server (scrape and alert tests).
   command -v promtool >/dev/null && command -v prometheus >/dev/null || apt_install prometheus

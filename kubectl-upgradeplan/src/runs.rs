@@ -194,11 +194,7 @@ pub fn history(
             HistoryRow {
                 name: r.metadata.name.clone().unwrap_or_default(),
                 trigger: trigger(r).to_string(),
-                state: if s.state == RunState::Unresolved {
-                    "Unresolved".into()
-                } else {
-                    s.state.as_str().to_string()
-                },
+                state: state_label(s.state).to_string(),
                 superseded_by: s.superseded_by.clone(),
                 deleted: false,
                 started_at: s.started_at,
@@ -536,11 +532,7 @@ pub fn status(
     let json = StatusJson {
         name: name.clone(),
         plan: run.plan_name().to_string(),
-        state: if s.state == RunState::Unresolved {
-            "Unresolved".into()
-        } else {
-            s.state.as_str().into()
-        },
+        state: state_label(s.state).into(),
         completed_resources: groups.iter().map(|g| g.succeeded).sum(),
         total_resources: s.total_resources,
         current_group: current.and_then(|i| groups.get(i)).map(|g| g.name.clone()),
@@ -711,6 +703,14 @@ fn failed_resources(
             }
         })
         .collect()
+}
+
+/// A run's state as the views name it: a run the controller has not seen yet (state "") is New.
+pub fn state_label(state: RunState) -> &'static str {
+    match state {
+        RunState::Unresolved => "New",
+        other => other.as_str(),
+    }
 }
 
 #[cfg(test)]
