@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
@@ -51,6 +51,16 @@ pub async fn reconcile(plan: Arc<UpgradePlan>, ctx: Arc<Ctx>) -> Result<Action> 
         }
     }
     ctx.metrics.set_run_create_failing(&name, false);
+    // Finished runs beyond runHistoryLimit: each run's own reconcile then releases it and its
+    // snapshot (a finished run's finalizer lets go at once).
+    let runs_api: Api<UpgradeRun> = Api::all(ctx.client.clone());
+    for run in &step.delete_runs {
+        match runs_api.delete(run, &DeleteParams::background()).await {
+            Ok(_) => tracing::info!(plan = %name, run = %run, "finished run deleted: beyond runHistoryLimit"),
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(Error::Kube(e)),
+        }
+    }
     if plan.status.as_ref() != Some(&step.status) {
         apply_status::<UpgradePlan>(&ctx.client, &name, &step.status).await?;
     }

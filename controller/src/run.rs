@@ -16,7 +16,7 @@ use serde_json::json;
 use upgradeplan::api::kratix::{ResourceBinding, MANUAL_RECONCILIATION_LABEL};
 use upgradeplan::api::{
     ResourceListRef, RunState, UpgradeRun, UpgradeRunStatus, PLAN_LABEL, RETRY_REQUESTED_BY_ANNOTATION, RUN_FINALIZER,
-    RUN_LABEL, SUPERSEDED_BY_ANNOTATION, UPGRADED_BY_ANNOTATION,
+    RUN_LABEL, SUPERSEDED_BY_ANNOTATION, UPGRADED_BY_ANNOTATION, UPGRADE_STARTED_AT_ANNOTATION,
 };
 use upgradeplan::engine::admission::{RunFacts, TriggerKind};
 use upgradeplan::engine::lifecycle::{self, events, Gauges, SnapshotFact, Step};
@@ -476,7 +476,12 @@ async fn patch_bindings(
             conflict |= r?;
         }
     }
-    let audit = json!({"annotations": {UPGRADED_BY_ANNOTATION: run_name}});
+    // The start patch records who started the upgrade and when, in the same request: the
+    // durable audit and the clock of the group's progressDeadline.
+    let audit = json!({"annotations": {
+        UPGRADED_BY_ANNOTATION: run_name,
+        UPGRADE_STARTED_AT_ANNOTATION: upgradeplan::time::rfc3339(crate::clock::now()),
+    }});
     let audit = &audit;
     for chunk in eval.start.chunks(PATCH_CHUNK) {
         let starts: Vec<_> = chunk

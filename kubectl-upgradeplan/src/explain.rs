@@ -5,6 +5,7 @@ use chrono_tz::Tz;
 use serde::Serialize;
 use upgradeplan::api::kratix::ResourceBinding;
 use upgradeplan::api::{find_condition, reasons, ConditionStatus, UpgradePlan, WindowKind};
+use upgradeplan::engine::budget::FailureBudget;
 use upgradeplan::engine::concurrency::Limit;
 use upgradeplan::engine::cron::CronSchedule;
 use upgradeplan::engine::schedule::Triggers;
@@ -32,6 +33,11 @@ pub struct GroupJson {
     pub selector: String,
     /// Resolved against current membership when bindings are known; else the limit as written.
     pub max_concurrent: Option<usize>,
+    /// Failed resources the group tolerates (resolved as maxConcurrent is); absent without a budget.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_failures: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress_deadline: Option<String>,
 }
 
 /// The `-o json` contract of `explain` (spec §10), with a few additions.
@@ -255,6 +261,19 @@ pub fn explain(
             selector::describe(g.selectors.as_ref())
         ));
         line(format!("     at a time:   {limit_words}"));
+        // Failure budget and deadline (spec §13.1): shown only when set, so SKE plans read as before.
+        if g.max_failures.is_some() {
+            let words = match FailureBudget::parse(g.max_failures.as_ref()) {
+                Ok(b) => b.describe(size),
+                Err(e) => format!("invalid ({e})"),
+            };
+            line(format!("     failures:    {words}"));
+        }
+        if let Some(d) = &g.progress_deadline {
+            line(format!(
+                "     deadline:    a resource that takes longer than {d} counts as failed"
+            ));
+        }
         for w in windows {
             let kind = match w.kind {
                 WindowKind::Allow => "allow",
@@ -283,6 +302,16 @@ pub fn explain(
             },
             selector: selector::describe(g.selectors.as_ref()),
             max_concurrent: resolved,
+            max_failures: FailureBudget::parse(g.max_failures.as_ref())
+                .ok()
+                .filter(|_| g.max_failures.is_some())
+                .and_then(|b| {
+                    size.map(|n| b.resolve(n)).or(match b {
+                        FailureBudget::Count(c) => Some(c as usize),
+                        FailureBudget::Percent(_) => None,
+                    })
+                }),
+            progress_deadline: g.progress_deadline.clone(),
         });
     }
     line(String::new());

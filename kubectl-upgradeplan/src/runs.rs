@@ -12,7 +12,7 @@ use serde::Serialize;
 use upgradeplan::api::kratix::{PromiseRevision, ResourceBinding};
 use upgradeplan::api::{find_condition, reasons, GroupStatus, LastRun, RunState, UpgradeRun};
 use upgradeplan::engine::admission::is_preview;
-use upgradeplan::engine::run::{evaluate, evaluate_resource, texts, Blocked, Evaluation, Outcome, RunContext};
+use upgradeplan::engine::run::{evaluate, resource_outcome, texts, Blocked, Evaluation, Outcome, RunContext};
 use upgradeplan::engine::snapshot::read_frozen;
 
 use crate::output::{duration, relative, table, Style};
@@ -326,7 +326,7 @@ pub fn run_resources(
     for g in &frozen.snapshot.groups {
         for r in &g.resources {
             let b = live.get(&(r.namespace.clone(), r.binding.clone()));
-            let outcome = evaluate_resource(r, b, to, &name, created(run));
+            let outcome = resource_outcome(r, b, &frozen.plan, &g.name, (&name, created(run)), chrono::Utc::now());
             let (word, mut detail) = outcome_words(&outcome);
             if word == "Failed" || word == "in flight" {
                 // The event carries the message Kratix gave when the run saw the failure.
@@ -482,9 +482,11 @@ pub fn shared_entries_note(snapshot: &upgradeplan::engine::snapshot::Snapshot) -
 pub fn group_phase(state: RunState, current: Option<usize>, index: usize, g: &GroupStatus) -> &'static str {
     let complete = g.failed == 0 && g.succeeded + g.skipped == g.total;
     match current {
-        _ if g.failed > 0 => "failed",
         Some(c) if c == index => "current",
+        // Behind the current group, or in a completed run: failures there were within budget.
         Some(c) if index < c => "done",
+        _ if g.failed > 0 && state == RunState::Completed => "done",
+        _ if g.failed > 0 => "failed",
         _ if complete && (g.total > 0 || state == RunState::Completed) => "done",
         _ => match state {
             RunState::Completed => "done",
@@ -691,10 +693,10 @@ fn failed_resources(
     f.snapshot
         .groups
         .iter()
-        .flat_map(|g| &g.resources)
-        .filter_map(|r| {
+        .flat_map(|g| g.resources.iter().map(move |r| (g, r)))
+        .filter_map(|(g, r)| {
             let b = live.get(&(r.namespace.clone(), r.binding.clone()));
-            match evaluate_resource(r, b, &f.plan.upgrade_path.to, &name, created(run)) {
+            match resource_outcome(r, b, &f.plan, &g.name, (&name, created(run)), chrono::Utc::now()) {
                 Outcome::Failed { message } => Some(FailedResource {
                     resource: r.display_name(),
                     message,
@@ -787,6 +789,10 @@ mod tests {
             (Cancelled, None, 1, group(2, 1, 0, 0), "cancelled"),
             (Cancelled, None, 2, group(2, 0, 0, 0), "cancelled"),
             (Completed, None, 0, group(0, 0, 0, 0), "done"),
+            // Failures within a group's budget (maxFailures).
+            (Completed, None, 0, group(3, 2, 1, 0), "done"),
+            (InProgress, Some(1), 0, group(3, 2, 1, 0), "done"),
+            (InProgress, Some(0), 0, group(3, 1, 1, 0), "current"),
         ];
         for (state, current, index, g, want) in cases {
             assert_eq!(

@@ -61,8 +61,15 @@ fn base_spec() -> Value {
     })
 }
 
+/// `spec` with the field at `pointer` set (added when its parent object lacks it).
 fn with(mut spec: Value, pointer: &str, value: Value) -> Value {
-    *spec.pointer_mut(pointer).unwrap_or_else(|| panic!("{pointer}")) = value;
+    let (parent, field) = pointer.rsplit_once('/').unwrap();
+    match spec.pointer_mut(parent).and_then(Value::as_object_mut) {
+        Some(object) => {
+            object.insert(field.to_string(), value);
+        }
+        None => *spec.pointer_mut(pointer).unwrap_or_else(|| panic!("{pointer}")) = value,
+    }
     spec
 }
 
@@ -133,6 +140,44 @@ fn plan_cel_rules() {
             "zero",
             plan("p", with(base_spec(), "/rolloutGroups/0/maxConcurrent", json!(0))),
             Some("at least 1"),
+        ),
+        (
+            "maxFailures 0",
+            plan("p", with(base_spec(), "/rolloutGroups/0/maxFailures", json!(0))),
+            None,
+        ),
+        (
+            "maxFailures 0%",
+            plan("p", with(base_spec(), "/rolloutGroups/0/maxFailures", json!("0%"))),
+            None,
+        ),
+        (
+            "maxFailures 100%",
+            plan("p", with(base_spec(), "/rolloutGroups/0/maxFailures", json!("100%"))),
+            None,
+        ),
+        (
+            "maxFailures 101%",
+            plan("p", with(base_spec(), "/rolloutGroups/0/maxFailures", json!("101%"))),
+            Some("percentage from \"0%\""),
+        ),
+        (
+            "maxFailures negative",
+            plan("p", with(base_spec(), "/rolloutGroups/0/maxFailures", json!(-1))),
+            Some("integer of 0 or more"),
+        ),
+        (
+            "progressDeadline",
+            plan(
+                "p",
+                with(base_spec(), "/rolloutGroups/0/progressDeadline", json!("30m")),
+            ),
+            None,
+        ),
+        (
+            "zero progressDeadline",
+            plan("p", with(base_spec(), "/rolloutGroups/0/progressDeadline", json!("0s"))),
+            Some("greater than zero"),
         ),
         (
             "zero duration",

@@ -49,6 +49,9 @@ pub const RETRY_REQUESTED_BY_ANNOTATION: &str = "platform.syntasso.io/retry-requ
 /// Annotation the controller sets on a binding in the same patch that moves its `spec.version`:
 /// the run that started the upgrade (an audit trail; nothing reads it back).
 pub const UPGRADED_BY_ANNOTATION: &str = "platform.syntasso.io/upgraded-by";
+/// Annotation the start patch writes on a binding with the RFC 3339 instant it started the
+/// upgrade: the clock of `progressDeadline` (spec §13.1).
+pub const UPGRADE_STARTED_AT_ANNOTATION: &str = "platform.syntasso.io/upgrade-started-at";
 /// Annotation set at admission on a run created suspended: a preview, never the active run.
 pub const PREVIEW_ANNOTATION: &str = "platform.syntasso.io/preview";
 /// Annotation a newer run puts on an older active run it supersedes (with `spec.suspend=true`);

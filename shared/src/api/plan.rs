@@ -52,6 +52,25 @@ pub struct UpgradePlanSpec {
     /// back-filled. Runs already running are not touched (suspend the run for that).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+    /// How many finished runs of this plan to keep; the controller deletes the oldest beyond each
+    /// limit (with their snapshots). Omitted: every run is kept, as in SKE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_history_limit: Option<RunHistoryLimit>,
+}
+
+/// How many finished runs of a plan to keep, by outcome. Each omitted limit keeps every run of
+/// that kind.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+pub struct RunHistoryLimit {
+    /// Completed runs to keep (at least 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub succeeded: Option<i32>,
+    /// Failed and Cancelled runs to keep, and superseded runs once the run that superseded them
+    /// has finished (at least 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub failed: Option<i32>,
 }
 
 /// A reference to a Promise by name.
@@ -122,6 +141,19 @@ pub struct RolloutGroup {
     /// no deny is. Upgrades already started are never interrupted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_upgrade_windows: Option<Vec<UpgradeWindow>>,
+    /// How many of the group's resources may fail while the group still completes and the next
+    /// one starts: an integer ≥ 0, or a percentage "0%"–"100%" of the group's size, rounded up
+    /// ("10%" of 8 tolerates 1). Omitted or 0: the first failure fails the run (SKE's behaviour).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("string(self).matches('^([0-9]+|([0-9]|[1-9][0-9]|100)%)$')")
+        .message("must be an integer of 0 or more or a percentage from \"0%\" to \"100%\""))]
+    pub max_failures: Option<IntOrString>,
+    /// A started resource that has neither succeeded nor failed this long after its start counts
+    /// as failed (against maxFailures) and frees its slot, as a Go duration (`30m`, `2h`). If it
+    /// succeeds later, it counts as succeeded then. Omitted: no deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("must be greater than zero"))]
+    pub progress_deadline: Option<String>,
 }
 
 /// Label selectors over resource bindings. Every term is ANDed. Unlike Kubernetes label

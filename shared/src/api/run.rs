@@ -182,6 +182,8 @@ pub mod reasons {
     pub const PROMISE_REVISION_NOT_FOUND: &str = "PromiseRevisionNotFound";
     pub const RUN_SUCCEEDED: &str = "RunSucceeded";
     pub const RUN_COMPLETED: &str = "RunCompleted";
+    /// Completed with failed resources, each group within its failure budget (spec §13.1).
+    pub const RUN_COMPLETED_WITH_FAILURES: &str = "RunCompletedWithFailures";
     pub const RESOURCE_UPGRADE_FAILED: &str = "ResourceUpgradeFailed";
     pub const RUN_CANCELLED: &str = "RunCancelled";
     pub const SUSPENDED: &str = "Suspended";

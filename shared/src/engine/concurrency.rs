@@ -2,6 +2,14 @@
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+/// `"N%"` with N a whole number from 0 to 100 (`maxConcurrent` and `maxFailures` share the form).
+pub fn percentage(s: &str) -> Option<u32> {
+    s.strip_suffix('%')
+        .filter(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|digits| digits.parse::<u32>().ok())
+        .filter(|p| *p <= 100)
+}
+
 /// A parsed `maxConcurrent`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Limit {
@@ -27,11 +35,8 @@ impl Limit {
             Some(IntOrString::Int(n)) if *n >= 1 => Ok(Limit::Count(*n as u32)),
             Some(IntOrString::Int(n)) => Err(LimitError::TooSmall(*n)),
             Some(IntOrString::String(s)) => {
-                let percent = s
-                    .strip_suffix('%')
-                    .filter(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
-                    .and_then(|digits| digits.parse::<u32>().ok())
-                    .filter(|p| (1..=100).contains(p))
+                let percent = percentage(s)
+                    .filter(|p| *p >= 1)
                     .ok_or_else(|| LimitError::Malformed(s.clone()))?;
                 Ok(Limit::Percent(percent))
             }

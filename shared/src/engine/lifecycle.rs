@@ -590,16 +590,17 @@ fn progress(
     match verdict {
         Verdict::InProgress { .. } => {}
         Verdict::Completed => {
-            let message = texts::run_summary(out.status.completed_resources, out.status.total_resources, &to);
-            finish(
-                &mut out,
-                owns_gauges,
-                RunState::Completed,
-                reasons::RUN_COMPLETED,
-                message,
-                &to,
-                now,
-            );
+            let failed: i64 = out.status.rollout_groups.iter().map(|g| g.failed).sum();
+            let (completed, total) = (out.status.completed_resources, out.status.total_resources);
+            let (reason, message) = if failed > 0 {
+                (
+                    reasons::RUN_COMPLETED_WITH_FAILURES,
+                    texts::run_completed_with_failures(completed, total, &to, failed),
+                )
+            } else {
+                (reasons::RUN_COMPLETED, texts::run_summary(completed, total, &to))
+            };
+            finish(&mut out, owns_gauges, RunState::Completed, reason, message, &to, now);
         }
         Verdict::Failed { group, failed } => {
             let message = texts::group_failed(failed, &frozen.snapshot.groups[group].name);
@@ -642,9 +643,13 @@ fn finish(
     now: DateTime<Utc>,
 ) {
     let status = &mut out.status;
-    if let Some((warning, event_reason, note)) =
-        texts::terminal_event(state, status.completed_resources, status.total_resources, to)
-    {
+    if let Some((warning, event_reason, note)) = texts::terminal_event(
+        state,
+        status.completed_resources,
+        status.total_resources,
+        status.rollout_groups.iter().map(|g| g.failed).sum(),
+        to,
+    ) {
         out.announce.push(if warning {
             Announcement::warning(event_reason, note)
         } else {

@@ -3,6 +3,7 @@
 //! Nothing here reads a clock or talks to an API server; callers pass `now` and the objects.
 
 pub mod admission;
+pub mod budget;
 pub mod concurrency;
 pub mod cron;
 pub mod lifecycle;

@@ -6,11 +6,14 @@
 
 use chrono::{DateTime, Utc};
 
+use super::budget::{parse_progress_deadline, FailureBudget};
 use super::concurrency::Limit;
 use super::snapshot::{Snapshot, SnapshotResource};
 use super::window::GateState;
 use crate::api::kratix::{ResourceBinding, MANUAL_RECONCILIATION_LABEL, UPGRADE_FAILED};
-use crate::api::{GroupStatus, UpgradePlanSpec, RETRY_REQUESTED_BY_ANNOTATION};
+use crate::api::{
+    GroupStatus, RolloutGroup, UpgradePlanSpec, RETRY_REQUESTED_BY_ANNOTATION, UPGRADE_STARTED_AT_ANNOTATION,
+};
 
 /// Why a resource is skipped.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +59,11 @@ pub enum Outcome {
 impl Outcome {
     pub fn is_done(&self) -> bool {
         matches!(self, Outcome::Succeeded | Outcome::Skipped(_))
+    }
+
+    /// Nothing more will happen to it in this run: done, or failed.
+    pub fn is_finished(&self) -> bool {
+        self.is_done() || matches!(self, Outcome::Failed { .. })
     }
 }
 
@@ -113,6 +121,68 @@ pub fn evaluate_resource(
         };
     }
     Outcome::NotStarted
+}
+
+/// A group's `progressDeadline`, parsed, with the text it was written as (for the detail).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deadline {
+    pub after: chrono::Duration,
+    pub written: String,
+}
+
+impl Deadline {
+    /// The group's deadline; `None` without one (or, in a frozen plan, one that does not parse).
+    pub fn of(group: &RolloutGroup) -> Option<Deadline> {
+        let written = group.progress_deadline.as_deref()?;
+        Some(Deadline {
+            after: parse_progress_deadline(Some(written)).ok()??,
+            written: written.to_string(),
+        })
+    }
+
+    /// When the upgrade of `live` runs out of time: its start (the annotation the start patch
+    /// wrote) plus the deadline. `None` when the start is not recorded.
+    pub fn expires(&self, live: &ResourceBinding) -> Option<DateTime<Utc>> {
+        let started = live.metadata.annotations.as_ref()?.get(UPGRADE_STARTED_AT_ANNOTATION)?;
+        let started = DateTime::parse_from_rfc3339(started).ok()?.with_timezone(&Utc);
+        started.checked_add_signed(self.after)
+    }
+}
+
+/// An in-flight upgrade past its group's deadline counts as Failed (`did not finish within
+/// <d>`) and no longer takes a slot (spec §13.1); every other outcome is unchanged, so a late
+/// success counts as Succeeded.
+pub fn apply_deadline(
+    outcome: Outcome,
+    live: Option<&ResourceBinding>,
+    deadline: Option<&Deadline>,
+    now: DateTime<Utc>,
+) -> Outcome {
+    match (&outcome, live, deadline) {
+        (Outcome::InFlight { .. }, Some(b), Some(d)) if d.expires(b).is_some_and(|at| at <= now) => Outcome::Failed {
+            message: texts::deadline_passed(&d.written),
+        },
+        _ => outcome,
+    }
+}
+
+/// One resource's outcome as the run decides it, for views that show single resources:
+/// [`evaluate_resource`], then the `progressDeadline` of its group (`group`) in the frozen `plan`.
+pub fn resource_outcome(
+    resource: &SnapshotResource,
+    live: Option<&ResourceBinding>,
+    plan: &UpgradePlanSpec,
+    group: &str,
+    run: (&str, DateTime<Utc>),
+    now: DateTime<Utc>,
+) -> Outcome {
+    let outcome = evaluate_resource(resource, live, &plan.upgrade_path.to, run.0, run.1);
+    let deadline = plan
+        .rollout_groups
+        .iter()
+        .find(|g| g.name == group)
+        .and_then(Deadline::of);
+    apply_deadline(outcome, live, deadline.as_ref(), now)
 }
 
 /// A binding the controller must patch.
@@ -223,9 +293,16 @@ fn counts(name: &str, total: usize, outcomes: &[Outcome]) -> GroupStatus {
     }
 }
 
-fn recorded_complete(recorded: Option<&GroupStatus>, name: &str, total: usize) -> Option<GroupStatus> {
+/// The recorded counts of a group that completed: every resource succeeded, was skipped, or
+/// failed within the budget. It stays complete whatever its bindings do later.
+fn recorded_complete(recorded: Option<&GroupStatus>, name: &str, total: usize, budget: usize) -> Option<GroupStatus> {
     recorded
-        .filter(|g| g.name == name && g.total == total as i64 && g.failed == 0 && g.succeeded + g.skipped == g.total)
+        .filter(|g| {
+            g.name == name
+                && g.total == total as i64
+                && g.failed as usize <= budget
+                && g.succeeded + g.skipped + g.failed == g.total
+        })
         .cloned()
 }
 
@@ -255,35 +332,64 @@ pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<
     }
 
     for (index, group) in ctx.snapshot.groups.iter().enumerate() {
-        if let Some(done) = recorded_complete(ctx.recorded.get(index), &group.name, group.resources.len()) {
-            eval.groups[index] = done;
-            continue;
-        }
+        let plan_group = ctx.plan.rollout_groups.iter().find(|g| g.name == group.name);
+        // A frozen plan was validated before its snapshot; a budget that no longer parses
+        // tolerates nothing (SKE's behaviour), a deadline that does not parse applies none.
+        let budget = plan_group
+            .map(|g| FailureBudget::parse(g.max_failures.as_ref()).unwrap_or(FailureBudget::NONE))
+            .unwrap_or(FailureBudget::NONE)
+            .resolve(group.resources.len());
+        let deadline = plan_group.and_then(Deadline::of);
         let live: Vec<Option<&ResourceBinding>> = group
             .resources
             .iter()
             .map(|r| lookup(&r.namespace, &r.binding))
             .collect();
+        if let Some(mut done) = recorded_complete(ctx.recorded.get(index), &group.name, group.resources.len(), budget) {
+            // A resource counted failed that has since succeeded counts as succeeded (outcomes
+            // follow live state); nothing else moves in a completed group.
+            if done.failed > 0 {
+                let late = group
+                    .resources
+                    .iter()
+                    .zip(&live)
+                    .filter(|(r, b)| {
+                        matches!(
+                            evaluate_resource(r, **b, to, ctx.run_name, ctx.run_created),
+                            Outcome::Succeeded
+                        )
+                    })
+                    .count() as i64
+                    - done.succeeded;
+                let late = late.clamp(0, done.failed);
+                done.succeeded += late;
+                done.failed -= late;
+            }
+            eval.groups[index] = done;
+            continue;
+        }
         let outcomes: Vec<Outcome> = group
             .resources
             .iter()
             .zip(&live)
-            .map(|(r, b)| evaluate_resource(r, *b, to, ctx.run_name, ctx.run_created))
+            .map(|(r, b)| {
+                let outcome = evaluate_resource(r, *b, to, ctx.run_name, ctx.run_created);
+                apply_deadline(outcome, *b, deadline.as_ref(), ctx.now)
+            })
             .collect();
         eval.groups[index] = counts(&group.name, group.resources.len(), &outcomes);
         let failed = eval.groups[index].failed as usize;
-        if failed > 0 {
+        if failed > budget {
             eval.outcomes.push((index, outcomes));
             eval.verdict = Verdict::Failed { group: index, failed };
             return eval;
         }
-        if outcomes.iter().all(Outcome::is_done) {
+        if outcomes.iter().all(Outcome::is_finished) {
             eval.outcomes.push((index, outcomes));
             continue;
         }
 
         // The current group: retries, then starts within gate and limit.
-        let plan_group = ctx.plan.rollout_groups.iter().find(|g| g.name == group.name);
         // A frozen plan was validated before its snapshot; if it still does not parse, be
         // conservative: one at a time, gate closed.
         let limit = plan_group
@@ -314,6 +420,15 @@ pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<
                 _ => {}
             }
         }
+        // Wake when the first in-flight upgrade runs out of time.
+        let expiry = deadline.as_ref().and_then(|d| {
+            outcomes
+                .iter()
+                .zip(&live)
+                .filter(|(o, _)| matches!(o, Outcome::InFlight { .. }))
+                .filter_map(|(_, b)| d.expires((*b)?))
+                .min()
+        });
         let slots = limit.saturating_sub(in_flight);
         if !not_started.is_empty() {
             eval.blocked = if ctx.suspended {
@@ -334,6 +449,10 @@ pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<
                 gate_state.next_open
             };
         }
+        eval.wake_at = match (eval.wake_at, expiry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         eval.limit = Some(limit);
         eval.in_flight = in_flight;
         eval.gate = Some(gate_state);
@@ -385,6 +504,16 @@ pub mod texts {
         format!("Resource {resource} skipped: {why}")
     }
     /// Message of the UpgradeRunFailed / UpgradeRunCompleted events and of RunCompleted.
+    pub fn deadline_passed(deadline: &str) -> String {
+        format!("did not finish within {deadline}")
+    }
+    /// Message of RunCompletedWithFailures and its Warning UpgradeRunCompleted (spec §13.1).
+    pub fn run_completed_with_failures(completed: i64, total: i64, to: &str, failed: i64) -> String {
+        format!(
+            "{}; {failed} failed within the failure budget",
+            run_summary(completed, total, to)
+        )
+    }
     pub fn run_summary(completed: i64, total: i64, to: &str) -> String {
         format!("{completed}/{total} resources upgraded to {to}")
     }
@@ -397,15 +526,22 @@ pub mod texts {
 
     /// The event a run announces as it ends (spec §4.4): `(warning, reason, note)`. Every path
     /// into Failed — a resource, a lost revision, a lost snapshot — announces UpgradeRunFailed.
+    /// A run that completes with failures within its budget announces a Warning (spec §13.1).
     pub fn terminal_event(
         state: crate::api::RunState,
         completed: i64,
         total: i64,
+        failed: i64,
         to: &str,
     ) -> Option<(bool, &'static str, String)> {
         use crate::api::RunState;
         use crate::engine::lifecycle::events;
         match state {
+            RunState::Completed if failed > 0 => Some((
+                true,
+                events::UPGRADE_RUN_COMPLETED,
+                run_completed_with_failures(completed, total, to, failed),
+            )),
             RunState::Completed => Some((false, events::UPGRADE_RUN_COMPLETED, run_summary(completed, total, to))),
             RunState::Failed => Some((true, events::UPGRADE_RUN_FAILED, run_summary(completed, total, to))),
             RunState::Cancelled => Some((
@@ -957,12 +1093,200 @@ mod tests {
             (RunState::InProgress, None),
             (RunState::Pending, None),
         ];
+        assert_eq!(
+            texts::terminal_event(RunState::Completed, 4, 5, 1, "v2"),
+            Some((
+                true,
+                "UpgradeRunCompleted",
+                "4/5 resources upgraded to v2; 1 failed within the failure budget".to_string()
+            ))
+        );
         for (state, want) in cases {
             assert_eq!(
-                texts::terminal_event(state, 4, 5, "v2"),
+                texts::terminal_event(state, 4, 5, 0, "v2"),
                 want.map(|(w, r, n)| (w, r, n.to_string())),
                 "{state:?}"
             );
         }
+    }
+
+    /// A two-group world (`a` with `n` resources and the given budget, then `b` with one), where
+    /// the resources of `a` named in `failing` fail and the others succeed.
+    fn budget_world(n: usize, budget: Option<IntOrString>, failing: &[usize]) -> World {
+        let mut a = group("a", &[("g", "a")]);
+        a.max_failures = budget;
+        let b = group("b", &[("g", "b")]);
+        let mut bindings: Vec<ResourceBinding> = (0..n)
+            .map(|i| binding("ns", &format!("a{i}"), &[("g", "a")], "v1", "v1"))
+            .collect();
+        bindings.push(binding("ns", "b0", &[("g", "b")], "v1", "v1"));
+        let mut w = World::new(plan(&["v1"], "v2", vec![a, b]), bindings);
+        for i in 0..n {
+            let name = format!("a{i}");
+            w.set(&name, "v1", "v2");
+            if failing.contains(&i) {
+                w.fail(&name, "2026-06-01T10:02:00Z");
+            } else {
+                w.set(&name, "v2", "v2");
+            }
+        }
+        w
+    }
+
+    #[test]
+    fn failure_budget_boundaries() {
+        let pct = |p: &str| Some(IntOrString::String(p.into()));
+        let int = |n: i32| Some(IntOrString::Int(n));
+        // (case, group size, maxFailures, failing resources, the run goes on to group b)
+        type Case = (&'static str, usize, Option<IntOrString>, Vec<usize>, bool);
+        let cases: Vec<Case> = vec![
+            ("no budget (SKE): one failure fails", 4, None, vec![0], false),
+            ("budget 0: one failure fails", 4, int(0), vec![0], false),
+            ("no failures, no budget", 4, None, vec![], true),
+            ("exact budget", 4, int(2), vec![0, 3], true),
+            ("budget + 1", 4, int(2), vec![0, 1, 3], false),
+            ("0% tolerates nothing", 4, pct("0%"), vec![2], false),
+            ("100%: every resource may fail", 4, pct("100%"), vec![0, 1, 2, 3], true),
+            ("10% of 8 is 1 (rounded up)", 8, pct("10%"), vec![5], true),
+            ("10% of 8 is 1, not 2", 8, pct("10%"), vec![5, 6], false),
+            ("1% of 1 is 1", 1, pct("1%"), vec![0], true),
+            ("50% of 2 is 1", 2, pct("50%"), vec![1], true),
+            ("50% of 2 is 1, not 2", 2, pct("50%"), vec![0, 1], false),
+            ("50% of 3 is 2", 3, pct("50%"), vec![0, 2], true),
+            ("34% of 3 is 2", 3, pct("34%"), vec![0, 1], true),
+            ("33% of 3 is 1", 3, pct("33%"), vec![0, 1], false),
+        ];
+        let now = "2026-06-01T10:03:00Z";
+        for (case, n, budget, failing, goes_on) in cases {
+            let w = budget_world(n, budget, &failing);
+            let e = w.eval(&[], false, now);
+            assert_eq!(e.groups[0].failed as usize, failing.len(), "{case}");
+            if goes_on {
+                assert_eq!(e.verdict, Verdict::InProgress { group: 1 }, "{case}");
+                assert_eq!(started(&e), vec!["b0"], "{case}: the next group starts");
+                // The completed group stays complete, with its failures, once recorded.
+                let e2 = w.eval(&e.groups, false, now);
+                assert_eq!(e2.groups[0], e.groups[0], "{case}");
+                assert_eq!(e2.verdict, Verdict::InProgress { group: 1 }, "{case}");
+            } else {
+                assert_eq!(
+                    e.verdict,
+                    Verdict::Failed {
+                        group: 0,
+                        failed: failing.len()
+                    },
+                    "{case}"
+                );
+                assert!(e.start.is_empty(), "{case}: nothing more starts");
+            }
+        }
+    }
+
+    #[test]
+    fn a_failure_within_budget_waits_for_the_rest_of_the_group() {
+        let mut w = budget_world(3, Some(IntOrString::Int(1)), &[0]);
+        w.set("a2", "v1", "v2"); // still upgrading
+        let e = w.eval(&[], false, "2026-06-01T10:03:00Z");
+        assert_eq!(e.verdict, Verdict::InProgress { group: 0 });
+        assert_eq!((e.groups[0].failed, e.in_flight), (1, 1));
+        assert!(e.start.is_empty(), "group b waits for a2");
+    }
+
+    fn started_at(w: &mut World, name: &str, at: &str) {
+        let b = w.live.iter_mut().find(|b| b.spec.resource_ref.name == name).unwrap();
+        b.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(UPGRADE_STARTED_AT_ANNOTATION.into(), at.into());
+    }
+
+    #[test]
+    fn progress_deadline_fails_a_slow_upgrade_and_frees_its_slot() {
+        let mut a = group("a", &[("g", "a")]);
+        a.max_concurrent = Some(IntOrString::Int(1));
+        a.max_failures = Some(IntOrString::Int(1));
+        a.progress_deadline = Some("30m".into());
+        let bindings = vec![
+            binding("ns", "slow", &[("g", "a")], "v1", "v1"),
+            binding("ns", "next", &[("g", "a")], "v1", "v1"),
+        ];
+        let mut w = World::new(plan(&["v1"], "v2", vec![a]), bindings);
+        w.set("slow", "v1", "v2");
+        started_at(&mut w, "slow", "2026-06-01T10:00:00Z");
+
+        // Before the deadline: in flight, holding the only slot, and a wake-up at its expiry.
+        let e = w.eval(&[], false, "2026-06-01T10:29:59Z");
+        assert_eq!((e.in_flight, e.blocked), (1, Some(Blocked::ConcurrencyLimit)));
+        assert_eq!(e.wake_at, Some(utc("2026-06-01T10:30:00Z")));
+
+        // At the deadline: failed (within the budget), its slot taken by the next resource.
+        let e = w.eval(&[], false, "2026-06-01T10:30:00Z");
+        assert_eq!((e.groups[0].failed, e.in_flight), (1, 0));
+        assert_eq!(started(&e), vec!["next"]);
+        let (_, outcomes) = &e.outcomes[0];
+        let slow = w.snapshot.groups[0]
+            .resources
+            .iter()
+            .position(|r| r.name == "slow")
+            .unwrap();
+        assert_eq!(
+            outcomes[slow],
+            Outcome::Failed {
+                message: "did not finish within 30m".into()
+            }
+        );
+
+        // A late success counts as succeeded.
+        w.set("next", "v1", "v2");
+        started_at(&mut w, "next", "2026-06-01T10:30:00Z");
+        w.set("slow", "v2", "v2");
+        let e = w.eval(&[], false, "2026-06-01T10:31:00Z");
+        assert_eq!((e.groups[0].succeeded, e.groups[0].failed, e.in_flight), (1, 0, 1));
+    }
+
+    #[test]
+    fn a_deadline_expiring_while_the_window_is_closed_still_counts() {
+        // The window is closed (an allow window at 02:00 only), but an upgrade started before it
+        // closed runs out of time all the same; over the budget it fails the run.
+        let mut a = group("a", &[("g", "a")]);
+        a.progress_deadline = Some("1h".into());
+        a.resource_upgrade_windows = Some(vec![UpgradeWindow {
+            kind: WindowKind::Allow,
+            schedule: "0 2 * * *".into(),
+            duration: "1h".into(),
+            time_zone: None,
+        }]);
+        let bindings = vec![
+            binding("ns", "x", &[("g", "a")], "v1", "v1"),
+            binding("ns", "y", &[("g", "a")], "v1", "v1"),
+        ];
+        let mut w = World::new(plan(&["v1"], "v2", vec![a]), bindings);
+        w.set("x", "v1", "v2");
+        started_at(&mut w, "x", "2026-06-01T02:50:00Z");
+        let e = w.eval(&[], false, "2026-06-01T03:30:00Z");
+        assert_eq!(e.blocked, Some(Blocked::WindowClosed));
+        assert_eq!(
+            e.wake_at,
+            Some(utc("2026-06-01T03:50:00Z")),
+            "the expiry comes before the next opening"
+        );
+        let e = w.eval(&[], false, "2026-06-01T03:50:00Z");
+        assert_eq!(e.verdict, Verdict::Failed { group: 0, failed: 1 });
+    }
+
+    #[test]
+    fn a_late_success_after_the_group_completed_counts_as_succeeded() {
+        let mut w = budget_world(2, Some(IntOrString::Int(1)), &[1]);
+        let e = w.eval(&[], false, "2026-06-01T10:03:00Z");
+        let recorded = e.groups.clone();
+        assert_eq!((recorded[0].succeeded, recorded[0].failed), (1, 1));
+        w.set("a1", "v2", "v2"); // Kratix retried it by itself and it worked
+        let e = w.eval(&recorded, false, "2026-06-01T10:04:00Z");
+        assert_eq!((e.groups[0].succeeded, e.groups[0].failed), (2, 0));
+        assert_eq!(
+            e.verdict,
+            Verdict::InProgress { group: 1 },
+            "the completed group stays complete"
+        );
     }
 }

@@ -7,6 +7,7 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 
+use super::budget::{parse_progress_deadline, FailureBudget};
 use super::concurrency::Limit;
 use super::cron::{parse_zone, resolve_local_time, CronSchedule};
 use super::schedule::MAX_SCHEDULED_PLAN_NAME;
@@ -202,6 +203,12 @@ pub fn validate_plan(name: &str, spec: &UpgradePlanSpec, now: DateTime<Utc>) -> 
         if let Err(e) = Limit::parse(group.max_concurrent.as_ref()) {
             add(format!("{at}.maxConcurrent"), e.to_string());
         }
+        if let Err(e) = FailureBudget::parse(group.max_failures.as_ref()) {
+            add(format!("{at}.maxFailures"), e.to_string());
+        }
+        if let Err(e) = parse_progress_deadline(group.progress_deadline.as_deref()) {
+            add(format!("{at}.progressDeadline"), e);
+        }
         let windows = group.resource_upgrade_windows.as_deref().unwrap_or_default();
         let mut all_windows_ok = true;
         for (wi, w) in windows.iter().enumerate() {
@@ -363,6 +370,24 @@ spec:
                 "zero",
                 SEED.replace("maxConcurrent: 5", "maxConcurrent: 0"),
                 vec!["spec.rolloutGroups[0].maxConcurrent"],
+            ),
+            (
+                "failure budget above 100%",
+                SEED.replace("maxConcurrent: 5", "maxConcurrent: 5\n      maxFailures: \"110%\""),
+                vec!["spec.rolloutGroups[0].maxFailures"],
+            ),
+            (
+                "negative failure budget",
+                SEED.replace("maxConcurrent: 5", "maxConcurrent: 5\n      maxFailures: -2"),
+                vec!["spec.rolloutGroups[0].maxFailures"],
+            ),
+            (
+                "progress deadline that is no duration",
+                SEED.replace(
+                    "maxConcurrent: 5",
+                    "maxConcurrent: 5\n      progressDeadline: \"half an hour\"",
+                ),
+                vec!["spec.rolloutGroups[0].progressDeadline"],
             ),
             (
                 "window schedule and duration both wrong",

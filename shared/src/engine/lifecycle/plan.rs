@@ -12,8 +12,8 @@ use chrono::{DateTime, Utc};
 use super::Cluster;
 use crate::api::kratix::ResourceBinding;
 use crate::api::{
-    find_condition, reasons, set_condition, Condition, ConditionStatus, PlanPhase, RunResult, RunState, UpgradePlan,
-    UpgradePlanStatus, UpgradeRun, WindowKind,
+    find_condition, reasons, set_condition, Condition, ConditionStatus, PlanPhase, RunHistoryLimit, RunResult,
+    RunState, UpgradePlan, UpgradePlanStatus, UpgradeRun, WindowKind,
 };
 use crate::engine::admission::{last_run_of, summarize};
 use crate::engine::concurrency::Limit;
@@ -31,6 +31,8 @@ pub mod events {
     pub const TRIGGER_SKIPPED: &str = "TriggerSkipped";
     pub const EXECUTE_AT_IN_PAST: &str = "ExecuteAtInPast";
     pub const INVALID_SPEC: &str = crate::api::reasons::INVALID_SPEC;
+    /// A finished run deleted because it is beyond the plan's `runHistoryLimit`.
+    pub const RUN_DELETED: &str = "RunDeleted";
 }
 
 /// An event to publish on the plan.
@@ -101,6 +103,9 @@ pub struct RunInfo {
 #[derive(Debug, Clone)]
 pub struct PlanStep {
     pub create_run: Option<ScheduledRun>,
+    /// Finished runs beyond `runHistoryLimit`, oldest first: delete them (their snapshots go with
+    /// them; `lastRun` is not affected).
+    pub delete_runs: Vec<String>,
     pub status: UpgradePlanStatus,
     pub gauges: PlanGauges,
     pub events: Vec<PlanEvent>,
@@ -231,6 +236,14 @@ pub fn step(
     }
 
     let summary = summarize(runs, status.last_run.as_ref(), None);
+    let delete_runs = beyond_history_limit(runs, plan.spec.run_history_limit.as_ref(), &summary.active_run_ref);
+    for name in &delete_runs {
+        events.push(PlanEvent {
+            warning: false,
+            reason: events::RUN_DELETED,
+            note: format!("Deleted UpgradeRun \"{name}\": beyond spec.runHistoryLimit"),
+        });
+    }
     status.phase = summary.phase;
     status.active_run_ref = summary.active_run_ref;
     status.last_run = summary.last_run;
@@ -267,6 +280,7 @@ pub fn step(
         });
     PlanStep {
         create_run,
+        delete_runs,
         status,
         gauges,
         events,
@@ -354,6 +368,47 @@ fn gauges(
         groups,
     };
     (gauges, next_change)
+}
+
+/// The finished runs beyond each limit of `runHistoryLimit` (spec §13.1), oldest first:
+/// `Completed` runs count as succeeded; `Failed` and `Cancelled` ones, and superseded runs once
+/// the run that superseded them has finished (or is gone), as failed. Newest are kept, by the
+/// time they ended (superseded runs: by creation).
+fn beyond_history_limit(runs: &[&UpgradeRun], limit: Option<&RunHistoryLimit>, active: &str) -> Vec<String> {
+    let Some(limit) = limit else { return Vec::new() };
+    let state_of = |name: &str| {
+        runs.iter()
+            .find(|r| r.metadata.name.as_deref() == Some(name))
+            .and_then(|r| r.status.as_ref())
+            .map(|s| s.state)
+    };
+    let mut succeeded = Vec::new();
+    let mut failed = Vec::new();
+    for r in runs {
+        let name = r.metadata.name.clone().unwrap_or_default();
+        if name == active || r.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let status = r.status.clone().unwrap_or_default();
+        let ended = status
+            .finished_at
+            .unwrap_or_else(|| crate::time::created_at(&r.metadata));
+        match (status.state, status.superseded_by.as_deref()) {
+            (RunState::Completed, _) => succeeded.push((ended, name)),
+            (RunState::Failed | RunState::Cancelled, _) => failed.push((ended, name)),
+            (_, Some(newer)) if state_of(newer).is_none_or(RunState::is_terminal) => failed.push((ended, name)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for (mut kind, keep) in [(succeeded, limit.succeeded), (failed, limit.failed)] {
+        let Some(keep) = keep.and_then(|k| usize::try_from(k).ok()).filter(|k| *k >= 1) else {
+            continue;
+        };
+        kind.sort_by(|a, b| b.cmp(a)); // newest first
+        out.extend(kind.into_iter().skip(keep).rev().map(|(_, name)| name));
+    }
+    out
 }
 
 /// The active run's info series: while `Pending`, the reason it waits (the first unmet condition

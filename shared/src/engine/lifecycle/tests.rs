@@ -93,6 +93,20 @@ impl World {
         }
     }
 
+    /// Kratix fails the upgrade of binding `i` to v2 at `at`.
+    fn kratix_fails(&mut self, i: usize, at: DateTime<Utc>) {
+        let b = Arc::make_mut(&mut self.bindings[i]);
+        let st = b.status.get_or_insert_with(Default::default);
+        st.failed_version = Some("v2".into());
+        st.conditions = vec![crate::api::kratix::BindingCondition {
+            type_: crate::api::kratix::UPGRADE_SUCCEEDED.into(),
+            status: "False".into(),
+            reason: crate::api::kratix::UPGRADE_FAILED.into(),
+            message: "boom".into(),
+            last_transition_time: Some(at),
+        }];
+    }
+
     /// Kratix applies every binding whose spec moved.
     fn kratix_applies(&mut self) {
         for b in &mut self.bindings {
@@ -378,18 +392,7 @@ fn every_path_into_failed_announces_upgrade_run_failed_once() {
 
     // A resource fails.
     let mut failing = world.clone();
-    {
-        let b = Arc::make_mut(&mut failing.bindings[0]);
-        let st = b.status.get_or_insert_with(Default::default);
-        st.failed_version = Some("v2".into());
-        st.conditions = vec![crate::api::kratix::BindingCondition {
-            type_: crate::api::kratix::UPGRADE_SUCCEEDED.into(),
-            status: "False".into(),
-            reason: crate::api::kratix::UPGRADE_FAILED.into(),
-            message: "boom".into(),
-            last_transition_time: Some(t(2)),
-        }];
-    }
+    failing.kratix_fails(0, t(2));
     // The revision vanishes.
     let mut no_revision = world.clone();
     no_revision.revisions = vec!["v1".into()];
@@ -704,4 +707,50 @@ fn a_run_with_nothing_eligible_completes_at_once_as_a_record() {
     assert_eq!(s.status.started_at, s.status.finished_at);
     assert_eq!(reasons_announced(&s), vec!["UpgradeRunCompleted"]);
     assert_eq!(s.announce[0].note, "0/0 resources upgraded to v2");
+}
+
+#[test]
+fn a_run_with_failures_within_its_budget_completes_with_a_warning() {
+    let mut world = World::with(3);
+    let mut g = match_all("all");
+    g.max_failures = Some(IntOrString::Int(1));
+    let plan = the_plan(plan_spec(&["v1"], "v2", vec![g]));
+    let mut run = a_run("r", t(0), false);
+    let s = pass(&run, Some(&plan), &[], &world, t(1));
+    assert_eq!(started(&s), 3);
+    apply(&mut run, &s, &mut world, &plan);
+    // r0 fails, the others succeed.
+    world.kratix_fails(0, t(2));
+    for b in &mut world.bindings[1..] {
+        Arc::make_mut(b)
+            .status
+            .get_or_insert_with(Default::default)
+            .last_applied_version = "v2".into();
+    }
+    let s = pass(&run, Some(&plan), &[], &world, t(3));
+    assert_eq!(s.status.state, RunState::Completed);
+    let c = find_condition(&s.status.conditions, reasons::RUN_SUCCEEDED).unwrap();
+    assert_eq!(
+        (c.status, c.reason.as_str(), c.message.as_str()),
+        (
+            ConditionStatus::True,
+            reasons::RUN_COMPLETED_WITH_FAILURES,
+            "2/3 resources upgraded to v2; 1 failed within the failure budget"
+        )
+    );
+    let terminal: Vec<_> = s
+        .announce
+        .iter()
+        .filter(|a| a.reason == "UpgradeRunCompleted")
+        .collect();
+    assert_eq!(terminal.len(), 1);
+    assert!(terminal[0].warning, "a Warning: something failed");
+    assert_eq!(terminal[0].note, c.message);
+    // The plan's lastRun copies it.
+    run.status = Some(s.status.clone());
+    let last = crate::engine::admission::last_run_of(&run).unwrap();
+    assert_eq!(
+        (last.reason.as_str(), last.message.as_str()),
+        (reasons::RUN_COMPLETED_WITH_FAILURES, c.message.as_str())
+    );
 }

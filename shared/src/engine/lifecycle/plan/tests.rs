@@ -7,7 +7,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::*;
-use crate::api::{RunState, UpgradeExecutionPolicy, UpgradePlanRef, UpgradeRunSpec, UpgradeRunStatus, UpgradeWindow};
+use crate::api::{
+    RunHistoryLimit, RunState, UpgradeExecutionPolicy, UpgradePlanRef, UpgradeRunSpec, UpgradeRunStatus, UpgradeWindow,
+};
 use crate::engine::snapshot::tests::{binding, match_all, plan as plan_spec};
 
 fn utc(s: &str) -> DateTime<Utc> {
@@ -367,4 +369,65 @@ fn the_info_series_name_the_last_run_and_why_the_active_run_waits() {
         Some("done".into())
     );
     assert_eq!(step(&plan, &[&retry], true, &four(), now).gauges.last_failure, None);
+}
+
+#[test]
+fn run_history_limits_delete_the_oldest_finished_runs_of_each_kind() {
+    let now = utc("2026-06-01T12:00:00Z");
+    let ended = |name: &str, state: RunState, minute: u32| {
+        let mut r = a_run(name, state);
+        r.status.as_mut().unwrap().finished_at = Some(utc(&format!("2026-06-01T11:{minute:02}:00Z")));
+        r
+    };
+    let mut superseded_done = a_run("sup-done", RunState::InProgress);
+    superseded_done.status.as_mut().unwrap().superseded_by = Some("f3".into());
+    let mut superseded_live = a_run("sup-live", RunState::InProgress);
+    superseded_live.status.as_mut().unwrap().superseded_by = Some("active".into());
+    let runs = [
+        ended("c1", RunState::Completed, 1),
+        ended("c2", RunState::Completed, 2),
+        ended("c3", RunState::Completed, 3),
+        ended("f1", RunState::Failed, 4),
+        ended("x1", RunState::Cancelled, 5),
+        ended("f3", RunState::Failed, 6),
+        superseded_done,
+        superseded_live,
+        a_run("active", RunState::InProgress),
+    ];
+    let refs: Vec<&UpgradeRun> = runs.iter().collect();
+    let limited = |succeeded: Option<i32>, failed: Option<i32>| {
+        let mut p = a_plan(None);
+        p.spec.run_history_limit = Some(RunHistoryLimit { succeeded, failed });
+        step(&p, &refs, true, &four(), now)
+    };
+    // No limit: every run stays (SKE).
+    assert!(step(&a_plan(None), &refs, true, &four(), now).delete_runs.is_empty());
+    // Keep 1 succeeded: the two oldest Completed go, oldest first.
+    assert_eq!(limited(Some(1), None).delete_runs, vec!["c1", "c2"]);
+    // Keep 2 failed: of f1, x1, f3 and the superseded run whose superseder ended (by creation,
+    // 10:00, the oldest), the newest two (f3, x1) stay. The run superseded by the active run
+    // and the active run itself are never counted.
+    let s = limited(None, Some(2));
+    assert_eq!(s.delete_runs, vec!["sup-done", "f1"]);
+    assert_eq!(s.events.iter().filter(|e| e.reason == events::RUN_DELETED).count(), 2);
+    // Exactly at the limit: nothing goes.
+    assert!(limited(Some(3), Some(4)).delete_runs.is_empty());
+    // lastRun is not changed by deleting runs.
+    let mut p = a_plan(None);
+    p.spec.run_history_limit = Some(RunHistoryLimit {
+        succeeded: Some(1),
+        failed: Some(1),
+    });
+    let s = step(&p, &refs, true, &four(), now);
+    assert_eq!(s.status.last_run.as_ref().map(|l| l.name.as_str()), Some("f3"));
+    p.status = Some(s.status);
+    let kept: Vec<&UpgradeRun> = refs
+        .iter()
+        .copied()
+        .filter(|r| !s.delete_runs.contains(r.metadata.name.as_ref().unwrap()))
+        .collect();
+    assert_eq!(
+        step(&p, &kept, true, &four(), now).status.last_run.map(|l| l.name),
+        Some("f3".into())
+    );
 }

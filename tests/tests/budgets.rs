@@ -1,0 +1,279 @@
+//! Failure budgets, progress deadlines and run history limits (spec §13.1) end to end: the real
+//! control plane, kratix-sim failing and delaying chosen resources, the controller.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+use upgradeplan::api::kratix::ResourceBinding;
+use upgradeplan::api::{find_condition, reasons, ConditionStatus, RunState, UpgradeRun, UPGRADE_STARTED_AT_ANNOTATION};
+use upgradeplan_e2e::harness::TestEnv;
+
+const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
+const WAIT: Duration = Duration::from_secs(90);
+
+/// A world with a Promise (v1.0.0, v2.0.0), kratix-sim and a controller; bindings are added per
+/// test, labelled `set` (which plan selects them) and `env` (which group).
+async fn world(prefix: &str) -> (TestEnv, String, upgradeplan_e2e::harness::ControllerProcess) {
+    let mut env = TestEnv::new(prefix).await.unwrap();
+    env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
+        .await
+        .unwrap();
+    let ns = env.namespace("apps").await.unwrap();
+    env.start_sim(SIM, &[]).unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
+    (env, ns, controller)
+}
+
+async fn binding(env: &TestEnv, ns: &str, name: &str, set: &str, group: &str, annotations: Value) {
+    env.binding(ns, name, &[("set", set), ("env", group)], "v1.0.0", Some("v1.0.0"))
+        .await
+        .unwrap();
+    env.patch_binding(
+        ns,
+        &format!("{name}-{}", env.promise),
+        json!({"metadata": {"annotations": annotations}}),
+    )
+    .await
+    .unwrap();
+}
+
+fn two_groups(set: &str, first: Value) -> Value {
+    let mut dev = json!({"name": "dev", "selectors": {"matchLabels": {"set": set, "env": "dev"}}});
+    for (k, v) in first.as_object().unwrap() {
+        dev[k] = v.clone();
+    }
+    json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
+           "rolloutGroups": [dev, {"name": "prod", "selectors": {"matchLabels": {"set": set, "env": "prod"}}}]})
+}
+
+async fn finished(env: &TestEnv, run: &str) -> UpgradeRun {
+    env.wait_run(run, WAIT, "finished", |r| {
+        r.status.as_ref().is_some_and(|s| s.state.is_terminal())
+    })
+    .await
+    .unwrap()
+}
+
+async fn live(env: &TestEnv, ns: &str, name: &str) -> ResourceBinding {
+    env.bindings_api(ns)
+        .get(&format!("{name}-{}", env.promise))
+        .await
+        .unwrap()
+}
+
+fn started_at(b: &ResourceBinding) -> DateTime<Utc> {
+    let at = &b.metadata.annotations.as_ref().unwrap()[UPGRADE_STARTED_AT_ANNOTATION];
+    DateTime::parse_from_rfc3339(at).unwrap().with_timezone(&Utc)
+}
+
+#[tokio::test]
+async fn a_failure_within_budget_completes_the_run_and_one_more_fails_it() {
+    let (env, ns, controller) = world("budget").await;
+    let fail = json!({"kratix-sim/fail-version": "v2.0.0"});
+    // Set a: one of two dev resources fails; the budget is 1.
+    binding(&env, &ns, "a-d0", "a", "dev", fail.clone()).await;
+    binding(&env, &ns, "a-d1", "a", "dev", json!({})).await;
+    binding(&env, &ns, "a-p0", "a", "prod", json!({})).await;
+    // Set b: both dev resources fail; the budget is 1.
+    binding(&env, &ns, "b-d0", "b", "dev", fail.clone()).await;
+    binding(&env, &ns, "b-d1", "b", "dev", fail).await;
+    binding(&env, &ns, "b-p0", "b", "prod", json!({})).await;
+    let within = env
+        .create_plan("within", two_groups("a", json!({"maxFailures": 1})))
+        .await
+        .unwrap();
+    let over = env
+        .create_plan("over", two_groups("b", json!({"maxFailures": "50%"})))
+        .await
+        .unwrap();
+    let run_a = env.create_run(&format!("{within}-1"), &within, false).await.unwrap();
+    let run_b = env.create_run(&format!("{over}-1"), &over, false).await.unwrap();
+
+    let a = finished(&env, &run_a).await;
+    let status = a.status.clone().unwrap();
+    assert_eq!(status.state, RunState::Completed, "{}", controller.log_text());
+    let c = find_condition(&status.conditions, reasons::RUN_SUCCEEDED).unwrap();
+    assert_eq!(
+        (c.status, c.reason.as_str(), c.message.as_str()),
+        (
+            ConditionStatus::True,
+            "RunCompletedWithFailures",
+            "2/3 resources upgraded to v2.0.0; 1 failed within the failure budget"
+        )
+    );
+    assert_eq!(
+        (status.rollout_groups[0].failed, status.rollout_groups[1].succeeded),
+        (1, 1),
+        "the second group ran"
+    );
+    assert_eq!(live(&env, &ns, "a-p0").await.last_applied_version(), "v2.0.0");
+    let events = env
+        .events_when(&run_a, |(t, r, _)| t == "Warning" && r == "UpgradeRunCompleted")
+        .await
+        .unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|(t, r, m)| t == "Warning" && r == "UpgradeRunCompleted" && m == &c.message),
+        "{events:?}"
+    );
+    let plan = env
+        .wait_plan(&within, WAIT, "lastRun", |p| {
+            p.status.as_ref().and_then(|s| s.last_run.as_ref()).is_some()
+        })
+        .await
+        .unwrap();
+    let last = plan.status.unwrap().last_run.unwrap();
+    assert_eq!(
+        (last.reason.as_str(), last.message.as_str()),
+        ("RunCompletedWithFailures", c.message.as_str())
+    );
+
+    // 50% of 2 tolerates 1: two failures fail the run in its first group; prod never starts.
+    let b = finished(&env, &run_b).await.status.unwrap();
+    assert_eq!(b.state, RunState::Failed);
+    let c = find_condition(&b.conditions, reasons::RUN_SUCCEEDED).unwrap();
+    assert_eq!(
+        (c.reason.as_str(), c.message.as_str()),
+        (
+            "ResourceUpgradeFailed",
+            "2 resource(s) failed to upgrade in rollout group \"dev\""
+        )
+    );
+    assert_eq!(
+        live(&env, &ns, "b-p0").await.spec.version,
+        "v1.0.0",
+        "prod never started"
+    );
+    env.teardown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_resource_past_its_deadline_counts_as_failed_and_frees_its_slot() {
+    let (env, ns, controller) = world("deadline").await;
+    // One at a time: a-slow never finishes (kratix-sim waits an hour); after 3 s it counts as
+    // failed and b-next takes its slot.
+    binding(&env, &ns, "a-slow", "c", "dev", json!({"kratix-sim/delay": "1h"})).await;
+    binding(&env, &ns, "b-next", "c", "dev", json!({})).await;
+    binding(&env, &ns, "c-p0", "c", "prod", json!({})).await;
+    let plan = env
+        .create_plan(
+            "deadline",
+            two_groups(
+                "c",
+                json!({"maxConcurrent": 1, "maxFailures": 1, "progressDeadline": "3s"}),
+            ),
+        )
+        .await
+        .unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    let r = finished(&env, &run).await.status.unwrap();
+    assert_eq!(r.state, RunState::Completed, "{}", controller.log_text());
+    assert_eq!((r.rollout_groups[0].failed, r.rollout_groups[0].succeeded), (1, 1));
+    let (slow, next) = (live(&env, &ns, "a-slow").await, live(&env, &ns, "b-next").await);
+    assert_eq!(slow.last_applied_version(), "v1.0.0", "still running in Kratix");
+    let waited = started_at(&next) - started_at(&slow);
+    assert!(
+        waited >= chrono::Duration::seconds(3),
+        "b-next started {waited} after a-slow: the slot was held until the deadline"
+    );
+    let events = env
+        .events_when(&run, |(_, r, m)| {
+            r == "ResourceUpgradeFailed" && m.contains("did not finish within 3s")
+        })
+        .await
+        .unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|(_, _, m)| m.ends_with("failed to upgrade to v2.0.0: did not finish within 3s")),
+        "{events:?}"
+    );
+    env.teardown().await.unwrap();
+}
+
+#[tokio::test]
+async fn run_history_limit_keeps_the_newest_runs_of_each_kind() {
+    let (env, ns, controller) = world("history").await;
+    binding(&env, &ns, "d0", "d", "dev", json!({})).await;
+    binding(
+        &env,
+        &ns,
+        "f0",
+        "f",
+        "dev",
+        json!({"kratix-sim/fail-version": "v2.0.0"}),
+    )
+    .await;
+    let limited = |set: &str| {
+        let mut spec = two_groups(set, json!({}));
+        spec["runHistoryLimit"] = json!({"succeeded": 2, "failed": 1});
+        spec
+    };
+    let ok_plan = env.create_plan("ok", limited("d")).await.unwrap();
+    let failing_plan = env.create_plan("failing", limited("f")).await.unwrap();
+    // Runs one after the other: four that complete (the first upgrades d0, the rest find it at
+    // the target), two that fail.
+    let sequence = async |plan: &str, prefix: &str, n: usize, want: RunState| {
+        let mut runs = vec![];
+        for i in 0..n {
+            let run = env
+                .create_run(&format!("{plan}-{prefix}{i}"), plan, false)
+                .await
+                .unwrap();
+            assert_eq!(finished(&env, &run).await.status.unwrap().state, want, "{run}");
+            runs.push(run);
+        }
+        runs
+    };
+    let (completed, failed) = tokio::join!(
+        sequence(&ok_plan, "c", 4, RunState::Completed),
+        sequence(&failing_plan, "f", 2, RunState::Failed)
+    );
+    let runs_of = async |plan: &str| {
+        let mut names: Vec<String> = env
+            .runs()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|r| r.plan_name() == plan && r.metadata.deletion_timestamp.is_none())
+            .map(|r| r.metadata.name.unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    let mut kept = (vec![], vec![]);
+    for _ in 0..120 {
+        kept = (runs_of(&ok_plan).await, runs_of(&failing_plan).await);
+        if kept.0 == completed[2..] && kept.1 == failed[1..] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        kept.0,
+        completed[2..].to_vec(),
+        "the newest two Completed runs stay\n{}",
+        controller.log_text()
+    );
+    assert_eq!(kept.1, failed[1..].to_vec(), "the newest Failed run stays");
+    for (plan, last) in [(&ok_plan, &completed[3]), (&failing_plan, &failed[1])] {
+        let status = env.plans().get(plan).await.unwrap().status.unwrap();
+        assert_eq!(
+            &status.last_run.unwrap().name,
+            last,
+            "lastRun is not changed by pruning"
+        );
+    }
+    let events = env.events_when(&ok_plan, |(_, r, _)| r == "RunDeleted").await.unwrap();
+    assert_eq!(
+        events.iter().filter(|(_, r, _)| r == "RunDeleted").count(),
+        2,
+        "{events:?}"
+    );
+    env.teardown().await.unwrap();
+}
