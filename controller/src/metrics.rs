@@ -24,7 +24,9 @@ enum G {
     PlanLastRunInfo,
     PlanActiveRunInfo,
     PlanLastFailure,
+    PlanLastRunFailedResources,
     PlanRunCreateFailing,
+    GroupFailureBudget,
     GroupMaxConcurrent,
     WindowOpen,
     WindowActive,
@@ -51,6 +53,8 @@ pub struct Metrics {
     plan_last_run_info: IntGaugeVec,
     plan_active_run_info: IntGaugeVec,
     plan_last_failure: GaugeVec,
+    plan_last_run_failed_resources: IntGaugeVec,
+    group_failure_budget: IntGaugeVec,
     plan_run_create_failing: IntGaugeVec,
     pub runs_total: IntCounterVec,
     pub runs_superseded_total: IntCounterVec,
@@ -157,6 +161,8 @@ impl Metrics {
             plan_last_run_info: gauge(&r, &n("plan_last_run_info"), "Always 1, one series per plan: its last finished run (status.lastRun), so that alerts can name it.", &["plan", "run", "result", "reason"]),
             plan_active_run_info: gauge(&r, &n("plan_active_run_info"), "Always 1, one series per plan with an active run: its name, state and, while Pending, why (PlanInvalid, PromiseNotFound, PromiseRevisionNotFound).", &["plan", "run", "state", "reason"]),
             plan_last_failure: fgauge(&r, &n("plan_last_failure_timestamp_seconds"), "Unix time the plan's most recent failed run ended, one series per plan; run and reason name it.", &["plan", "run", "reason"]),
+            plan_last_run_failed_resources: gauge(&r, &n("plan_last_run_failed_resources"), "Resources that failed in the plan's last run (within its failure budget when it completed).", &["plan"]),
+            group_failure_budget: gauge(&r, &n("group_failure_budget"), "Failed resources the group tolerates (maxFailures resolved against its current size; 0: the first failure fails the run).", &["plan", "group"]),
             plan_run_create_failing: gauge(&r, &n("plan_run_create_failing"), "1 while the API server refuses the run a due trigger asks for (the trigger is retried).", &["plan"]),
             runs_total: counter(&r, &n("runs_total"), "Runs that finished, by trigger and result.", &["plan", "trigger", "result"]),
             runs_superseded_total: counter(&r, &n("runs_superseded_total"), "Runs superseded by a newer run of the same plan.", &["plan"]),
@@ -201,6 +207,8 @@ impl Metrics {
             G::PlanLastRunInfo => &self.plan_last_run_info,
             G::PlanActiveRunInfo => &self.plan_active_run_info,
             G::PlanRunCreateFailing => &self.plan_run_create_failing,
+            G::PlanLastRunFailedResources => &self.plan_last_run_failed_resources,
+            G::GroupFailureBudget => &self.group_failure_budget,
             G::GroupMaxConcurrent => &self.group_max_concurrent,
             G::WindowOpen => &self.window_open,
             G::WindowActive => &self.window_active,
@@ -284,6 +292,9 @@ impl Metrics {
                 1.0,
             ));
         }
+        if let Some(n) = s.last_run_failed_resources {
+            series.push((G::PlanLastRunFailedResources, vec![p()], n as f64));
+        }
         if let Some((r, at)) = &s.last_failure {
             series.push((G::PlanLastFailure, vec![p(), r.run.clone(), r.reason.clone()], *at));
         }
@@ -299,6 +310,9 @@ impl Metrics {
             series.push((G::WindowOpen, pg(), f64::from(g.window_open)));
             if let Some(c) = g.max_concurrent {
                 series.push((G::GroupMaxConcurrent, pg(), c as f64));
+            }
+            if let Some(b) = g.failure_budget {
+                series.push((G::GroupFailureBudget, pg(), b as f64));
             }
             for (i, kind, active) in &g.windows {
                 series.push((
@@ -452,6 +466,8 @@ impl Metrics {
             &self.plan_last_run_info,
             &self.plan_active_run_info,
             &self.plan_last_failure,
+            &self.plan_last_run_failed_resources,
+            &self.group_failure_budget,
             &self.plan_run_create_failing,
             &self.runs_total,
             &self.runs_superseded_total,
@@ -535,7 +551,7 @@ mod tests {
             .iter()
             .map(|r| r["expr"].as_str().unwrap().to_string())
             .collect();
-        assert_eq!(exprs.len(), 8);
+        assert_eq!(exprs.len(), 9);
         let dashboard: serde_json::Value = serde_json::from_str(&monitoring("dashboard.json")).unwrap();
         let panel_exprs = dashboard_queries(&dashboard);
         let used: BTreeSet<String> = exprs.iter().chain(&panel_exprs).flat_map(|e| names_in(e)).collect();
@@ -641,6 +657,8 @@ mod tests {
             "window_next_open_timestamp_seconds",
             "window_next_close_timestamp_seconds",
             "blocked",
+            "plan_last_run_failed_resources",
+            "group_failure_budget",
         ] {
             assert!(exported.contains(&format!("upgradeplan_{name}")), "{name}");
         }

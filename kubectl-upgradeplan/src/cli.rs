@@ -189,6 +189,10 @@ pub enum Command {
         /// With -w, give up after this long (e.g. 30m).
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         timeout: Option<std::time::Duration>,
+        /// With -w, exit 1 also when the run completed with failures its groups' maxFailures
+        /// tolerated (RunCompletedWithFailures; by default that is a completion, exit 0).
+        #[arg(long)]
+        fail_on_tolerated: bool,
     },
     /// Suspend a plan (no scheduled runs) or a run (no new upgrades start). TARGET is a name, or
     /// plan/NAME or run/NAME when both exist.

@@ -305,12 +305,7 @@ pub fn explain(
             max_failures: FailureBudget::parse(g.max_failures.as_ref())
                 .ok()
                 .filter(|_| g.max_failures.is_some())
-                .and_then(|b| {
-                    size.map(|n| b.resolve(n)).or(match b {
-                        FailureBudget::Count(c) => Some(c as usize),
-                        FailureBudget::Percent(_) => None,
-                    })
-                }),
+                .and_then(|b| b.shown(size)),
             progress_deadline: g.progress_deadline.clone(),
         });
     }

@@ -162,9 +162,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run { plan, preview, name } => {
             verbs::run(&client::connect(g).await?, plan, *preview, name.as_deref()).await?
         }
-        Command::Status { run, watch, timeout } => {
+        Command::Status {
+            run,
+            watch,
+            timeout,
+            fail_on_tolerated,
+        } => {
             let c = client::connect(&g.watching_if(*watch)).await?;
-            let code = verbs::status(&c, g, run, *watch, *timeout, &style).await?;
+            let code = verbs::status(&c, g, run, *watch, *timeout, *fail_on_tolerated, &style).await?;
             return Ok(ExitCode::from(code));
         }
         Command::Suspend { target } => verbs::set_suspend(&client::connect(g).await?, target, true).await?,

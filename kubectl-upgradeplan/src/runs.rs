@@ -365,6 +365,20 @@ pub fn run_resources(
         })
         .collect();
     let header = format!("{} {} → {to}\n", style.bold("UpgradeRun"), style.bold(&name));
+    let recorded = run
+        .status
+        .as_ref()
+        .map(|s| s.rollout_groups.as_slice())
+        .unwrap_or_default();
+    let budgets: Vec<String> = failure_budgets(frozen, recorded)
+        .iter()
+        .map(|b| format!("{}: {}", b.group, b.words()))
+        .collect();
+    let footer = if budgets.is_empty() {
+        String::new()
+    } else {
+        format!("\n{} {}\n", style.bold("Failure budget:"), budgets.join("; "))
+    };
     (
         rows,
         header
@@ -372,7 +386,8 @@ pub fn run_resources(
                 style,
                 &["GROUP", "RESOURCE", "FROM", "NOW", "OUTCOME", "DETAIL"],
                 &table_rows,
-            ),
+            )
+            + &footer,
     )
 }
 
@@ -399,6 +414,47 @@ pub struct StatusJson {
     pub in_flight_resources: Vec<String>,
     /// The resources that failed, with Kratix's message.
     pub failed_resources: Vec<FailedResource>,
+    /// Groups with a failure budget (`maxFailures`): how many failed of how many allowed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failure_budgets: Vec<BudgetUse>,
+}
+
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct BudgetUse {
+    pub group: String,
+    pub failed: i64,
+    pub allowed: usize,
+}
+
+impl BudgetUse {
+    /// "2 failed within budget (3 allowed)".
+    pub fn words(&self) -> String {
+        let verdict = if self.failed as usize > self.allowed {
+            "over budget"
+        } else {
+            "within budget"
+        };
+        format!("{} failed {verdict} ({} allowed)", self.failed, self.allowed)
+    }
+}
+
+/// Budget use of each group of the frozen plan that has a `maxFailures`.
+pub fn failure_budgets(frozen: &Frozen, groups: &[GroupStatus]) -> Vec<BudgetUse> {
+    frozen
+        .plan
+        .rollout_groups
+        .iter()
+        .filter(|g| g.max_failures.is_some())
+        .filter_map(|g| {
+            let counts = groups.iter().find(|c| c.name == g.name)?;
+            let budget = upgradeplan::engine::budget::FailureBudget::parse(g.max_failures.as_ref()).ok()?;
+            Some(BudgetUse {
+                group: g.name.clone(),
+                failed: counts.failed,
+                allowed: budget.resolve(counts.total as usize),
+            })
+        })
+        .collect()
 }
 
 #[derive(Serialize, Debug, Clone, PartialEq, Eq)]
@@ -553,10 +609,14 @@ pub fn status(
             .and_then(|e| e.gate)
             .and_then(|g| g.next_open),
         in_flight_resources: in_flight_resources(eval.as_ref(), frozen),
-        failed_resources: match (s.state, frozen) {
-            (RunState::Failed, Some(f)) => failed_resources(run, f, live),
+        // Failures that failed the run, or that a budget tolerated (in any state).
+        failed_resources: match frozen {
+            Some(f) if s.state == RunState::Failed || groups.iter().any(|g| g.failed > 0) => {
+                failed_resources(run, f, live)
+            }
             _ => Vec::new(),
         },
+        failure_budgets: frozen.map(|f| failure_budgets(f, &groups)).unwrap_or_default(),
     };
     let mut out = format!(
         "{} {} (plan {}) — {}\n",
@@ -622,6 +682,14 @@ pub fn status(
             ],
             &rows,
         ));
+    }
+    if !json.failure_budgets.is_empty() {
+        let words: Vec<String> = json
+            .failure_budgets
+            .iter()
+            .map(|b| format!("{}: {}", b.group, b.words()))
+            .collect();
+        out.push_str(&format!("\n{} {}\n", style.bold("Failure budget:"), words.join("; ")));
     }
     if !json.in_flight_resources.is_empty() {
         out.push_str(&format!(

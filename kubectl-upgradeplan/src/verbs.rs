@@ -335,6 +335,7 @@ pub async fn status(
     name: &str,
     watch: bool,
     timeout: Option<Duration>,
+    fail_on_tolerated: bool,
     style: &Style,
 ) -> anyhow::Result<u8> {
     let run = get_run(client, name).await?;
@@ -347,7 +348,14 @@ pub async fn status(
         return Ok(0);
     }
     // The watch ends with the run, or when a newer run supersedes it (which it names).
+    let tolerated = |r: &UpgradeRun| {
+        r.status
+            .as_ref()
+            .and_then(|s| find_condition(&s.conditions, reasons::RUN_SUCCEEDED))
+            .is_some_and(|c| c.reason == reasons::RUN_COMPLETED_WITH_FAILURES)
+    };
     let exit_code = |r: &UpgradeRun| match r.status.as_ref().map(|s| (s.state, s.superseded_by.as_deref())) {
+        Some((RunState::Completed, _)) if fail_on_tolerated && tolerated(r) => Some(EXIT_FAILED),
         Some((RunState::Completed, _)) => Some(0),
         Some((RunState::Failed, _)) => Some(EXIT_FAILED),
         Some((RunState::Cancelled, _)) => Some(EXIT_CANCELLED),

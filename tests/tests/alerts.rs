@@ -97,7 +97,7 @@ async fn every_alert_fires_and_resolves() {
         .await
         .unwrap();
     let ns = env.namespace("apps").await.unwrap();
-    for role in ["bad", "slow", "ok"] {
+    for role in ["bad", "slow", "ok", "tolerated"] {
         env.binding(&ns, role, &[("role", role)], "v1.0.0", Some("v1.0.0"))
             .await
             .unwrap();
@@ -110,6 +110,7 @@ async fn every_alert_fires_and_resolves() {
         async move { env.patch_binding(&ns, &binding, patch).await.unwrap() }
     };
     annotate("bad", "kratix-sim/fail-version", "v2.0.0").await;
+    annotate("tolerated", "kratix-sim/fail-version", "v2.0.0").await;
     annotate("slow", "kratix-sim/delay", "1h").await;
     env.start_sim(SIM, &[]).unwrap();
     let metrics = format!("127.0.0.1:{}", free_port().unwrap());
@@ -162,6 +163,51 @@ async fn every_alert_fires_and_resolves() {
                 "{description}"
             );
             prom.wait_alert("UpgradeRunFailed", &[("plan", &plan)], false, ALERT_WAIT)
+                .await
+                .unwrap();
+        };
+
+        // UpgradeRunCompletedWithFailures: a failure within the group's budget; a clean run
+        // after the fix resolves it.
+        let tolerated = async {
+            let mut s = spec("tolerated");
+            s["rolloutGroups"][0]["maxFailures"] = json!(1);
+            let plan = env.create_plan("tolerated", s).await.unwrap();
+            let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+            let alert = prom
+                .wait_alert(
+                    "UpgradeRunCompletedWithFailures",
+                    &[("plan", &plan), ("run", &run)],
+                    true,
+                    ALERT_WAIT,
+                )
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                alert["annotations"]["summary"],
+                format!(
+                    "UpgradeRun {run} of plan {plan} completed with 1 failed resource(s) within its failure budget"
+                ),
+                "{alert}"
+            );
+            let binding = format!("tolerated-{}", env.promise);
+            env.patch_binding(
+                &ns,
+                &binding,
+                json!({"metadata": {"annotations": {"kratix-sim/fail-version": null}}}),
+            )
+            .await
+            .unwrap();
+            let again = env.create_run(&format!("{plan}-2"), &plan, false).await.unwrap();
+            let r = env
+                .wait_run(&again, WAIT, "completed", |r| {
+                    r.status.as_ref().is_some_and(|s| s.state.is_terminal())
+                })
+                .await
+                .unwrap();
+            assert_eq!(r.status.unwrap().state, RunState::Completed);
+            prom.wait_alert("UpgradeRunCompletedWithFailures", &[("plan", &plan)], false, ALERT_WAIT)
                 .await
                 .unwrap();
         };
@@ -296,7 +342,7 @@ async fn every_alert_fires_and_resolves() {
             .unwrap();
         };
 
-        tokio::join!(failed, stuck, pending, invalid, refused, errors);
+        tokio::join!(failed, tolerated, stuck, pending, invalid, refused, errors);
     }
 
     // UpgradeControllerAbsent: the controller stops; a new one resolves it.

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use upgradeplan::api::kratix::ResourceBinding;
 use upgradeplan::api::{find_condition, reasons, ConditionStatus, RunState, UpgradeRun, UPGRADE_STARTED_AT_ANNOTATION};
-use upgradeplan_e2e::harness::TestEnv;
+use upgradeplan_e2e::harness::{run_plugin, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
@@ -129,6 +129,51 @@ async fn a_failure_within_budget_completes_the_run_and_one_more_fails_it() {
     assert_eq!(
         (last.reason.as_str(), last.message.as_str()),
         ("RunCompletedWithFailures", c.message.as_str())
+    );
+
+    // The plugin: the budget's use, the failed resource with Kratix's message, and exit codes
+    // that treat a tolerated failure as a completion unless asked otherwise.
+    let snap = env.snapshot_namespace();
+    let status = run_plugin(None, &["status", &run_a, "--snapshot-namespace", &snap])
+        .await
+        .unwrap();
+    assert!(
+        status
+            .stdout
+            .contains("Failure budget: dev: 1 failed within budget (1 allowed)")
+            && status
+                .stdout
+                .contains(&format!("Failed:\n  {ns}/a-d0: workflow failed: simulated")),
+        "{}",
+        status.stdout
+    );
+    let watched = run_plugin(None, &["status", &run_a, "-w", "--snapshot-namespace", &snap])
+        .await
+        .unwrap();
+    assert_eq!(watched.code, Some(0), "{}", watched.stderr);
+    let strict = run_plugin(
+        None,
+        &[
+            "status",
+            &run_a,
+            "-w",
+            "--fail-on-tolerated",
+            "--snapshot-namespace",
+            &snap,
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(strict.code, Some(1), "{}", strict.stderr);
+    let history = run_plugin(None, &["history", &within, &run_a, "--snapshot-namespace", &snap])
+        .await
+        .unwrap();
+    assert!(
+        history
+            .stdout
+            .contains("Failure budget: dev: 1 failed within budget (1 allowed)"),
+        "{}",
+        history.stdout
     );
 
     // 50% of 2 tolerates 1: two failures fail the run in its first group; prod never starts.

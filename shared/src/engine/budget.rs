@@ -54,6 +54,17 @@ impl FailureBudget {
         }
     }
 
+    /// The budget as shown everywhere (`explain -o json`, the `group_failure_budget` gauge):
+    /// resolved against the group's current size when known; `None` for a percentage of a group
+    /// whose size is not known.
+    pub fn shown(self, group_size: Option<usize>) -> Option<usize> {
+        match (self, group_size) {
+            (_, Some(n)) => Some(self.resolve(n)),
+            (FailureBudget::Count(c), None) => Some(c as usize),
+            (FailureBudget::Percent(_), None) => None,
+        }
+    }
+
     /// The budget in words, for `explain` and `status`: "tolerates 1 failure: 10% of 8, rounded
     /// up"; "the first failure fails the run".
     pub fn describe(self, group_size: Option<usize>) -> String {

@@ -16,6 +16,7 @@ use crate::api::{
     RunState, UpgradePlan, UpgradePlanStatus, UpgradeRun, WindowKind,
 };
 use crate::engine::admission::{last_run_of, summarize};
+use crate::engine::budget::FailureBudget;
 use crate::engine::concurrency::Limit;
 use crate::engine::schedule::{scheduled_run_name, TriggerAction, Triggers};
 use crate::engine::snapshot::{assign, Snapshot};
@@ -56,6 +57,9 @@ pub struct GroupGauges {
     pub name: String,
     /// [`Limit::shown`], with no limit shown as the group's size; absent when not known.
     pub max_concurrent: Option<i64>,
+    /// Failed resources the group tolerates (`maxFailures` resolved against its current size);
+    /// absent when a percentage cannot be resolved (membership unknown).
+    pub failure_budget: Option<i64>,
     pub window_open: bool,
     /// (index, kind, active) per window.
     pub windows: Vec<(usize, &'static str, bool)>,
@@ -86,6 +90,9 @@ pub struct PlanGauges {
     /// (from its runs, so a retry that completes right after does not hide it; else `lastRun`)
     /// and when it ended.
     pub last_failure: Option<(RunInfo, f64)>,
+    /// `upgradeplan_plan_last_run_failed_resources`: resources that failed in the last run (within
+    /// its budget when it completed), while that run still exists.
+    pub last_run_failed_resources: Option<i64>,
     pub groups: Vec<GroupGauges>,
 }
 
@@ -261,6 +268,12 @@ pub fn step(
             r.metadata.name.as_deref() == Some(status.active_run_ref.as_str()) && !status.active_run_ref.is_empty()
         })
         .map(|r| active_run_info(r, promise_found));
+    gauges.last_run_failed_resources = status.last_run.as_ref().and_then(|l| {
+        runs.iter()
+            .find(|r| r.metadata.name.as_deref() == Some(l.name.as_str()))
+            .and_then(|r| r.status.as_ref())
+            .map(|s| s.rollout_groups.iter().map(|g| g.failed).sum())
+    });
     gauges.last_failure = runs
         .iter()
         .filter_map(|r| last_run_of(r))
@@ -325,6 +338,10 @@ fn gauges(
                     Ok(l) => l.shown(size).map(|n| n as i64),
                     Err(_) => None,
                 },
+                failure_budget: FailureBudget::parse(g.max_failures.as_ref())
+                    .ok()
+                    .and_then(|b| b.shown(size))
+                    .map(|n| n as i64),
                 window_open: state.open,
                 windows: gate
                     .iter()
@@ -360,6 +377,7 @@ fn gauges(
         }),
         active_run: None,
         last_failure: None,
+        last_run_failed_resources: None,
         last_finished: status
             .last_run
             .as_ref()
