@@ -178,7 +178,7 @@ pub enum Command {
     /// completes, 1 when it fails, 2 when it is cancelled, 3 on --timeout, 5 when it is
     /// superseded (4: any error).
     #[command(
-        after_help = "Examples:\n  kubectl upgradeplan status redis-v1-to-v2-demo\n  kubectl upgradeplan status redis-v1-to-v2-demo -w --timeout 2h   # in a pipeline"
+        after_help = "Examples:\n  kubectl upgradeplan status redis-v1-to-v2-demo\n  kubectl upgradeplan status redis-v1-to-v2-demo -w --timeout 2h   # in a pipeline\n  kubectl upgradeplan status redis-v1-to-v2-demo -w --fail-on-tolerated   # also fail on failures within maxFailures"
     )]
     Status {
         /// The UpgradeRun.

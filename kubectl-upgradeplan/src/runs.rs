@@ -535,13 +535,18 @@ pub fn shared_entries_note(snapshot: &upgradeplan::engine::snapshot::Snapshot) -
 
 /// A group's phase in `status`: a run that ended says how each unfinished group ended, never
 /// `waiting`.
-pub fn group_phase(state: RunState, current: Option<usize>, index: usize, g: &GroupStatus) -> &'static str {
+/// `groups` are the run's counts, so that a failed run's failing group (its last group with
+/// failures) is told from earlier groups whose failures their budget tolerated.
+pub fn group_phase(state: RunState, current: Option<usize>, index: usize, groups: &[GroupStatus]) -> &'static str {
+    let Some(g) = groups.get(index) else { return "waiting" };
     let complete = g.failed == 0 && g.succeeded + g.skipped == g.total;
+    let failing = state == RunState::Failed && groups.iter().rposition(|g| g.failed > 0) == Some(index);
     match current {
         Some(c) if c == index => "current",
-        // Behind the current group, or in a completed run: failures there were within budget.
+        // Behind the current group, or before the one that failed the run: failures there were
+        // within budget.
         Some(c) if index < c => "done",
-        _ if g.failed > 0 && state == RunState::Completed => "done",
+        _ if g.failed > 0 && !failing && state != RunState::Cancelled => "done",
         _ if g.failed > 0 => "failed",
         _ if complete && (g.total > 0 || state == RunState::Completed) => "done",
         _ => match state {
@@ -649,7 +654,7 @@ pub fn status(
             .iter()
             .enumerate()
             .map(|(i, g)| {
-                let phase = group_phase(s.state, current, i, g);
+                let phase = group_phase(s.state, current, i, &groups);
                 let in_flight = if Some(i) == current {
                     json.in_flight.to_string()
                 } else {
@@ -861,14 +866,22 @@ mod tests {
             (Completed, None, 0, group(3, 2, 1, 0), "done"),
             (InProgress, Some(1), 0, group(3, 2, 1, 0), "done"),
             (InProgress, Some(0), 0, group(3, 1, 1, 0), "current"),
+            (Failed, None, 0, group(3, 2, 1, 0), "failed"),
         ];
         for (state, current, index, g, want) in cases {
+            // The group at `index`, after groups that completed cleanly.
+            let mut groups = vec![group(1, 1, 0, 0); index];
+            groups.push(g.clone());
             assert_eq!(
-                group_phase(state, current, index, &g),
+                group_phase(state, current, index, &groups),
                 want,
                 "{state:?} {current:?} {index} {g:?}"
             );
         }
+        // A failed run: a tolerated failure in dev, then prod over its budget.
+        let groups = vec![group(3, 2, 1, 0), group(2, 0, 2, 0), group(2, 0, 0, 0)];
+        let phases: Vec<&str> = (0..3).map(|i| group_phase(Failed, None, i, &groups)).collect();
+        assert_eq!(phases, vec!["done", "failed", "not started"]);
     }
 
     fn run(name: &str, created: &str, status: UpgradeRunStatus) -> UpgradeRun {

@@ -322,3 +322,86 @@ async fn run_history_limit_keeps_the_newest_runs_of_each_kind() {
     );
     env.teardown().await.unwrap();
 }
+
+/// The same limit across scheduled runs: a plan that fires every minute keeps only its newest
+/// Completed run, and each pruned run's snapshot goes with it.
+#[tokio::test]
+async fn run_history_limit_applies_to_scheduled_runs_and_takes_their_snapshots() {
+    let (env, _ns, controller) = world("sched-history").await;
+    let mut spec = two_groups("nothing", json!({}));
+    spec["upgradeExecutionPolicy"] = json!({"repeatSchedule": "* * * * *"});
+    spec["runHistoryLimit"] = json!({"succeeded": 1});
+    let plan = env.create_plan("every-minute", spec).await.unwrap();
+    // Three triggers: up to three minutes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(200);
+    let mut seen = std::collections::BTreeSet::new();
+    loop {
+        for r in env.runs().list(&Default::default()).await.unwrap().items {
+            if r.plan_name() == plan {
+                seen.insert(r.metadata.name.clone().unwrap());
+            }
+        }
+        if seen.len() >= 3 || std::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(
+        seen.len() >= 3,
+        "three scheduled runs: {seen:?}\n{}",
+        controller.log_text()
+    );
+    let newest = seen.iter().max().unwrap().clone(); // <plan>-YYYYMMDD-HHMM sorts by time
+    env.wait_run(&newest, WAIT, "completed", |r| {
+        r.status.as_ref().is_some_and(|s| s.state == RunState::Completed)
+    })
+    .await
+    .unwrap();
+    let snap = env.snapshot_namespace();
+    let config_maps: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(env.client.clone(), &snap);
+    let mut left = (vec![], vec![]);
+    for _ in 0..120 {
+        let mut runs: Vec<String> = env
+            .runs()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|r| r.plan_name() == plan && r.metadata.deletion_timestamp.is_none())
+            .map(|r| r.metadata.name.unwrap())
+            .collect();
+        runs.sort();
+        let mut snapshots: Vec<String> = config_maps
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|c| c.metadata.name)
+            .filter(|n| n.starts_with(&plan))
+            .collect();
+        snapshots.sort();
+        left = (runs, snapshots);
+        if left.0 == [newest.clone()] && left.1 == [format!("{newest}-resource-snapshot")] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(left.0, vec![newest.clone()], "only the newest Completed run stays");
+    assert_eq!(
+        left.1,
+        vec![format!("{newest}-resource-snapshot")],
+        "the pruned runs' snapshots went with them (every run has one)"
+    );
+    env.plans()
+        .patch(
+            &plan,
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"suspend": true}})),
+        )
+        .await
+        .unwrap();
+    env.teardown().await.unwrap();
+}
