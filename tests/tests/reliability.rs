@@ -353,7 +353,7 @@ async fn crash_campaign_controller_sigkilled_at_random_moments() {
         last_kill.as_secs_f64(),
         elapsed.as_secs_f64(),
         o.max_in_flight_total,
-        patches.values().sum::<usize>(),
+        patches.values().map(|p| p.applied).sum::<usize>(),
         requests.len(),
         repaired_announcements(&texts),
     );
