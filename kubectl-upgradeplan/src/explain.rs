@@ -231,6 +231,18 @@ pub fn explain(
             }
         }
     }
+    if let Some(limit) = &spec.run_history_limit {
+        let keep = |n: Option<i32>, kind: &str| match n {
+            Some(n) => format!("the newest {n} {kind} runs"),
+            None => format!("every {kind} run"),
+        };
+        line(format!(
+            "{} {} and {} (Failed, Cancelled, superseded); older ones are deleted with their snapshots",
+            style.bold("Keeps:"),
+            keep(limit.succeeded, "Completed"),
+            keep(limit.failed, "failed")
+        ));
+    }
     line(String::new());
 
     line(style.bold("Groups, in order:"));

@@ -81,6 +81,25 @@ fn explain_golden() {
     golden("explain-three-groups.txt", &stdout(&o));
 }
 
+/// Spec §13.1 in words: each group's failure budget (a percentage resolved against its
+/// resources), the progress deadline, and what the history limits keep.
+#[test]
+fn explain_says_budgets_deadlines_and_history_limits() {
+    let o = plugin(&[
+        "explain",
+        "-f",
+        &fixture("budgets-plan.yaml"),
+        "--bindings",
+        &fixture("bindings.json"),
+        "--now",
+        NOW,
+        "--runs",
+        "1",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    golden("explain-budgets.txt", &stdout(&o));
+}
+
 /// Issue 15: both day fields restricted are said in words, and a window whose starts fall in a
 /// spring gap opens at the gap's end (Berlin, 2026-03-29 01:00Z), as the controller acts.
 #[test]
