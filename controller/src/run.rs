@@ -459,7 +459,14 @@ async fn patch_bindings(
     to: &str,
 ) -> Result<bool> {
     let run_name = run.name_any();
-    let retry_meta = json!({"labels": {MANUAL_RECONCILIATION_LABEL: "true"}, "annotations": {RETRY_REQUESTED_BY_ANNOTATION: run_name}});
+    // A retry is a new attempt: its progressDeadline counts from now, not from the first start.
+    let retry_meta = json!({
+        "labels": {MANUAL_RECONCILIATION_LABEL: "true"},
+        "annotations": {
+            RETRY_REQUESTED_BY_ANNOTATION: run_name,
+            UPGRADE_STARTED_AT_ANNOTATION: upgradeplan::time::rfc3339(crate::clock::now()),
+        },
+    });
     // Futures are built per chunk (a stream mapping borrowed items through a closure is not
     // provably Send across the await), so that thousands of starts never sit in memory at once.
     let mut conflict = false;

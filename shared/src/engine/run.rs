@@ -151,7 +151,8 @@ impl Deadline {
 
 /// An in-flight upgrade past its group's deadline counts as Failed (`did not finish within
 /// <d>`) and no longer takes a slot (spec §13.1); every other outcome is unchanged, so a late
-/// success counts as Succeeded.
+/// success counts as Succeeded. One about to be retried is a new attempt: its clock restarts with
+/// the retry request (which rewrites the start annotation), so it is not failed on the old one.
 pub fn apply_deadline(
     outcome: Outcome,
     live: Option<&ResourceBinding>,
@@ -159,9 +160,11 @@ pub fn apply_deadline(
     now: DateTime<Utc>,
 ) -> Outcome {
     match (&outcome, live, deadline) {
-        (Outcome::InFlight { .. }, Some(b), Some(d)) if d.expires(b).is_some_and(|at| at <= now) => Outcome::Failed {
-            message: texts::deadline_passed(&d.written),
-        },
+        (Outcome::InFlight { request_retry: false }, Some(b), Some(d)) if d.expires(b).is_some_and(|at| at <= now) => {
+            Outcome::Failed {
+                message: texts::deadline_passed(&d.written),
+            }
+        }
         _ => outcome,
     }
 }
@@ -1287,6 +1290,55 @@ mod tests {
             e.verdict,
             Verdict::InProgress { group: 1 },
             "the completed group stays complete"
+        );
+    }
+
+    #[test]
+    fn a_retry_restarts_the_deadline_clock() {
+        let deadline = Deadline {
+            after: chrono::Duration::minutes(30),
+            written: "30m".into(),
+        };
+        let mut b = binding("ns", "r", &[], "v1", "v2");
+        b.metadata.annotations = Some(
+            [(
+                UPGRADE_STARTED_AT_ANNOTATION.to_string(),
+                "2026-06-01T09:00:00Z".to_string(),
+            )]
+            .into(),
+        );
+        let now = utc("2026-06-01T10:00:00Z");
+        // The first attempt is an hour old: about to be retried, it is not failed on that clock.
+        assert_eq!(
+            apply_deadline(
+                Outcome::InFlight { request_retry: true },
+                Some(&b),
+                Some(&deadline),
+                now
+            ),
+            Outcome::InFlight { request_retry: true }
+        );
+        assert_eq!(
+            apply_deadline(
+                Outcome::InFlight { request_retry: false },
+                Some(&b),
+                Some(&deadline),
+                now
+            ),
+            Outcome::Failed {
+                message: "did not finish within 30m".into()
+            }
+        );
+        // No start recorded (started before this controller wrote the annotation): no deadline.
+        b.metadata.annotations = None;
+        assert_eq!(
+            apply_deadline(
+                Outcome::InFlight { request_retry: false },
+                Some(&b),
+                Some(&deadline),
+                now
+            ),
+            Outcome::InFlight { request_retry: false }
         );
     }
 }
