@@ -10,6 +10,11 @@
 //! A failed version is never retried unless the label `kratix.io/manual-reconciliation: "true"`
 //! is present (it is removed when the retry starts). Without the target PromiseRevision the
 //! binding stays in progress, as in Kratix.
+//!
+//! Health (spec §13.2): after a successful upgrade of a binding annotated `kratix-sim/health:
+//! <state>`, and `kratix-sim/health-delay` (Go duration, default 0) after its success, a
+//! HealthRecord named after the binding, in its namespace, says that state for the upgraded
+//! version (`promiseVersion`, `lastRun`). A changed annotation rewrites it; no annotation, none.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +28,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use upgradeplan::api::kratix::{
-    PromiseRevision, ResourceBinding, LATEST_REVISION_LABEL, LATEST_VERSION, MANUAL_RECONCILIATION_LABEL,
+    HealthRecord, PromiseRevision, ResourceBinding, LATEST_REVISION_LABEL, LATEST_VERSION, MANUAL_RECONCILIATION_LABEL,
     PROMISE_NAME_LABEL, UPGRADE_COMPLETE, UPGRADE_FAILED, UPGRADE_IN_PROGRESS, UPGRADE_SUCCEEDED,
 };
 
@@ -31,6 +36,12 @@ use upgradeplan::api::kratix::{
 pub const DELAY_ANNOTATION: &str = "kratix-sim/delay";
 /// Annotation: the upgrade to this version fails.
 pub const FAIL_VERSION_ANNOTATION: &str = "kratix-sim/fail-version";
+/// Annotation: the health state the HealthRecord reports after a successful upgrade.
+pub const HEALTH_ANNOTATION: &str = "kratix-sim/health";
+/// Annotation: Go duration between the upgrade's success and its HealthRecord.
+pub const HEALTH_DELAY_ANNOTATION: &str = "kratix-sim/health-delay";
+/// The states a HealthRecord may report (Kratix's enum).
+pub const HEALTH_STATES: [&str; 5] = ["unknown", "ready", "unhealthy", "healthy", "degraded"];
 /// Message of a simulated failure.
 pub const FAILURE_MESSAGE: &str = "workflow failed: simulated";
 const FIELD_MANAGER: &str = "kratix-sim";
@@ -136,6 +147,88 @@ pub fn decide(
     }
 }
 
+/// What the simulator does about a binding's HealthRecord (pure, so it is unit-tested).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HealthStep {
+    Nothing,
+    /// Write the record then.
+    At(DateTime<Utc>),
+    /// Write the record saying `state` for `version` now.
+    Write {
+        state: String,
+        version: String,
+    },
+}
+
+/// Decides whether the binding's HealthRecord must be written: only after a successful upgrade
+/// (`lastAppliedVersion` and `UpgradeSucceeded=True`), when annotated, once the delay has passed
+/// since the success, and only if `record` does not already say the same for that version.
+pub fn decide_health(b: &ResourceBinding, record: Option<&HealthRecord>, now: DateTime<Utc>) -> HealthStep {
+    let Some(state) = b.annotations().get(HEALTH_ANNOTATION) else {
+        return HealthStep::Nothing;
+    };
+    if !HEALTH_STATES.contains(&state.as_str()) {
+        return HealthStep::Nothing;
+    }
+    let version = b.last_applied_version();
+    let Some(succeeded) = b
+        .upgrade_condition()
+        .filter(|c| c.status == "True" && !version.is_empty())
+        .map(|c| c.last_transition_time.unwrap_or(now))
+    else {
+        return HealthStep::Nothing;
+    };
+    if record.is_some_and(|r| r.data.promise_version.as_deref() == Some(version) && r.data.state == *state) {
+        return HealthStep::Nothing;
+    }
+    let delay = b
+        .annotations()
+        .get(HEALTH_DELAY_ANNOTATION)
+        .and_then(|d| d.parse::<kube::core::Duration>().ok())
+        .map(Duration::from)
+        .unwrap_or_default();
+    let at = succeeded + chrono::Duration::from_std(delay).unwrap_or_default();
+    if at > now {
+        HealthStep::At(at)
+    } else {
+        HealthStep::Write {
+            state: state.clone(),
+            version: version.to_string(),
+        }
+    }
+}
+
+/// Writes (server-side apply) the HealthRecord of `b` when [`decide_health`] says so.
+async fn report_health(b: &ResourceBinding, ctx: &Ctx) -> Result<Action, SimError> {
+    if !b.annotations().contains_key(HEALTH_ANNOTATION) {
+        return Ok(Action::await_change());
+    }
+    let ns = b.namespace().unwrap_or_default();
+    let name = b.name_any();
+    let api: Api<HealthRecord> = Api::namespaced(ctx.client.clone(), &ns);
+    let record = api.get_opt(&name).await?;
+    let now = Utc::now();
+    match decide_health(b, record.as_ref(), now) {
+        HealthStep::Nothing => Ok(Action::await_change()),
+        HealthStep::At(at) => Ok(Action::requeue((at - now).to_std().unwrap_or_default())),
+        HealthStep::Write { state, version } => {
+            let body = json!({
+                "apiVersion": "platform.kratix.io/v1alpha1", "kind": "HealthRecord",
+                "metadata": {"name": name, "namespace": ns},
+                "data": {
+                    "promiseRef": {"name": promise_of(b)},
+                    "resourceRef": {"name": b.spec.resource_ref.name, "namespace": ns},
+                    "state": state, "lastRun": now.timestamp(), "promiseVersion": version,
+                },
+            });
+            api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(body))
+                .await?;
+            tracing::info!(binding = %format!("{ns}/{name}"), %state, %version, "health reported");
+            Ok(Action::await_change())
+        }
+    }
+}
+
 fn binding_delay(b: &ResourceBinding, default: Duration) -> Duration {
     b.annotations()
         .get(DELAY_ANNOTATION)
@@ -198,7 +291,7 @@ async fn reconcile(b: Arc<ResourceBinding>, ctx: Arc<Ctx>) -> Result<Action, Sim
     };
     let name = b.name_any();
     match decide(&b, target.as_deref(), revision_exists, delay, now) {
-        Step::Idle => Ok(Action::await_change()),
+        Step::Idle => report_health(&b, &ctx).await,
         Step::Retry { target } => {
             api.patch(
                 &name,
@@ -480,5 +573,104 @@ mod tests {
             Step::Idle,
             "latest without a latest revision"
         );
+    }
+
+    #[test]
+    fn health_table() {
+        let now = utc("2026-06-01T10:00:10Z");
+        let annotated = |state: &str, delay: Option<&str>, binding: ResourceBinding| {
+            let mut b = binding;
+            let mut a = std::collections::BTreeMap::from([(HEALTH_ANNOTATION.to_string(), state.to_string())]);
+            if let Some(d) = delay {
+                a.insert(HEALTH_DELAY_ANNOTATION.to_string(), d.to_string());
+            }
+            b.metadata.annotations = Some(a);
+            b
+        };
+        let done = || b("v2", Some(("True", "", "2026-06-01T10:00:00Z")), None);
+        let record = |state: &str, version: &str| HealthRecord {
+            data: upgradeplan::api::kratix::HealthRecordData {
+                state: state.into(),
+                promise_version: Some(version.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let write = |state: &str| HealthStep::Write {
+            state: state.into(),
+            version: "v2".into(),
+        };
+        let cases: Vec<(&str, ResourceBinding, Option<HealthRecord>, HealthStep)> = vec![
+            ("no annotation: no record", done(), None, HealthStep::Nothing),
+            (
+                "after success: written",
+                annotated("healthy", None, done()),
+                None,
+                write("healthy"),
+            ),
+            (
+                "delay not yet passed",
+                annotated("unhealthy", Some("30s"), done()),
+                None,
+                HealthStep::At(utc("2026-06-01T10:00:30Z")),
+            ),
+            (
+                "delay passed",
+                annotated("degraded", Some("5s"), done()),
+                None,
+                write("degraded"),
+            ),
+            (
+                "still in progress: nothing yet",
+                annotated(
+                    "healthy",
+                    None,
+                    b("v1", Some(("Unknown", "upgrading to v2", "2026-06-01T10:00:00Z")), None),
+                ),
+                None,
+                HealthStep::Nothing,
+            ),
+            (
+                "failed upgrade: no record",
+                annotated(
+                    "healthy",
+                    None,
+                    b(
+                        "v1",
+                        Some(("False", FAILURE_MESSAGE, "2026-06-01T10:00:00Z")),
+                        Some("v2"),
+                    ),
+                ),
+                None,
+                HealthStep::Nothing,
+            ),
+            (
+                "already said for this version",
+                annotated("healthy", None, done()),
+                Some(record("healthy", "v2")),
+                HealthStep::Nothing,
+            ),
+            (
+                "a record of the previous version is rewritten",
+                annotated("healthy", None, done()),
+                Some(record("healthy", "v1")),
+                write("healthy"),
+            ),
+            (
+                "the annotation changed: rewritten",
+                annotated("ready", None, done()),
+                Some(record("unknown", "v2")),
+                write("ready"),
+            ),
+            (
+                "not a state Kratix knows",
+                annotated("fine", None, done()),
+                None,
+                HealthStep::Nothing,
+            ),
+        ];
+        for (case, binding, record, want) in cases {
+            assert_eq!(decide_health(&binding, record.as_ref(), now), want, "{case}");
+        }
     }
 }

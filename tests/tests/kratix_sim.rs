@@ -223,8 +223,103 @@ fn help_documents_the_knobs() {
         "--promise",
         "kratix-sim/delay",
         "kratix-sim/fail-version",
+        "kratix-sim/health",
+        "kratix-sim/health-delay",
         "kratix.io/manual-reconciliation",
     ] {
         assert!(help.contains(needle), "--help lacks {needle}:\n{help}");
     }
+}
+
+/// Spec §13.2's test Kratix: after a successful upgrade a binding annotated
+/// `kratix-sim/health` gets a HealthRecord saying that state for the upgraded version, no sooner
+/// than `kratix-sim/health-delay` after its success; a changed annotation rewrites it; a binding
+/// without the annotation, or whose upgrade failed, gets none.
+#[tokio::test]
+async fn health_records_follow_successful_upgrades() {
+    use upgradeplan::api::kratix::HealthRecord;
+    use upgradeplan_e2e::sim::{HEALTH_ANNOTATION, HEALTH_DELAY_ANNOTATION};
+    let (env, ns) = world("sim-health", &["v1.0.0", "v2.0.0"], "v2.0.0").await;
+    let records: kube::Api<HealthRecord> = kube::Api::namespaced(env.client.clone(), &ns);
+    let upgrade = |name: &'static str, annotations: serde_json::Value| {
+        let (env, ns) = (&env, ns.clone());
+        async move {
+            let b = env.binding(&ns, name, &[], "v1.0.0", Some("v1.0.0")).await.unwrap();
+            let binding = b.metadata.name.clone().unwrap();
+            env.patch_binding(
+                &ns,
+                &binding,
+                json!({"metadata": {"annotations": annotations}, "spec": {"version": "v2.0.0"}}),
+            )
+            .await
+            .unwrap();
+            binding
+        }
+    };
+    let healthy = upgrade("healthy", json!({HEALTH_ANNOTATION: "healthy"})).await;
+    let delayed = upgrade(
+        "delayed",
+        json!({HEALTH_ANNOTATION: "unhealthy", HEALTH_DELAY_ANNOTATION: "3s"}),
+    )
+    .await;
+    let silent = upgrade("silent", json!({})).await;
+    let broken = upgrade(
+        "broken",
+        json!({HEALTH_ANNOTATION: "healthy", FAIL_VERSION_ANNOTATION: "v2.0.0"}),
+    )
+    .await;
+
+    let wait_record = |name: String, state: &'static str| {
+        let records = records.clone();
+        async move {
+            for _ in 0..100 {
+                if let Some(r) = records.get_opt(&name).await.unwrap() {
+                    if r.data.state == state {
+                        return r;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            panic!("no HealthRecord {name} saying {state}");
+        }
+    };
+    let r = wait_record(healthy.clone(), "healthy").await;
+    assert_eq!(r.data.promise_version.as_deref(), Some("v2.0.0"));
+    assert_eq!(r.data.promise_ref.name, env.promise);
+    assert_eq!(
+        (
+            r.data.resource_ref.name.as_str(),
+            r.data.resource_ref.namespace.as_str()
+        ),
+        ("healthy", ns.as_str())
+    );
+    let done = env
+        .wait_binding(&ns, &delayed, WAIT, "upgraded", completed("v2.0.0"))
+        .await
+        .unwrap();
+    let succeeded = done.upgrade_condition().unwrap().last_transition_time.unwrap();
+    let r = wait_record(delayed.clone(), "unhealthy").await;
+    let last_run = chrono::DateTime::from_timestamp(r.data.last_run.unwrap(), 0).unwrap();
+    assert!(
+        last_run >= succeeded + chrono::Duration::seconds(3),
+        "reported at {last_run}, 3 s after the success at {succeeded}"
+    );
+    // A changed annotation rewrites the record.
+    env.patch_binding(
+        &ns,
+        &healthy,
+        json!({"metadata": {"annotations": {HEALTH_ANNOTATION: "degraded"}}}),
+    )
+    .await
+    .unwrap();
+    wait_record(healthy, "degraded").await;
+    // No annotation, or a failed upgrade: no record.
+    env.wait_binding(&ns, &broken, WAIT, "failed", failed).await.unwrap();
+    env.wait_binding(&ns, &silent, WAIT, "upgraded", completed("v2.0.0"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(records.get_opt(&silent).await.unwrap().is_none());
+    assert!(records.get_opt(&broken).await.unwrap().is_none());
+    env.teardown().await.unwrap();
 }

@@ -126,6 +126,60 @@ pub struct BindingCondition {
     pub last_transition_time: Option<DateTime<Utc>>,
 }
 
+/// Kratix's record of one resource's health (`platform.kratix.io/v1alpha1`, namespaced, in the
+/// resource's namespace; spec §13.2). Upstream keeps its fields in `data`, not `spec`, so the
+/// type is written out rather than derived.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+pub struct HealthRecord {
+    #[serde(default)]
+    pub metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    #[serde(default)]
+    pub data: HealthRecordData,
+}
+
+/// What a HealthRecord says.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthRecordData {
+    #[serde(default)]
+    pub promise_ref: NameRef,
+    #[serde(default)]
+    pub resource_ref: ObjectRef,
+    /// `unknown`, `ready`, `unhealthy`, `healthy` or `degraded`.
+    #[serde(default)]
+    pub state: String,
+    /// When the health check last ran (Unix seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_run: Option<i64>,
+    /// The Promise version the resource ran when it was checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promise_version: Option<String>,
+}
+
+impl kube::Resource for HealthRecord {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+        "HealthRecord".into()
+    }
+    fn group(_: &()) -> std::borrow::Cow<'_, str> {
+        "platform.kratix.io".into()
+    }
+    fn version(_: &()) -> std::borrow::Cow<'_, str> {
+        "v1alpha1".into()
+    }
+    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+        "healthrecords".into()
+    }
+    fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 /// The Promise an object of Kratix's belongs to: its `kratix.io/promise-name` label (which Kratix
 /// always sets), else its `spec.promiseRef.name`. The one rule for bindings and revisions alike.
 fn promise_of<'a>(meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, spec_ref: &'a str) -> &'a str {

@@ -19,7 +19,13 @@ use upgradeplan_e2e::sim::{self, SimConfig};
 /// `kratix.io/manual-reconciliation=true` to retry (the label is removed). Without the
 /// PromiseRevision of the target version, the binding stays in progress until it appears.
 ///
-/// Per-binding knobs (annotations): `kratix-sim/delay: 30s` (Go duration), `kratix-sim/fail-version: v2.0.0`.
+/// After a successful upgrade of a binding annotated `kratix-sim/health: healthy|ready|unhealthy|
+/// degraded|unknown`, it writes a HealthRecord (named after the binding, in its namespace) with
+/// that state for the upgraded version, `kratix-sim/health-delay` (Go duration, default 0) after
+/// the success; a changed annotation rewrites the record.
+///
+/// Per-binding knobs (annotations): `kratix-sim/delay: 30s` (Go duration), `kratix-sim/fail-version: v2.0.0`,
+/// `kratix-sim/health: healthy`, `kratix-sim/health-delay: 10s`.
 #[derive(Parser)]
 #[command(name = "kratix-sim", version)]
 struct Cli {
