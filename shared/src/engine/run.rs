@@ -343,22 +343,18 @@ pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<
             .unwrap_or(FailureBudget::NONE)
             .resolve(group.resources.len());
         let deadline = plan_group.and_then(Deadline::of);
-        let live: Vec<Option<&ResourceBinding>> = group
-            .resources
-            .iter()
-            .map(|r| lookup(&r.namespace, &r.binding))
-            .collect();
         if let Some(mut done) = recorded_complete(ctx.recorded.get(index), &group.name, group.resources.len(), budget) {
             // A resource counted failed that has since succeeded counts as succeeded (outcomes
-            // follow live state); nothing else moves in a completed group.
+            // follow live state); nothing else moves in a completed group, and a group completed
+            // without failures is not looked at again.
             if done.failed > 0 {
                 let late = group
                     .resources
                     .iter()
-                    .zip(&live)
-                    .filter(|(r, b)| {
+                    .filter(|r| {
+                        let b = lookup(&r.namespace, &r.binding);
                         matches!(
-                            evaluate_resource(r, **b, to, ctx.run_name, ctx.run_created),
+                            evaluate_resource(r, b, to, ctx.run_name, ctx.run_created),
                             Outcome::Succeeded
                         )
                     })
@@ -371,6 +367,11 @@ pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<
             eval.groups[index] = done;
             continue;
         }
+        let live: Vec<Option<&ResourceBinding>> = group
+            .resources
+            .iter()
+            .map(|r| lookup(&r.namespace, &r.binding))
+            .collect();
         let outcomes: Vec<Outcome> = group
             .resources
             .iter()
