@@ -63,6 +63,22 @@ async fn live(env: &TestEnv, ns: &str, name: &str) -> ResourceBinding {
         .unwrap()
 }
 
+/// The names of `plan`'s runs that exist and are not being deleted, sorted.
+async fn live_runs(env: &TestEnv, plan: &str) -> Vec<String> {
+    let mut names: Vec<String> = env
+        .runs()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|r| r.plan_name() == plan && r.metadata.deletion_timestamp.is_none())
+        .map(|r| r.metadata.name.unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
 fn started_at(b: &ResourceBinding) -> DateTime<Utc> {
     let at = &b.metadata.annotations.as_ref().unwrap()[UPGRADE_STARTED_AT_ANNOTATION];
     DateTime::parse_from_rfc3339(at).unwrap().with_timezone(&Utc)
@@ -277,23 +293,9 @@ async fn run_history_limit_keeps_the_newest_runs_of_each_kind() {
         sequence(&ok_plan, "c", 4, RunState::Completed),
         sequence(&failing_plan, "f", 2, RunState::Failed)
     );
-    let runs_of = async |plan: &str| {
-        let mut names: Vec<String> = env
-            .runs()
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|r| r.plan_name() == plan && r.metadata.deletion_timestamp.is_none())
-            .map(|r| r.metadata.name.unwrap())
-            .collect();
-        names.sort();
-        names
-    };
     let mut kept = (vec![], vec![]);
     for _ in 0..120 {
-        kept = (runs_of(&ok_plan).await, runs_of(&failing_plan).await);
+        kept = (live_runs(&env, &ok_plan).await, live_runs(&env, &failing_plan).await);
         if kept.0 == completed[2..] && kept.1 == failed[1..] {
             break;
         }
@@ -373,17 +375,7 @@ async fn run_history_limit_applies_to_scheduled_runs_and_takes_their_snapshots()
         kube::Api::namespaced(env.client.clone(), &snap);
     let mut left = (vec![], vec![]);
     for _ in 0..120 {
-        let mut runs: Vec<String> = env
-            .runs()
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|r| r.plan_name() == plan && r.metadata.deletion_timestamp.is_none())
-            .map(|r| r.metadata.name.unwrap())
-            .collect();
-        runs.sort();
+        let runs = live_runs(&env, &plan).await;
         let mut snapshots: Vec<String> = config_maps
             .list(&Default::default())
             .await

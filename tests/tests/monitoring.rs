@@ -8,23 +8,13 @@ use std::time::Duration;
 use chrono::{DurationRound, Timelike, Utc};
 use serde_json::{json, Value};
 use upgradeplan::api::RunState;
-use upgradeplan_e2e::harness::{free_port, http_get, repo_root, urlencode, Prometheus, TestEnv};
+use upgradeplan_e2e::harness::{free_port, http_get, repo_root, Prometheus, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
 
-async fn query(prom: &str, expr: &str) -> Vec<Value> {
-    let (code, body) = http_get(prom, &format!("/api/v1/query?query={}", urlencode(expr)))
-        .await
-        .unwrap();
-    assert_eq!(code, 200, "{body}");
-    let v: Value = serde_json::from_str(&body).unwrap();
-    v["data"]["result"].as_array().cloned().unwrap_or_default()
-}
-
 #[tokio::test]
 async fn prometheus_fires_upgrade_run_failed_and_follows_window_open() {
-    let prometheus = which("prometheus").expect("prometheus is not installed: make test installs Debian's package");
     let mut env = TestEnv::new("prom").await.unwrap();
     env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
         .await
@@ -44,40 +34,13 @@ async fn prometheus_fires_upgrade_run_failed_and_follows_window_open() {
     let controller = env.start_controller(&["--metrics-addr", &metrics_addr]).await.unwrap();
 
     // Prometheus scraping the controller every second, with the shipped rules.
-    let dir = std::env::temp_dir().join(format!("{}-prometheus", env.id));
-    std::fs::create_dir_all(&dir).unwrap();
-    let prom_port = free_port().unwrap();
-    let prom = format!("127.0.0.1:{prom_port}");
-    let rules = repo_root().join("deploy/monitoring/rules.yaml");
-    std::fs::write(
-        dir.join("prometheus.yml"),
-        format!(
-            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nrule_files: [{rules:?}]\nscrape_configs:\n  - job_name: upgradeplan-controller\n    static_configs: [{{targets: ['{metrics_addr}']}}]\n"
-        ),
+    let prom = Prometheus::start(
+        &env.id,
+        &[&metrics_addr],
+        &repo_root().join("deploy/monitoring/rules.yaml"),
     )
+    .await
     .unwrap();
-    let _prometheus = tokio::process::Command::new(prometheus)
-        .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
-        .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
-        .arg(format!("--web.listen-address={prom}"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(dir.join("prometheus.log")).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut ready = false;
-    for _ in 0..100 {
-        if http_get(&prom, "/-/ready").await.is_ok_and(|(c, _)| c == 200) {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert!(
-        ready,
-        "prometheus did not start: {}",
-        std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default()
-    );
 
     // A plan whose window opens at the next minute boundary (no run needed: the gauge is the plan's).
     let opens = (Utc::now() + chrono::Duration::seconds(30))
@@ -101,7 +64,11 @@ async fn prometheus_fires_upgrade_run_failed_and_follows_window_open() {
     };
     let mut before = None;
     for _ in 0..40 {
-        before = open_value(query(&prom, &format!("upgradeplan_window_open{{plan=\"{windowed}\"}}")).await);
+        before = open_value(
+            prom.query(&format!("upgradeplan_window_open{{plan=\"{windowed}\"}}"))
+                .await
+                .unwrap(),
+        );
         if before.is_some() {
             break;
         }
@@ -127,26 +94,13 @@ async fn prometheus_fires_upgrade_run_failed_and_follows_window_open() {
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
     assert_eq!(r.status.unwrap().state, RunState::Failed);
 
-    let mut firing = false;
-    for _ in 0..60 {
-        let (_, body) = http_get(&prom, "/api/v1/alerts").await.unwrap();
-        let v: Value = serde_json::from_str(&body).unwrap();
-        firing = v["data"]["alerts"].as_array().unwrap().iter().any(|a| {
-            a["labels"]["alertname"] == "UpgradeRunFailed"
-                && a["labels"]["plan"] == plan.as_str()
-                && a["state"] == "firing"
-        });
-        if firing {
-            break;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    assert!(firing, "UpgradeRunFailed did not fire for {plan}");
-    let other = query(
-        &prom,
-        &format!("ALERTS{{alertname=\"UpgradeRunFailed\",plan=\"{windowed}\"}}"),
-    )
-    .await;
+    prom.wait_alert("UpgradeRunFailed", &[("plan", &plan)], true, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let other = prom
+        .query(&format!("ALERTS{{alertname=\"UpgradeRunFailed\",plan=\"{windowed}\"}}"))
+        .await
+        .unwrap();
     assert!(
         other.is_empty(),
         "the plan without a failed run must not alert: {other:?}"
@@ -154,17 +108,22 @@ async fn prometheus_fires_upgrade_run_failed_and_follows_window_open() {
 
     let wait = (opens - Utc::now()).to_std().unwrap_or_default() + Duration::from_secs(4);
     tokio::time::sleep(wait).await;
-    let after = open_value(query(&prom, &format!("upgradeplan_window_open{{plan=\"{windowed}\"}}")).await);
+    let after = open_value(
+        prom.query(&format!("upgradeplan_window_open{{plan=\"{windowed}\"}}"))
+            .await
+            .unwrap(),
+    );
     assert_eq!(
         after.as_deref(),
         Some("1"),
         "open after {opens}: the controller woke at the boundary"
     );
-    let next_close = query(
-        &prom,
-        &format!("upgradeplan_window_next_close_timestamp_seconds{{plan=\"{windowed}\"}}"),
-    )
-    .await;
+    let next_close = prom
+        .query(&format!(
+            "upgradeplan_window_next_close_timestamp_seconds{{plan=\"{windowed}\"}}"
+        ))
+        .await
+        .unwrap();
     assert_eq!(
         next_close.first().map(|s| s["value"][1].as_str().unwrap().to_string()),
         Some((opens + chrono::Duration::minutes(10)).timestamp().to_string())
@@ -205,10 +164,6 @@ async fn prometheus_fires_upgrade_run_failed_and_follows_window_open() {
         "run names in other series: {with_run:?}"
     );
     env.teardown().await.unwrap();
-}
-
-fn which(name: &str) -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|f| f.is_file()))
 }
 
 /// What the dashboard shows, proven on data: a completed run, a failed run, a run held by a closed
