@@ -9,7 +9,10 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use upgradeplan::api::{UpgradePlan, UpgradePlanRef, UpgradeRun, UpgradeRunSpec, PLAN_LABEL, SCHEDULED_AT_ANNOTATION};
-use upgradeplan::engine::lifecycle::{self, plan::ScheduledRun};
+use upgradeplan::engine::lifecycle::{
+    self,
+    plan::{PlanEvent, ScheduledRun},
+};
 use upgradeplan::engine::naming;
 
 use crate::context::{apply_status, Ctx};
@@ -34,19 +37,7 @@ pub async fn reconcile(plan: Arc<UpgradePlan>, ctx: Arc<Ctx>) -> Result<Action> 
         // serviced, is not written); the gauge and a Warning event say so meanwhile.
         if let Err(e) = create_scheduled_run(&plan, run, &ctx).await {
             ctx.metrics.set_run_create_failing(&name, true);
-            let note = format!(
-                "Cannot create UpgradeRun \"{}\" for trigger {}: {}; retrying",
-                run.name,
-                upgradeplan::time::rfc3339(run.at),
-                e.short()
-            );
-            ctx.event(
-                &*plan,
-                EventType::Warning,
-                lifecycle::plan::events::RUN_CREATE_FAILED,
-                note,
-            )
-            .await;
+            publish(&ctx, &plan, PlanEvent::run_create_failed(run, &e.short())).await;
             return Err(e);
         }
     }
@@ -66,17 +57,21 @@ pub async fn reconcile(plan: Arc<UpgradePlan>, ctx: Arc<Ctx>) -> Result<Action> 
     }
     ctx.metrics.set_plan(&name, &step.gauges);
     for e in step.events {
-        let type_ = if e.warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        };
-        ctx.event(&*plan, type_, e.reason, e.note).await;
+        publish(&ctx, &plan, e).await;
     }
     Ok(match step.wake_at {
         Some(next) => Action::requeue((next - crate::clock::now()).to_std().unwrap_or_default()),
         None => Action::await_change(),
     })
+}
+
+async fn publish(ctx: &Ctx, plan: &UpgradePlan, e: PlanEvent) {
+    let type_ = if e.warning {
+        EventType::Warning
+    } else {
+        EventType::Normal
+    };
+    ctx.event(plan, type_, e.reason, e.note).await;
 }
 
 /// Creates the run for trigger `at`; an existing run of that name means it was serviced already.

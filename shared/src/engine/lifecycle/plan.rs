@@ -44,6 +44,22 @@ pub struct PlanEvent {
     pub note: String,
 }
 
+impl PlanEvent {
+    /// The Warning the controller publishes when the API server refuses `run` (`refusal`: the
+    /// API server's message); the trigger is retried, so it says so.
+    pub fn run_create_failed(run: &ScheduledRun, refusal: &str) -> PlanEvent {
+        PlanEvent {
+            warning: true,
+            reason: events::RUN_CREATE_FAILED,
+            note: format!(
+                "Cannot create UpgradeRun \"{}\" for trigger {}: {refusal}; retrying",
+                run.name,
+                crate::time::rfc3339(run.at)
+            ),
+        }
+    }
+}
+
 /// A run a trigger asks for: its name and the trigger instant it services.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScheduledRun {

@@ -431,3 +431,20 @@ fn run_history_limits_delete_the_oldest_finished_runs_of_each_kind() {
         Some("f3".into())
     );
 }
+
+#[test]
+fn a_refused_scheduled_run_is_a_warning_that_says_it_is_retried() {
+    let run = ScheduledRun {
+        name: "p-20260601-1000".into(),
+        at: utc("2026-06-01T10:00:00Z"),
+    };
+    let e = PlanEvent::run_create_failed(&run, "admission webhook \"x\" denied the request (HTTP 403, Forbidden)");
+    assert_eq!(
+        (e.warning, e.reason, e.note.as_str()),
+        (
+            true,
+            "RunCreateFailed",
+            "Cannot create UpgradeRun \"p-20260601-1000\" for trigger 2026-06-01T10:00:00Z: admission webhook \"x\" denied the request (HTTP 403, Forbidden); retrying"
+        )
+    );
+}
