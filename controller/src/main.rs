@@ -23,7 +23,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use futures::StreamExt;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use upgradeplan::api::kratix::{Promise, PromiseRevision, ResourceBinding};
 use upgradeplan::api::{UpgradePlan, UpgradeRun, DEFAULT_SNAPSHOT_NAMESPACE};
@@ -370,24 +370,28 @@ where
         None => watcher::Config::default(),
     };
     let synced = context::Synced::default();
-    // Each cache's stream marks its flag once the initial list has been applied to the store.
+    // Each cache's stream marks its flag once the initial list has been applied to the store, and
+    // is split into one trigger per controller that watches the kind (see `watch::fan_out`).
     macro_rules! cached {
-        ($writer:expr, $kind:ty, $config:expr) => {{
+        ($writer:expr, $kind:ty, $config:expr, $triggers:expr) => {{
             let flag = synced.flag();
-            reflector::reflector($writer, watch::watch_all::<$kind>(client.clone(), $config))
-                .inspect(move |ev| {
+            let stream =
+                reflector::reflector($writer, watch::watch_all::<$kind>(client.clone(), $config)).inspect(move |ev| {
                     if matches!(ev, Ok(watcher::Event::InitDone)) {
                         flag.store(true, Ordering::SeqCst);
                     }
-                })
-                .touched_objects()
+                });
+            watch::fan_out(stream, $triggers)
         }};
     }
-    let plan_stream = cached!(plans_w, UpgradePlan, plan_config());
-    let run_stream = cached!(runs_w, UpgradeRun, all());
-    let binding_stream = cached!(bindings_w, ResourceBinding, all());
-    let revision_stream = cached!(revisions_w, PromiseRevision, all());
-    let promise_stream = cached!(promises_w, Promise, all());
+    let (drive_plans, mut plan_triggers) = cached!(plans_w, UpgradePlan, plan_config(), 2);
+    let (drive_runs, mut run_triggers) = cached!(runs_w, UpgradeRun, all(), 2);
+    let (drive_bindings, mut binding_triggers) = cached!(bindings_w, ResourceBinding, all(), 1);
+    let (drive_revisions, mut revision_triggers) = cached!(revisions_w, PromiseRevision, all(), 1);
+    let (drive_promises, mut promise_triggers) = cached!(promises_w, Promise, all(), 1);
+    let caches = async {
+        tokio::join!(drive_plans, drive_runs, drive_bindings, drive_revisions, drive_promises);
+    };
 
     let ctx = Arc::new(Ctx {
         client: client.clone(),
@@ -447,14 +451,11 @@ where
                 .collect()
         }
     };
-    let run_controller = Controller::for_stream(run_stream, runs.clone())
+    let run_controller = Controller::for_stream(run_triggers.remove(0), runs.clone())
         .with_config(config.clone())
-        .watches_stream(binding_stream, binding_to_runs)
-        .watches_stream(revision_stream, revision_to_runs)
-        .watches_stream(
-            watch::watch_all::<UpgradePlan>(client.clone(), plan_config()).touched_objects(),
-            plan_to_runs,
-        )
+        .watches_stream(binding_triggers.remove(0), binding_to_runs)
+        .watches_stream(revision_triggers.remove(0), revision_to_runs)
+        .watches_stream(plan_triggers.remove(0), plan_to_runs)
         .graceful_shutdown_on(stopped())
         .run(
             |run, ctx: Arc<Ctx>| {
@@ -489,13 +490,10 @@ where
                 .collect()
         }
     };
-    let plan_controller = Controller::for_stream(plan_stream, plans.clone())
+    let plan_controller = Controller::for_stream(plan_triggers.remove(0), plans.clone())
         .with_config(config)
-        .watches_stream(
-            watch::watch_all::<UpgradeRun>(client.clone(), all()).touched_objects(),
-            run_to_plan,
-        )
-        .watches_stream(promise_stream, promise_to_plans)
+        .watches_stream(run_triggers.remove(0), run_to_plan)
+        .watches_stream(promise_triggers.remove(0), promise_to_plans)
         .graceful_shutdown_on(stopped())
         .run(
             |plan, ctx: Arc<Ctx>| {
@@ -528,6 +526,7 @@ where
     tracing::info!(snapshot_namespace = %cli.snapshot_namespace, "controllers running");
     tokio::select! {
         _ = async { tokio::join!(run_controller, plan_controller) } => {}
+        _ = caches => {}
         _ = sweep => {}
     }
 }

@@ -47,7 +47,7 @@ fn convert<K: Resource<DynamicType = ()> + DeserializeOwned>(
 /// reset by any event. kube-runtime's default doubles to 30 s; an API-server restart costs two
 /// errors in a row (the outage, then "410 Expired" for the old resourceVersion), which left the
 /// controller idle for up to half a minute after the server was back (docs/reliability.md).
-/// Six watches retrying every 5 s are no load for an API server.
+/// Five watches (one per kind) retrying every 5 s are no load for an API server.
 pub fn reconnect_backoff() -> watcher::ExponentialBackoff {
     backon::ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(500))
@@ -78,6 +78,38 @@ where
                 }
             }
         })
+}
+
+/// Splits one cached watch into `n` trigger streams of the objects it touched.
+///
+/// `source` is a reflector stream: it yields an event only after applying it to its store. Every
+/// controller triggered by a kind therefore reads that kind's store *after* the change that
+/// triggered it. Two independent watches of one kind (one feeding the store, one triggering) race:
+/// a reconcile could run before the store saw its trigger and then wait for a change that never
+/// comes. The returned future drives `source` and must be polled for as long as the triggers are.
+/// Errors are not forwarded: `watch_all` has logged them and the watcher retries by itself.
+pub fn fan_out<K, S>(
+    source: S,
+    n: usize,
+) -> (
+    impl std::future::Future<Output = ()> + Send,
+    Vec<impl Stream<Item = Result<K, watcher::Error>> + Send>,
+)
+where
+    K: Clone + Send + 'static,
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
+{
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..n).map(|_| futures::channel::mpsc::unbounded::<K>()).unzip();
+    let drive = source.touched_objects().for_each(move |touched| {
+        if let Ok(obj) = touched {
+            // A closed receiver is a controller that has shut down; the others still want it.
+            for tx in &senders {
+                let _ = tx.unbounded_send(obj.clone());
+            }
+        }
+        futures::future::ready(())
+    });
+    (drive, receivers.into_iter().map(|rx| rx.map(Ok)).collect())
 }
 
 #[cfg(test)]
@@ -111,5 +143,36 @@ mod tests {
             convert::<ResourceBinding>(watcher::Event::Init),
             Some(watcher::Event::Init)
         ));
+    }
+
+    #[tokio::test]
+    async fn every_trigger_sees_every_touched_object_and_the_store_applied_them_all() {
+        use kube::runtime::reflector;
+        let (store, writer) = reflector::store::<ResourceBinding>();
+        let binding = |name: &str| -> ResourceBinding {
+            serde_json::from_value(json!({
+                "apiVersion": "platform.kratix.io/v1alpha1", "kind": "ResourceBinding",
+                "metadata": {"name": name, "namespace": "ns"}, "spec": {"version": "v1"}
+            }))
+            .unwrap()
+        };
+        let events = futures::stream::iter(vec![
+            Ok(watcher::Event::Apply(binding("a"))),
+            Err(watcher::Error::NoResourceVersion),
+            Ok(watcher::Event::Apply(binding("b"))),
+            Ok(watcher::Event::Delete(binding("a"))),
+        ]);
+        let (drive, triggers) = fan_out(reflector::reflector(writer, events), 2);
+        drive.await;
+        for trigger in triggers {
+            let seen: Vec<_> = trigger.map(|b| b.unwrap().metadata.name.unwrap()).collect().await;
+            assert_eq!(
+                seen,
+                ["a", "b", "a"],
+                "each trigger sees every touched object, errors dropped"
+            );
+        }
+        let names: Vec<_> = store.state().iter().map(|b| b.metadata.name.clone().unwrap()).collect();
+        assert_eq!(names, ["b"]);
     }
 }
