@@ -8,7 +8,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
-use upgradeplan::api::kratix::{Promise, PromiseRevision, ResourceBinding};
+use upgradeplan::api::kratix::{HealthRecord, Promise, PromiseRevision, ResourceBinding};
 use upgradeplan::api::{UpgradePlan, UpgradeRun, FIELD_MANAGER};
 
 use crate::error::Result;
@@ -93,7 +93,11 @@ pub struct Ctx {
     pub bindings: Store<ResourceBinding>,
     pub revisions: Store<PromiseRevision>,
     pub promises: Store<Promise>,
-    /// Whether every cache above has its initial list.
+    /// Kratix's HealthRecords. Not part of `synced`: a Kratix without the HealthRecord kind must
+    /// not stop runs that never ask for health (`health_synced` says when it has its list).
+    pub health: Store<HealthRecord>,
+    pub health_synced: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether every cache above but `health` has its initial list.
     pub synced: Synced,
     /// Snapshots by run UID: they never change once written.
     pub frozen: Mutex<HashMap<String, Arc<Frozen>>>,
@@ -154,6 +158,15 @@ impl Ctx {
             .state()
             .iter()
             .any(|r| r.promise() == promise && r.spec.version == version)
+    }
+
+    /// Every HealthRecord of `promise`.
+    pub fn health_records_of(&self, promise: &str) -> Vec<Arc<HealthRecord>> {
+        self.health
+            .state()
+            .into_iter()
+            .filter(|r| r.data.promise_ref.name == promise)
+            .collect()
     }
 
     /// Publishes an event on `obj`; failures are logged, never fatal.

@@ -25,7 +25,7 @@ use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use upgradeplan::api::kratix::{Promise, PromiseRevision, ResourceBinding};
+use upgradeplan::api::kratix::{HealthRecord, Promise, PromiseRevision, ResourceBinding};
 use upgradeplan::api::{UpgradePlan, UpgradeRun, DEFAULT_SNAPSHOT_NAMESPACE};
 
 use crate::context::Ctx;
@@ -365,6 +365,7 @@ where
     let (bindings, bindings_w) = reflector::store::<ResourceBinding>();
     let (revisions, revisions_w) = reflector::store::<PromiseRevision>();
     let (promises, promises_w) = reflector::store::<Promise>();
+    let (health, health_w) = reflector::store::<HealthRecord>();
     let plan_config = || match &cli.selector {
         Some(s) => watcher::Config::default().labels(s),
         None => watcher::Config::default(),
@@ -389,8 +390,28 @@ where
     let (drive_bindings, mut binding_triggers) = cached!(bindings_w, ResourceBinding, all(), 1);
     let (drive_revisions, mut revision_triggers) = cached!(revisions_w, PromiseRevision, all(), 1);
     let (drive_promises, mut promise_triggers) = cached!(promises_w, Promise, all(), 1);
+    // HealthRecords are cached apart from `synced` (see `Ctx::health`).
+    let health_synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (drive_health, mut health_triggers) = {
+        let flag = health_synced.clone();
+        let stream = reflector::reflector(health_w, watch::watch_all::<HealthRecord>(client.clone(), all())).inspect(
+            move |ev| {
+                if matches!(ev, Ok(watcher::Event::InitDone)) {
+                    flag.store(true, Ordering::SeqCst);
+                }
+            },
+        );
+        watch::fan_out(stream, 1)
+    };
     let caches = async {
-        tokio::join!(drive_plans, drive_runs, drive_bindings, drive_revisions, drive_promises);
+        tokio::join!(
+            drive_plans,
+            drive_runs,
+            drive_bindings,
+            drive_revisions,
+            drive_promises,
+            drive_health
+        );
     };
 
     let ctx = Arc::new(Ctx {
@@ -403,6 +424,8 @@ where
         bindings: bindings.clone(),
         revisions: revisions.clone(),
         promises: promises.clone(),
+        health: health.clone(),
+        health_synced,
         synced,
         metrics: metrics.clone(),
         started: Default::default(),
@@ -440,6 +463,10 @@ where
         let f = active_runs_of_promise.clone();
         move |r: PromiseRevision| f(r.promise())
     };
+    let health_to_runs = {
+        let f = active_runs_of_promise.clone();
+        move |h: HealthRecord| f(&h.data.promise_ref.name)
+    };
     let plan_to_runs = {
         let runs = runs.clone();
         move |p: UpgradePlan| -> Vec<ObjectRef<UpgradeRun>> {
@@ -455,6 +482,7 @@ where
         .with_config(config.clone())
         .watches_stream(binding_triggers.remove(0), binding_to_runs)
         .watches_stream(revision_triggers.remove(0), revision_to_runs)
+        .watches_stream(health_triggers.remove(0), health_to_runs)
         .watches_stream(plan_triggers.remove(0), plan_to_runs)
         .graceful_shutdown_on(stopped())
         .run(

@@ -13,7 +13,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use upgradeplan::api::kratix::{ResourceBinding, MANUAL_RECONCILIATION_LABEL};
+use upgradeplan::api::kratix::{HealthRecord, ResourceBinding, MANUAL_RECONCILIATION_LABEL};
 use upgradeplan::api::{
     ResourceListRef, RunState, UpgradeRun, UpgradeRunStatus, PLAN_LABEL, RETRY_REQUESTED_BY_ANNOTATION, RUN_FINALIZER,
     RUN_LABEL, SUPERSEDED_BY_ANNOTATION, UPGRADED_BY_ANNOTATION, UPGRADE_STARTED_AT_ANNOTATION,
@@ -68,6 +68,9 @@ impl lifecycle::Cluster for Ctx {
     fn revision_exists(&self, promise: &str, version: &str) -> bool {
         Ctx::revision_exists(self, promise, version)
     }
+    fn health_records(&self, promise: &str) -> Vec<Arc<HealthRecord>> {
+        self.health_records_of(promise)
+    }
 }
 
 /// Gathers the facts, takes the engine's step and applies it.
@@ -81,6 +84,13 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         .map(|r| RunFacts::of(r))
         .collect();
     let snapshot = gather_snapshot(ctx, run, &status).await?;
+    let verifies_health = matches!(&snapshot, SnapshotFact::Found { frozen, .. }
+        if frozen.plan.rollout_groups.iter().any(|g| g.health_check.is_some()));
+    if verifies_health && !ctx.health_synced.load(std::sync::atomic::Ordering::SeqCst) {
+        // Without the records, every resource would look unreported and could time out.
+        tracing::warn!(run = %run.name_any(), "waiting for the HealthRecord cache (is Kratix's HealthRecord CRD installed?)");
+        return Ok(Action::requeue(std::time::Duration::from_secs(5)));
+    }
     let facts = lifecycle::Facts {
         plan: plan.as_deref(),
         others: &others,

@@ -38,6 +38,9 @@ pub struct GroupJson {
     pub max_failures: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub progress_deadline: Option<String>,
+    /// `healthCheck.timeout`; absent without a health check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health_check_timeout: Option<String>,
 }
 
 /// The `-o json` contract of `explain` (spec §10), with a few additions.
@@ -286,6 +289,13 @@ pub fn explain(
                 "     deadline:    a resource that takes longer than {d} counts as failed"
             ));
         }
+        if let Some(h) = &g.health_check {
+            line(format!(
+                "     health:      each upgraded resource is verifying (and takes a slot) until its Kratix \
+                 HealthRecord says healthy or ready; unhealthy, degraded or no report within {} counts as failed",
+                h.timeout
+            ));
+        }
         for w in windows {
             let kind = match w.kind {
                 WindowKind::Allow => "allow",
@@ -319,6 +329,7 @@ pub fn explain(
                 .filter(|_| g.max_failures.is_some())
                 .and_then(|b| b.shown(size)),
             progress_deadline: g.progress_deadline.clone(),
+            health_check_timeout: g.health_check.as_ref().map(|h| h.timeout.clone()),
         });
     }
     line(String::new());

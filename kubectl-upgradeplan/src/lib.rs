@@ -148,7 +148,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                             run.status.map(|s| s.state.as_str()).unwrap_or_default()
                         );
                     };
-                    let live = runs::live_bindings(&c, &frozen.plan.promise_ref.name).await?;
+                    let live = runs::live_state(&c, &frozen.plan).await?;
                     let events = runs::events_of(&c, r).await;
                     let (json, text) = runs::run_resources(&run, &frozen, &live, &events, &style);
                     emit(g, &json, &text)?;

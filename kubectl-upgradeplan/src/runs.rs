@@ -9,9 +9,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{Api, ListParams};
 use kube::Client;
 use serde::Serialize;
-use upgradeplan::api::kratix::{PromiseRevision, ResourceBinding};
-use upgradeplan::api::{find_condition, reasons, GroupStatus, LastRun, RunState, UpgradeRun};
+use upgradeplan::api::kratix::{HealthRecord, PromiseRevision, ResourceBinding};
+use upgradeplan::api::{find_condition, reasons, GroupStatus, LastRun, RunState, UpgradePlanSpec, UpgradeRun};
 use upgradeplan::engine::admission::is_preview;
+use upgradeplan::engine::health::HealthRecords;
 use upgradeplan::engine::run::{evaluate, resource_outcome, texts, Blocked, Evaluation, Outcome, RunContext};
 use upgradeplan::engine::snapshot::read_frozen;
 
@@ -43,23 +44,51 @@ pub async fn load_frozen(client: &Client, namespace: &str, run: &UpgradeRun) -> 
     Ok(Some(frozen))
 }
 
-pub async fn live_bindings(
-    client: &Client,
-    promise: &str,
-) -> anyhow::Result<HashMap<(String, String), ResourceBinding>> {
-    Ok(crate::client::bindings_of(client, promise, None)
-        .await?
-        .into_iter()
-        .map(|b| {
-            (
-                (
-                    b.metadata.namespace.clone().unwrap_or_default(),
-                    b.metadata.name.clone().unwrap_or_default(),
-                ),
-                b,
-            )
-        })
-        .collect())
+/// What the views read live about a run's resources: their bindings and, when a group of the
+/// frozen plan verifies health, the Promise's HealthRecords.
+#[derive(Debug, Default)]
+pub struct Live {
+    pub bindings: HashMap<(String, String), ResourceBinding>,
+    pub health: HealthRecords,
+}
+
+impl Live {
+    pub fn of_bindings(bindings: impl IntoIterator<Item = ResourceBinding>) -> Live {
+        Live {
+            bindings: bindings
+                .into_iter()
+                .map(|b| {
+                    (
+                        (
+                            b.metadata.namespace.clone().unwrap_or_default(),
+                            b.metadata.name.clone().unwrap_or_default(),
+                        ),
+                        b,
+                    )
+                })
+                .collect(),
+            health: HealthRecords::default(),
+        }
+    }
+
+    pub fn binding(&self, namespace: &str, name: &str) -> Option<&ResourceBinding> {
+        self.bindings.get(&(namespace.to_string(), name.to_string()))
+    }
+}
+
+/// The live state of the resources of a run of `plan` (its frozen spec).
+pub async fn live_state(client: &Client, plan: &UpgradePlanSpec) -> anyhow::Result<Live> {
+    let promise = &plan.promise_ref.name;
+    let mut live = Live::of_bindings(crate::client::bindings_of(client, promise, None).await?);
+    if plan.rollout_groups.iter().any(|g| g.health_check.is_some()) {
+        let api: Api<HealthRecord> = Api::all(client.clone());
+        let records = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| crate::client::explain_error(e, "list", "healthrecords", None))?;
+        live.health = HealthRecords::index(promise, records.items.into_iter().map(std::sync::Arc::new));
+    }
+    Ok(live)
 }
 
 /// Whether the PromiseRevision of (promise, version) exists; a failed lookup is an error, never
@@ -307,6 +336,7 @@ fn outcome_words(o: &Outcome) -> (&'static str, String) {
         Outcome::Skipped(why) => ("Skipped", why.to_string()),
         Outcome::Failed { message } => ("Failed", message.clone()),
         Outcome::InFlight { .. } => ("in flight", String::new()),
+        Outcome::Verifying { until } => ("verifying", format!("health check times out at {}", until.to_rfc3339())),
         Outcome::NotStarted => ("not started", String::new()),
     }
 }
@@ -316,7 +346,7 @@ fn outcome_words(o: &Outcome) -> (&'static str, String) {
 pub fn run_resources(
     run: &UpgradeRun,
     frozen: &Frozen,
-    live: &HashMap<(String, String), ResourceBinding>,
+    live: &Live,
     events: &[(String, String, String)],
     style: &Style,
 ) -> (Vec<ResourceRow>, String) {
@@ -325,8 +355,16 @@ pub fn run_resources(
     let mut rows = Vec::new();
     for g in &frozen.snapshot.groups {
         for r in &g.resources {
-            let b = live.get(&(r.namespace.clone(), r.binding.clone()));
-            let outcome = resource_outcome(r, b, &frozen.plan, &g.name, (&name, created(run)), chrono::Utc::now());
+            let b = live.binding(&r.namespace, &r.binding);
+            let outcome = resource_outcome(
+                r,
+                b,
+                &live.health,
+                &frozen.plan,
+                &g.name,
+                (&name, created(run)),
+                chrono::Utc::now(),
+            );
             let (word, mut detail) = outcome_words(&outcome);
             if word == "Failed" || word == "in flight" {
                 // The event carries the message Kratix gave when the run saw the failure.
@@ -412,6 +450,9 @@ pub struct StatusJson {
     pub waiting_until: Option<DateTime<Utc>>,
     /// The resources of the current group being upgraded now (`namespace/name`).
     pub in_flight_resources: Vec<String>,
+    /// The resources of the current group upgraded and waiting for their health check.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub verifying_resources: Vec<String>,
     /// The resources that failed, with Kratix's message.
     pub failed_resources: Vec<FailedResource>,
     /// Groups with a failure budget (`maxFailures`): how many failed of how many allowed.
@@ -562,7 +603,7 @@ pub fn group_phase(state: RunState, current: Option<usize>, index: usize, groups
 pub fn status(
     run: &UpgradeRun,
     frozen: Option<&Frozen>,
-    live: &HashMap<(String, String), ResourceBinding>,
+    live: &Live,
     revision_present: bool,
     now: DateTime<Utc>,
     style: &Style,
@@ -578,10 +619,11 @@ pub fn status(
                 plan: &f.plan,
                 snapshot: &f.snapshot,
                 recorded: &s.rollout_groups,
+                health: &live.health,
                 revision_present,
                 now,
             },
-            |ns, b| live.get(&(ns.to_string(), b.to_string())),
+            |ns, b| live.binding(ns, b),
         )
     });
     let current = eval.as_ref().and_then(|e| match e.verdict {
@@ -613,7 +655,8 @@ pub fn status(
             .filter(|e| e.blocked == Some(Blocked::WindowClosed))
             .and_then(|e| e.gate)
             .and_then(|g| g.next_open),
-        in_flight_resources: in_flight_resources(eval.as_ref(), frozen),
+        in_flight_resources: current_resources(eval.as_ref(), frozen, |o| matches!(o, Outcome::InFlight { .. })),
+        verifying_resources: current_resources(eval.as_ref(), frozen, |o| matches!(o, Outcome::Verifying { .. })),
         // Failures that failed the run, or that a budget tolerated (in any state).
         failed_resources: match frozen {
             Some(f) if s.state == RunState::Failed || groups.iter().any(|g| g.failed > 0) => {
@@ -703,6 +746,13 @@ pub fn status(
             first_few(&json.in_flight_resources, 5)
         ));
     }
+    if !json.verifying_resources.is_empty() {
+        out.push_str(&format!(
+            "{} {} (upgraded; waiting for a HealthRecord that says healthy)\n",
+            style.bold("Verifying:"),
+            first_few(&json.verifying_resources, 5)
+        ));
+    }
     if let Some(w) = &json.waiting {
         // The countdown is in the text only: it ticks, the run does not change.
         let countdown = json
@@ -737,7 +787,7 @@ fn first_few(names: &[String], n: usize) -> String {
 }
 
 /// The current group's resources being upgraded now.
-fn in_flight_resources(eval: Option<&Evaluation>, frozen: Option<&Frozen>) -> Vec<String> {
+fn current_resources(eval: Option<&Evaluation>, frozen: Option<&Frozen>, which: fn(&Outcome) -> bool) -> Vec<String> {
     let (Some(e), Some(f)) = (eval, frozen) else {
         return Vec::new();
     };
@@ -751,25 +801,29 @@ fn in_flight_resources(eval: Option<&Evaluation>, frozen: Option<&Frozen>) -> Ve
         .resources
         .iter()
         .zip(outcomes)
-        .filter(|(_, o)| matches!(o, Outcome::InFlight { .. }))
+        .filter(|(_, o)| which(o))
         .map(|(r, _)| r.display_name())
         .collect()
 }
 
 /// The resources of a failed run that failed, with the message of their binding's condition.
-fn failed_resources(
-    run: &UpgradeRun,
-    f: &Frozen,
-    live: &HashMap<(String, String), ResourceBinding>,
-) -> Vec<FailedResource> {
+fn failed_resources(run: &UpgradeRun, f: &Frozen, live: &Live) -> Vec<FailedResource> {
     let name = run.metadata.name.clone().unwrap_or_default();
     f.snapshot
         .groups
         .iter()
         .flat_map(|g| g.resources.iter().map(move |r| (g, r)))
         .filter_map(|(g, r)| {
-            let b = live.get(&(r.namespace.clone(), r.binding.clone()));
-            match resource_outcome(r, b, &f.plan, &g.name, (&name, created(run)), chrono::Utc::now()) {
+            let b = live.binding(&r.namespace, &r.binding);
+            match resource_outcome(
+                r,
+                b,
+                &live.health,
+                &f.plan,
+                &g.name,
+                (&name, created(run)),
+                chrono::Utc::now(),
+            ) {
                 Outcome::Failed { message } => Some(FailedResource {
                     resource: r.display_name(),
                     message,
@@ -804,6 +858,7 @@ mod tests {
             succeeded,
             failed,
             skipped,
+            verifying: 0,
         }
     }
 

@@ -300,7 +300,7 @@ async fn render_status(
         let Some(f) = runs::load_frozen(client, &g.snapshot_namespace, run).await? else {
             return anyhow::Ok(None);
         };
-        let live = runs::live_bindings(client, &f.plan.promise_ref.name).await?;
+        let live = runs::live_state(client, &f.plan).await?;
         let revision = runs::revision_exists(client, &f.plan.promise_ref.name, &f.plan.upgrade_path.to).await?;
         Ok(Some((f, live, revision)))
     };

@@ -84,19 +84,8 @@ fn run(name: &str, status: serde_json::Value) -> UpgradeRun {
     .unwrap()
 }
 
-fn live(bindings: &[ResourceBinding]) -> HashMap<(String, String), ResourceBinding> {
-    bindings
-        .iter()
-        .map(|b| {
-            (
-                (
-                    b.metadata.namespace.clone().unwrap_or_default(),
-                    b.metadata.name.clone().unwrap_or_default(),
-                ),
-                b.clone(),
-            )
-        })
-        .collect()
+fn live(bindings: &[ResourceBinding]) -> runs::Live {
+    runs::Live::of_bindings(bindings.iter().cloned())
 }
 
 #[test]

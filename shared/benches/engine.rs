@@ -140,6 +140,7 @@ fn eval_run(
         plan: &p.spec,
         snapshot,
         recorded: &[],
+        health: &upgradeplan::engine::health::HealthRecords::default(),
         revision_present: true,
         now: now(),
     };

@@ -86,6 +86,7 @@ fn group(name: &str, total: i64, succeeded: i64, failed: i64, skipped: i64) -> G
         succeeded,
         failed,
         skipped,
+        verifying: 0,
     }
 }
 

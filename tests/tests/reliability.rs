@@ -232,8 +232,7 @@ fn group(name: &str, n: i64) -> GroupStatus {
         name: name.into(),
         total: n,
         succeeded: n,
-        failed: 0,
-        skipped: 0,
+        ..Default::default()
     }
 }
 

@@ -154,6 +154,23 @@ pub struct RolloutGroup {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("must be greater than zero"))]
     pub progress_deadline: Option<String>,
+    /// Verify each upgraded resource through Kratix's HealthRecords: after its upgrade succeeds it
+    /// is Verifying (and still takes a slot) until its HealthRecord says healthy or ready, and it
+    /// fails when the record says unhealthy or degraded or none arrives within `timeout`.
+    /// Omitted: a successful upgrade is a success (SKE's behaviour).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheck>,
+}
+
+/// How an upgraded resource's health is verified (spec §13.2).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthCheck {
+    /// How long after its upgrade succeeded a resource may wait for a conclusive HealthRecord
+    /// (healthy, ready, unhealthy or degraded) before it counts as failed, as a Go duration
+    /// (`10m`, `1h`).
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("must be greater than zero"))]
+    pub timeout: String,
 }
 
 /// Label selectors over resource bindings. Every term is ANDed. Unlike Kubernetes label

@@ -110,6 +110,13 @@ pub struct GroupStatus {
     /// Resources skipped (deleted, or changed by someone else).
     #[serde(default)]
     pub skipped: i64,
+    /// Resources upgraded and waiting for their health check (counted in flight).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub verifying: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// Run states.

@@ -20,11 +20,12 @@ use std::sync::Arc;
 use chrono::{DateTime, Duration, Utc};
 
 use super::admission::{admit, is_preview, last_run_of, superseded_by, Admission, RunFacts};
+use super::health::HealthRecords;
 use super::run::{evaluate, texts, Blocked, Evaluation, Outcome, RunContext, Verdict};
 use super::snapshot::{assign, shard, snapshot_config_map_name, Frozen, Snapshot, SNAPSHOT_SHARD_BYTES};
 use super::validate::{summarize as summarize_problems, validate_plan};
 use super::version::VersionMatcher;
-use crate::api::kratix::ResourceBinding;
+use crate::api::kratix::{HealthRecord, ResourceBinding};
 use crate::api::{
     find_condition, reasons, set_condition, Condition, ConditionStatus, GroupStatus, ResourceListRef, RunState,
     UpgradePlan, UpgradeRun, UpgradeRunStatus, ADMITTED_AT_ANNOTATION, PLAN_LABEL, PREVIEW_ANNOTATION,
@@ -61,6 +62,8 @@ pub trait Cluster {
     /// Every binding of `promise`, all namespaces.
     fn bindings_of(&self, promise: &str) -> Vec<Arc<ResourceBinding>>;
     fn revision_exists(&self, promise: &str, version: &str) -> bool;
+    /// Every HealthRecord of `promise` (asked only for runs with a `healthCheck`).
+    fn health_records(&self, promise: &str) -> Vec<Arc<HealthRecord>>;
 }
 
 /// Everything [`step`] needs besides the run and the caches.
@@ -561,6 +564,11 @@ fn progress(
                 .map(|b| ((r.namespace.clone(), r.binding.clone()), b))
         })
         .collect();
+    let health = if frozen.plan.rollout_groups.iter().any(|g| g.health_check.is_some()) {
+        HealthRecords::index(promise, cluster.health_records(promise))
+    } else {
+        HealthRecords::default()
+    };
     let eval = evaluate(
         &RunContext {
             run_name: run_name(run),
@@ -569,6 +577,7 @@ fn progress(
             plan: &frozen.plan,
             snapshot: &frozen.snapshot,
             recorded: &previous,
+            health: &health,
             revision_present: cluster.revision_exists(promise, &to),
             now,
         },
@@ -693,12 +702,14 @@ fn revision_gate_gauges(plan: &UpgradePlan, cluster: &dyn Cluster) -> RunGauges 
     RunGauges { resources, blocked }
 }
 
-/// One group's `run_resources` series: every state, pending being what is neither done nor in flight.
+/// One group's `run_resources` series: every state, pending being what is neither done nor in
+/// flight, and in flight split into upgrading (`in_progress`) and `verifying`.
 fn push_group_series(resources: &mut Vec<(String, &'static str, i64)>, g: &GroupStatus, in_flight: i64) {
     let pending = (g.total - g.succeeded - g.failed - g.skipped - in_flight).max(0);
     for (state, n) in [
         ("pending", pending),
-        ("in_progress", in_flight),
+        ("in_progress", (in_flight - g.verifying).max(0)),
+        ("verifying", g.verifying),
         ("succeeded", g.succeeded),
         ("failed", g.failed),
         ("skipped", g.skipped),
@@ -808,7 +819,7 @@ pub fn lost_start_announcements(
         for (resource, outcome) in group.resources.iter().zip(outcomes) {
             let started = matches!(
                 outcome,
-                Outcome::InFlight { .. } | Outcome::Failed { .. } | Outcome::Succeeded
+                Outcome::InFlight { .. } | Outcome::Verifying { .. } | Outcome::Failed { .. } | Outcome::Succeeded
             ) && cluster
                 .binding(&resource.namespace, &resource.binding)
                 .is_some_and(|b| {

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::budget::{parse_progress_deadline, FailureBudget};
 use super::concurrency::Limit;
+use super::health::{apply_health_check, HealthRecords, Verification};
 use super::snapshot::{Snapshot, SnapshotResource};
 use super::window::GateState;
 use crate::api::kratix::{ResourceBinding, MANUAL_RECONCILIATION_LABEL, UPGRADE_FAILED};
@@ -53,6 +54,11 @@ pub enum Outcome {
     InFlight {
         request_retry: bool,
     },
+    /// Upgraded; its health check has not concluded and times out at `until` (spec §13.2). It
+    /// counts as in flight.
+    Verifying {
+        until: DateTime<Utc>,
+    },
     NotStarted,
 }
 
@@ -64,6 +70,11 @@ impl Outcome {
     /// Nothing more will happen to it in this run: done, or failed.
     pub fn is_finished(&self) -> bool {
         self.is_done() || matches!(self, Outcome::Failed { .. })
+    }
+
+    /// Takes a slot of the group's `maxConcurrent`: upgrading or verifying.
+    pub fn is_in_flight(&self) -> bool {
+        matches!(self, Outcome::InFlight { .. } | Outcome::Verifying { .. })
     }
 }
 
@@ -169,23 +180,63 @@ pub fn apply_deadline(
     }
 }
 
-/// One resource's outcome as the run decides it, for views that show single resources:
-/// [`evaluate_resource`], then the `progressDeadline` of its group (`group`) in the frozen `plan`.
+/// The rules of a group that turn a resource's state in Kratix ([`evaluate_resource`]) into its
+/// outcome in the run: the `progressDeadline`, then the `healthCheck`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupRules {
+    pub deadline: Option<Deadline>,
+    pub health: Option<Verification>,
+}
+
+impl GroupRules {
+    pub fn of(group: Option<&RolloutGroup>) -> GroupRules {
+        GroupRules {
+            deadline: group.and_then(Deadline::of),
+            health: group.and_then(Verification::of),
+        }
+    }
+
+    /// The outcome of `resource` in run (`name`, created) upgrading to `to`.
+    pub fn outcome(
+        &self,
+        resource: &SnapshotResource,
+        live: Option<&ResourceBinding>,
+        records: &HealthRecords,
+        (to, run_name, run_created): (&str, &str, DateTime<Utc>),
+        now: DateTime<Utc>,
+    ) -> Outcome {
+        let outcome = evaluate_resource(resource, live, to, run_name, run_created);
+        let outcome = apply_deadline(outcome, live, self.deadline.as_ref(), now);
+        apply_health_check(
+            outcome,
+            resource,
+            live,
+            self.health.as_ref(),
+            records,
+            (to, run_created),
+            now,
+        )
+    }
+}
+
+/// One resource's outcome as the run decides it, for views that show single resources: the
+/// [`GroupRules`] of its group (`group`) in the frozen `plan`.
 pub fn resource_outcome(
     resource: &SnapshotResource,
     live: Option<&ResourceBinding>,
+    records: &HealthRecords,
     plan: &UpgradePlanSpec,
     group: &str,
     run: (&str, DateTime<Utc>),
     now: DateTime<Utc>,
 ) -> Outcome {
-    let outcome = evaluate_resource(resource, live, &plan.upgrade_path.to, run.0, run.1);
-    let deadline = plan
-        .rollout_groups
-        .iter()
-        .find(|g| g.name == group)
-        .and_then(Deadline::of);
-    apply_deadline(outcome, live, deadline.as_ref(), now)
+    GroupRules::of(plan.rollout_groups.iter().find(|g| g.name == group)).outcome(
+        resource,
+        live,
+        records,
+        (&plan.upgrade_path.to, run.0, run.1),
+        now,
+    )
 }
 
 /// A binding the controller must patch.
@@ -281,6 +332,8 @@ pub struct RunContext<'a> {
     pub snapshot: &'a Snapshot,
     /// `status.rolloutGroups` as last written: groups recorded complete stay complete.
     pub recorded: &'a [GroupStatus],
+    /// The HealthRecords of the plan's Promise (empty when no group has a `healthCheck`).
+    pub health: &'a HealthRecords,
     pub revision_present: bool,
     pub now: DateTime<Utc>,
 }
@@ -293,6 +346,7 @@ fn counts(name: &str, total: usize, outcomes: &[Outcome]) -> GroupStatus {
         succeeded: n(|o| matches!(o, Outcome::Succeeded)),
         failed: n(|o| matches!(o, Outcome::Failed { .. })),
         skipped: n(|o| matches!(o, Outcome::Skipped(_))),
+        verifying: n(|o| matches!(o, Outcome::Verifying { .. })),
     }
 }
 
@@ -342,7 +396,8 @@ pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<
             .map(|g| FailureBudget::parse(g.max_failures.as_ref()).unwrap_or(FailureBudget::NONE))
             .unwrap_or(FailureBudget::NONE)
             .resolve(group.resources.len());
-        let deadline = plan_group.and_then(Deadline::of);
+        let rules = GroupRules::of(plan_group);
+        let run = (to, ctx.run_name, ctx.run_created);
         if let Some(mut done) = recorded_complete(ctx.recorded.get(index), &group.name, group.resources.len(), budget) {
             // A resource counted failed that has since succeeded counts as succeeded (outcomes
             // follow live state); nothing else moves in a completed group, and a group completed
@@ -353,10 +408,7 @@ pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<
                     .iter()
                     .filter(|r| {
                         let b = lookup(&r.namespace, &r.binding);
-                        matches!(
-                            evaluate_resource(r, b, to, ctx.run_name, ctx.run_created),
-                            Outcome::Succeeded
-                        )
+                        matches!(rules.outcome(r, b, ctx.health, run, ctx.now), Outcome::Succeeded)
                     })
                     .count() as i64
                     - done.succeeded;
@@ -376,10 +428,7 @@ pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<
             .resources
             .iter()
             .zip(&live)
-            .map(|(r, b)| {
-                let outcome = evaluate_resource(r, *b, to, ctx.run_name, ctx.run_created);
-                apply_deadline(outcome, *b, deadline.as_ref(), ctx.now)
-            })
+            .map(|(r, b)| rules.outcome(r, *b, ctx.health, run, ctx.now))
             .collect();
         eval.groups[index] = counts(&group.name, group.resources.len(), &outcomes);
         let failed = eval.groups[index].failed as usize;
@@ -420,12 +469,13 @@ pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<
                         eval.retry.push(action(i));
                     }
                 }
+                Outcome::Verifying { .. } => in_flight += 1,
                 Outcome::NotStarted => not_started.push(i),
                 _ => {}
             }
         }
-        // Wake when the first in-flight upgrade runs out of time.
-        let expiry = deadline.as_ref().and_then(|d| {
+        // Wake when the first in-flight upgrade or health check runs out of time.
+        let upgrade_expiry = rules.deadline.as_ref().and_then(|d| {
             outcomes
                 .iter()
                 .zip(&live)
@@ -433,6 +483,14 @@ pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<
                 .filter_map(|(_, b)| d.expires((*b)?))
                 .min()
         });
+        let health_expiry = outcomes
+            .iter()
+            .filter_map(|o| match o {
+                Outcome::Verifying { until } => Some(*until),
+                _ => None,
+            })
+            .min();
+        let expiry = upgrade_expiry.into_iter().chain(health_expiry).min();
         let slots = limit.saturating_sub(in_flight);
         if !not_started.is_empty() {
             eval.blocked = if ctx.suspended {
@@ -508,6 +566,14 @@ pub mod texts {
         format!("Resource {resource} skipped: {why}")
     }
     /// Message of the UpgradeRunFailed / UpgradeRunCompleted events and of RunCompleted.
+    pub fn health_reported(state: &str, namespace: &str, record: &str) -> String {
+        format!("health check reported {state} (HealthRecord {namespace}/{record})")
+    }
+
+    pub fn no_health_report(timeout: &str) -> String {
+        format!("no health report within {timeout}")
+    }
+
     pub fn deadline_passed(deadline: &str) -> String {
         format!("did not finish within {deadline}")
     }
@@ -564,12 +630,13 @@ pub mod texts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::kratix::{BindingCondition, UPGRADE_IN_PROGRESS, UPGRADE_SUCCEEDED};
+    use crate::api::kratix::{BindingCondition, HealthRecord, UPGRADE_IN_PROGRESS, UPGRADE_SUCCEEDED};
     use crate::api::{UpgradeWindow, WindowKind};
     use crate::engine::snapshot::assign;
     use crate::engine::snapshot::tests::{binding, group, match_all, plan};
     use crate::engine::version::VersionMatcher;
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    use std::sync::Arc;
 
     fn utc(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
@@ -800,6 +867,7 @@ mod tests {
         spec: UpgradePlanSpec,
         snapshot: Snapshot,
         live: Vec<ResourceBinding>,
+        health: Vec<Arc<HealthRecord>>,
     }
 
     impl World {
@@ -810,6 +878,7 @@ mod tests {
                 spec,
                 snapshot,
                 live: bindings,
+                health: Vec::new(),
             }
         }
 
@@ -827,6 +896,7 @@ mod tests {
         }
 
         fn eval(&self, recorded: &[GroupStatus], suspended: bool, now: &str) -> Evaluation {
+            let health = HealthRecords::index(&self.spec.promise_ref.name, self.health.iter().cloned());
             let ctx = RunContext {
                 run_name: "run-1",
                 run_created: utc(CREATED),
@@ -834,6 +904,7 @@ mod tests {
                 plan: &self.spec,
                 snapshot: &self.snapshot,
                 recorded,
+                health: &health,
                 revision_present: true,
                 now: utc(now),
             };
@@ -886,7 +957,8 @@ mod tests {
                 total: 4,
                 succeeded: 1,
                 failed: 0,
-                skipped: 0
+                skipped: 0,
+                verifying: 0
             }
         );
 
@@ -967,7 +1039,8 @@ mod tests {
                 total: 2,
                 succeeded: 1,
                 failed: 1,
-                skipped: 0
+                skipped: 0,
+                verifying: 0
             }
         );
         assert_eq!(
@@ -985,6 +1058,76 @@ mod tests {
             w2.eval(&[], false, "2026-06-01T10:03:00Z").verdict,
             Verdict::Failed { .. }
         ));
+    }
+
+    #[test]
+    fn verifying_resources_hold_their_slot_until_their_health_is_known() {
+        let mut g = match_all("all");
+        g.max_concurrent = Some(IntOrString::Int(1));
+        g.max_failures = Some(IntOrString::Int(1));
+        g.health_check = Some(crate::api::HealthCheck { timeout: "10m".into() });
+        let mut w = World::new(
+            plan(&["v1"], "v2", vec![g]),
+            ["a", "b", "c"].map(|n| binding("ns", n, &[], "v1", "v1")).to_vec(),
+        );
+        let report = |w: &mut World, name: &str, state: &str| {
+            w.health.push(crate::engine::health::tests::record_of(
+                name,
+                name,
+                state,
+                Some("v2"),
+                None,
+            ))
+        };
+        let succeed = |w: &mut World, name: &str, at: &str| {
+            let i = w.live.iter().position(|b| b.spec.resource_ref.name == name).unwrap();
+            w.live[i] = with_condition(
+                binding("ns", name, &[], "v2", "v2"),
+                "True",
+                "UpgradeComplete",
+                at,
+                None,
+            );
+        };
+        w.set("a", "v1", "v2");
+        succeed(&mut w, "a", "2026-06-01T10:00:00Z");
+        let e = w.eval(&[], false, "2026-06-01T10:05:00Z");
+        assert_eq!((e.groups[0].succeeded, e.groups[0].verifying), (0, 1));
+        assert_eq!(
+            (e.in_flight, e.blocked),
+            (1, Some(Blocked::ConcurrencyLimit)),
+            "verifying takes the slot"
+        );
+        assert_eq!(
+            e.wake_at,
+            Some(utc("2026-06-01T10:10:00Z")),
+            "wakes when the check times out"
+        );
+
+        report(&mut w, "a", "healthy");
+        let e = w.eval(&[], false, "2026-06-01T10:05:00Z");
+        assert_eq!((e.groups[0].succeeded, e.groups[0].verifying), (1, 0));
+        assert_eq!(started(&e), vec!["b"]);
+
+        succeed(&mut w, "b", "2026-06-01T10:06:00Z");
+        report(&mut w, "b", "unhealthy");
+        let e = w.eval(&[], false, "2026-06-01T10:07:00Z");
+        assert_eq!(e.groups[0].failed, 1, "within the budget of 1");
+        assert_eq!(started(&e), vec!["c"]);
+        assert!(
+            matches!(&e.outcomes[0].1[1], Outcome::Failed { message } if message == "health check reported unhealthy (HealthRecord ns/b)")
+        );
+
+        succeed(&mut w, "c", "2026-06-01T10:08:00Z");
+        let e = w.eval(&[], false, "2026-06-01T10:09:00Z");
+        assert_eq!(e.verdict, Verdict::InProgress { group: 0 }, "c is still verifying");
+        let e = w.eval(&[], false, "2026-06-01T10:18:00Z");
+        assert_eq!(
+            e.verdict,
+            Verdict::Failed { group: 0, failed: 2 },
+            "c never reported: over the budget"
+        );
+        assert!(matches!(&e.outcomes[0].1[2], Outcome::Failed { message } if message == "no health report within 10m"));
     }
 
     #[test]
@@ -1021,6 +1164,7 @@ mod tests {
             plan: &w.spec,
             snapshot: &w.snapshot,
             recorded: &[],
+            health: &HealthRecords::default(),
             revision_present: false,
             now: utc(CREATED),
         };

@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use super::budget::{parse_progress_deadline, FailureBudget};
 use super::concurrency::Limit;
 use super::cron::{parse_zone, resolve_local_time, CronSchedule};
+use super::health::parse_timeout as parse_health_timeout;
 use super::schedule::MAX_SCHEDULED_PLAN_NAME;
 use super::version::{is_regex_pattern, VersionMatcher};
 use super::window::{Gate, SEARCH_HORIZON_DAYS};
@@ -209,6 +210,9 @@ pub fn validate_plan(name: &str, spec: &UpgradePlanSpec, now: DateTime<Utc>) -> 
         if let Err(e) = parse_progress_deadline(group.progress_deadline.as_deref()) {
             add(format!("{at}.progressDeadline"), e);
         }
+        if let Some(Err(e)) = group.health_check.as_ref().map(|h| parse_health_timeout(&h.timeout)) {
+            add(format!("{at}.healthCheck.timeout"), e);
+        }
         let windows = group.resource_upgrade_windows.as_deref().unwrap_or_default();
         let mut all_windows_ok = true;
         for (wi, w) in windows.iter().enumerate() {
@@ -388,6 +392,14 @@ spec:
                     "maxConcurrent: 5\n      progressDeadline: \"half an hour\"",
                 ),
                 vec!["spec.rolloutGroups[0].progressDeadline"],
+            ),
+            (
+                "health check timeout of zero",
+                SEED.replace(
+                    "maxConcurrent: 5",
+                    "maxConcurrent: 5\n      healthCheck: {timeout: \"0s\"}",
+                ),
+                vec!["spec.rolloutGroups[0].healthCheck.timeout"],
             ),
             (
                 "window schedule and duration both wrong",

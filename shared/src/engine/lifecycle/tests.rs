@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::*;
-use crate::api::kratix::ResourceBinding;
+use crate::api::kratix::{HealthRecord, ResourceBinding};
 use crate::api::{
     LastRun, RunResult, UpgradePlanRef, UpgradePlanSpec, UpgradePlanStatus, UpgradeRunSpec, ADMITTED_AT_ANNOTATION,
     PREVIEW_ANNOTATION, SUPERSEDED_BY_ANNOTATION,
@@ -34,6 +34,7 @@ struct World {
     /// Snapshot ConfigMaps written so far, by run: (name, shard).
     written: BTreeMap<String, Vec<(String, Snapshot)>>,
     frozen_plans: BTreeMap<String, UpgradePlanSpec>,
+    health: Vec<Arc<HealthRecord>>,
 }
 
 impl Cluster for World {
@@ -53,6 +54,13 @@ impl Cluster for World {
     fn revision_exists(&self, promise: &str, version: &str) -> bool {
         promise == "redis" && self.revisions.iter().any(|v| v == version)
     }
+    fn health_records(&self, promise: &str) -> Vec<Arc<HealthRecord>> {
+        self.health
+            .iter()
+            .filter(|r| r.data.promise_ref.name == promise)
+            .cloned()
+            .collect()
+    }
 }
 
 impl World {
@@ -64,6 +72,7 @@ impl World {
             revisions: vec!["v1".into(), "v2".into()],
             written: BTreeMap::new(),
             frozen_plans: BTreeMap::new(),
+            health: Vec::new(),
         }
     }
 

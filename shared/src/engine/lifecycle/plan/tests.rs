@@ -7,6 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::*;
+use crate::api::kratix::HealthRecord;
 use crate::api::{
     RunHistoryLimit, RunState, UpgradeExecutionPolicy, UpgradePlanRef, UpgradeRunSpec, UpgradeRunStatus, UpgradeWindow,
 };
@@ -27,6 +28,9 @@ impl Cluster for Bindings {
     }
     fn revision_exists(&self, _: &str, _: &str) -> bool {
         true
+    }
+    fn health_records(&self, _: &str) -> Vec<Arc<HealthRecord>> {
+        Vec::new()
     }
 }
 

@@ -1,0 +1,419 @@
+//! Health-verified upgrades (spec §13.2): after Kratix reports an upgrade succeeded, the resource
+//! is Verifying until its Kratix HealthRecord says whether it works.
+//!
+//! SKE counts a successful workflow as success; a resource broken by its upgrade would still be
+//! "Completed". With `rolloutGroups[].healthCheck`, its HealthRecord decides, and a Verifying
+//! resource keeps its slot so that `maxConcurrent` bounds the unverified resources too.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+
+use super::run::{texts, Outcome};
+use super::snapshot::SnapshotResource;
+use super::window::parse_go_duration;
+use crate::api::kratix::{HealthRecord, ResourceBinding};
+use crate::api::{RolloutGroup, UPGRADE_STARTED_AT_ANNOTATION};
+
+/// A group's parsed `healthCheck`, with its timeout as written (for the detail).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verification {
+    pub timeout: Duration,
+    pub written: String,
+}
+
+impl Verification {
+    /// The group's health check; `None` without one (or, in a frozen plan, one whose timeout does
+    /// not parse: the plan was validated before its snapshot, and SKE's behaviour is the safe
+    /// reading of a field that cannot be read).
+    pub fn of(group: &RolloutGroup) -> Option<Verification> {
+        let written = &group.health_check.as_ref()?.timeout;
+        Some(Verification {
+            timeout: parse_go_duration(written).ok()?,
+            written: written.clone(),
+        })
+    }
+}
+
+/// Parses `healthCheck.timeout`: a Go duration greater than zero.
+pub fn parse_timeout(value: &str) -> Result<Duration, String> {
+    parse_go_duration(value)
+}
+
+/// The HealthRecords of one Promise, by the (namespace, name) of the resource they describe.
+#[derive(Debug, Clone, Default)]
+pub struct HealthRecords {
+    by_resource: HashMap<(String, String), Vec<Arc<HealthRecord>>>,
+}
+
+impl HealthRecords {
+    /// Indexes the records of `promise` among `records`. A record's resource namespace is its
+    /// `data.resourceRef.namespace`, else its own namespace (Kratix writes it beside the resource).
+    pub fn index(promise: &str, records: impl IntoIterator<Item = Arc<HealthRecord>>) -> Self {
+        let mut by_resource: HashMap<(String, String), Vec<Arc<HealthRecord>>> = HashMap::new();
+        for r in records {
+            if r.data.promise_ref.name != promise || r.data.resource_ref.name.is_empty() {
+                continue;
+            }
+            let namespace = Some(r.data.resource_ref.namespace.clone())
+                .filter(|n| !n.is_empty())
+                .or_else(|| r.metadata.namespace.clone())
+                .unwrap_or_default();
+            by_resource
+                .entry((namespace, r.data.resource_ref.name.clone()))
+                .or_default()
+                .push(r);
+        }
+        HealthRecords { by_resource }
+    }
+
+    fn of(&self, resource: &SnapshotResource) -> &[Arc<HealthRecord>] {
+        self.by_resource
+            .get(&(resource.namespace.clone(), resource.name.clone()))
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
+
+    /// The record that speaks for the upgrade to `to` completed at `upgraded_at`: one written for
+    /// `to` (`data.promiseVersion`), or, for a record without a version, one whose check ran no
+    /// earlier than the upgrade completed (to the second: `lastRun` is Unix seconds). The most
+    /// recently run wins.
+    pub fn current(&self, resource: &SnapshotResource, to: &str, upgraded_at: DateTime<Utc>) -> Option<&HealthRecord> {
+        self.of(resource)
+            .iter()
+            .filter(|r| match r.data.promise_version.as_deref().filter(|v| !v.is_empty()) {
+                Some(version) => version == to,
+                None => r.data.last_run.is_some_and(|t| t >= upgraded_at.timestamp()),
+            })
+            .max_by_key(|r| r.data.last_run)
+            .map(Arc::as_ref)
+    }
+}
+
+/// When the upgrade of `live` completed: Kratix's `UpgradeSucceeded=True` transition; without
+/// one, the start the start patch recorded; without that, the run's creation. Always a time, so
+/// that the timeout always runs.
+pub fn upgraded_at(live: &ResourceBinding, run_created: DateTime<Utc>) -> DateTime<Utc> {
+    live.upgrade_condition()
+        .filter(|c| c.status == "True")
+        .and_then(|c| c.last_transition_time)
+        .or_else(|| {
+            let started = live.metadata.annotations.as_ref()?.get(UPGRADE_STARTED_AT_ANNOTATION)?;
+            Some(DateTime::parse_from_rfc3339(started).ok()?.with_timezone(&Utc))
+        })
+        .unwrap_or(run_created)
+}
+
+/// What a HealthRecord's state means for the resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Healthy,
+    Unhealthy,
+    Wait,
+}
+
+fn verdict(state: &str) -> Verdict {
+    match state {
+        "healthy" | "ready" => Verdict::Healthy,
+        "unhealthy" | "degraded" => Verdict::Unhealthy,
+        // `unknown`, and any state a newer Kratix may add: not conclusive.
+        _ => Verdict::Wait,
+    }
+}
+
+/// The group's health check applied to a resource's outcome: a Succeeded upgrade is Verifying
+/// until its HealthRecord is conclusive; every other outcome is unchanged.
+pub fn apply_health_check(
+    outcome: Outcome,
+    resource: &SnapshotResource,
+    live: Option<&ResourceBinding>,
+    check: Option<&Verification>,
+    records: &HealthRecords,
+    (to, run_created): (&str, DateTime<Utc>),
+    now: DateTime<Utc>,
+) -> Outcome {
+    let (Outcome::Succeeded, Some(live), Some(check)) = (&outcome, live, check) else {
+        return outcome;
+    };
+    let upgraded = upgraded_at(live, run_created);
+    let record = records.current(resource, to, upgraded);
+    match record.map(|r| verdict(&r.data.state)) {
+        Some(Verdict::Healthy) => Outcome::Succeeded,
+        Some(Verdict::Unhealthy) => {
+            let r = record.expect("a verdict comes from a record");
+            Outcome::Failed {
+                message: texts::health_reported(
+                    &r.data.state,
+                    r.metadata.namespace.as_deref().unwrap_or_default(),
+                    r.metadata.name.as_deref().unwrap_or_default(),
+                ),
+            }
+        }
+        Some(Verdict::Wait) | None => {
+            let until = upgraded
+                .checked_add_signed(check.timeout)
+                .unwrap_or(DateTime::<Utc>::MAX_UTC);
+            if until <= now {
+                // An `unknown` record is not a report, but saying it exists saves a search.
+                let mut message = texts::no_health_report(&check.written);
+                if let Some(r) = record {
+                    message += &format!(
+                        " (HealthRecord {}/{} says {})",
+                        r.metadata.namespace.as_deref().unwrap_or_default(),
+                        r.metadata.name.as_deref().unwrap_or_default(),
+                        r.data.state
+                    );
+                }
+                Outcome::Failed { message }
+            } else {
+                Outcome::Verifying { until }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::api::kratix::{BindingCondition, HealthRecordData, NameRef, ObjectRef, UPGRADE_SUCCEEDED};
+    use crate::engine::snapshot::tests::binding;
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    const CREATED: &str = "2026-06-01T09:00:00Z";
+    const SUCCEEDED_AT: &str = "2026-06-01T10:00:00Z";
+
+    /// Binding `ns/web` upgraded to v2, Kratix's success at 10:00.
+    fn upgraded() -> ResourceBinding {
+        let mut b = binding("ns", "web", &[], "v2", "v2");
+        b.status.as_mut().unwrap().conditions = vec![BindingCondition {
+            type_: UPGRADE_SUCCEEDED.into(),
+            status: "True".into(),
+            reason: "UpgradeComplete".into(),
+            message: String::new(),
+            last_transition_time: Some(utc(SUCCEEDED_AT)),
+        }];
+        b
+    }
+
+    fn record(name: &str, state: &str, version: Option<&str>, last_run: Option<&str>) -> Arc<HealthRecord> {
+        record_of("web", name, state, version, last_run)
+    }
+
+    /// A record of Promise redis for resource `ns/resource`.
+    pub(crate) fn record_of(
+        resource: &str,
+        name: &str,
+        state: &str,
+        version: Option<&str>,
+        last_run: Option<&str>,
+    ) -> Arc<HealthRecord> {
+        Arc::new(HealthRecord {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            data: HealthRecordData {
+                promise_ref: NameRef { name: "redis".into() },
+                resource_ref: ObjectRef {
+                    name: resource.into(),
+                    namespace: "ns".into(),
+                },
+                state: state.into(),
+                last_run: last_run.map(|t| utc(t).timestamp()),
+                promise_version: version.map(Into::into),
+            },
+        })
+    }
+
+    fn check(timeout: &str) -> Verification {
+        Verification {
+            timeout: parse_timeout(timeout).unwrap(),
+            written: timeout.into(),
+        }
+    }
+
+    fn decide(records: Vec<Arc<HealthRecord>>, outcome: Outcome, now: &str) -> Outcome {
+        let b = upgraded();
+        let r = SnapshotResource::from_binding(&b);
+        let index = HealthRecords::index("redis", records);
+        apply_health_check(
+            outcome,
+            &r,
+            Some(&b),
+            Some(&check("10m")),
+            &index,
+            ("v2", utc(CREATED)),
+            utc(now),
+        )
+    }
+
+    fn failed(message: &str) -> Outcome {
+        Outcome::Failed {
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn health_records_decide_a_succeeded_upgrade() {
+        let verifying = Outcome::Verifying {
+            until: utc("2026-06-01T10:10:00Z"),
+        };
+        let at = "2026-06-01T10:05:00Z";
+        let cases: Vec<(&str, Vec<Arc<HealthRecord>>, &str, Outcome)> = vec![
+            ("no record: verifying until the timeout", vec![], at, verifying.clone()),
+            (
+                "no record at the timeout",
+                vec![],
+                "2026-06-01T10:10:00Z",
+                failed("no health report within 10m"),
+            ),
+            (
+                "healthy for v2",
+                vec![record("web", "healthy", Some("v2"), None)],
+                at,
+                Outcome::Succeeded,
+            ),
+            (
+                "ready for v2",
+                vec![record("web", "ready", Some("v2"), None)],
+                at,
+                Outcome::Succeeded,
+            ),
+            (
+                "unhealthy for v2",
+                vec![record("web", "unhealthy", Some("v2"), None)],
+                at,
+                failed("health check reported unhealthy (HealthRecord ns/web)"),
+            ),
+            (
+                "degraded for v2",
+                vec![record("web", "degraded", Some("v2"), None)],
+                at,
+                failed("health check reported degraded (HealthRecord ns/web)"),
+            ),
+            (
+                "unknown: keep waiting",
+                vec![record("web", "unknown", Some("v2"), None)],
+                at,
+                verifying.clone(),
+            ),
+            (
+                "unknown at the timeout names the record",
+                vec![record("web", "unknown", Some("v2"), None)],
+                "2026-06-01T10:11:00Z",
+                failed("no health report within 10m (HealthRecord ns/web says unknown)"),
+            ),
+            (
+                "a state Kratix may add later waits",
+                vec![record("web", "sleepy", Some("v2"), None)],
+                at,
+                verifying.clone(),
+            ),
+            (
+                "healthy for the old version says nothing about v2",
+                vec![record("web", "healthy", Some("v1"), Some("2026-06-01T10:04:00Z"))],
+                at,
+                verifying.clone(),
+            ),
+            (
+                "no version, checked after the upgrade",
+                vec![record("web", "healthy", None, Some(SUCCEEDED_AT))],
+                at,
+                Outcome::Succeeded,
+            ),
+            (
+                "no version, checked before the upgrade",
+                vec![record("web", "unhealthy", None, Some("2026-06-01T09:59:59Z"))],
+                at,
+                verifying.clone(),
+            ),
+            (
+                "no version and no lastRun",
+                vec![record("web", "healthy", None, None)],
+                at,
+                verifying.clone(),
+            ),
+            (
+                "the most recent check wins",
+                vec![
+                    record("web-old", "unhealthy", Some("v2"), Some("2026-06-01T10:01:00Z")),
+                    record("web-new", "healthy", Some("v2"), Some("2026-06-01T10:02:00Z")),
+                ],
+                at,
+                Outcome::Succeeded,
+            ),
+        ];
+        for (what, records, now, want) in cases {
+            assert_eq!(decide(records, Outcome::Succeeded, now), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn only_succeeded_upgrades_of_groups_with_a_check_are_verified() {
+        let unhealthy = vec![record("web", "unhealthy", Some("v2"), None)];
+        for outcome in [
+            Outcome::NotStarted,
+            Outcome::InFlight { request_retry: false },
+            failed("workflow failed"),
+            Outcome::Skipped(crate::engine::run::SkipReason::BindingGone),
+        ] {
+            assert_eq!(decide(unhealthy.clone(), outcome.clone(), CREATED), outcome);
+        }
+        let b = upgraded();
+        let r = SnapshotResource::from_binding(&b);
+        let index = HealthRecords::index("redis", unhealthy);
+        let at = utc("2026-06-01T10:05:00Z");
+        assert_eq!(
+            apply_health_check(Outcome::Succeeded, &r, Some(&b), None, &index, ("v2", utc(CREATED)), at),
+            Outcome::Succeeded,
+            "no healthCheck: SKE's behaviour"
+        );
+    }
+
+    #[test]
+    fn records_of_other_promises_and_resources_do_not_count() {
+        let mut other_promise = (*record("web", "unhealthy", Some("v2"), None)).clone();
+        other_promise.data.promise_ref.name = "postgres".into();
+        let mut other_resource = (*record("api", "unhealthy", Some("v2"), None)).clone();
+        other_resource.data.resource_ref.name = "api".into();
+        let mut other_namespace = (*record("web", "unhealthy", Some("v2"), None)).clone();
+        other_namespace.data.resource_ref.namespace = "elsewhere".into();
+        let mut namespace_from_metadata = (*record("web", "healthy", Some("v2"), None)).clone();
+        namespace_from_metadata.data.resource_ref.namespace = String::new();
+        let records = [other_promise, other_resource, other_namespace].map(Arc::new).to_vec();
+        assert!(matches!(
+            decide(records.clone(), Outcome::Succeeded, "2026-06-01T10:05:00Z"),
+            Outcome::Verifying { .. }
+        ));
+        let mut with_own = records;
+        with_own.push(Arc::new(namespace_from_metadata));
+        assert_eq!(
+            decide(with_own, Outcome::Succeeded, "2026-06-01T10:05:00Z"),
+            Outcome::Succeeded,
+            "a record without resourceRef.namespace is in its resource's namespace"
+        );
+    }
+
+    #[test]
+    fn the_timeout_runs_from_the_success_else_the_start_else_the_run() {
+        let created = utc(CREATED);
+        let mut b = upgraded();
+        assert_eq!(upgraded_at(&b, created), utc(SUCCEEDED_AT));
+        b.status.as_mut().unwrap().conditions.clear();
+        b.metadata.annotations = Some(
+            [(
+                UPGRADE_STARTED_AT_ANNOTATION.to_string(),
+                "2026-06-01T09:30:00Z".to_string(),
+            )]
+            .into(),
+        );
+        assert_eq!(upgraded_at(&b, created), utc("2026-06-01T09:30:00Z"));
+        b.metadata.annotations = None;
+        assert_eq!(upgraded_at(&b, created), created);
+    }
+}

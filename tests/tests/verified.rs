@@ -1,0 +1,141 @@
+//! Verified upgrades end to end (spec §13.2): the real control plane, kratix-sim writing Kratix
+//! HealthRecords as each binding's annotations say, the controller verifying each upgrade.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use kube::api::Api;
+use serde_json::json;
+use upgradeplan::api::kratix::{HealthRecord, ResourceBinding};
+use upgradeplan::api::{find_condition, reasons, ConditionStatus, RunState, UPGRADE_STARTED_AT_ANNOTATION};
+use upgradeplan_e2e::harness::TestEnv;
+
+const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
+const WAIT: Duration = Duration::from_secs(90);
+
+fn started_at(b: &ResourceBinding) -> DateTime<Utc> {
+    let at = &b.metadata.annotations.as_ref().unwrap()[UPGRADE_STARTED_AT_ANNOTATION];
+    DateTime::parse_from_rfc3339(at).unwrap().with_timezone(&Utc)
+}
+
+/// One at a time, so that each start shows when the slot before it was freed: a resource is
+/// Verifying (and holds the slot) until its HealthRecord is conclusive or the check times out.
+#[tokio::test]
+async fn upgrades_count_only_once_their_health_records_say_healthy() {
+    let mut env = TestEnv::new("verify").await.unwrap();
+    env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
+        .await
+        .unwrap();
+    let ns = env.namespace("apps").await.unwrap();
+    env.start_sim(SIM, &[]).unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
+    let health = [
+        (
+            "h0",
+            json!({"kratix-sim/health": "healthy", "kratix-sim/health-delay": "3s"}),
+        ),
+        ("h1", json!({"kratix-sim/health": "unhealthy"})),
+        ("h2", json!({})), // never reports
+    ];
+    for (name, annotations) in &health {
+        env.binding(&ns, name, &[("env", "dev")], "v1.0.0", Some("v1.0.0"))
+            .await
+            .unwrap();
+        env.patch_binding(
+            &ns,
+            &format!("{name}-{}", env.promise),
+            json!({"metadata": {"annotations": annotations}}),
+        )
+        .await
+        .unwrap();
+    }
+    env.binding(&ns, "p0", &[("env", "prod")], "v1.0.0", Some("v1.0.0"))
+        .await
+        .unwrap();
+    let plan = env
+        .create_plan(
+            "verified",
+            json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
+                   "rolloutGroups": [
+                       {"name": "dev", "selectors": {"matchLabels": {"env": "dev"}}, "maxConcurrent": 1,
+                        "maxFailures": 2, "healthCheck": {"timeout": "6s"}},
+                       {"name": "prod", "selectors": {"matchLabels": {"env": "prod"}}}]}),
+        )
+        .await
+        .unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+
+    // h0 is upgraded and waits for its record (3 s): Verifying, in flight, nothing else starts.
+    let verifying = env
+        .wait_run(&run, WAIT, "h0 verifying", |r| {
+            r.status
+                .as_ref()
+                .is_some_and(|s| s.rollout_groups.first().is_some_and(|g| g.verifying == 1))
+        })
+        .await
+        .unwrap();
+    assert_eq!(verifying.status.unwrap().rollout_groups[0].succeeded, 0);
+
+    let done = env
+        .wait_run(&run, WAIT, "finished", |r| {
+            r.status.as_ref().is_some_and(|s| s.state.is_terminal())
+        })
+        .await
+        .unwrap();
+    let status = done.status.clone().unwrap();
+    assert_eq!(status.state, RunState::Completed, "{}", controller.log_text());
+    let c = find_condition(&status.conditions, reasons::RUN_SUCCEEDED).unwrap();
+    assert_eq!(
+        (c.status, c.reason.as_str(), c.message.as_str()),
+        (
+            ConditionStatus::True,
+            "RunCompletedWithFailures",
+            "2/4 resources upgraded to v2.0.0; 2 failed within the failure budget"
+        )
+    );
+    let dev = &status.rollout_groups[0];
+    assert_eq!((dev.succeeded, dev.failed, dev.verifying), (1, 2, 0));
+
+    let bindings = env.bindings_api(&ns);
+    let get = |name: &'static str| {
+        let (bindings, promise) = (bindings.clone(), env.promise.clone());
+        async move { bindings.get(&format!("{name}-{promise}")).await.unwrap() }
+    };
+    let records: Api<HealthRecord> = Api::namespaced(env.client.clone(), &ns);
+    let last_run = |r: HealthRecord| DateTime::from_timestamp(r.data.last_run.unwrap(), 0).unwrap();
+    let h0_healthy = last_run(records.get(&format!("h0-{}", env.promise)).await.unwrap());
+    let h1_unhealthy = last_run(records.get(&format!("h1-{}", env.promise)).await.unwrap());
+    let (h1, h2, p0) = (get("h1").await, get("h2").await, get("p0").await);
+    // Each slot was freed only by the health verdict (records are to the second).
+    assert!(started_at(&h1) >= h0_healthy, "h1 started before h0 was healthy");
+    assert!(started_at(&h2) >= h1_unhealthy, "h2 started before h1 was reported");
+    let h2_succeeded = h2.upgrade_condition().and_then(|c| c.last_transition_time).unwrap();
+    assert!(
+        started_at(&p0) >= h2_succeeded + chrono::Duration::seconds(6),
+        "prod started before h2's health check timed out ({} < {h2_succeeded} + 6s)",
+        started_at(&p0)
+    );
+
+    let events = env
+        .events_when(&run, |(_, r, m)| {
+            r == "ResourceUpgradeFailed" && m.contains("no health report")
+        })
+        .await
+        .unwrap();
+    let failed: Vec<&str> = events
+        .iter()
+        .filter(|(_, r, _)| r == "ResourceUpgradeFailed")
+        .map(|(_, _, m)| m.as_str())
+        .collect();
+    let promise = &env.promise;
+    for want in [
+        format!("health check reported unhealthy (HealthRecord {ns}/h1-{promise})"),
+        "no health report within 6s".to_string(),
+    ] {
+        assert!(
+            failed.iter().any(|m| m.ends_with(&want)),
+            "no event ends with {want:?}: {failed:?}"
+        );
+    }
+}
