@@ -113,6 +113,8 @@ pub struct Ctx {
     pub announced: Mutex<HashMap<String, Arc<Announcements>>>,
     /// Retry delays of objects whose reconcile failed.
     pub retries: RetryBackoff,
+    /// The plans' signal gates, read through Prometheus.
+    pub gates: Arc<crate::gates::GateReader>,
 }
 
 /// (reason, message) of a run's published events.

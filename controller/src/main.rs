@@ -5,6 +5,7 @@ mod clock;
 mod context;
 mod error;
 mod events;
+mod gates;
 mod http;
 mod leader;
 mod metrics;
@@ -84,6 +85,20 @@ struct Cli {
     /// Interval between leader-election attempts and renewals.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
     retry_period: Duration,
+    /// Prometheus to evaluate the plans' signal gates (spec.gates) against, e.g.
+    /// http://prometheus-operated.monitoring:9090. Without it, every gate is closed (fail safe).
+    #[arg(long, value_name = "URL")]
+    prometheus_url: Option<String>,
+    /// PEM CA certificates to trust for --prometheus-url (default: the system's).
+    #[arg(long, value_name = "FILE")]
+    prometheus_ca_file: Option<PathBuf>,
+    /// File holding a bearer token for --prometheus-url, read on every query (so rotation works).
+    #[arg(long, value_name = "FILE")]
+    prometheus_bearer_token_file: Option<PathBuf>,
+    /// How long a gate's reading is reused before its query runs again; also how often a closed
+    /// gate is read again.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    gate_interval: Duration,
     /// Tests only: start the decision clock at this RFC 3339 instant; it then runs at real speed.
     #[arg(long, value_name = "RFC3339", hide = true, value_parser = parse_instant)]
     clock_start: Option<chrono::DateTime<chrono::Utc>>,
@@ -224,6 +239,18 @@ async fn shutdown_signal() {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let metrics = Arc::new(metrics::Metrics::new());
+    let prometheus = cli
+        .prometheus_url
+        .as_deref()
+        .map(|url| {
+            upgradeplan::prometheus::PrometheusClient::new(
+                url,
+                cli.prometheus_ca_file.as_deref(),
+                cli.prometheus_bearer_token_file.as_deref(),
+            )
+        })
+        .transpose()?;
+    let gates = Arc::new(gates::GateReader::new(prometheus, cli.gate_interval));
     let client = client(&cli, &metrics).await?;
     let version = client.apiserver_version().await.context("reaching the API server")?;
     tracing::info!(server = %version.git_version, version = env!("CARGO_PKG_VERSION"), "upgradeplan-controller starting");
@@ -299,7 +326,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             None => std::future::pending().await,
         }
     };
-    let controllers = run_controllers(client.clone(), &cli, metrics.clone(), stopped.clone());
+    let controllers = run_controllers(client.clone(), &cli, metrics.clone(), gates, stopped.clone());
     // Reconciles in flight finish; but a controller still waiting for its first cache sync
     // does not observe shutdown, so the process leaves after a grace period regardless.
     let grace = async {
@@ -354,8 +381,13 @@ async fn timed(
     result
 }
 
-async fn run_controllers<F, Fut>(client: Client, cli: &Cli, metrics: Arc<metrics::Metrics>, stopped: F)
-where
+async fn run_controllers<F, Fut>(
+    client: Client,
+    cli: &Cli,
+    metrics: Arc<metrics::Metrics>,
+    gates: Arc<gates::GateReader>,
+    stopped: F,
+) where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = ()> + Send + Sync + 'static,
 {
@@ -433,6 +465,7 @@ where
         reported: Default::default(),
         announced: Default::default(),
         retries: Default::default(),
+        gates,
     });
     // Reconciles of one object never overlap; a little debounce merges bursts of binding events.
     let config = ControllerConfig::default().debounce(Duration::from_millis(50));

@@ -34,6 +34,7 @@ enum G {
     WindowNextClose,
     RunResources,
     Blocked,
+    GateOpen,
 }
 
 /// The label values of each gauge series emitted, per (plan, part).
@@ -68,6 +69,8 @@ pub struct Metrics {
     window_next_open: GaugeVec,
     window_next_close: GaugeVec,
     blocked: IntGaugeVec,
+    gate_open: IntGaugeVec,
+    gate_evaluations_total: IntCounterVec,
     pub reconcile_total: IntCounterVec,
     pub reconcile_errors_total: IntCounterVec,
     pub reconcile_time: HistogramVec,
@@ -93,6 +96,7 @@ enum Counted {
     ResourceUpgrades,
     RunDuration,
     ResourceUpgradeDuration,
+    GateEvaluations,
 }
 
 /// Label values of `upgradeplan_runs_total{trigger}`.
@@ -175,7 +179,9 @@ impl Metrics {
             window_active: gauge(&r, &n("window_active"), "1 while the group's window (by index) is active.", &["plan", "group", "index", "kind"]),
             window_next_open: fgauge(&r, &n("window_next_open_timestamp_seconds"), "Unix time the group's gate next opens.", &["plan", "group"]),
             window_next_close: fgauge(&r, &n("window_next_close_timestamp_seconds"), "Unix time the group's gate next closes.", &["plan", "group"]),
-            blocked: gauge(&r, &n("blocked"), "1 while the plan's active run waits, by group and reason (WindowClosed, ConcurrencyLimit, Suspended, RevisionMissing).", &["plan", "group", "reason"]),
+            blocked: gauge(&r, &n("blocked"), "1 while the plan's active run waits, by group and reason (WindowClosed, ConcurrencyLimit, Suspended, RevisionMissing, GateClosed).", &["plan", "group", "reason"]),
+            gate_open: gauge(&r, &n("gate_open"), "1 while the plan's signal gate is open, 0 while closed (firing or not evaluable), as last evaluated.", &["plan", "gate"]),
+            gate_evaluations_total: counter(&r, &n("gate_evaluations_total"), "Evaluations of the plan's signal gate (Prometheus queries), by result (open, closed, error).", &["plan", "gate", "result"]),
             reconcile_total: counter(&r, "controller_runtime_reconcile_total", "Reconciles per controller and result.", &["controller", "result"]),
             reconcile_errors_total: counter(&r, "controller_runtime_reconcile_errors_total", "Reconciles that returned an error.", &["controller"]),
             reconcile_time: histogram(&r, "controller_runtime_reconcile_time_seconds", "Time per reconcile.", &["controller"], prometheus::DEFAULT_BUCKETS.to_vec()),
@@ -214,6 +220,7 @@ impl Metrics {
             G::WindowActive => &self.window_active,
             G::RunResources => &self.run_resources,
             G::Blocked => &self.blocked,
+            G::GateOpen => &self.gate_open,
             _ => return None,
         })
     }
@@ -387,6 +394,7 @@ impl Metrics {
             Counted::ResourceUpgrades => Ok(&self.resource_upgrades_total),
             Counted::RunDuration => Err(&self.run_duration),
             Counted::ResourceUpgradeDuration => Err(&self.resource_upgrade_duration),
+            Counted::GateEvaluations => Ok(&self.gate_evaluations_total),
         }
     }
 
@@ -415,6 +423,39 @@ impl Metrics {
             ));
         }
         self.replace(plan, "run", series);
+    }
+
+    /// Records one evaluation of `plan`'s gate `gate`, and sets the open gauge of each gate of the
+    /// plan as last read (`gates`: every gate with a reading).
+    pub fn record_gate_evaluation(&self, plan: &str, gate: &str, result: &'static str) {
+        if let Ok(mut counted) = self.counted.lock() {
+            let known = counted.entry(plan.to_string()).or_default();
+            // Every result's series from the first evaluation, so the first error is an increase.
+            for r in ["open", "closed", "error"] {
+                let labels = vec![plan.to_string(), gate.to_string(), r.to_string()];
+                if !known
+                    .iter()
+                    .any(|(k, l)| *k == Counted::GateEvaluations && *l == labels)
+                {
+                    self.gate_evaluations_total
+                        .with_label_values(&[plan, gate, r])
+                        .inc_by(0);
+                    known.push((Counted::GateEvaluations, labels));
+                }
+            }
+        }
+        self.gate_evaluations_total
+            .with_label_values(&[plan, gate, result])
+            .inc();
+    }
+
+    /// The plan's gates, open or not, as last read (replacing those of earlier reads).
+    pub fn set_gates(&self, plan: &str, gates: &[(String, bool)]) {
+        let series = gates
+            .iter()
+            .map(|(gate, open)| (G::GateOpen, vec![plan.to_string(), gate.clone()], f64::from(*open)))
+            .collect();
+        self.replace(plan, "gates", series);
     }
 
     /// Removes every gauge of plans not in `live`.
@@ -481,6 +522,8 @@ impl Metrics {
             &self.window_next_open,
             &self.window_next_close,
             &self.blocked,
+            &self.gate_open,
+            &self.gate_evaluations_total,
             &self.reconcile_total,
             &self.reconcile_errors_total,
             &self.reconcile_time,

@@ -91,10 +91,24 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         tracing::warn!(run = %run.name_any(), "waiting for the HealthRecord cache (is Kratix's HealthRecord CRD installed?)");
         return Ok(Action::requeue(std::time::Duration::from_secs(5)));
     }
+    // Signal gates of the run's plan (frozen once the snapshot exists), read unless it ended.
+    let gate_plan = match &snapshot {
+        SnapshotFact::Found { frozen, .. } => Some(&frozen.plan),
+        _ => plan.as_deref().map(|p| &p.spec),
+    };
+    let gates = match gate_plan.and_then(|p| p.gates.as_deref()) {
+        Some(gates) if !gates.is_empty() && !status.state.is_terminal() => {
+            ctx.gates
+                .read(run.plan_name(), gates, crate::clock::now(), &ctx.metrics)
+                .await
+        }
+        _ => Vec::new(),
+    };
     let facts = lifecycle::Facts {
         plan: plan.as_deref(),
         others: &others,
         snapshot,
+        gates: &gates,
         now: crate::clock::now(),
     };
     let step = lifecycle::step(run, &facts, ctx);

@@ -108,7 +108,7 @@ pub enum Command {
     /// Explain a plan in plain words: what it upgrades, when, each group, its windows, and every
     /// problem with its field path. Exits 1 when the plan is invalid (a CI lint with -f).
     #[command(
-        after_help = "Examples:\n  kubectl upgradeplan explain redis-v1-to-v2\n  kubectl upgradeplan explain -f plan.yaml --strict      # CI: fail on problems and warnings\n  kubectl upgradeplan explain -f plan.yaml --now 2026-12-24T22:00:00Z --runs 10\n  kubectl upgradeplan explain redis-v1-to-v2 -o json"
+        after_help = "Examples:\n  kubectl upgradeplan explain redis-v1-to-v2\n  kubectl upgradeplan explain -f plan.yaml --strict      # CI: fail on problems and warnings\n  kubectl upgradeplan explain -f plan.yaml --now 2026-12-24T22:00:00Z --runs 10\n  kubectl upgradeplan explain redis-v1-to-v2 -o json\n  kubectl upgradeplan explain redis-v1-to-v2 --prometheus-url http://localhost:9090   # are its gates open now?"
     )]
     Explain {
         #[command(flatten)]
@@ -120,6 +120,16 @@ pub enum Command {
         /// Promise that does not exist), not only on problems.
         #[arg(long)]
         strict: bool,
+        /// Evaluate the plan's signal gates (spec.gates) now against this Prometheus, e.g.
+        /// http://localhost:9090 after `kubectl port-forward`. Without it, gates are described only.
+        #[arg(long, value_name = "URL")]
+        prometheus_url: Option<String>,
+        /// PEM CA certificates to trust for --prometheus-url (default: the system's).
+        #[arg(long, value_name = "FILE", requires = "prometheus_url")]
+        prometheus_ca_file: Option<PathBuf>,
+        /// File holding a bearer token for --prometheus-url.
+        #[arg(long, value_name = "FILE", requires = "prometheus_url")]
+        prometheus_bearer_token_file: Option<PathBuf>,
     },
     /// Show which resources a run would upgrade now, group by group, and why the others would not.
     #[command(

@@ -4,16 +4,18 @@ use chrono::{DateTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 use serde::Serialize;
 use upgradeplan::api::kratix::ResourceBinding;
-use upgradeplan::api::{find_condition, reasons, ConditionStatus, UpgradePlan, WindowKind};
+use upgradeplan::api::{find_condition, reasons, ConditionStatus, UpgradePlan, UpgradePlanSpec, WindowKind};
 use upgradeplan::engine::budget::FailureBudget;
 use upgradeplan::engine::concurrency::Limit;
 use upgradeplan::engine::cron::CronSchedule;
+use upgradeplan::engine::gate::{self, Reading};
 use upgradeplan::engine::schedule::Triggers;
 use upgradeplan::engine::selector;
 use upgradeplan::engine::snapshot::assign;
 use upgradeplan::engine::validate::{validate_plan, Problem};
 use upgradeplan::engine::version::{is_regex_pattern, VersionMatcher};
 use upgradeplan::engine::window::GateState;
+use upgradeplan::prometheus::PrometheusClient;
 
 use crate::output::Style;
 
@@ -57,6 +59,27 @@ pub struct ExplainJson {
     pub promise: String,
     pub from: Vec<String>,
     pub to: String,
+    /// The signal gates; absent without any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<GateJson>,
+}
+
+/// A signal gate as `explain -o json` shows it.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GateJson {
+    pub name: String,
+    pub query: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fail_after: Option<String>,
+    /// Whether it is open now; absent when not evaluated (no --prometheus-url).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open: Option<bool>,
+    /// Why it is closed, as the run's Gated condition would say.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// Whether the UTC offset of `zone` changes during the local day of `t`.
@@ -119,12 +142,14 @@ fn gate_words(style: &Style, s: &GateState, windows: &[upgradeplan::api::Upgrade
 /// Explains `plan` as at `now`. `bindings`: the Promise's bindings, when known, to resolve
 /// percentages against current membership.
 /// `unknown_fields`: fields of a plan file the API server would reject; problems like any other.
+/// `gates`: the signal gates' readings now, when a Prometheus was given (`--prometheus-url`).
+/// `(now, runs)`: the instant to explain at, and how many upcoming triggers to list.
 pub fn explain(
     plan: &UpgradePlan,
     unknown_fields: &[upgradeplan::engine::Problem],
     bindings: Option<&[ResourceBinding]>,
-    now: DateTime<Utc>,
-    runs: usize,
+    gates: Option<&[Reading]>,
+    (now, runs): (DateTime<Utc>, usize),
     viewer: Tz,
     style: &Style,
 ) -> (ExplainJson, String) {
@@ -290,9 +315,9 @@ pub fn explain(
             ));
         }
         if let Some(h) = &g.health_check {
+            line("     health:      an upgraded resource is verifying, and keeps its slot, until its Kratix".into());
             line(format!(
-                "     health:      each upgraded resource is verifying (and takes a slot) until its Kratix \
-                 HealthRecord says healthy or ready; unhealthy, degraded or no report within {} counts as failed",
+                "                  HealthRecord says healthy or ready; unhealthy, degraded or no report within {} fails it",
                 h.timeout
             ));
         }
@@ -332,6 +357,48 @@ pub fn explain(
             health_check_timeout: g.health_check.as_ref().map(|h| h.timeout.clone()),
         });
     }
+    let mut gate_json = Vec::new();
+    if let Some(plan_gates) = spec.gates.as_deref().filter(|g| !g.is_empty()) {
+        line(String::new());
+        line(style.bold("Gates:").to_string());
+        for (i, gate) in plan_gates.iter().enumerate() {
+            let holds = match &gate.groups {
+                None => "every group".to_string(),
+                Some(g) => format!("group{} {}", if g.len() == 1 { "" } else { "s" }, g.join(", ")),
+            };
+            let fails = gate
+                .fail_after
+                .as_deref()
+                .map(|d| format!("; fails the run after {d} closed"))
+                .unwrap_or_default();
+            line(format!(
+                "  {}: holds {holds} while {}{fails}",
+                style.bold(&gate.name),
+                gate.prometheus.query
+            ));
+            let reading = gates.and_then(|r| r.get(i));
+            let now_words = match reading {
+                None => "not evaluated (pass --prometheus-url to evaluate it now)".to_string(),
+                Some(Reading::Open) => format!("{} (the query returns nothing)", style.state("open")),
+                Some(r) => format!(
+                    "{} — {}",
+                    style.state("closed"),
+                    gate::closed_condition(&gate.name, r).1
+                ),
+            };
+            line(format!("     now:         {now_words}"));
+            gate_json.push(GateJson {
+                name: gate.name.clone(),
+                query: gate.prometheus.query.clone(),
+                groups: gate.groups.clone(),
+                fail_after: gate.fail_after.clone(),
+                open: reading.map(Reading::is_open),
+                detail: reading
+                    .filter(|r| !r.is_open())
+                    .map(|r| gate::closed_condition(&gate.name, r).1),
+            });
+        }
+    }
     line(String::new());
     if problems.is_empty() {
         line(format!("{} none", style.bold("Problems:")));
@@ -357,8 +424,24 @@ pub fn explain(
         promise: spec.promise_ref.name.clone(),
         from: spec.upgrade_path.from.clone(),
         to: spec.upgrade_path.to.clone(),
+        gates: gate_json,
     };
     (json, out)
+}
+
+/// Evaluates each gate of `plan` now against the Prometheus at `url` (plan order).
+pub async fn read_gates(
+    plan: &UpgradePlanSpec,
+    url: &str,
+    ca_file: Option<&std::path::Path>,
+    token_file: Option<&std::path::Path>,
+) -> anyhow::Result<Vec<Reading>> {
+    let client = PrometheusClient::new(url, ca_file, token_file)?;
+    let mut readings = Vec::new();
+    for gate in plan.gates.iter().flatten() {
+        readings.push(client.query(&gate.prometheus.query).await);
+    }
+    Ok(readings)
 }
 
 #[cfg(test)]

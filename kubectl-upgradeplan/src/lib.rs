@@ -72,19 +72,38 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let g = &cli.global;
     let style = Style::from(g);
     match &cli.command {
-        Command::Explain { source, runs, strict } => {
+        Command::Explain {
+            source,
+            runs,
+            strict,
+            prometheus_url,
+            prometheus_ca_file,
+            prometheus_bearer_token_file,
+        } => {
             let Sources {
                 plan,
                 unknown_fields,
                 bindings,
             } = sources(g, source, false).await?;
             let now = source.now.unwrap_or_else(Utc::now);
+            let gates = match prometheus_url {
+                Some(url) => Some(
+                    explain::read_gates(
+                        &plan.spec,
+                        url,
+                        prometheus_ca_file.as_deref(),
+                        prometheus_bearer_token_file.as_deref(),
+                    )
+                    .await?,
+                ),
+                None => None,
+            };
             let (json, text) = explain::explain(
                 &plan,
                 &unknown_fields,
                 bindings.as_deref(),
-                now,
-                *runs,
+                gates.as_deref(),
+                (now, *runs),
                 output::viewer_zone(),
                 &style,
             );

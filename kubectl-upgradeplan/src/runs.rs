@@ -12,6 +12,7 @@ use serde::Serialize;
 use upgradeplan::api::kratix::{HealthRecord, PromiseRevision, ResourceBinding};
 use upgradeplan::api::{find_condition, reasons, GroupStatus, LastRun, RunState, UpgradePlanSpec, UpgradeRun};
 use upgradeplan::engine::admission::is_preview;
+use upgradeplan::engine::gate::{self, GateCheck};
 use upgradeplan::engine::health::HealthRecords;
 use upgradeplan::engine::run::{evaluate, resource_outcome, texts, Blocked, Evaluation, Outcome, RunContext};
 use upgradeplan::engine::snapshot::read_frozen;
@@ -551,6 +552,13 @@ fn waiting(run: &UpgradeRun, eval: Option<&Evaluation>, style: &Style) -> Option
         ),
         // The TargetRevisionReady condition above explains it in full.
         Blocked::RevisionMissing => "waiting for the target PromiseRevision".to_string(),
+        Blocked::GateClosed => match &e.gate_check {
+            GateCheck::Closed { reading, .. } => {
+                let (_, message) = gate::closed_condition(&reading.gate, &reading.reading);
+                format!("{message} (new upgrades are held; in-flight ones continue)")
+            }
+            _ => "a signal gate is closed".to_string(),
+        },
     })
 }
 
@@ -620,6 +628,8 @@ pub fn status(
                 snapshot: &f.snapshot,
                 recorded: &s.rollout_groups,
                 health: &live.health,
+                // The controller's last reading, as the run's Gated condition records it.
+                gates: &gate::readings_from_condition(&f.plan, &s.conditions, now),
                 revision_present,
                 now,
             },

@@ -100,6 +100,37 @@ fn explain_says_budgets_deadlines_and_history_limits() {
     golden("explain-budgets.txt", &stdout(&o));
 }
 
+/// Spec §13.2–13.3 in words: the health check of a group, and each gate with the groups it
+/// holds and its failAfter (not evaluated without --prometheus-url).
+#[test]
+fn explain_says_health_checks_and_gates() {
+    let o = plugin(&[
+        "explain",
+        "-f",
+        &fixture("verified-plan.yaml"),
+        "--now",
+        NOW,
+        "--runs",
+        "1",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    golden("explain-verified.txt", &stdout(&o));
+    let o = plugin(&[
+        "explain",
+        "-f",
+        &fixture("verified-plan.yaml"),
+        "--now",
+        NOW,
+        "-o",
+        "json",
+    ]);
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(json["groups"][0]["healthCheckTimeout"], "10m");
+    assert_eq!(json["gates"][1]["groups"], serde_json::json!(["prod"]));
+    assert_eq!(json["gates"][0]["failAfter"], "2h");
+    assert!(json["gates"][0].get("open").is_none(), "not evaluated: {json}");
+}
+
 /// Issue 15: both day fields restricted are said in words, and a window whose starts fall in a
 /// spring gap opens at the gap's end (Berlin, 2026-03-29 01:00Z), as the controller acts.
 #[test]

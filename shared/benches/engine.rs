@@ -141,6 +141,7 @@ fn eval_run(
         snapshot,
         recorded: &[],
         health: &upgradeplan::engine::health::HealthRecords::default(),
+        gates: &[],
         revision_present: true,
         now: now(),
     };

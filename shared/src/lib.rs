@@ -1,6 +1,7 @@
 //! `upgradeplan`: the UpgradePlan / UpgradeRun API types and the pure decision engine.
 //!
-//! Nothing in this crate performs I/O. The controller and the kubectl plugin feed it objects they
+//! Nothing in this crate performs I/O but the optional `prometheus` module (feature
+//! `prometheus-client`: the signal gates' query client, used by both binaries). The controller and the kubectl plugin feed it objects they
 //! read and the current time; it answers with decisions (what to patch, what status to write, when
 //! to wake up next). Keeping every decision here gives both binaries identical answers.
 #![forbid(unsafe_code)]
@@ -8,4 +9,6 @@
 pub mod api;
 pub mod crd;
 pub mod engine;
+#[cfg(feature = "prometheus-client")]
+pub mod prometheus;
 pub mod time;

@@ -56,6 +56,41 @@ pub struct UpgradePlanSpec {
     /// limit (with their snapshots). Omitted: every run is kept, as in SKE.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_history_limit: Option<RunHistoryLimit>,
+    /// Signals that hold new upgrades while the platform is unwell: before starting upgrades in a
+    /// group, each gate that applies to it is evaluated (a Prometheus instant query), and a closed
+    /// gate holds new starts (upgrades in flight continue). Omitted: no gates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    pub gates: Option<Vec<Gate>>,
+}
+
+/// A signal gate (spec §13.3).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Gate {
+    /// Name of the gate, unique within the plan (a DNS label).
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// The signal.
+    pub prometheus: PrometheusGate,
+    /// The rollout groups the gate holds. Omitted: every group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups: Option<Vec<String>>,
+    /// Fail the run when the gate has been closed this long, as a Go duration (`2h`). Omitted:
+    /// wait for ever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("must be greater than zero"))]
+    pub fail_after: Option<String>,
+}
+
+/// A Prometheus signal.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+pub struct PrometheusGate {
+    /// A PromQL instant query. The gate is closed while it returns any series (or a non-zero
+    /// scalar), and whenever it cannot be evaluated. Typical:
+    /// `ALERTS{alertstate="firing",severity="critical"}`.
+    #[schemars(length(min = 1))]
+    pub query: String,
 }
 
 /// How many finished runs of a plan to keep, by outcome. Each omitted limit keeps every run of

@@ -195,4 +195,10 @@ pub mod reasons {
     pub const RUN_CANCELLED: &str = "RunCancelled";
     pub const SUSPENDED: &str = "Suspended";
     pub const SUPERSEDED: &str = "Superseded";
+    /// Signal gates (spec §13.3).
+    pub const GATED: &str = "Gated";
+    pub const GATE_FIRING: &str = "GateFiring";
+    pub const GATE_ERROR: &str = "GateError";
+    pub const GATES_OPEN: &str = "GatesOpen";
+    pub const GATE_FAILED: &str = "GateFailed";
 }

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Duration, Utc};
 
 use super::admission::{admit, is_preview, last_run_of, superseded_by, Admission, RunFacts};
+use super::gate::{self, GateCheck, GateReading};
 use super::health::HealthRecords;
 use super::run::{evaluate, texts, Blocked, Evaluation, Outcome, RunContext, Verdict};
 use super::snapshot::{assign, shard, snapshot_config_map_name, Frozen, Snapshot, SNAPSHOT_SHARD_BYTES};
@@ -74,6 +75,8 @@ pub struct Facts<'a> {
     /// Admission facts of the plan's other runs.
     pub others: &'a [RunFacts],
     pub snapshot: SnapshotFact,
+    /// The latest reading of each signal gate of the run's plan (spec §13.3).
+    pub gates: &'a [GateReading],
     pub now: DateTime<Utc>,
 }
 
@@ -120,6 +123,8 @@ pub mod events {
     pub const UPGRADE_RUN_COMPLETED: &str = "UpgradeRunCompleted";
     pub const UPGRADE_RUN_FAILED: &str = "UpgradeRunFailed";
     pub const UPGRADE_RUN_CANCELLED: &str = "UpgradeRunCancelled";
+    pub const GATE_CLOSED: &str = "GateClosed";
+    pub const GATE_OPENED: &str = "GateOpened";
 }
 
 /// The run's gauges (spec §9.1): resources per group and state, and what the run waits for.
@@ -479,13 +484,13 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
         out.status.completed_resources = 0;
         out.status.started_at = Some(now);
         out.status.state = RunState::InProgress;
-        return progress(run, out, frozen, promise, owns_gauges, cluster, now);
+        return progress(run, out, frozen, promise, owns_gauges, cluster, facts);
     }
 
     // InProgress.
     let promise = plan.spec.promise_ref.name.clone();
     let lost = match facts.snapshot.clone() {
-        SnapshotFact::Found { frozen, .. } => return progress(run, out, frozen, &promise, owns_gauges, cluster, now),
+        SnapshotFact::Found { frozen, .. } => return progress(run, out, frozen, &promise, owns_gauges, cluster, facts),
         SnapshotFact::Lost { config_map, .. } => config_map,
         SnapshotFact::Absent => snapshot_config_map_name(run_name(run), 0),
     };
@@ -548,8 +553,9 @@ fn progress(
     promise: &str,
     owns_gauges: bool,
     cluster: &dyn Cluster,
-    now: DateTime<Utc>,
+    facts: &Facts,
 ) -> Step {
+    let now = facts.now;
     let to = frozen.plan.upgrade_path.to.clone();
     out.to = to.clone();
     let previous = out.status.rollout_groups.clone();
@@ -578,6 +584,7 @@ fn progress(
             snapshot: &frozen.snapshot,
             recorded: &previous,
             health: &health,
+            gates: facts.gates,
             revision_present: cluster.revision_exists(promise, &to),
             now,
         },
@@ -593,11 +600,24 @@ fn progress(
         out.gauges = Gauges::Set(run_gauges(&eval, &frozen.snapshot));
     }
     out.wake_at = eval.wake_at;
+    let gate_failure = gate_transition(&mut out, &eval, &frozen.snapshot, now);
     let verdict = eval.verdict.clone();
     out.evaluation = Some(eval);
     out.frozen = Some(frozen.clone());
     match verdict {
-        Verdict::InProgress { .. } => {}
+        Verdict::InProgress { .. } => {
+            if let Some(message) = gate_failure {
+                finish(
+                    &mut out,
+                    owns_gauges,
+                    RunState::Failed,
+                    reasons::GATE_FAILED,
+                    message,
+                    &to,
+                    now,
+                );
+            }
+        }
         Verdict::Completed => {
             let failed: i64 = out.status.rollout_groups.iter().map(|g| g.failed).sum();
             let (completed, total) = (out.status.completed_resources, out.status.total_resources);
@@ -637,6 +657,67 @@ fn progress(
         }
     }
     out
+}
+
+/// The signal gates' part of a step (spec §13.3), from what the current group's gates said:
+/// the `Gated` condition, a Warning `GateClosed` / Normal `GateOpened` event on each change, and
+/// the `failAfter` verdict (`Some(message)`: the run fails) with a wake-up for it. Gates not
+/// checked (no gate, or nothing about to start) change nothing.
+fn gate_transition(out: &mut Step, eval: &Evaluation, snapshot: &Snapshot, now: DateTime<Utc>) -> Option<String> {
+    let previous = find_condition(&out.status.conditions, reasons::GATED).cloned();
+    let was_closed = previous.as_ref().is_some_and(|c| c.status == ConditionStatus::True);
+    // Each change is its own event, also when it says what an earlier one said.
+    let key = now.to_rfc3339();
+    match &eval.gate_check {
+        GateCheck::NotChecked => None,
+        GateCheck::Open => {
+            if was_closed {
+                let group = match eval.verdict {
+                    Verdict::InProgress { group } => snapshot.groups.get(group).map(|g| g.name.as_str()),
+                    _ => None,
+                };
+                out.announce.push(
+                    Announcement::normal(
+                        events::GATE_OPENED,
+                        gate::texts::gates_opened(group.unwrap_or_default()),
+                    )
+                    .keyed(key),
+                );
+            }
+            set_condition(
+                &mut out.status.conditions,
+                cond(
+                    reasons::GATED,
+                    ConditionStatus::False,
+                    reasons::GATES_OPEN,
+                    gate::texts::gates_open(),
+                    now,
+                ),
+            );
+            None
+        }
+        GateCheck::Closed { gate: g, reading } => {
+            let (reason, message) = gate::closed_condition(&g.name, &reading.reading);
+            if !was_closed {
+                out.announce
+                    .push(Announcement::warning(events::GATE_CLOSED, message.clone()).keyed(key));
+            }
+            let since = previous.filter(|_| was_closed).map_or(now, |c| c.last_transition_time);
+            set_condition(
+                &mut out.status.conditions,
+                cond(reasons::GATED, ConditionStatus::True, reason, message, now),
+            );
+            let fails_at = gate::fails_at(g, since)?;
+            if fails_at <= now {
+                return Some(gate::texts::gate_failed(
+                    &g.name,
+                    g.fail_after.as_deref().unwrap_or_default(),
+                ));
+            }
+            out.wake_at = out.wake_at.into_iter().chain([fails_at]).min();
+            None
+        }
+    }
 }
 
 /// Moves the run to a terminal state (spec §5.9): `RunSucceeded`, `finishedAt`, the terminal

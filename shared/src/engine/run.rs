@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::budget::{parse_progress_deadline, FailureBudget};
 use super::concurrency::Limit;
+use super::gate::{self, GateCheck, GateReading};
 use super::health::{apply_health_check, HealthRecords, Verification};
 use super::snapshot::{Snapshot, SnapshotResource};
 use super::window::GateState;
@@ -257,6 +258,8 @@ pub enum Blocked {
     ConcurrencyLimit,
     /// Held at the revision gate (spec §5.3): the target PromiseRevision does not exist yet.
     RevisionMissing,
+    /// A signal gate of the group is closed (spec §13.3).
+    GateClosed,
 }
 
 impl Blocked {
@@ -267,6 +270,7 @@ impl Blocked {
             Blocked::WindowClosed => "WindowClosed",
             Blocked::ConcurrencyLimit => "ConcurrencyLimit",
             Blocked::RevisionMissing => "RevisionMissing",
+            Blocked::GateClosed => "GateClosed",
         }
     }
 }
@@ -306,6 +310,8 @@ pub struct Evaluation {
     pub gate: Option<GateState>,
     /// Why not-started resources of the current group wait, if they do.
     pub blocked: Option<Blocked>,
+    /// What the signal gates of the current group said, when starts were pending.
+    pub gate_check: GateCheck,
     /// When to look again without any watch event (the gate's next change).
     pub wake_at: Option<DateTime<Utc>>,
 }
@@ -334,6 +340,8 @@ pub struct RunContext<'a> {
     pub recorded: &'a [GroupStatus],
     /// The HealthRecords of the plan's Promise (empty when no group has a `healthCheck`).
     pub health: &'a HealthRecords,
+    /// The latest reading of each signal gate of the plan (a gate without one is closed).
+    pub gates: &'a [GateReading],
     pub revision_present: bool,
     pub now: DateTime<Utc>,
 }
@@ -376,6 +384,7 @@ pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<
         in_flight: 0,
         gate: None,
         blocked: None,
+        gate_check: GateCheck::NotChecked,
         wake_at: None,
     };
     if !ctx.revision_present {
@@ -492,11 +501,21 @@ pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<
             .min();
         let expiry = upgrade_expiry.into_iter().chain(health_expiry).min();
         let slots = limit.saturating_sub(in_flight);
+        // Gates are checked before a batch of starts, so only when one could otherwise happen.
+        let mut gate_recheck = None;
+        if !not_started.is_empty() && !ctx.suspended && gate_state.open {
+            eval.gate_check = gate::check(ctx.plan, &group.name, ctx.gates, ctx.now);
+            if let GateCheck::Closed { reading, .. } = &eval.gate_check {
+                gate_recheck = Some(reading.next_check.max(ctx.now));
+            }
+        }
         if !not_started.is_empty() {
             eval.blocked = if ctx.suspended {
                 Some(Blocked::Suspended)
             } else if !gate_state.open {
                 Some(Blocked::WindowClosed)
+            } else if matches!(eval.gate_check, GateCheck::Closed { .. }) {
+                Some(Blocked::GateClosed)
             } else if slots == 0 {
                 Some(Blocked::ConcurrencyLimit)
             } else {
@@ -511,10 +530,8 @@ pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<
                 gate_state.next_open
             };
         }
-        eval.wake_at = match (eval.wake_at, expiry) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        // ... and when a closed gate is read again.
+        eval.wake_at = eval.wake_at.into_iter().chain(expiry).chain(gate_recheck).min();
         eval.limit = Some(limit);
         eval.in_flight = in_flight;
         eval.gate = Some(gate_state);
@@ -868,6 +885,7 @@ mod tests {
         snapshot: Snapshot,
         live: Vec<ResourceBinding>,
         health: Vec<Arc<HealthRecord>>,
+        gates: Vec<GateReading>,
     }
 
     impl World {
@@ -879,6 +897,7 @@ mod tests {
                 snapshot,
                 live: bindings,
                 health: Vec::new(),
+                gates: Vec::new(),
             }
         }
 
@@ -905,6 +924,7 @@ mod tests {
                 snapshot: &self.snapshot,
                 recorded,
                 health: &health,
+                gates: &self.gates,
                 revision_present: true,
                 now: utc(now),
             };
@@ -1165,6 +1185,7 @@ mod tests {
             snapshot: &w.snapshot,
             recorded: &[],
             health: &HealthRecords::default(),
+            gates: &[],
             revision_present: false,
             now: utc(CREATED),
         };

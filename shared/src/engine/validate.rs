@@ -13,7 +13,7 @@ use super::cron::{parse_zone, resolve_local_time, CronSchedule};
 use super::health::parse_timeout as parse_health_timeout;
 use super::schedule::MAX_SCHEDULED_PLAN_NAME;
 use super::version::{is_regex_pattern, VersionMatcher};
-use super::window::{Gate, SEARCH_HORIZON_DAYS};
+use super::window::{parse_go_duration, Gate, SEARCH_HORIZON_DAYS};
 use crate::api::kratix::LATEST_VERSION;
 use crate::api::{SelectorOperator, UpgradePlanSpec};
 
@@ -243,7 +243,42 @@ pub fn validate_plan(name: &str, spec: &UpgradePlanSpec, now: DateTime<Utc>) -> 
             }
         }
     }
+    // Signal gates (spec §13.3).
+    let mut gate_names = std::collections::HashSet::new();
+    for (i, g) in spec.gates.iter().flatten().enumerate() {
+        let at = format!("spec.gates[{i}]");
+        if !is_dns_label(&g.name) {
+            add(
+                format!("{at}.name"),
+                format!("{:?} must be a DNS label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit", g.name),
+            );
+        } else if !gate_names.insert(g.name.as_str()) {
+            add(
+                format!("{at}.name"),
+                format!("{:?} names an earlier gate too; names must be unique", g.name),
+            );
+        }
+        if g.prometheus.query.trim().is_empty() {
+            add(format!("{at}.prometheus.query"), "must be a PromQL query".into());
+        }
+        for (j, group) in g.groups.iter().flatten().enumerate() {
+            if !spec.rollout_groups.iter().any(|rg| &rg.name == group) {
+                add(
+                    format!("{at}.groups[{j}]"),
+                    format!("{group:?} is not a rollout group of this plan"),
+                );
+            }
+        }
+        if let Some(Err(e)) = g.fail_after.as_deref().map(parse_go_duration) {
+            add(format!("{at}.failAfter"), e);
+        }
+    }
     problems
+}
+
+/// An RFC 1123 label (at most 63 characters), as gate names are.
+pub fn is_dns_label(name: &str) -> bool {
+    name.len() <= 63 && !name.contains('.') && is_dns_subdomain(name)
 }
 
 #[cfg(test)]
@@ -392,6 +427,19 @@ spec:
                     "maxConcurrent: 5\n      progressDeadline: \"half an hour\"",
                 ),
                 vec!["spec.rolloutGroups[0].progressDeadline"],
+            ),
+            (
+                "gates: a bad name, a repeated name, an empty query, an unknown group, a bad failAfter",
+                format!(
+                    "{SEED}  gates:\n    - {{name: Alerts, prometheus: {{query: up}}}}\n    - {{name: slo, prometheus: {{query: up}}}}\n    - {{name: slo, prometheus: {{query: \" \"}}, groups: [dev, qa], failAfter: soon}}\n"
+                ),
+                vec![
+                    "spec.gates[0].name",
+                    "spec.gates[2].name",
+                    "spec.gates[2].prometheus.query",
+                    "spec.gates[2].groups[1]",
+                    "spec.gates[2].failAfter",
+                ],
             ),
             (
                 "health check timeout of zero",

@@ -35,6 +35,7 @@ struct World {
     written: BTreeMap<String, Vec<(String, Snapshot)>>,
     frozen_plans: BTreeMap<String, UpgradePlanSpec>,
     health: Vec<Arc<HealthRecord>>,
+    gates: Vec<GateReading>,
 }
 
 impl Cluster for World {
@@ -73,6 +74,7 @@ impl World {
             written: BTreeMap::new(),
             frozen_plans: BTreeMap::new(),
             health: Vec::new(),
+            gates: Vec::new(),
         }
     }
 
@@ -214,7 +216,7 @@ fn apply_supersede(step: &Step, newer: &str, runs: &mut [&mut UpgradeRun]) {
 fn facts<'a>(
     plan: Option<&'a UpgradePlan>,
     others: &'a [RunFacts],
-    world: &World,
+    world: &'a World,
     run: &UpgradeRun,
     now: DateTime<Utc>,
 ) -> Facts<'a> {
@@ -222,6 +224,7 @@ fn facts<'a>(
         plan,
         others,
         snapshot: world.snapshot_of(run),
+        gates: &world.gates,
         now,
     }
 }
@@ -762,4 +765,93 @@ fn a_run_with_failures_within_its_budget_completes_with_a_warning() {
         (last.reason.as_str(), last.message.as_str()),
         (reasons::RUN_COMPLETED_WITH_FAILURES, c.message.as_str())
     );
+}
+
+#[test]
+fn a_closed_gate_holds_new_starts_says_why_and_fails_the_run_after_fail_after() {
+    use crate::api::{Gate, PrometheusGate};
+    use crate::engine::gate::{GateReading, Reading};
+    let mut plan = valid_plan(5);
+    plan.spec.gates = Some(vec![Gate {
+        name: "alerts".into(),
+        prometheus: PrometheusGate {
+            query: r#"ALERTS{severity="critical"}"#.into(),
+        },
+        groups: None,
+        fail_after: Some("10m".into()),
+    }]);
+    let reading = |r: Reading, at: DateTime<Utc>| GateReading {
+        gate: "alerts".into(),
+        reading: r,
+        next_check: at + Duration::seconds(30),
+    };
+    let firing = Reading::Firing {
+        series: 2,
+        first: r#"ALERTS{alertname="NodeDown"}"#.into(),
+    };
+    let mut world = World::with(2);
+    world.gates = vec![reading(firing.clone(), t(1))];
+    let mut run = a_run("r", t(0), false);
+    let s = pass(&run, Some(&plan), &[], &world, t(1));
+    assert_eq!(s.status.state, RunState::InProgress);
+    assert_eq!(started(&s), 0, "the gate holds the first starts");
+    assert_eq!(
+        condition(&s, reasons::GATED),
+        (reasons::GATE_FIRING, ConditionStatus::True)
+    );
+    let message = r#"gate "alerts": 2 series, first ALERTS{alertname="NodeDown"}"#;
+    assert_eq!(
+        find_condition(&s.status.conditions, reasons::GATED).unwrap().message,
+        message
+    );
+    let closed: Vec<_> = s.announce.iter().filter(|a| a.reason == "GateClosed").collect();
+    assert_eq!(closed.len(), 1);
+    assert!(closed[0].warning && closed[0].note == message);
+    assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked == Some(("all".into(), "GateClosed"))));
+    assert_eq!(
+        s.wake_at,
+        Some(t(1) + Duration::seconds(30)),
+        "read again after the interval"
+    );
+    apply(&mut run, &s, &mut world, &plan);
+
+    // Still closed: no new event; the deadline of failAfter counts from the first closing.
+    world.gates = vec![reading(Reading::Error("connection refused".into()), t(5))];
+    let s = pass(&run, Some(&plan), &[], &world, t(5));
+    assert_eq!(
+        condition(&s, reasons::GATED),
+        (reasons::GATE_ERROR, ConditionStatus::True)
+    );
+    assert!(!reasons_announced(&s).contains(&"GateClosed"));
+    assert_eq!(started(&s), 0);
+    let held = run.clone();
+    let mut later = run.clone();
+    apply(&mut later, &s, &mut world, &plan);
+
+    // Open again before failAfter: GateOpened, and the upgrades start.
+    let mut open_world = world.clone();
+    open_world.gates = vec![reading(Reading::Open, t(6))];
+    let s = pass(&later, Some(&plan), &[], &open_world, t(6));
+    assert_eq!(
+        condition(&s, reasons::GATED),
+        (reasons::GATES_OPEN, ConditionStatus::False)
+    );
+    assert!(s.announce.iter().any(|a| a.reason == "GateOpened" && !a.warning));
+    assert_eq!(started(&s), 2);
+
+    // Closed for failAfter (since t(1)): the run fails with the gate's message.
+    world.gates = vec![reading(firing, t(11))];
+    let s = pass(&held, Some(&plan), &[], &world, t(11));
+    assert_eq!(s.status.state, RunState::Failed);
+    assert_eq!(
+        condition(&s, reasons::RUN_SUCCEEDED),
+        (reasons::GATE_FAILED, ConditionStatus::False)
+    );
+    assert_eq!(
+        find_condition(&s.status.conditions, reasons::RUN_SUCCEEDED)
+            .unwrap()
+            .message,
+        r#"gate "alerts" closed for 10m"#
+    );
+    assert_eq!(started(&s), 0);
 }
