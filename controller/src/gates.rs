@@ -68,8 +68,8 @@ impl GateReader {
                 next_check: taken + interval,
             });
         }
-        let open: Vec<(String, bool)> = readings.iter().map(|r| (r.gate.clone(), r.reading.is_open())).collect();
-        metrics.set_gates(plan, &open);
+        let shown: Vec<(String, &Reading)> = readings.iter().map(|r| (r.gate.clone(), &r.reading)).collect();
+        metrics.set_gates(plan, &shown);
         // Gates removed from the plan are forgotten.
         if let Ok(mut c) = self.cache.lock() {
             c.retain(|(p, g), _| p != plan || gates.iter().any(|x| &x.name == g));

@@ -35,6 +35,7 @@ enum G {
     RunResources,
     Blocked,
     GateOpen,
+    GateError,
 }
 
 /// The label values of each gauge series emitted, per (plan, part).
@@ -70,6 +71,7 @@ pub struct Metrics {
     window_next_close: GaugeVec,
     blocked: IntGaugeVec,
     gate_open: IntGaugeVec,
+    gate_error: IntGaugeVec,
     gate_evaluations_total: IntCounterVec,
     pub reconcile_total: IntCounterVec,
     pub reconcile_errors_total: IntCounterVec,
@@ -181,6 +183,7 @@ impl Metrics {
             window_next_close: fgauge(&r, &n("window_next_close_timestamp_seconds"), "Unix time the group's gate next closes.", &["plan", "group"]),
             blocked: gauge(&r, &n("blocked"), "1 while the plan's active run waits, by group and reason (WindowClosed, ConcurrencyLimit, Suspended, RevisionMissing, GateClosed).", &["plan", "group", "reason"]),
             gate_open: gauge(&r, &n("gate_open"), "1 while the plan's signal gate is open, 0 while closed (firing or not evaluable), as last evaluated.", &["plan", "gate"]),
+            gate_error: gauge(&r, &n("gate_error"), "1 while the plan's signal gate cannot be evaluated (Prometheus unreachable, timeout, bad query): it is closed by fail-safe, not by its signal.", &["plan", "gate"]),
             gate_evaluations_total: counter(&r, &n("gate_evaluations_total"), "Evaluations of the plan's signal gate (Prometheus queries), by result (open, closed, error).", &["plan", "gate", "result"]),
             reconcile_total: counter(&r, "controller_runtime_reconcile_total", "Reconciles per controller and result.", &["controller", "result"]),
             reconcile_errors_total: counter(&r, "controller_runtime_reconcile_errors_total", "Reconciles that returned an error.", &["controller"]),
@@ -221,6 +224,7 @@ impl Metrics {
             G::RunResources => &self.run_resources,
             G::Blocked => &self.blocked,
             G::GateOpen => &self.gate_open,
+            G::GateError => &self.gate_error,
             _ => return None,
         })
     }
@@ -449,12 +453,16 @@ impl Metrics {
             .inc();
     }
 
-    /// The plan's gates, open or not, as last read (replacing those of earlier reads).
-    pub fn set_gates(&self, plan: &str, gates: &[(String, bool)]) {
-        let series = gates
-            .iter()
-            .map(|(gate, open)| (G::GateOpen, vec![plan.to_string(), gate.clone()], f64::from(*open)))
-            .collect();
+    /// The plan's gates as last read, (gate, reading); empty when no active run reads them (the
+    /// series go: a gate nothing waits on alerts nobody).
+    pub fn set_gates(&self, plan: &str, gates: &[(String, &upgradeplan::engine::gate::Reading)]) {
+        let mut series = Vec::new();
+        for (gate, reading) in gates {
+            let labels = vec![plan.to_string(), gate.clone()];
+            series.push((G::GateOpen, labels.clone(), f64::from(reading.is_open())));
+            let error = matches!(reading, upgradeplan::engine::gate::Reading::Error(_));
+            series.push((G::GateError, labels, f64::from(error)));
+        }
         self.replace(plan, "gates", series);
     }
 
@@ -523,6 +531,7 @@ impl Metrics {
             &self.window_next_close,
             &self.blocked,
             &self.gate_open,
+            &self.gate_error,
             &self.gate_evaluations_total,
             &self.reconcile_total,
             &self.reconcile_errors_total,
@@ -594,7 +603,7 @@ mod tests {
             .iter()
             .map(|r| r["expr"].as_str().unwrap().to_string())
             .collect();
-        assert_eq!(exprs.len(), 9);
+        assert_eq!(exprs.len(), 11);
         let dashboard: serde_json::Value = serde_json::from_str(&monitoring("dashboard.json")).unwrap();
         let panel_exprs = dashboard_queries(&dashboard);
         let used: BTreeSet<String> = exprs.iter().chain(&panel_exprs).flat_map(|e| names_in(e)).collect();

@@ -211,7 +211,10 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
     match &step.gauges {
         Gauges::Keep => {}
         Gauges::Set(g) => ctx.metrics.set_run(&plan_name, Some(g)),
-        Gauges::Clear => ctx.metrics.set_run(&plan_name, None),
+        Gauges::Clear => {
+            ctx.metrics.set_run(&plan_name, None);
+            ctx.metrics.set_gates(&plan_name, &[]);
+        }
     }
     if step.newly_superseded {
         ctx.metrics.runs_superseded_total.with_label_values(&[&plan_name]).inc();

@@ -757,8 +757,10 @@ pub fn status(
         ));
     }
     if !json.verifying_resources.is_empty() {
+        // One block with the Upgrading line when there is one.
+        let gap = if json.in_flight_resources.is_empty() { "\n" } else { "" };
         out.push_str(&format!(
-            "{} {} (upgraded; waiting for a HealthRecord that says healthy)\n",
+            "{gap}{} {} (upgraded; waiting for a HealthRecord that says healthy)\n",
             style.bold("Verifying:"),
             first_few(&json.verifying_resources, 5)
         ));

@@ -261,3 +261,43 @@ fn status_of_a_run_upgrading_now() {
     assert_eq!(json.in_flight_resources, vec!["team-a/cache-1".to_string()]);
     golden("status-upgrading.txt", &text);
 }
+
+/// Spec §13.2–13.3: a resource upgraded and waiting for its HealthRecord is Verifying (in flight),
+/// and the next start is held by a closed signal gate, as the run's Gated condition records it.
+#[test]
+fn status_of_a_run_held_by_a_gate_while_a_resource_verifies() {
+    let mut plan: UpgradePlan = serde_saphyr::from_str(&fixture("verified-plan.yaml")).unwrap();
+    plan.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        upgradeplan::time::to_jiff(utc("2026-03-01T00:00:00Z")),
+    ));
+    let frozen = frozen(&plan, &bindings());
+    let mut live_now = bindings();
+    for b in &mut live_now {
+        if b.metadata.name.as_deref() == Some("cache-0-redis") {
+            b.spec.version = "v2.0.0".into();
+            let s = b.status.get_or_insert_with(Default::default);
+            s.last_applied_version = "v2.0.0".into();
+            s.conditions = vec![upgradeplan::api::kratix::BindingCondition {
+                type_: upgradeplan::api::kratix::UPGRADE_SUCCEEDED.into(),
+                status: "True".into(),
+                reason: "UpgradeComplete".into(),
+                message: String::new(),
+                last_transition_time: Some(utc("2026-03-27T21:25:00Z")),
+            }];
+        }
+    }
+    let r = run(
+        "redis-v1-to-v2-20260327-2100",
+        json!({"state": "InProgress", "startedAt": "2026-03-27T21:00:05Z", "totalResources": 3,
+               "completedResources": 0,
+               "resourceListRefs": [{"name": "redis-v1-to-v2-20260327-2100-resource-snapshot"}],
+               "rolloutGroups": [{"name": "dev", "total": 2, "verifying": 1}, {"name": "prod", "total": 1}],
+               "conditions": [{"type": "Gated", "status": "True", "reason": "GateFiring",
+                               "message": "gate \"no-critical-alerts\": 2 series, first ALERTS{alertname=\"KubeNodeNotReady\", alertstate=\"firing\", severity=\"critical\"}",
+                               "lastTransitionTime": "2026-03-27T21:26:00Z"}]}),
+    );
+    let (json, text) = runs::status(&r, Some(&frozen), &live(&live_now), true, utc(NOW), &style());
+    assert_eq!(json.verifying_resources, vec!["team-a/cache-0"]);
+    assert_eq!(json.in_flight, 1);
+    golden("status-held-by-a-gate.txt", &text);
+}

@@ -925,7 +925,8 @@ pub async fn run_plugin(kubeconfig: Option<&str>, args: &[&str]) -> anyhow::Resu
 pub struct Prometheus {
     pub addr: String,
     pub dir: PathBuf,
-    _child: tokio::process::Child,
+    bin: PathBuf,
+    child: Option<tokio::process::Child>,
 }
 
 impl Prometheus {
@@ -950,26 +951,74 @@ impl Prometheus {
                 targets.join(", ")
             ),
         )?;
-        let child = tokio::process::Command::new(bin)
-            .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
-            .arg(format!("--web.listen-address={addr}"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join("prometheus.log"))?)
-            .kill_on_drop(true)
-            .spawn()?;
-        let p = Prometheus {
+        let mut p = Prometheus {
             addr,
             dir,
-            _child: child,
+            bin,
+            child: None,
         };
+        p.resume().await?;
+        Ok(p)
+    }
+
+    /// A Prometheus scraping a controller of `env` (and `targets`) with `rules`, and that
+    /// controller, started with its metrics there and its signal gates read from this Prometheus
+    /// every `gate_interval`: (controller, Prometheus, the controller's metrics address).
+    pub async fn with_controller(
+        env: &mut TestEnv,
+        rules: &Path,
+        targets: &[&str],
+        gate_interval: &str,
+    ) -> anyhow::Result<(ControllerProcess, Prometheus, String)> {
+        let metrics = format!("127.0.0.1:{}", free_port()?);
+        let mut scraped = vec![metrics.as_str()];
+        scraped.extend_from_slice(targets);
+        let prom = Prometheus::start(&env.id, &scraped, rules).await?;
+        let url = format!("http://{}", prom.addr);
+        let controller = env
+            .start_controller(&[
+                "--metrics-addr",
+                &metrics,
+                "--prometheus-url",
+                &url,
+                "--gate-interval",
+                gate_interval,
+            ])
+            .await?;
+        Ok((controller, prom, metrics))
+    }
+
+    /// Starts the server (again) on its address and data, and waits until it is ready.
+    pub async fn resume(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("prometheus.log"))?;
+        self.child = Some(
+            tokio::process::Command::new(&self.bin)
+                .arg(format!("--config.file={}", self.dir.join("prometheus.yml").display()))
+                .arg(format!("--storage.tsdb.path={}", self.dir.join("data").display()))
+                .arg(format!("--web.listen-address={}", self.addr))
+                .stdout(Stdio::null())
+                .stderr(log)
+                .kill_on_drop(true)
+                .spawn()?,
+        );
         for _ in 0..150 {
-            if http_get(&p.addr, "/-/ready").await.is_ok_and(|(c, _)| c == 200) {
-                return Ok(p);
+            if http_get(&self.addr, "/-/ready").await.is_ok_and(|(c, _)| c == 200) {
+                return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        bail!("prometheus did not start: {}", p.log())
+        bail!("prometheus did not start: {}", self.log())
+    }
+
+    /// Stops the server (SIGKILL, by its PID) and waits for it to exit: an outage.
+    pub async fn stop(&mut self) -> anyhow::Result<()> {
+        if let Some(mut child) = self.child.take() {
+            child.kill().await?;
+        }
+        Ok(())
     }
 
     pub fn log(&self) -> String {
@@ -1043,5 +1092,56 @@ impl Prometheus {
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+    }
+}
+
+/// An HTTP endpoint serving one gauge the test sets, for Prometheus to scrape:
+/// `test_gate_signal{source="e2e"} <value>` at any path.
+pub struct Signal {
+    pub addr: String,
+    value: Arc<std::sync::atomic::AtomicI64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Signal {
+    pub async fn start(initial: i64) -> anyhow::Result<Signal> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?.to_string();
+        let value = Arc::new(std::sync::atomic::AtomicI64::new(initial));
+        let served = value.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let v = served.load(std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    // The request is read up to its blank line; its content does not matter.
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let body = format!("# TYPE test_gate_signal gauge\ntest_gate_signal{{source=\"e2e\"}} {v}\n");
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = conn.write_all(response.as_bytes()).await;
+                });
+            }
+        });
+        Ok(Signal { addr, value, task })
+    }
+
+    pub fn set(&self, value: i64) {
+        self.value.store(value, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Signal {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }

@@ -359,3 +359,68 @@ async fn every_alert_fires_and_resolves() {
         .unwrap();
     env.teardown().await.unwrap();
 }
+
+/// UpgradeGateClosed and UpgradeGateError (spec §13.3): a gate whose signal fires and a gate whose
+/// query Prometheus rejects, read by a controller that asks the same Prometheus that scrapes it;
+/// both resolve when the run they held ends.
+#[tokio::test]
+async fn gate_alerts_fire_while_a_gate_holds_a_run_and_resolve_when_it_ends() {
+    let mut env = TestEnv::new("gatealerts").await.unwrap();
+    env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
+        .await
+        .unwrap();
+    let ns = env.namespace("apps").await.unwrap();
+    env.binding(&ns, "r0", &[("env", "dev")], "v1.0.0", Some("v1.0.0"))
+        .await
+        .unwrap();
+    env.start_sim(SIM, &[]).unwrap();
+    let dir = std::env::temp_dir().join(format!("{}-alerts", env.id));
+    let (_controller, prom, _) = Prometheus::with_controller(&mut env, &fast_rules(&dir), &[], "1s")
+        .await
+        .unwrap();
+    let plan = env
+        .create_plan(
+            "gated",
+            json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
+                   "gates": [{"name": "firing", "prometheus": {"query": "vector(1)"}},
+                             {"name": "broken", "prometheus": {"query": "up{"}}],
+                   "rolloutGroups": [{"name": "dev", "selectors": {"matchLabels": {"env": "dev"}}}]}),
+        )
+        .await
+        .unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    let closed = prom
+        .wait_alert(
+            "UpgradeGateClosed",
+            &[("plan", &plan), ("gate", "firing")],
+            true,
+            ALERT_WAIT,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(closed["labels"]["severity"], "warning");
+    prom.wait_alert(
+        "UpgradeGateError",
+        &[("plan", &plan), ("gate", "broken")],
+        true,
+        ALERT_WAIT,
+    )
+    .await
+    .unwrap();
+    // The broken gate is closed by fail-safe, not by a signal: it does not page as "closed".
+    assert!(prom
+        .alerts()
+        .await
+        .unwrap()
+        .iter()
+        .all(|a| !(a["labels"]["alertname"] == "UpgradeGateClosed" && a["labels"]["gate"] == "broken")));
+
+    env.runs().delete(&run, &Default::default()).await.unwrap();
+    for alert in ["UpgradeGateClosed", "UpgradeGateError"] {
+        prom.wait_alert(alert, &[("plan", &plan)], false, ALERT_WAIT)
+            .await
+            .unwrap();
+    }
+    env.teardown().await.unwrap();
+}

@@ -167,7 +167,7 @@ async fn prometheus_fires_upgrade_run_failed_and_follows_window_open() {
 }
 
 /// What the dashboard shows, proven on data: a completed run, a failed run, a run held by a closed
-/// window, a scheduled plan and a suspended one, scraped by a real Prometheus with the shipped
+/// window, a run held by a closed signal gate, a scheduled plan and a suspended one, scraped by a real Prometheus with the shipped
 /// rules; then every query of every panel (and the annotations and the `plan` variable) is run
 /// as Grafana would run it and must return values (Grafana itself cannot be installed here).
 #[tokio::test]
@@ -178,7 +178,7 @@ async fn every_dashboard_query_returns_data() {
         .await
         .unwrap();
     let ns = env.namespace("apps").await.unwrap();
-    for role in ["ok", "bad", "held"] {
+    for role in ["ok", "bad", "held", "gated"] {
         env.binding(&ns, role, &[("role", role)], "v1.0.0", Some("v1.0.0"))
             .await
             .unwrap();
@@ -191,11 +191,11 @@ async fn every_dashboard_query_returns_data() {
     .await
     .unwrap();
     env.start_sim(SIM, &["--delay", "1s"]).unwrap();
-    let metrics = format!("127.0.0.1:{}", free_port().unwrap());
-    let controller = env.start_controller(&["--metrics-addr", &metrics]).await.unwrap();
-    let prom = Prometheus::start(&env.id, &[&metrics], &repo_root().join("deploy/monitoring/rules.yaml"))
-        .await
-        .unwrap();
+    // The controller evaluates signal gates against the Prometheus that scrapes it.
+    let (controller, prom, _) =
+        Prometheus::with_controller(&mut env, &repo_root().join("deploy/monitoring/rules.yaml"), &[], "1s")
+            .await
+            .unwrap();
 
     let spec = |role: &str| {
         json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
@@ -210,7 +210,14 @@ async fn every_dashboard_query_returns_data() {
     let mut suspended = spec("none");
     suspended["suspend"] = json!(true);
     let mut runs = vec![];
-    for (name, s) in [("completed", spec("ok")), ("failed", spec("bad")), ("held", held)] {
+    let mut gated = spec("gated");
+    gated["gates"] = json!([{"name": "always", "prometheus": {"query": "vector(1)"}}]);
+    for (name, s) in [
+        ("completed", spec("ok")),
+        ("failed", spec("bad")),
+        ("held", held),
+        ("gated", gated),
+    ] {
         let plan = env.create_plan(name, s).await.unwrap();
         // Prometheus sees the plan's counters at 0 before its run ends, as it would in production.
         let seen = format!("upgradeplan_runs_total{{plan=\"{plan}\"}}");
@@ -224,10 +231,12 @@ async fn every_dashboard_query_returns_data() {
     }
     env.create_plan("scheduled", scheduled).await.unwrap();
     env.create_plan("suspended", suspended).await.unwrap();
-    for (run, want) in runs
-        .iter()
-        .zip([RunState::Completed, RunState::Failed, RunState::InProgress])
-    {
+    for (run, want) in runs.iter().zip([
+        RunState::Completed,
+        RunState::Failed,
+        RunState::InProgress,
+        RunState::InProgress,
+    ]) {
         env.wait_run(run, WAIT, "its state", |r| {
             r.status.as_ref().is_some_and(|s| s.state == want)
         })

@@ -1,0 +1,290 @@
+//! Signal gates end to end (spec §13.3): the real control plane, kratix-sim, the controller, and a
+//! real Prometheus scraping an endpoint the test flips.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use upgradeplan::api::{find_condition, reasons, ConditionStatus, RunState, UpgradeRun, UPGRADE_STARTED_AT_ANNOTATION};
+use upgradeplan_e2e::harness::{http_get, run_plugin, Prometheus, Signal, TestEnv};
+
+const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
+const WAIT: Duration = Duration::from_secs(90);
+const TO: &str = "v2.0.0";
+
+fn gated(r: &UpgradeRun) -> Option<(ConditionStatus, String, String)> {
+    let c = find_condition(&r.status.as_ref()?.conditions, reasons::GATED)?;
+    Some((c.status, c.reason.clone(), c.message.clone()))
+}
+
+/// An empty rules file.
+fn no_rules(env: &TestEnv) -> std::path::PathBuf {
+    let rules = std::env::temp_dir().join(format!("{}-no-rules.yaml", env.id));
+    std::fs::write(&rules, "groups: []\n").unwrap();
+    rules
+}
+
+/// When each binding of the namespace started upgrading (its start annotation), and whether it
+/// is done.
+async fn starts(env: &TestEnv, ns: &str) -> Vec<(DateTime<Utc>, bool)> {
+    env.bindings_api(ns)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|b| b.spec.version == TO)
+        .map(|b| {
+            let at = &b.metadata.annotations.as_ref().unwrap()[UPGRADE_STARTED_AT_ANNOTATION];
+            (
+                DateTime::parse_from_rfc3339(at).unwrap().with_timezone(&Utc),
+                b.last_applied_version() == TO,
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_firing_gate_holds_new_starts_and_an_unreachable_prometheus_closes_it() {
+    let mut env = TestEnv::new("gates").await.unwrap();
+    env.promise_with_revisions(&["v1.0.0", TO], TO).await.unwrap();
+    let ns = env.namespace("apps").await.unwrap();
+    for i in 0..8 {
+        env.binding(&ns, &format!("r{i}"), &[("env", "dev")], "v1.0.0", Some("v1.0.0"))
+            .await
+            .unwrap();
+    }
+    // Each upgrade takes 3 s: long enough to be in flight when the gate closes.
+    env.start_sim(SIM, &["--delay", "3s"]).unwrap();
+    let signal = Signal::start(0).await.unwrap();
+    let rules = no_rules(&env);
+    let (controller, mut prom, metrics) = Prometheus::with_controller(&mut env, &rules, &[&signal.addr], "2s")
+        .await
+        .unwrap();
+    let prometheus_url = format!("http://{}", prom.addr);
+    for _ in 0..50 {
+        if !prom.query("test_gate_signal").await.unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let plan = env
+        .create_plan(
+            "gated",
+            json!({"upgradePath": {"from": ["v1.0.0"], "to": TO},
+                   "gates": [{"name": "signal", "prometheus": {"query": "test_gate_signal > 0"}}],
+                   "rolloutGroups": [{"name": "dev", "selectors": {"matchLabels": {"env": "dev"}}, "maxConcurrent": 2}]}),
+        )
+        .await
+        .unwrap();
+
+    // Upgrades in flight, sampled all along: never more than maxConcurrent.
+    let max_in_flight = Arc::new(AtomicUsize::new(0));
+    let sampler = {
+        let (api, max) = (env.bindings_api(&ns), max_in_flight.clone());
+        tokio::spawn(async move {
+            loop {
+                if let Ok(list) = api.list(&Default::default()).await {
+                    let n = list
+                        .items
+                        .iter()
+                        .filter(|b| b.spec.version == TO && b.last_applied_version() != TO)
+                        .count();
+                    max.fetch_max(n, Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    env.wait_run(&run, WAIT, "two upgraded", |r| {
+        r.status.as_ref().is_some_and(|s| s.completed_resources >= 2)
+    })
+    .await
+    .unwrap();
+    let open = env
+        .wait_run(&run, WAIT, "Gated=False", |r| {
+            gated(r).is_some_and(|(s, _, _)| s == ConditionStatus::False)
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        gated(&open).unwrap(),
+        (ConditionStatus::False, "GatesOpen".into(), "every gate is open".into())
+    );
+
+    // The signal fires: new starts stop within one interval (2 s) plus a scrape (1 s).
+    signal.set(1);
+    let flipped = Utc::now();
+    let closed = env
+        .wait_run(&run, WAIT, "Gated=True/GateFiring", |r| {
+            gated(r).is_some_and(|(s, reason, _)| s == ConditionStatus::True && reason == "GateFiring")
+        })
+        .await
+        .unwrap();
+    let (_, _, message) = gated(&closed).unwrap();
+    assert!(
+        message.starts_with("gate \"signal\": 1 series, first test_gate_signal{") && message.contains("source=\"e2e\""),
+        "{message}"
+    );
+    // Long enough for every upgrade in flight at the closing to finish.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let held = starts(&env, &ns).await;
+    let last_start = held.iter().map(|(at, _)| *at).max().unwrap();
+    assert!(
+        last_start <= flipped + chrono::Duration::seconds(4),
+        "an upgrade started {last_start}, after the gate closed at {flipped}"
+    );
+    assert!(
+        held.iter().all(|(_, done)| *done),
+        "upgrades in flight finish: {held:?}"
+    );
+    assert!(held.len() < 8, "the gate held the rest: {held:?}");
+    let run_now = env.runs().get(&run).await.unwrap();
+    assert_eq!(run_now.status.as_ref().unwrap().state, RunState::InProgress);
+    let (_, page) = http_get(&metrics, "/metrics").await.unwrap();
+    assert!(
+        page.contains(&format!("upgradeplan_gate_open{{gate=\"signal\",plan=\"{plan}\"}} 0")),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!(
+            "upgradeplan_blocked{{group=\"dev\",plan=\"{plan}\",reason=\"GateClosed\"}} 1"
+        )),
+        "{page}"
+    );
+    assert!(page.contains(&format!(
+        "upgradeplan_gate_evaluations_total{{gate=\"signal\",plan=\"{plan}\",result=\"closed\"}}"
+    )));
+
+    // Cleared: starts resume.
+    signal.set(0);
+    let reopened = Utc::now();
+    env.wait_run(&run, WAIT, "Gated=False again", |r| {
+        gated(r).is_some_and(|(s, _, _)| s == ConditionStatus::False)
+    })
+    .await
+    .unwrap();
+    let resumed = starts(&env, &ns).await;
+    assert!(
+        resumed
+            .iter()
+            .any(|(at, _)| *at >= reopened - chrono::Duration::seconds(1)),
+        "starts resume: {resumed:?}"
+    );
+
+    // Prometheus down mid-run: fail safe, the gate is closed with the error; back, it opens.
+    prom.stop().await.unwrap();
+    let erred = env
+        .wait_run(&run, WAIT, "Gated=True/GateError", |r| {
+            gated(r).is_some_and(|(s, reason, _)| s == ConditionStatus::True && reason == "GateError")
+                || r.status.as_ref().is_some_and(|s| s.state.is_terminal())
+        })
+        .await
+        .unwrap();
+    let (_, reason, message) = gated(&erred).unwrap();
+    assert_eq!(
+        reason, "GateError",
+        "the run ended before Prometheus went away: {erred:?}"
+    );
+    assert!(
+        message.starts_with(&format!("gate \"signal\": querying Prometheus at {prometheus_url}: ")),
+        "{message}"
+    );
+    prom.resume().await.unwrap();
+    let done = env
+        .wait_run(&run, WAIT, "Completed", |r| {
+            r.status.as_ref().is_some_and(|s| s.state.is_terminal())
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        done.status.as_ref().unwrap().state,
+        RunState::Completed,
+        "{}",
+        controller.log_text()
+    );
+    sampler.abort();
+    assert!(
+        max_in_flight.load(Ordering::SeqCst) <= 2,
+        "in flight exceeded maxConcurrent"
+    );
+
+    let events = env
+        .events_when(&run, |(_, r, m)| r == "GateOpened" && m.contains("dev"))
+        .await
+        .unwrap();
+    let count = |reason: &str| events.iter().filter(|(_, r, _)| r == reason).count();
+    assert!(count("GateClosed") >= 2 && count("GateOpened") >= 2, "{events:?}");
+    assert!(
+        events
+            .iter()
+            .any(|(t, r, m)| t == "Warning" && r == "GateClosed" && m.starts_with("gate \"signal\": 1 series")),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_gate_closed_for_fail_after_fails_the_run_and_explain_evaluates_gates_now() {
+    let mut env = TestEnv::new("gatefail").await.unwrap();
+    env.promise_with_revisions(&["v1.0.0", TO], TO).await.unwrap();
+    let ns = env.namespace("apps").await.unwrap();
+    env.binding(&ns, "r0", &[("env", "dev")], "v1.0.0", Some("v1.0.0"))
+        .await
+        .unwrap();
+    env.start_sim(SIM, &[]).unwrap();
+    let rules = no_rules(&env);
+    let (controller, prom, _) = Prometheus::with_controller(&mut env, &rules, &[], "1s").await.unwrap();
+    let prometheus_url = format!("http://{}", prom.addr);
+    let plan = env
+        .create_plan(
+            "failafter",
+            json!({"upgradePath": {"from": ["v1.0.0"], "to": TO},
+                   "gates": [{"name": "quiet", "prometheus": {"query": "vector(0) > 1"}},
+                             {"name": "always", "prometheus": {"query": "vector(1)"}, "failAfter": "3s"}],
+                   "rolloutGroups": [{"name": "dev", "selectors": {"matchLabels": {"env": "dev"}}}]}),
+        )
+        .await
+        .unwrap();
+
+    let o = run_plugin(None, &["explain", &plan, "--prometheus-url", &prometheus_url])
+        .await
+        .unwrap();
+    assert_eq!(o.code, Some(0), "{o:?}");
+    assert!(
+        o.stdout.contains("quiet: holds every group while vector(0) > 1"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout.contains("now:         open (the query returns nothing)"),
+        "{}",
+        o.stdout
+    );
+    assert!(
+        o.stdout
+            .contains("now:         closed — gate \"always\": 1 series, first {}"),
+        "{}",
+        o.stdout
+    );
+
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    let done = env
+        .wait_run(&run, WAIT, "Failed", |r| {
+            r.status.as_ref().is_some_and(|s| s.state.is_terminal())
+        })
+        .await
+        .unwrap();
+    let status = done.status.unwrap();
+    assert_eq!(status.state, RunState::Failed, "{}", controller.log_text());
+    let c = find_condition(&status.conditions, reasons::RUN_SUCCEEDED).unwrap();
+    assert_eq!(
+        (c.status, c.reason.as_str(), c.message.as_str()),
+        (ConditionStatus::False, "GateFailed", "gate \"always\" closed for 3s")
+    );
+    let b = env.bindings_api(&ns).get(&format!("r0-{}", env.promise)).await.unwrap();
+    assert_eq!(b.spec.version, "v1.0.0", "nothing started while the gate was closed");
+}
