@@ -9,7 +9,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use upgradeplan::api::kratix::{HealthRecord, Promise, PromiseRevision, ResourceBinding};
-use upgradeplan::api::{UpgradePlan, UpgradeRun, FIELD_MANAGER};
+use upgradeplan::api::{UpgradeApproval, UpgradePlan, UpgradeRun, FIELD_MANAGER};
 
 use crate::error::Result;
 use crate::events::{EventType, Publisher, CLUSTER_SCOPED_EVENTS_NAMESPACE};
@@ -96,6 +96,8 @@ pub struct Ctx {
     /// Kratix's HealthRecords. Not part of `synced`: a Kratix without the HealthRecord kind must
     /// not stop runs that never ask for health (`health_synced` says when it has its list).
     pub health: Store<HealthRecord>,
+    /// UpgradeApprovals (ours: part of `synced`).
+    pub approvals: Store<UpgradeApproval>,
     pub health_synced: Arc<std::sync::atomic::AtomicBool>,
     /// Whether every cache above but `health` has its initial list.
     pub synced: Synced,

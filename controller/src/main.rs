@@ -27,7 +27,7 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use upgradeplan::api::kratix::{HealthRecord, Promise, PromiseRevision, ResourceBinding};
-use upgradeplan::api::{UpgradePlan, UpgradeRun, DEFAULT_SNAPSHOT_NAMESPACE};
+use upgradeplan::api::{UpgradeApproval, UpgradePlan, UpgradeRun, DEFAULT_SNAPSHOT_NAMESPACE};
 
 use crate::context::Ctx;
 
@@ -398,6 +398,7 @@ async fn run_controllers<F, Fut>(
     let (revisions, revisions_w) = reflector::store::<PromiseRevision>();
     let (promises, promises_w) = reflector::store::<Promise>();
     let (health, health_w) = reflector::store::<HealthRecord>();
+    let (approvals, approvals_w) = reflector::store::<UpgradeApproval>();
     let plan_config = || match &cli.selector {
         Some(s) => watcher::Config::default().labels(s),
         None => watcher::Config::default(),
@@ -422,6 +423,7 @@ async fn run_controllers<F, Fut>(
     let (drive_bindings, mut binding_triggers) = cached!(bindings_w, ResourceBinding, all(), 1);
     let (drive_revisions, mut revision_triggers) = cached!(revisions_w, PromiseRevision, all(), 1);
     let (drive_promises, mut promise_triggers) = cached!(promises_w, Promise, all(), 1);
+    let (drive_approvals, mut approval_triggers) = cached!(approvals_w, UpgradeApproval, all(), 1);
     // HealthRecords are cached apart from `synced` (see `Ctx::health`).
     let health_synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (drive_health, mut health_triggers) = {
@@ -442,7 +444,8 @@ async fn run_controllers<F, Fut>(
             drive_bindings,
             drive_revisions,
             drive_promises,
-            drive_health
+            drive_health,
+            drive_approvals
         );
     };
 
@@ -457,6 +460,7 @@ async fn run_controllers<F, Fut>(
         revisions: revisions.clone(),
         promises: promises.clone(),
         health: health.clone(),
+        approvals: approvals.clone(),
         health_synced,
         synced,
         metrics: metrics.clone(),
@@ -516,6 +520,9 @@ async fn run_controllers<F, Fut>(
         .watches_stream(binding_triggers.remove(0), binding_to_runs)
         .watches_stream(revision_triggers.remove(0), revision_to_runs)
         .watches_stream(health_triggers.remove(0), health_to_runs)
+        .watches_stream(approval_triggers.remove(0), |a: UpgradeApproval| {
+            Some(ObjectRef::<UpgradeRun>::new(&a.spec.upgrade_run_ref.name))
+        })
         .watches_stream(plan_triggers.remove(0), plan_to_runs)
         .graceful_shutdown_on(stopped())
         .run(

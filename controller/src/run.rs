@@ -15,14 +15,16 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use upgradeplan::api::kratix::{HealthRecord, ResourceBinding, MANUAL_RECONCILIATION_LABEL};
 use upgradeplan::api::{
-    ResourceListRef, RunState, UpgradeRun, UpgradeRunStatus, PLAN_LABEL, RETRY_REQUESTED_BY_ANNOTATION, RUN_FINALIZER,
-    RUN_LABEL, SUPERSEDED_BY_ANNOTATION, UPGRADED_BY_ANNOTATION, UPGRADE_STARTED_AT_ANNOTATION,
+    ResourceListRef, RunState, UpgradeApproval, UpgradeRun, UpgradeRunStatus, PLAN_LABEL,
+    RETRY_REQUESTED_BY_ANNOTATION, RUN_FINALIZER, RUN_LABEL, SUPERSEDED_BY_ANNOTATION, UPGRADED_BY_ANNOTATION,
+    UPGRADE_STARTED_AT_ANNOTATION,
 };
 use upgradeplan::engine::admission::{RunFacts, TriggerKind};
 use upgradeplan::engine::lifecycle::{self, events, Gauges, SnapshotFact, Step};
 use upgradeplan::engine::naming;
 use upgradeplan::engine::run::{texts, BindingAction};
 use upgradeplan::engine::snapshot::{read_frozen, snapshot_shard_index, SNAPSHOT_PLAN_KEY, SNAPSHOT_RESOURCES_KEY};
+use upgradeplan::engine::stage::ApprovalFact;
 
 use crate::context::{Ctx, Frozen, SELECTOR_ANNOTATION};
 use crate::error::{Error, Result};
@@ -104,11 +106,13 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         }
         _ => Vec::new(),
     };
+    let approvals = approvals_of(ctx, run);
     let facts = lifecycle::Facts {
         plan: plan.as_deref(),
         others: &others,
         snapshot,
         gates: &gates,
+        approvals: &approvals,
         now: crate::clock::now(),
     };
     let step = lifecycle::step(run, &facts, ctx);
@@ -178,6 +182,7 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
         )
         .await?;
     }
+    adopt_approvals(ctx, run, &step.adopt_approvals).await?;
     for older in &step.supersede {
         request_supersede(ctx, older, &run_name).await?;
     }
@@ -360,6 +365,53 @@ fn snapshot_error(run: &UpgradeRun, config_map: &str, detail: impl Into<String>)
         config_map: config_map.to_string(),
         detail: detail.into(),
     }
+}
+
+/// Makes the run an owner of its UpgradeApprovals, so that they are garbage-collected with it
+/// (server-side apply of that one owner reference: others' references stay).
+async fn adopt_approvals(ctx: &Ctx, run: &UpgradeRun, names: &[String]) -> Result<()> {
+    let Some(owner) = run.controller_owner_ref(&()) else {
+        return Ok(());
+    };
+    let api: Api<UpgradeApproval> = Api::all(ctx.client.clone());
+    for name in names {
+        let mut reference = owner.clone();
+        reference.controller = None;
+        let body = json!({
+            "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeApproval",
+            "metadata": {"name": name, "ownerReferences": [reference]},
+        });
+        match api
+            .patch(
+                name,
+                &PatchParams::apply(upgradeplan::api::FIELD_MANAGER),
+                &Patch::Apply(body),
+            )
+            .await
+        {
+            Ok(_) => {}
+            // Deleted meanwhile: nothing to own.
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// The run's UpgradeApprovals, as the engine reads them.
+fn approvals_of(ctx: &Ctx, run: &UpgradeRun) -> Vec<ApprovalFact> {
+    let uid = run.uid();
+    ctx.approvals
+        .state()
+        .iter()
+        .filter(|a| a.spec.upgrade_run_ref.name == run.name_any() && a.metadata.deletion_timestamp.is_none())
+        .map(|a| ApprovalFact {
+            name: a.name_any(),
+            group: a.spec.group.clone(),
+            created: upgradeplan::time::created_at(&a.metadata),
+            owned: a.owner_references().iter().any(|o| Some(&o.uid) == uid.as_ref()),
+        })
+        .collect()
 }
 
 /// The snapshot ConfigMaps this run owns (by label and ownerReference).

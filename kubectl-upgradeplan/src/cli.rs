@@ -232,6 +232,20 @@ pub enum Command {
         #[arg(short = 'y', long)]
         yes: bool,
     },
+    /// Approve a rollout group of a run (requireApproval): creates the UpgradeApproval
+    /// <run>-<group> that lets the group start. Approving before the group is reached works too.
+    #[command(
+        after_help = "Examples:\n  kubectl upgradeplan approve redis-v1-to-v2-20260601-2300              # the group waiting now\n  kubectl upgradeplan approve redis-v1-to-v2-20260601-2300 prod --comment \"CHG-1234, canary looks fine\"\n\nNeeds create on upgradeapprovals: the upgradeplan-approver ClusterRole grants it (deploy/core/user-roles.yaml)."
+    )]
+    Approve {
+        /// The UpgradeRun.
+        run: String,
+        /// The rollout group to approve. Default: the group waiting for approval now.
+        group: Option<String>,
+        /// Why, or the change ticket; recorded in the approval.
+        #[arg(long, value_name = "TEXT")]
+        comment: Option<String>,
+    },
     /// Print a shell completion script (bash, zsh or fish) for kubectl-upgradeplan.
     #[command(
         after_help = "Examples:\n  source <(kubectl upgradeplan completion bash)\n  kubectl upgradeplan completion fish > ~/.config/fish/completions/kubectl-upgradeplan.fish"

@@ -27,6 +27,8 @@ pub enum Want {
     /// Plans, and runs not yet ended (what `suspend`/`resume` can act on).
     PlansAndActiveRuns,
     RunsOfPlan(String),
+    /// Rollout groups of a run's plan (for `approve`).
+    GroupsOfRun(String),
     /// Contexts of the kubeconfig.
     Contexts,
     /// `NS/NAME` of the resources of a plan's Promise (for `--resource`).
@@ -57,7 +59,9 @@ pub fn want(args: &[String]) -> Want {
             "-f" | "--filename" | "--bindings" | "--kubeconfig" => return Want::Files,
             "--context" => return Want::Contexts,
             "-n" | "--namespace" | "--snapshot-namespace" => return Want::Namespaces,
-            "--now" | "--runs" | "--limit" | "--name" | "--timeout" | "--request-timeout" => return Want::Nothing,
+            "--now" | "--runs" | "--limit" | "--name" | "--timeout" | "--request-timeout" | "--comment" => {
+                return Want::Nothing
+            }
             _ => {}
         }
     }
@@ -76,7 +80,8 @@ pub fn want(args: &[String]) -> Want {
         ("history", 1) => Want::RunsOfPlan(words[1].to_string()),
         (c, 0) if PLAN_VERBS.contains(&c) => Want::Plans,
         ("status", 0) => Want::Runs,
-        ("cancel", 0) => Want::ActiveRuns,
+        ("cancel" | "approve", 0) => Want::ActiveRuns,
+        ("approve", 1) => Want::GroupsOfRun(words[1].to_string()),
         ("suspend" | "resume", 0) => Want::PlansAndActiveRuns,
         ("completion", 0) => Want::Values(["bash", "zsh", "fish"].map(String::from).to_vec()),
         _ => Want::Nothing,
@@ -120,6 +125,7 @@ pub async fn complete(args: &[String], global: &Global) -> (Vec<String>, u8) {
         Want::Runs => (names(global, Kind::runs(None, false)).await, DIRECTIVE_NO_FILES),
         Want::ActiveRuns => (names(global, Kind::runs(None, true)).await, DIRECTIVE_NO_FILES),
         Want::RunsOfPlan(p) => (names(global, Kind::runs(Some(&p), false)).await, DIRECTIVE_NO_FILES),
+        Want::GroupsOfRun(r) => (names(global, Kind::GroupsOfRun(&r)).await, DIRECTIVE_NO_FILES),
         Want::PlansAndActiveRuns => {
             let mut all = names(global, Kind::Plans).await;
             all.extend(names(global, Kind::runs(None, true)).await);
@@ -147,6 +153,9 @@ enum Kind<'p> {
     Resources {
         plan: &'p str,
     },
+    /// The groups of a run that require approval and have none yet (all its groups when the
+    /// plan cannot be read).
+    GroupsOfRun(&'p str),
 }
 
 impl<'p> Kind<'p> {
@@ -194,6 +203,24 @@ async fn names(global: &Global, kind: Kind<'_>) -> Vec<String> {
                 .into_iter()
                 .filter_map(|p| p.metadata.name)
                 .collect(),
+            Kind::GroupsOfRun(run) => {
+                let run = Api::<UpgradeRun>::all(client.clone()).get(run).await.ok()?;
+                let recorded = run.status.map(|s| s.rollout_groups).unwrap_or_default();
+                let approved = |g: &str| recorded.iter().any(|r| r.name == g && r.approved_by.is_some());
+                match Api::<UpgradePlan>::all(client)
+                    .get(run.spec.upgrade_plan_ref.name.as_str())
+                    .await
+                {
+                    Ok(plan) => plan
+                        .spec
+                        .rollout_groups
+                        .iter()
+                        .filter(|g| upgradeplan::engine::stage::requires_approval(g) && !approved(&g.name))
+                        .map(|g| g.name.clone())
+                        .collect(),
+                    Err(_) => recorded.into_iter().map(|g| g.name).collect(),
+                }
+            }
             Kind::Resources { plan } => {
                 let plan = Api::<UpgradePlan>::all(client.clone()).get(plan).await.ok()?;
                 crate::client::bindings_of(&client, &plan.spec.promise_ref.name, None)
@@ -238,6 +265,9 @@ mod tests {
         assert_eq!(w(&["history", "plan", ""]), Want::RunsOfPlan("plan".into()));
         assert_eq!(w(&["suspend", ""]), Want::PlansAndActiveRuns);
         assert_eq!(w(&["cancel", ""]), Want::ActiveRuns);
+        assert_eq!(w(&["approve", ""]), Want::ActiveRuns);
+        assert_eq!(w(&["approve", "r1", ""]), Want::GroupsOfRun("r1".into()));
+        assert_eq!(w(&["approve", "r1", "prod", "--comment", ""]), Want::Nothing);
         assert_eq!(w(&["get", "--context", ""]), Want::Contexts);
         assert_eq!(w(&["match", "p", "-n", ""]), Want::Namespaces);
         assert_eq!(

@@ -43,6 +43,10 @@ pub struct GroupJson {
     /// `healthCheck.timeout`; absent without a health check.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health_check_timeout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soak_duration: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub require_approval: bool,
 }
 
 /// The `-o json` contract of `explain` (spec §10), with a few additions.
@@ -321,6 +325,17 @@ pub fn explain(
                 h.timeout
             ));
         }
+        if upgradeplan::engine::stage::requires_approval(g) {
+            line(format!(
+                "     approval:    starts only when approved: kubectl upgradeplan approve RUN {}",
+                g.name
+            ));
+        }
+        if let Some(d) = &g.soak_duration {
+            line(format!(
+                "     after:       wait {d} before the next group starts (soak)"
+            ));
+        }
         for w in windows {
             let kind = match w.kind {
                 WindowKind::Allow => "allow",
@@ -355,6 +370,8 @@ pub fn explain(
                 .and_then(|b| b.shown(size)),
             progress_deadline: g.progress_deadline.clone(),
             health_check_timeout: g.health_check.as_ref().map(|h| h.timeout.clone()),
+            soak_duration: g.soak_duration.clone(),
+            require_approval: upgradeplan::engine::stage::requires_approval(g),
         });
     }
     let mut gate_json = Vec::new();

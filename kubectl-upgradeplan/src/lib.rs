@@ -194,6 +194,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Suspend { target } => verbs::set_suspend(&client::connect(g).await?, target, true).await?,
         Command::Resume { target } => verbs::set_suspend(&client::connect(g).await?, target, false).await?,
         Command::Cancel { run, yes } => verbs::cancel(&client::connect(g).await?, run, *yes).await?,
+        Command::Approve { run, group, comment } => {
+            verbs::approve(&client::connect(g).await?, g, run, group.as_deref(), comment.as_deref()).await?
+        }
         Command::Completion { shell } => {
             // Generated into memory first: clap_complete panics when its writer fails.
             let mut script = Vec::new();

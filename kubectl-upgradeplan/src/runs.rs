@@ -10,7 +10,9 @@ use kube::api::{Api, ListParams};
 use kube::Client;
 use serde::Serialize;
 use upgradeplan::api::kratix::{HealthRecord, PromiseRevision, ResourceBinding};
-use upgradeplan::api::{find_condition, reasons, GroupStatus, LastRun, RunState, UpgradePlanSpec, UpgradeRun};
+use upgradeplan::api::{
+    find_condition, reasons, GroupPhase, GroupStatus, LastRun, RunState, UpgradePlanSpec, UpgradeRun,
+};
 use upgradeplan::engine::admission::is_preview;
 use upgradeplan::engine::gate::{self, GateCheck};
 use upgradeplan::engine::health::HealthRecords;
@@ -522,8 +524,34 @@ pub fn progress_bar(g: &GroupStatus) -> String {
     )
 }
 
+/// The approvals a run's status records, as the engine reads approvals.
+fn recorded_approvals(groups: &[GroupStatus]) -> Vec<upgradeplan::engine::stage::ApprovalFact> {
+    groups
+        .iter()
+        .filter_map(|g| {
+            Some(upgradeplan::engine::stage::ApprovalFact {
+                name: g.approved_by.clone()?,
+                group: g.name.clone(),
+                created: g.approved_at?,
+                owned: true,
+            })
+        })
+        .collect()
+}
+
+/// The name of the group the evaluation is at.
+fn current_group_name(run: &UpgradeRun, e: &Evaluation) -> Option<String> {
+    let upgradeplan::engine::run::Verdict::InProgress { group } = e.verdict else {
+        return None;
+    };
+    e.groups
+        .get(group)
+        .map(|g| g.name.clone())
+        .or_else(|| run.status.as_ref()?.rollout_groups.get(group).map(|g| g.name.clone()))
+}
+
 /// What a run waits for, in words, from its conditions and (when in progress) the engine.
-fn waiting(run: &UpgradeRun, eval: Option<&Evaluation>, style: &Style) -> Option<String> {
+fn waiting(run: &UpgradeRun, eval: Option<&Evaluation>, now: DateTime<Utc>, style: &Style) -> Option<String> {
     let s = run.status.as_ref()?;
     if let Some(by) = &s.superseded_by {
         return Some(format!("superseded by {by}: it starts nothing more"));
@@ -552,6 +580,22 @@ fn waiting(run: &UpgradeRun, eval: Option<&Evaluation>, style: &Style) -> Option
         ),
         // The TargetRevisionReady condition above explains it in full.
         Blocked::RevisionMissing => "waiting for the target PromiseRevision".to_string(),
+        Blocked::Soaking => {
+            let group = current_group_name(run, e).unwrap_or_default();
+            match e.wake_at {
+                Some(t) => format!("soaking after group {group:?}, next group in {}", duration(t - now)),
+                None => format!("soaking after group {group:?}"),
+            }
+        }
+        Blocked::AwaitingApproval => {
+            let group = current_group_name(run, e).unwrap_or_default();
+            let run_name = run.metadata.name.as_deref().unwrap_or_default();
+            let since = find_condition(&s.conditions, reasons::AWAITING_APPROVAL)
+                .filter(|c| c.status == upgradeplan::api::ConditionStatus::True)
+                .map(|c| format!(" since {}", duration(now - c.last_transition_time)))
+                .unwrap_or_default();
+            format!("waiting for approval of group {group:?}{since} — kubectl upgradeplan approve {run_name} {group}")
+        }
         Blocked::GateClosed => match &e.gate_check {
             GateCheck::Closed { reading, .. } => {
                 let (_, message) = gate::closed_condition(&reading.gate, &reading.reading);
@@ -588,6 +632,14 @@ pub fn shared_entries_note(snapshot: &upgradeplan::engine::snapshot::Snapshot) -
 /// failures) is told from earlier groups whose failures their budget tolerated.
 pub fn group_phase(state: RunState, current: Option<usize>, index: usize, groups: &[GroupStatus]) -> &'static str {
     let Some(g) = groups.get(index) else { return "waiting" };
+    // Between groups (spec §13.4): what the run recorded, while it runs.
+    if !state.is_terminal() {
+        match g.phase {
+            Some(GroupPhase::Soaking) => return "soaking",
+            Some(GroupPhase::AwaitingApproval) => return "awaiting approval",
+            _ => {}
+        }
+    }
     let complete = g.failed == 0 && g.succeeded + g.skipped == g.total;
     let failing = state == RunState::Failed && groups.iter().rposition(|g| g.failed > 0) == Some(index);
     match current {
@@ -630,6 +682,8 @@ pub fn status(
                 health: &live.health,
                 // The controller's last reading, as the run's Gated condition records it.
                 gates: &gate::readings_from_condition(&f.plan, &s.conditions, now),
+                // The approvals the controller recorded.
+                approvals: &recorded_approvals(&s.rollout_groups),
                 revision_present,
                 now,
             },
@@ -656,7 +710,7 @@ pub fn status(
         waiting: if s.state.is_terminal() {
             None
         } else {
-            waiting(run, eval.as_ref(), style)
+            waiting(run, eval.as_ref(), now, style)
         },
         groups: groups.clone(),
         note: None,
@@ -870,7 +924,7 @@ mod tests {
             succeeded,
             failed,
             skipped,
-            verifying: 0,
+            ..Default::default()
         }
     }
 

@@ -11,7 +11,8 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 use serde_json::json;
 use upgradeplan::api::{
-    find_condition, reasons, RunState, UpgradePlan, UpgradePlanRef, UpgradeRun, UpgradeRunSpec, PLAN_LABEL,
+    find_condition, reasons, GroupPhase, RunState, UpgradeApproval, UpgradeApprovalSpec, UpgradePlan, UpgradePlanRef,
+    UpgradeRun, UpgradeRunRef, UpgradeRunSpec, PLAN_LABEL,
 };
 
 use crate::cli::{Global, Output};
@@ -284,6 +285,101 @@ pub async fn cancel(client: &Client, name: &str, yes: bool) -> anyhow::Result<()
         .await
         .map_err(|e| explain_error(e, "delete", "upgraderuns", Some(name)))?;
     crate::output::out(format!("upgraderun/{name} cancelled\n"))?;
+    Ok(())
+}
+
+/// Creates the UpgradeApproval that lets `group` of `run` start (default: the group waiting).
+/// The plan's groups are looked up (the run's snapshot, else the live plan) to refuse a group that
+/// does not exist or needs no approval; an approver who may read neither still approves.
+pub async fn approve(
+    client: &Client,
+    g: &Global,
+    run_name: &str,
+    group: Option<&str>,
+    comment: Option<&str>,
+) -> anyhow::Result<()> {
+    let run = get_run(client, run_name).await?;
+    let status = run.status.clone().unwrap_or_default();
+    if status.state.is_terminal() {
+        bail!(
+            "upgraderun/{run_name} has already finished ({}): nothing to approve",
+            status.state.as_str()
+        );
+    }
+    let plan = match runs::load_frozen(client, &g.snapshot_namespace, &run).await {
+        Ok(Some(f)) => Some(f.plan),
+        _ => get_plan(client, run.plan_name()).await.ok().map(|p| p.spec),
+    };
+    let needing: Vec<String> = plan
+        .iter()
+        .flat_map(|p| &p.rollout_groups)
+        .filter(|rg| upgradeplan::engine::stage::requires_approval(rg))
+        .map(|rg| rg.name.clone())
+        .collect();
+    let waiting = status
+        .rollout_groups
+        .iter()
+        .find(|rg| rg.phase == Some(GroupPhase::AwaitingApproval))
+        .map(|rg| rg.name.clone());
+    let group = match (group, waiting) {
+        (Some(named), _) => {
+            if let Some(p) = &plan {
+                if !p.rollout_groups.iter().any(|rg| rg.name == named) {
+                    let all: Vec<&str> = p.rollout_groups.iter().map(|rg| rg.name.as_str()).collect();
+                    bail!("plan {} has no rollout group {named:?} (its groups: {})", run.plan_name(), all.join(", "));
+                }
+                if !needing.iter().any(|n| n == named) {
+                    bail!(
+                        "rollout group {named:?} does not require approval (no requireApproval: true){}",
+                        if needing.is_empty() { String::new() } else { format!("; groups that do: {}", needing.join(", ")) }
+                    );
+                }
+            }
+            named.to_string()
+        }
+        (None, Some(w)) => w,
+        (None, None) if needing.is_empty() && plan.is_some() => {
+            bail!("no rollout group of plan {} requires approval: nothing to approve", run.plan_name())
+        }
+        (None, None) => bail!(
+            "no rollout group of upgraderun/{run_name} waits for approval now; name the one to approve: kubectl upgradeplan approve {run_name} GROUP{}",
+            if needing.is_empty() { String::new() } else { format!(" (groups that require approval: {})", needing.join(", ")) }
+        ),
+    };
+    if let Some(by) = status
+        .rollout_groups
+        .iter()
+        .find(|rg| rg.name == group)
+        .and_then(|rg| rg.approved_by.as_ref())
+    {
+        crate::output::out(format!(
+            "rollout group {group:?} of upgraderun/{run_name} is already approved (upgradeapproval/{by})\n"
+        ))?;
+        return Ok(());
+    }
+    let name = upgradeplan::engine::naming::approval_name(run_name, &group);
+    let approval = UpgradeApproval::new(
+        &name,
+        UpgradeApprovalSpec {
+            upgrade_run_ref: UpgradeRunRef {
+                name: run_name.to_string(),
+            },
+            group: group.clone(),
+            comment: comment.map(str::to_string),
+        },
+    );
+    match Api::<UpgradeApproval>::all(client.clone())
+        .create(&PostParams::default(), &approval)
+        .await
+    {
+        Ok(_) => crate::output::out(format!(
+            "upgradeapproval/{name} created: rollout group {group:?} of upgraderun/{run_name} may start\n"
+        ))?,
+        Err(kube::Error::Api(e)) if e.code == 409 => crate::output::out(format!(
+            "upgradeapproval/{name} already exists: rollout group {group:?} of upgraderun/{run_name} is approved\n"
+        ))?,
+        Err(e) => return Err(explain_error(e, "create", "upgradeapprovals", Some(&name))),
+    }
     Ok(())
 }
 

@@ -48,7 +48,12 @@ fn fixture(name: &str) -> String {
 }
 
 fn plan() -> UpgradePlan {
-    let mut p: UpgradePlan = serde_saphyr::from_str(&fixture("three-groups.yaml")).unwrap();
+    plan_of("three-groups.yaml")
+}
+
+/// The plan of fixture `file`, created on 2026-03-01.
+fn plan_of(file: &str) -> UpgradePlan {
+    let mut p: UpgradePlan = serde_saphyr::from_str(&fixture(file)).unwrap();
     p.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
         upgradeplan::time::to_jiff(utc("2026-03-01T00:00:00Z")),
     ));
@@ -266,10 +271,7 @@ fn status_of_a_run_upgrading_now() {
 /// and the next start is held by a closed signal gate, as the run's Gated condition records it.
 #[test]
 fn status_of_a_run_held_by_a_gate_while_a_resource_verifies() {
-    let mut plan: UpgradePlan = serde_saphyr::from_str(&fixture("verified-plan.yaml")).unwrap();
-    plan.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-        upgradeplan::time::to_jiff(utc("2026-03-01T00:00:00Z")),
-    ));
+    let plan = plan_of("verified-plan.yaml");
     let frozen = frozen(&plan, &bindings());
     let mut live_now = bindings();
     for b in &mut live_now {
@@ -300,4 +302,55 @@ fn status_of_a_run_held_by_a_gate_while_a_resource_verifies() {
     assert_eq!(json.verifying_resources, vec!["team-a/cache-0"]);
     assert_eq!(json.in_flight, 1);
     golden("status-held-by-a-gate.txt", &text);
+}
+
+/// Spec §13.4: a run whose canary soaks says when the next group starts; one whose group waits for
+/// approval says since when and the command that approves it.
+#[test]
+fn status_of_runs_soaking_and_awaiting_approval() {
+    let plan = plan_of("staged-plan.yaml");
+    let frozen = frozen(&plan, &bindings());
+    let mut live_now = bindings();
+    for b in &mut live_now {
+        if b.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("env"))
+            .map(String::as_str)
+            == Some("dev")
+            && b.status.as_ref().is_some_and(|s| s.last_applied_version == "v1.0.0")
+        {
+            b.spec.version = "v2.0.0".into();
+            b.status.get_or_insert_with(Default::default).last_applied_version = "v2.0.0".into();
+        }
+    }
+    let soaking = run(
+        "redis-v1-to-v2-20260327-2100",
+        json!({"state": "InProgress", "startedAt": "2026-03-27T21:00:05Z", "totalResources": 4,
+               "completedResources": 2,
+               "resourceListRefs": [{"name": "redis-v1-to-v2-20260327-2100-resource-snapshot"}],
+               "rolloutGroups": [{"name": "canary", "total": 2, "succeeded": 2, "phase": "Soaking",
+                                  "startedAt": "2026-03-27T21:00:05Z", "completedAt": "2026-03-27T21:17:00Z"},
+                                 {"name": "prod", "total": 2, "phase": "Pending"}]}),
+    );
+    let (_, text) = runs::status(&soaking, Some(&frozen), &live(&live_now), true, utc(NOW), &style());
+    assert!(
+        text.contains("Waiting: soaking after group \"canary\", next group in 1h47m"),
+        "{text}"
+    );
+    assert!(text.contains("soaking"), "{text}");
+    let awaiting = run(
+        "redis-v1-to-v2-20260327-2100",
+        json!({"state": "InProgress", "startedAt": "2026-03-27T21:00:05Z", "totalResources": 4,
+               "completedResources": 2,
+               "resourceListRefs": [{"name": "redis-v1-to-v2-20260327-2100-resource-snapshot"}],
+               "rolloutGroups": [{"name": "canary", "total": 2, "succeeded": 2, "phase": "Completed",
+                                  "startedAt": "2026-03-27T19:00:05Z", "completedAt": "2026-03-27T19:10:00Z"},
+                                 {"name": "prod", "total": 2, "phase": "AwaitingApproval"}],
+               "conditions": [{"type": "AwaitingApproval", "status": "True", "reason": "ApprovalRequired",
+                               "message": "rollout group \"prod\" waits for an UpgradeApproval",
+                               "lastTransitionTime": "2026-03-27T21:18:00Z"}]}),
+    );
+    let (_, text) = runs::status(&awaiting, Some(&frozen), &live(&live_now), true, utc(NOW), &style());
+    golden("status-awaiting-approval.txt", &text);
 }

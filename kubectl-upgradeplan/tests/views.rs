@@ -131,6 +131,22 @@ fn explain_says_health_checks_and_gates() {
     assert!(json["gates"][0].get("open").is_none(), "not evaluated: {json}");
 }
 
+/// Spec §13.4 in words: the soak after a group and the approval before one.
+#[test]
+fn explain_says_soaks_and_approvals() {
+    let o = plugin(&[
+        "explain",
+        "-f",
+        &fixture("staged-plan.yaml"),
+        "--now",
+        NOW,
+        "--runs",
+        "1",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    golden("explain-staged.txt", &stdout(&o));
+}
+
 /// Issue 15: both day fields restricted are said in words, and a window whose starts fall in a
 /// spring gap opens at the gap's end (Berlin, 2026-03-29 01:00Z), as the controller acts.
 #[test]

@@ -142,6 +142,7 @@ fn eval_run(
         recorded: &[],
         health: &upgradeplan::engine::health::HealthRecords::default(),
         gates: &[],
+        approvals: &[],
         revision_present: true,
         now: now(),
     };

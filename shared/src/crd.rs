@@ -2,13 +2,17 @@
 
 use kube::CustomResourceExt;
 
-use crate::api::{UpgradePlan, UpgradeRun};
+use crate::api::{UpgradeApproval, UpgradePlan, UpgradeRun};
 
 /// File name under `deploy/crds/` and YAML text of each CRD this project owns.
 pub fn crd_files() -> Vec<(&'static str, String)> {
     vec![
         ("upgradeplans.platform.syntasso.io.yaml", to_yaml(&UpgradePlan::crd())),
         ("upgraderuns.platform.syntasso.io.yaml", to_yaml(&UpgradeRun::crd())),
+        (
+            "upgradeapprovals.platform.syntasso.io.yaml",
+            to_yaml(&UpgradeApproval::crd()),
+        ),
     ]
 }
 

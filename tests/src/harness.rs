@@ -1145,3 +1145,12 @@ impl Drop for Signal {
         self.task.abort();
     }
 }
+
+/// A group's counts as a run records them: (name, total, succeeded, failed, skipped), for
+/// comparisons that ignore the group's phase and times.
+pub fn group_counts(groups: &[upgradeplan::api::GroupStatus]) -> Vec<(String, i64, i64, i64, i64)> {
+    groups
+        .iter()
+        .map(|g| (g.name.clone(), g.total, g.succeeded, g.failed, g.skipped))
+        .collect()
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use upgradeplan::api::{RunState, PLAN_LABEL};
-use upgradeplan_e2e::harness::{free_port, repo_root, Prometheus, TestEnv};
+use upgradeplan_e2e::harness::{free_port, repo_root, ControllerProcess, Prometheus, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
@@ -360,12 +360,10 @@ async fn every_alert_fires_and_resolves() {
     env.teardown().await.unwrap();
 }
 
-/// UpgradeGateClosed and UpgradeGateError (spec §13.3): a gate whose signal fires and a gate whose
-/// query Prometheus rejects, read by a controller that asks the same Prometheus that scrapes it;
-/// both resolve when the run they held ends.
-#[tokio::test]
-async fn gate_alerts_fire_while_a_gate_holds_a_run_and_resolve_when_it_ends() {
-    let mut env = TestEnv::new("gatealerts").await.unwrap();
+/// A Promise (v1.0.0 → v2.0.0) with one binding `r0` (label `env=dev`), kratix-sim, and a
+/// controller scraped by a Prometheus with the fast rules, which its signal gates also ask.
+async fn one_binding_world(prefix: &str) -> (TestEnv, Prometheus, ControllerProcess) {
+    let mut env = TestEnv::new(prefix).await.unwrap();
     env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
         .await
         .unwrap();
@@ -375,9 +373,18 @@ async fn gate_alerts_fire_while_a_gate_holds_a_run_and_resolve_when_it_ends() {
         .unwrap();
     env.start_sim(SIM, &[]).unwrap();
     let dir = std::env::temp_dir().join(format!("{}-alerts", env.id));
-    let (_controller, prom, _) = Prometheus::with_controller(&mut env, &fast_rules(&dir), &[], "1s")
+    let (controller, prom, _) = Prometheus::with_controller(&mut env, &fast_rules(&dir), &[], "1s")
         .await
         .unwrap();
+    (env, prom, controller)
+}
+
+/// UpgradeGateClosed and UpgradeGateError (spec §13.3): a gate whose signal fires and a gate whose
+/// query Prometheus rejects, read by a controller that asks the same Prometheus that scrapes it;
+/// both resolve when the run they held ends.
+#[tokio::test]
+async fn gate_alerts_fire_while_a_gate_holds_a_run_and_resolve_when_it_ends() {
+    let (env, prom, _controller) = one_binding_world("gatealerts").await;
     let plan = env
         .create_plan(
             "gated",
@@ -422,5 +429,40 @@ async fn gate_alerts_fire_while_a_gate_holds_a_run_and_resolve_when_it_ends() {
             .await
             .unwrap();
     }
+    env.teardown().await.unwrap();
+}
+
+/// UpgradeApprovalPending (spec §13.4): a group waiting for its UpgradeApproval, named with the run;
+/// `approve` resolves it.
+#[tokio::test]
+async fn approval_pending_fires_while_a_group_waits_and_resolves_when_approved() {
+    let (env, prom, _controller) = one_binding_world("approvalalert").await;
+    let plan = env
+        .create_plan(
+            "approval",
+            json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
+                   "rolloutGroups": [{"name": "prod", "selectors": {"matchAll": true}, "requireApproval": true}]}),
+        )
+        .await
+        .unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    let alert = prom
+        .wait_alert(
+            "UpgradeApprovalPending",
+            &[("plan", &plan), ("run", &run), ("group", "prod")],
+            true,
+            ALERT_WAIT,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(alert["labels"]["severity"], "info");
+    let out = upgradeplan_e2e::harness::run_plugin(None, &["approve", &run])
+        .await
+        .unwrap();
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    prom.wait_alert("UpgradeApprovalPending", &[("plan", &plan)], false, ALERT_WAIT)
+        .await
+        .unwrap();
     env.teardown().await.unwrap();
 }

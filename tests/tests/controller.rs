@@ -9,10 +9,8 @@ use kube::api::Api;
 use kube::ResourceExt;
 use serde_json::json;
 use upgradeplan::api::kratix::{ResourceBinding, PROMISE_NAME_LABEL};
-use upgradeplan::api::{
-    find_condition, reasons, ConditionStatus, GroupStatus, PlanPhase, RunResult, RunState, UpgradeRun,
-};
-use upgradeplan_e2e::harness::{http_get, observe_bindings, wait_gone, ControllerProcess, TestEnv};
+use upgradeplan::api::{find_condition, reasons, ConditionStatus, PlanPhase, RunResult, RunState, UpgradeRun};
+use upgradeplan_e2e::harness::{group_counts, http_get, observe_bindings, wait_gone, ControllerProcess, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
@@ -79,15 +77,8 @@ fn three_groups() -> serde_json::Value {
     })
 }
 
-fn group(name: &str, total: i64, succeeded: i64, failed: i64, skipped: i64) -> GroupStatus {
-    GroupStatus {
-        name: name.into(),
-        total,
-        succeeded,
-        failed,
-        skipped,
-        verifying: 0,
-    }
+fn group(name: &str, total: i64, succeeded: i64, failed: i64, skipped: i64) -> (String, i64, i64, i64, i64) {
+    (name.into(), total, succeeded, failed, skipped)
 }
 
 #[tokio::test]
@@ -111,7 +102,7 @@ async fn three_group_plan_completes_in_order_within_limits() {
     assert_eq!(status.state, RunState::Completed, "{status:#?}");
     assert_eq!((status.completed_resources, status.total_resources), (11, 11));
     assert_eq!(
-        status.rollout_groups,
+        group_counts(&status.rollout_groups),
         vec![
             group("dev", 4, 4, 0, 0),
             group("staging", 4, 4, 0, 0),
@@ -269,7 +260,7 @@ async fn a_failing_resource_fails_the_run_and_later_groups_never_start() {
     );
     assert_eq!(c.message, "1 resource(s) failed to upgrade in rollout group \"dev\"");
     assert_eq!(status.rollout_groups[0].failed, 1);
-    assert_eq!(status.rollout_groups[1], group("prod", 2, 0, 0, 0));
+    assert_eq!(group_counts(&status.rollout_groups)[1], group("prod", 2, 0, 0, 0));
     let versions = spec_versions(&env).await;
     assert!(
         versions
@@ -714,7 +705,7 @@ async fn drifted_and_deleted_bindings_are_skipped_and_never_overwritten() {
     let done = env.wait_run(&run, WAIT, "terminal", terminal).await.unwrap();
     let status = done.status.unwrap();
     assert_eq!(status.state, RunState::Completed);
-    assert_eq!(status.rollout_groups[0], group("dev", 3, 1, 0, 2));
+    assert_eq!(group_counts(&status.rollout_groups)[0], group("dev", 3, 1, 0, 2));
     assert_eq!(
         spec_versions(&env).await.get(&drifted).map(String::as_str),
         Some("v1.5.0"),

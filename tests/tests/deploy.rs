@@ -346,13 +346,10 @@ async fn the_shipped_rbac_is_sufficient_and_the_base_applies_server_side() {
     env.teardown().await.unwrap();
 }
 
-/// deploy/core/user-roles.yaml joins the built-in roles by aggregation: a user bound to `view`
-/// reads plans and runs with the plugin but cannot start a run; one bound to `edit` can.
-#[tokio::test]
-async fn view_and_edit_users_get_plans_and_runs_through_aggregation() {
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+/// Applies deploy/core/user-roles.yaml.
+async fn apply_user_roles(env: &TestEnv) {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
     use kube::api::{Patch, PatchParams};
-    let env = TestEnv::new("users").await.unwrap();
     let roles: Api<ClusterRole> = Api::all(env.client.clone());
     for role in docs("deploy/core/user-roles.yaml") {
         let name = role["metadata"]["name"].as_str().unwrap().to_string();
@@ -365,6 +362,83 @@ async fn view_and_edit_users_get_plans_and_runs_through_aggregation() {
             .await
             .unwrap();
     }
+}
+
+/// Spec §13.4: a user bound only to `upgradeplan-approver` approves a rollout group with the
+/// plugin, and may neither change plans nor cancel runs.
+#[tokio::test]
+async fn an_approver_approves_and_cannot_edit_plans_or_runs() {
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    let env = TestEnv::new("approver").await.unwrap();
+    apply_user_roles(&env).await;
+    let user = format!("{}-approver", env.id);
+    let bindings: Api<ClusterRoleBinding> = Api::all(env.client.clone());
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "upgradeplan-approver"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]});
+    bindings
+        .create(&PostParams::default(), &serde_json::from_value(binding).unwrap())
+        .await
+        .unwrap();
+    let approver = impersonating_kubeconfig(&user).unwrap();
+    let plan = env
+        .create_plan(
+            "p",
+            json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
+                   "rolloutGroups": [{"name": "prod", "selectors": {"matchAll": true}, "requireApproval": true}]}),
+        )
+        .await
+        .unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, true).await.unwrap();
+    let mut approved = None;
+    for _ in 0..60 {
+        let out = run_plugin(Some(&approver), &["approve", &run, "prod", "--comment", "CHG-1"])
+            .await
+            .unwrap();
+        if out.code == Some(0) {
+            approved = Some(out);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let approved = approved.expect("the approver could not approve");
+    assert_eq!(
+        approved.stdout,
+        format!("upgradeapproval/{run}-prod created: rollout group \"prod\" of upgraderun/{run} may start\n")
+    );
+    let approval: upgradeplan::api::UpgradeApproval =
+        Api::all(env.client.clone()).get(&format!("{run}-prod")).await.unwrap();
+    assert_eq!(
+        (approval.spec.group.as_str(), approval.spec.comment.as_deref()),
+        ("prod", Some("CHG-1"))
+    );
+    // Plans are out of reach altogether; runs can be read, not changed.
+    for (args, verb) in [
+        (vec!["suspend", plan.as_str()], "upgradeplans"),
+        (vec!["run", plan.as_str()], "upgradeplans"),
+        (vec!["cancel", run.as_str(), "--yes"], "delete upgraderuns"),
+        (vec!["resume", &format!("run/{run}")], "patch upgraderuns"),
+    ] {
+        let refused = run_plugin(Some(&approver), &args).await.unwrap();
+        assert_eq!(refused.code, Some(4), "{args:?}: {}{}", refused.stdout, refused.stderr);
+        assert!(
+            refused.stderr.contains("forbidden") && refused.stderr.contains(verb),
+            "{args:?}: {}",
+            refused.stderr
+        );
+    }
+    bindings.delete(&user, &Default::default()).await.unwrap();
+    env.teardown().await.unwrap();
+}
+
+/// deploy/core/user-roles.yaml joins the built-in roles by aggregation: a user bound to `view`
+/// reads plans and runs with the plugin but cannot start a run; one bound to `edit` can.
+#[tokio::test]
+async fn view_and_edit_users_get_plans_and_runs_through_aggregation() {
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    let env = TestEnv::new("users").await.unwrap();
+    apply_user_roles(&env).await;
     let bindings: Api<ClusterRoleBinding> = Api::all(env.client.clone());
     let mut users = vec![];
     for builtin in ["view", "edit"] {

@@ -1,11 +1,13 @@
 //! API types: our CRDs (`platform.syntasso.io/v1alpha1`) and the Kratix objects we read.
 
+mod approval;
 mod condition;
 pub mod kratix;
 mod plan;
 mod run;
 pub mod strict;
 
+pub use approval::*;
 pub use condition::{find_condition, set_condition, Condition, ConditionStatus};
 pub use plan::*;
 pub use run::*;

@@ -195,6 +195,15 @@ pub struct RolloutGroup {
     /// Omitted: a successful upgrade is a success (SKE's behaviour).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_check: Option<HealthCheck>,
+    /// Wait this long after this group completes before the next group starts, as a Go duration
+    /// (`2h`): time to look at the canary. Omitted: the next group starts at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("must be greater than zero"))]
+    pub soak_duration: Option<String>,
+    /// The group starts only once an UpgradeApproval exists for it and the run
+    /// (`kubectl upgradeplan approve RUN GROUP`). Omitted or false: no approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_approval: Option<bool>,
 }
 
 /// How an upgraded resource's health is verified (spec §13.2).

@@ -95,6 +95,7 @@ pub struct ResourceListRef {
 
 /// Counts of one rollout group.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct GroupStatus {
     /// Group name, as in the plan.
     pub name: String,
@@ -113,6 +114,48 @@ pub struct GroupStatus {
     /// Resources upgraded and waiting for their health check (counted in flight).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub verifying: i64,
+    /// Where the group stands (spec §13.4); absent in runs recorded before phases existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<GroupPhase>,
+    /// When the group passed its soak and approval gates and began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
+    /// When every resource of the group had finished (the soak is measured from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<DateTime<Utc>>,
+    /// The UpgradeApproval that let the group start (requireApproval).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<String>,
+    /// When that approval was created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_at: Option<DateTime<Utc>>,
+}
+
+/// Where a rollout group stands.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum GroupPhase {
+    /// Not reached yet.
+    Pending,
+    /// Reached; waits for an UpgradeApproval.
+    AwaitingApproval,
+    InProgress,
+    /// Completed; the next group waits for its soakDuration.
+    Soaking,
+    Completed,
+    Failed,
+}
+
+impl GroupPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupPhase::Pending => "Pending",
+            GroupPhase::AwaitingApproval => "AwaitingApproval",
+            GroupPhase::InProgress => "InProgress",
+            GroupPhase::Soaking => "Soaking",
+            GroupPhase::Completed => "Completed",
+            GroupPhase::Failed => "Failed",
+        }
+    }
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -201,4 +244,8 @@ pub mod reasons {
     pub const GATE_ERROR: &str = "GateError";
     pub const GATES_OPEN: &str = "GatesOpen";
     pub const GATE_FAILED: &str = "GateFailed";
+    /// Approvals (spec §13.4).
+    pub const AWAITING_APPROVAL: &str = "AwaitingApproval";
+    pub const APPROVAL_REQUIRED: &str = "ApprovalRequired";
+    pub const APPROVED: &str = "Approved";
 }

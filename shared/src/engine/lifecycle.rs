@@ -24,12 +24,13 @@ use super::gate::{self, GateCheck, GateReading};
 use super::health::HealthRecords;
 use super::run::{evaluate, texts, Blocked, Evaluation, Outcome, RunContext, Verdict};
 use super::snapshot::{assign, shard, snapshot_config_map_name, Frozen, Snapshot, SNAPSHOT_SHARD_BYTES};
+use super::stage::{self, ApprovalFact};
 use super::validate::{summarize as summarize_problems, validate_plan};
 use super::version::VersionMatcher;
 use crate::api::kratix::{HealthRecord, ResourceBinding};
 use crate::api::{
-    find_condition, reasons, set_condition, Condition, ConditionStatus, GroupStatus, ResourceListRef, RunState,
-    UpgradePlan, UpgradeRun, UpgradeRunStatus, ADMITTED_AT_ANNOTATION, PLAN_LABEL, PREVIEW_ANNOTATION,
+    find_condition, reasons, set_condition, Condition, ConditionStatus, GroupPhase, GroupStatus, ResourceListRef,
+    RunState, UpgradePlan, UpgradeRun, UpgradeRunStatus, ADMITTED_AT_ANNOTATION, PLAN_LABEL, PREVIEW_ANNOTATION,
     UPGRADED_BY_ANNOTATION,
 };
 
@@ -77,6 +78,8 @@ pub struct Facts<'a> {
     pub snapshot: SnapshotFact,
     /// The latest reading of each signal gate of the run's plan (spec §13.3).
     pub gates: &'a [GateReading],
+    /// The run's UpgradeApprovals (spec §13.4).
+    pub approvals: &'a [ApprovalFact],
     pub now: DateTime<Utc>,
 }
 
@@ -125,6 +128,8 @@ pub mod events {
     pub const UPGRADE_RUN_CANCELLED: &str = "UpgradeRunCancelled";
     pub const GATE_CLOSED: &str = "GateClosed";
     pub const GATE_OPENED: &str = "GateOpened";
+    pub const GROUP_AWAITING_APPROVAL: &str = "GroupAwaitingApproval";
+    pub const GROUP_APPROVED: &str = "GroupApproved";
 }
 
 /// The run's gauges (spec §9.1): resources per group and state, and what the run waits for.
@@ -185,6 +190,8 @@ pub struct Step {
     pub write_snapshot: Vec<(String, Snapshot)>,
     /// The snapshot (new or found) this step worked from.
     pub frozen: Option<Arc<Frozen>>,
+    /// UpgradeApprovals of this run to own (ownerReference to the run: garbage-collected with it).
+    pub adopt_approvals: Vec<String>,
     /// The evaluation of an InProgress run: bindings to patch (`start`, `retry`).
     pub evaluation: Option<Evaluation>,
     /// The target version of the run's upgrades (the frozen plan's `to`), when known.
@@ -210,6 +217,7 @@ impl Step {
             suspend_self: false,
             write_snapshot: Vec::new(),
             frozen: None,
+            adopt_approvals: Vec::new(),
             evaluation: None,
             to: String::new(),
             announce: Vec::new(),
@@ -585,6 +593,7 @@ fn progress(
             recorded: &previous,
             health: &health,
             gates: facts.gates,
+            approvals: facts.approvals,
             revision_present: cluster.revision_exists(promise, &to),
             now,
         },
@@ -601,6 +610,13 @@ fn progress(
     }
     out.wake_at = eval.wake_at;
     let gate_failure = gate_transition(&mut out, &eval, &frozen.snapshot, now);
+    approval_transition(&mut out, &eval, &previous, now);
+    out.adopt_approvals = facts
+        .approvals
+        .iter()
+        .filter(|a| !a.owned)
+        .map(|a| a.name.clone())
+        .collect();
     let verdict = eval.verdict.clone();
     out.evaluation = Some(eval);
     out.frozen = Some(frozen.clone());
@@ -657,6 +673,68 @@ fn progress(
         }
     }
     out
+}
+
+/// The approvals' part of a step (spec §13.4): the `AwaitingApproval` condition while a group
+/// waits, a Normal `GroupAwaitingApproval` event once per group, and `GroupApproved` when a
+/// group's approval is first recorded.
+fn approval_transition(out: &mut Step, eval: &Evaluation, previous: &[GroupStatus], now: DateTime<Utc>) {
+    let waiting = eval
+        .groups
+        .iter()
+        .find(|g| g.phase == Some(GroupPhase::AwaitingApproval));
+    for (i, g) in eval.groups.iter().enumerate() {
+        let (Some(by), None) = (&g.approved_by, previous.get(i).and_then(|p| p.approved_by.as_ref())) else {
+            continue;
+        };
+        out.announce.push(
+            Announcement::normal(events::GROUP_APPROVED, stage::texts::approved(&g.name, by))
+                .keyed(format!("approved:{}", g.name)),
+        );
+    }
+    match waiting {
+        Some(g) => {
+            let message = stage::texts::awaiting_approval(&g.name);
+            out.announce.push(
+                Announcement::normal(events::GROUP_AWAITING_APPROVAL, message.clone())
+                    .keyed(format!("awaiting:{}", g.name)),
+            );
+            set_condition(
+                &mut out.status.conditions,
+                cond(
+                    reasons::AWAITING_APPROVAL,
+                    ConditionStatus::True,
+                    reasons::APPROVAL_REQUIRED,
+                    message,
+                    now,
+                ),
+            );
+        }
+        None => {
+            let was_waiting = find_condition(&out.status.conditions, reasons::AWAITING_APPROVAL)
+                .is_some_and(|c| c.status == ConditionStatus::True);
+            if was_waiting {
+                let approved = eval
+                    .groups
+                    .iter()
+                    .rev()
+                    .find_map(|g| Some((g.name.clone(), g.approved_by.clone()?)));
+                let message = approved
+                    .map(|(g, by)| stage::texts::approved(&g, &by))
+                    .unwrap_or_else(|| "no rollout group waits for an UpgradeApproval".into());
+                set_condition(
+                    &mut out.status.conditions,
+                    cond(
+                        reasons::AWAITING_APPROVAL,
+                        ConditionStatus::False,
+                        reasons::APPROVED,
+                        message,
+                        now,
+                    ),
+                );
+            }
+        }
+    }
 }
 
 /// The signal gates' part of a step (spec §13.3), from what the current group's gates said:

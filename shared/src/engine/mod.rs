@@ -15,6 +15,7 @@ pub mod run;
 pub mod schedule;
 pub mod selector;
 pub mod snapshot;
+pub mod stage;
 pub mod validate;
 pub mod version;
 pub mod window;

@@ -73,6 +73,27 @@ pub fn derived_name(base: &str, suffix: &str) -> String {
     }
 }
 
+/// The name of the UpgradeApproval `kubectl upgradeplan approve` creates for `group` of `run`:
+/// `<run>-<group>` (spec §13.4). A group name that cannot be part of an object name (upper case,
+/// `_`, …) is written in lower case with `-` for the rest, and the hash of the real name keeps
+/// distinct groups distinct; the whole stays within 253 characters.
+pub fn approval_name(run: &str, group: &str) -> String {
+    let mut part: String = group
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '-') => c,
+            _ => '-',
+        })
+        .collect();
+    part = part.trim_matches('-').to_string();
+    if part != group {
+        let digest = Sha256::digest(group.as_bytes());
+        let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+        part = if part.is_empty() { hex } else { format!("{part}-{hex}") };
+    }
+    derived_name(run, &format!("-{}", label_value(&part)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,6 +114,26 @@ mod tests {
         assert_ne!(label_value(&format!("{long}-a")), label_value(&format!("{long}-b")));
         // SHA-256("") starts e3b0c442: the function is the spec's, not any hash.
         assert_eq!(shortened(""), "-e3b0c442");
+    }
+
+    #[test]
+    fn approval_names() {
+        assert_eq!(
+            approval_name("redis-v1-to-v2-20260601-2300", "prod"),
+            "redis-v1-to-v2-20260601-2300-prod"
+        );
+        let odd = approval_name("run", "Prod_EU");
+        assert!(
+            odd.starts_with("run-prod-eu-") && odd.len() == "run-prod-eu-".len() + 8,
+            "{odd}"
+        );
+        assert_ne!(approval_name("run", "Prod_EU"), approval_name("run", "prod-eu"));
+        assert_eq!(approval_name("run", "__").len(), "run-".len() + 8);
+        let long = approval_name(&"r".repeat(253), &"g".repeat(100));
+        assert!(long.len() <= OBJECT_NAME_MAX);
+        for name in [odd, long] {
+            assert!(crate::engine::validate::is_dns_subdomain(&name), "{name}");
+        }
     }
 
     #[test]

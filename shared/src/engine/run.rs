@@ -11,10 +11,12 @@ use super::concurrency::Limit;
 use super::gate::{self, GateCheck, GateReading};
 use super::health::{apply_health_check, HealthRecords, Verification};
 use super::snapshot::{Snapshot, SnapshotResource};
+use super::stage::{approval_for, requires_approval, soak_of, ApprovalFact};
 use super::window::GateState;
 use crate::api::kratix::{ResourceBinding, MANUAL_RECONCILIATION_LABEL, UPGRADE_FAILED};
 use crate::api::{
-    GroupStatus, RolloutGroup, UpgradePlanSpec, RETRY_REQUESTED_BY_ANNOTATION, UPGRADE_STARTED_AT_ANNOTATION,
+    GroupPhase, GroupStatus, RolloutGroup, UpgradePlanSpec, RETRY_REQUESTED_BY_ANNOTATION,
+    UPGRADE_STARTED_AT_ANNOTATION,
 };
 
 /// Why a resource is skipped.
@@ -260,6 +262,10 @@ pub enum Blocked {
     RevisionMissing,
     /// A signal gate of the group is closed (spec §13.3).
     GateClosed,
+    /// The group completed and the next waits for its soakDuration (spec §13.4).
+    Soaking,
+    /// The group waits for an UpgradeApproval (spec §13.4).
+    AwaitingApproval,
 }
 
 impl Blocked {
@@ -271,6 +277,8 @@ impl Blocked {
             Blocked::ConcurrencyLimit => "ConcurrencyLimit",
             Blocked::RevisionMissing => "RevisionMissing",
             Blocked::GateClosed => "GateClosed",
+            Blocked::Soaking => "Soaking",
+            Blocked::AwaitingApproval => "AwaitingApproval",
         }
     }
 }
@@ -342,6 +350,8 @@ pub struct RunContext<'a> {
     pub health: &'a HealthRecords,
     /// The latest reading of each signal gate of the plan (a gate without one is closed).
     pub gates: &'a [GateReading],
+    /// The run's UpgradeApprovals.
+    pub approvals: &'a [ApprovalFact],
     pub revision_present: bool,
     pub now: DateTime<Utc>,
 }
@@ -355,6 +365,7 @@ fn counts(name: &str, total: usize, outcomes: &[Outcome]) -> GroupStatus {
         failed: n(|o| matches!(o, Outcome::Failed { .. })),
         skipped: n(|o| matches!(o, Outcome::Skipped(_))),
         verifying: n(|o| matches!(o, Outcome::Verifying { .. })),
+        ..Default::default()
     }
 }
 
@@ -373,6 +384,15 @@ fn recorded_complete(recorded: Option<&GroupStatus>, name: &str, total: usize, b
 
 /// Evaluates an InProgress run. `lookup(namespace, binding)` returns the live binding.
 pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<&'b ResourceBinding>) -> Evaluation {
+    let mut eval = evaluate_groups(ctx, lookup);
+    // Groups not reached yet.
+    for g in &mut eval.groups {
+        g.phase.get_or_insert(GroupPhase::Pending);
+    }
+    eval
+}
+
+fn evaluate_groups<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<&'b ResourceBinding>) -> Evaluation {
     let to = ctx.plan.upgrade_path.to.as_str();
     let mut eval = Evaluation {
         verdict: Verdict::Completed,
@@ -407,7 +427,56 @@ pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<
             .resolve(group.resources.len());
         let rules = GroupRules::of(plan_group);
         let run = (to, ctx.run_name, ctx.run_created);
+        let recorded = ctx.recorded.get(index).filter(|g| g.name == group.name);
+        let started_at = recorded.and_then(|g| g.started_at);
+        // Into this group (spec §13.4): the soak of the group before, then the approval. Once
+        // the group has started, neither holds it again.
+        if index > 0 && started_at.is_none() {
+            let before = &ctx.snapshot.groups[index - 1];
+            let soak = ctx
+                .plan
+                .rollout_groups
+                .iter()
+                .find(|g| g.name == before.name)
+                .and_then(soak_of);
+            if let Some(soak) = soak {
+                let completed = eval.groups[index - 1].completed_at.unwrap_or(ctx.now);
+                let until = completed.checked_add_signed(soak).unwrap_or(DateTime::<Utc>::MAX_UTC);
+                if ctx.now < until {
+                    eval.groups[index - 1].phase = Some(GroupPhase::Soaking);
+                    eval.blocked = Some(Blocked::Soaking);
+                    eval.wake_at = Some(until);
+                    eval.verdict = Verdict::InProgress { group: index - 1 };
+                    return eval;
+                }
+            }
+        }
+        let mut approved = recorded
+            .and_then(|g| g.approved_by.clone().zip(g.approved_at))
+            .filter(|_| started_at.is_some());
+        if approved.is_none() && plan_group.is_some_and(requires_approval) {
+            match approval_for(ctx.approvals, &group.name) {
+                Some(a) => approved = Some((a.name.clone(), a.created)),
+                None => {
+                    eval.groups[index].phase = Some(GroupPhase::AwaitingApproval);
+                    eval.blocked = Some(Blocked::AwaitingApproval);
+                    eval.verdict = Verdict::InProgress { group: index };
+                    return eval;
+                }
+            }
+        }
+        let started_at = started_at.unwrap_or(ctx.now);
+        let stamp = |g: &mut GroupStatus| {
+            g.started_at = Some(started_at);
+            if let Some((by, at)) = &approved {
+                g.approved_by = Some(by.clone());
+                g.approved_at = Some(*at);
+            }
+        };
         if let Some(mut done) = recorded_complete(ctx.recorded.get(index), &group.name, group.resources.len(), budget) {
+            // Recorded by a controller from before phases: completed now, as far as the soak goes.
+            done.completed_at.get_or_insert(ctx.now);
+            done.phase = Some(GroupPhase::Completed);
             // A resource counted failed that has since succeeded counts as succeeded (outcomes
             // follow live state); nothing else moves in a completed group, and a group completed
             // without failures is not looked at again.
@@ -440,16 +509,21 @@ pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<
             .map(|(r, b)| rules.outcome(r, *b, ctx.health, run, ctx.now))
             .collect();
         eval.groups[index] = counts(&group.name, group.resources.len(), &outcomes);
+        stamp(&mut eval.groups[index]);
         let failed = eval.groups[index].failed as usize;
         if failed > budget {
+            eval.groups[index].phase = Some(GroupPhase::Failed);
             eval.outcomes.push((index, outcomes));
             eval.verdict = Verdict::Failed { group: index, failed };
             return eval;
         }
         if outcomes.iter().all(Outcome::is_finished) {
+            eval.groups[index].phase = Some(GroupPhase::Completed);
+            eval.groups[index].completed_at = Some(recorded.and_then(|g| g.completed_at).unwrap_or(ctx.now));
             eval.outcomes.push((index, outcomes));
             continue;
         }
+        eval.groups[index].phase = Some(GroupPhase::InProgress);
 
         // The current group: retries, then starts within gate and limit.
         // A frozen plan was validated before its snapshot; if it still does not parse, be
@@ -886,6 +960,7 @@ mod tests {
         live: Vec<ResourceBinding>,
         health: Vec<Arc<HealthRecord>>,
         gates: Vec<GateReading>,
+        approvals: Vec<ApprovalFact>,
     }
 
     impl World {
@@ -898,6 +973,7 @@ mod tests {
                 live: bindings,
                 health: Vec::new(),
                 gates: Vec::new(),
+                approvals: Vec::new(),
             }
         }
 
@@ -925,6 +1001,7 @@ mod tests {
                 recorded,
                 health: &health,
                 gates: &self.gates,
+                approvals: &self.approvals,
                 revision_present: true,
                 now: utc(now),
             };
@@ -934,6 +1011,11 @@ mod tests {
                     .find(|b| b.metadata.namespace.as_deref() == Some(ns) && b.metadata.name.as_deref() == Some(name))
             })
         }
+    }
+
+    /// A group's (name, total, succeeded, failed, skipped).
+    fn counts_of(g: &GroupStatus) -> (&str, i64, i64, i64, i64) {
+        (g.name.as_str(), g.total, g.succeeded, g.failed, g.skipped)
     }
 
     fn started(e: &Evaluation) -> Vec<&str> {
@@ -970,17 +1052,7 @@ mod tests {
         w.set("d1", "v2", "v2");
         let e = w.eval(&[], false, now);
         assert_eq!(started(&e), vec!["d3"]);
-        assert_eq!(
-            e.groups[0],
-            GroupStatus {
-                name: "dev".into(),
-                total: 4,
-                succeeded: 1,
-                failed: 0,
-                skipped: 0,
-                verifying: 0
-            }
-        );
+        assert_eq!(counts_of(&e.groups[0]), ("dev", 4, 1, 0, 0));
 
         for n in ["d2", "d3", "d4"] {
             w.set(n, "v2", "v2");
@@ -1052,25 +1124,8 @@ mod tests {
         let e = w.eval(&[], false, "2026-06-01T10:03:00Z");
         assert_eq!(e.verdict, Verdict::Failed { group: 0, failed: 1 });
         assert!(e.start.is_empty());
-        assert_eq!(
-            e.groups[0],
-            GroupStatus {
-                name: "dev".into(),
-                total: 2,
-                succeeded: 1,
-                failed: 1,
-                skipped: 0,
-                verifying: 0
-            }
-        );
-        assert_eq!(
-            e.groups[1],
-            GroupStatus {
-                name: "prod".into(),
-                total: 1,
-                ..Default::default()
-            }
-        );
+        assert_eq!(counts_of(&e.groups[0]), ("dev", 2, 1, 1, 0));
+        assert_eq!(counts_of(&e.groups[1]), ("prod", 1, 0, 0, 0));
         // A failure wins even while other resources are still in flight.
         let mut w2 = World::new(w.spec.clone(), w.live.clone());
         w2.set("x", "v1", "v2");
@@ -1151,6 +1206,90 @@ mod tests {
     }
 
     #[test]
+    fn a_soak_holds_the_next_group_and_an_approval_lets_one_start() {
+        let mut canary = group("canary", &[("env", "canary")]);
+        canary.soak_duration = Some("1h".into());
+        let middle = group("middle", &[("env", "middle")]);
+        let mut prod = group("prod", &[("env", "prod")]);
+        prod.require_approval = Some(true);
+        let bindings = vec![
+            binding("a", "c1", &[("env", "canary")], "v1", "v1"),
+            binding("a", "m1", &[("env", "middle")], "v1", "v1"),
+            binding("b", "p1", &[("env", "prod")], "v1", "v1"),
+        ];
+        let mut w = World::new(plan(&["v1"], "v2", vec![canary, middle, prod]), bindings);
+        let approval = |name: &str, group: &str| ApprovalFact {
+            name: name.into(),
+            group: group.into(),
+            created: utc("2026-06-01T09:30:00Z"),
+            owned: false,
+        };
+        let phases = |e: &Evaluation| e.groups.iter().map(|g| g.phase.unwrap().as_str()).collect::<Vec<_>>();
+
+        let e = w.eval(&[], false, "2026-06-01T10:00:00Z");
+        assert_eq!(started(&e), vec!["c1"]);
+        assert_eq!(phases(&e), ["InProgress", "Pending", "Pending"]);
+        assert_eq!(e.groups[0].started_at, Some(utc("2026-06-01T10:00:00Z")));
+        let mut recorded = e.groups.clone();
+
+        // The canary completes at 10:05: the middle group waits an hour from that record.
+        w.set("c1", "v2", "v2");
+        let e = w.eval(&recorded, false, "2026-06-01T10:05:00Z");
+        assert_eq!(phases(&e), ["Soaking", "Pending", "Pending"]);
+        assert_eq!(e.groups[0].completed_at, Some(utc("2026-06-01T10:05:00Z")));
+        assert_eq!(
+            (e.blocked, e.verdict.clone()),
+            (Some(Blocked::Soaking), Verdict::InProgress { group: 0 })
+        );
+        assert_eq!(e.wake_at, Some(utc("2026-06-01T11:05:00Z")));
+        assert!(e.start.is_empty());
+        recorded = e.groups.clone();
+        // Re-evaluated later (a restart, any event): the clock is the record's, not restarted.
+        let e = w.eval(&recorded, false, "2026-06-01T11:04:59Z");
+        assert_eq!(
+            (e.blocked, e.wake_at),
+            (Some(Blocked::Soaking), Some(utc("2026-06-01T11:05:00Z")))
+        );
+        // A pre-approval of prod, deleted before prod is reached, is revoked.
+        w.approvals = vec![approval("early", "prod")];
+        let e = w.eval(&recorded, false, "2026-06-01T11:05:00Z");
+        assert_eq!(started(&e), vec!["m1"]);
+        assert_eq!(phases(&e), ["Completed", "InProgress", "Pending"]);
+        recorded = e.groups.clone();
+        w.approvals.clear();
+
+        // The middle group completes: prod waits for its approval (no soak after middle).
+        w.set("m1", "v2", "v2");
+        let e = w.eval(&recorded, false, "2026-06-01T11:10:00Z");
+        assert_eq!(phases(&e), ["Completed", "Completed", "AwaitingApproval"]);
+        assert_eq!(
+            (e.blocked, e.verdict.clone()),
+            (Some(Blocked::AwaitingApproval), Verdict::InProgress { group: 2 })
+        );
+        assert!(e.start.is_empty());
+        recorded = e.groups.clone();
+
+        // Approved: prod starts and records who approved it, when.
+        w.approvals = vec![approval("run-1-prod", "prod")];
+        let e = w.eval(&recorded, false, "2026-06-01T11:20:00Z");
+        assert_eq!(started(&e), vec!["p1"]);
+        assert_eq!(e.groups[2].approved_by.as_deref(), Some("run-1-prod"));
+        assert_eq!(e.groups[2].approved_at, Some(utc("2026-06-01T09:30:00Z")));
+        assert_eq!(e.groups[2].started_at, Some(utc("2026-06-01T11:20:00Z")));
+        recorded = e.groups.clone();
+        // Deleting the approval once the group started changes nothing.
+        w.approvals.clear();
+        w.set("p1", "v1", "v2");
+        let e = w.eval(&recorded, false, "2026-06-01T11:21:00Z");
+        assert_eq!((e.verdict.clone(), e.in_flight), (Verdict::InProgress { group: 2 }, 1));
+        assert_eq!(e.groups[2].approved_by.as_deref(), Some("run-1-prod"));
+        w.set("p1", "v2", "v2");
+        let e = w.eval(&e.groups, false, "2026-06-01T11:22:00Z");
+        assert_eq!(e.verdict, Verdict::Completed);
+        assert_eq!(phases(&e), ["Completed", "Completed", "Completed"]);
+    }
+
+    #[test]
     fn skipped_resources_complete_a_group_and_empty_runs_complete_at_once() {
         let mut w = World::new(
             plan(&["v1"], "v2", vec![match_all("all")]),
@@ -1186,6 +1325,7 @@ mod tests {
             recorded: &[],
             health: &HealthRecords::default(),
             gates: &[],
+            approvals: &[],
             revision_present: false,
             now: utc(CREATED),
         };

@@ -213,6 +213,9 @@ pub fn validate_plan(name: &str, spec: &UpgradePlanSpec, now: DateTime<Utc>) -> 
         if let Some(Err(e)) = group.health_check.as_ref().map(|h| parse_health_timeout(&h.timeout)) {
             add(format!("{at}.healthCheck.timeout"), e);
         }
+        if let Some(Err(e)) = group.soak_duration.as_deref().map(parse_go_duration) {
+            add(format!("{at}.soakDuration"), e);
+        }
         let windows = group.resource_upgrade_windows.as_deref().unwrap_or_default();
         let mut all_windows_ok = true;
         for (wi, w) in windows.iter().enumerate() {
@@ -440,6 +443,11 @@ spec:
                     "spec.gates[2].groups[1]",
                     "spec.gates[2].failAfter",
                 ],
+            ),
+            (
+                "soak that is no duration",
+                SEED.replace("maxConcurrent: 5", "maxConcurrent: 5\n      soakDuration: a day\n      requireApproval: true"),
+                vec!["spec.rolloutGroups[0].soakDuration"],
             ),
             (
                 "health check timeout of zero",

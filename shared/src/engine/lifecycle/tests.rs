@@ -36,6 +36,7 @@ struct World {
     frozen_plans: BTreeMap<String, UpgradePlanSpec>,
     health: Vec<Arc<HealthRecord>>,
     gates: Vec<GateReading>,
+    approvals: Vec<ApprovalFact>,
 }
 
 impl Cluster for World {
@@ -75,6 +76,7 @@ impl World {
             frozen_plans: BTreeMap::new(),
             health: Vec::new(),
             gates: Vec::new(),
+            approvals: Vec::new(),
         }
     }
 
@@ -225,6 +227,7 @@ fn facts<'a>(
         others,
         snapshot: world.snapshot_of(run),
         gates: &world.gates,
+        approvals: &world.approvals,
         now,
     }
 }
@@ -854,4 +857,68 @@ fn a_closed_gate_holds_new_starts_says_why_and_fails_the_run_after_fail_after() 
         r#"gate "alerts" closed for 10m"#
     );
     assert_eq!(started(&s), 0);
+}
+
+#[test]
+fn a_group_that_needs_approval_waits_says_so_once_and_adopts_its_approval() {
+    let mut all = match_all("all");
+    all.max_concurrent = Some(IntOrString::Int(5));
+    all.require_approval = Some(true);
+    let empty = crate::api::RolloutGroup {
+        name: "canary".into(),
+        ..Default::default()
+    };
+    let plan = the_plan(plan_spec(&["v1"], "v2", vec![empty, all]));
+    let mut world = World::with(2);
+    let mut run = a_run("r", t(0), false);
+    let s = pass(&run, Some(&plan), &[], &world, t(1));
+    assert_eq!(started(&s), 0);
+    assert_eq!(
+        condition(&s, reasons::AWAITING_APPROVAL),
+        (reasons::APPROVAL_REQUIRED, ConditionStatus::True)
+    );
+    assert_eq!(
+        find_condition(&s.status.conditions, reasons::AWAITING_APPROVAL)
+            .unwrap()
+            .message,
+        r#"rollout group "all" waits for an UpgradeApproval"#
+    );
+    let waiting: Vec<_> = s
+        .announce
+        .iter()
+        .filter(|a| a.reason == "GroupAwaitingApproval")
+        .collect();
+    assert_eq!(waiting.len(), 1);
+    assert_eq!(waiting[0].key, "awaiting:all", "published once per group");
+    assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked == Some(("all".into(), "AwaitingApproval"))));
+    let phases: Vec<_> = s.status.rollout_groups.iter().map(|g| g.phase).collect();
+    assert_eq!(
+        phases,
+        [Some(GroupPhase::Completed), Some(GroupPhase::AwaitingApproval)]
+    );
+    apply(&mut run, &s, &mut world, &plan);
+
+    world.approvals = vec![ApprovalFact {
+        name: "r-all".into(),
+        group: "all".into(),
+        created: t(2),
+        owned: false,
+    }];
+    let s = pass(&run, Some(&plan), &[], &world, t(3));
+    assert_eq!(started(&s), 2);
+    assert_eq!(
+        condition(&s, reasons::AWAITING_APPROVAL),
+        (reasons::APPROVED, ConditionStatus::False)
+    );
+    assert!(s
+        .announce
+        .iter()
+        .any(|a| a.reason == "GroupApproved" && a.note == r#"rollout group "all" approved by UpgradeApproval r-all"#));
+    assert_eq!(s.adopt_approvals, vec!["r-all".to_string()]);
+    assert_eq!(s.status.rollout_groups[1].approved_by.as_deref(), Some("r-all"));
+    apply(&mut run, &s, &mut world, &plan);
+    world.approvals[0].owned = true;
+    let s = pass(&run, Some(&plan), &[], &world, t(4));
+    assert!(s.adopt_approvals.is_empty());
+    assert!(!reasons_announced(&s).contains(&"GroupApproved"), "announced once");
 }

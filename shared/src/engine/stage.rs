@@ -1,0 +1,85 @@
+//! Between rollout groups (spec §13.4): the soak after a group and the approval before one.
+//!
+//! Both are measured from the run's own record: a group's `completedAt` and `startedAt` are
+//! written by the run's transition and read back, never taken from a condition's transition time
+//! (which a rewrite can move) or from a process's memory (which a restart loses).
+
+use chrono::{DateTime, Duration, Utc};
+
+use super::window::parse_go_duration;
+use crate::api::RolloutGroup;
+
+/// An UpgradeApproval of the run being evaluated, as the controller found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalFact {
+    pub name: String,
+    pub group: String,
+    pub created: DateTime<Utc>,
+    /// Whether the run is already among its owners (else the controller adds it).
+    pub owned: bool,
+}
+
+/// The group's `soakDuration`; `None` without one (or, in a frozen plan, one that does not parse:
+/// it was validated before its snapshot).
+pub fn soak_of(group: &RolloutGroup) -> Option<Duration> {
+    parse_go_duration(group.soak_duration.as_deref()?).ok()
+}
+
+/// Whether the group waits for an UpgradeApproval.
+pub fn requires_approval(group: &RolloutGroup) -> bool {
+    group.require_approval == Some(true)
+}
+
+/// The approval that lets `group` start: the oldest for it (by creation, then name).
+pub fn approval_for<'a>(approvals: &'a [ApprovalFact], group: &str) -> Option<&'a ApprovalFact> {
+    approvals
+        .iter()
+        .filter(|a| a.group == group)
+        .min_by(|a, b| (a.created, &a.name).cmp(&(b.created, &b.name)))
+}
+
+/// Texts of the approval condition and events (spec §13.4).
+pub mod texts {
+    pub fn awaiting_approval(group: &str) -> String {
+        format!("rollout group {group:?} waits for an UpgradeApproval")
+    }
+
+    pub fn approved(group: &str, approval: &str) -> String {
+        format!("rollout group {group:?} approved by UpgradeApproval {approval}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn the_oldest_approval_of_the_group_counts() {
+        let a = |name: &str, group: &str, at: &str| ApprovalFact {
+            name: name.into(),
+            group: group.into(),
+            created: utc(at),
+            owned: false,
+        };
+        let approvals = [
+            a("late", "prod", "2026-06-01T10:05:00Z"),
+            a("other-group", "dev", "2026-06-01T09:00:00Z"),
+            a("b-first", "prod", "2026-06-01T10:00:00Z"),
+            a("a-first", "prod", "2026-06-01T10:00:00Z"),
+        ];
+        assert_eq!(approval_for(&approvals, "prod").unwrap().name, "a-first");
+        assert!(approval_for(&approvals, "qa").is_none());
+        let mut g = RolloutGroup::default();
+        assert_eq!((soak_of(&g), requires_approval(&g)), (None, false));
+        g.soak_duration = Some("1h30m".into());
+        g.require_approval = Some(true);
+        assert_eq!(
+            (soak_of(&g), requires_approval(&g)),
+            (Some(Duration::minutes(90)), true)
+        );
+    }
+}
