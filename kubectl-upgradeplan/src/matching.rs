@@ -91,6 +91,34 @@ pub struct PlaceJson {
     /// The zone the group's windows are written in, shown beside the viewer's.
     #[serde(skip)]
     pub zone: Option<chrono_tz::Tz>,
+    /// What else must happen before the group starts (spec §13.3–13.4): soaks of earlier groups,
+    /// approvals, signal gates.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waits_for: Vec<String>,
+}
+
+/// What must happen, beyond windows and earlier groups, before group `index` of `plan` starts.
+fn waits_for(plan: &upgradeplan::api::UpgradePlanSpec, index: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for g in plan.rollout_groups.iter().take(index) {
+        if let Some(d) = &g.soak_duration {
+            out.push(format!("a {d} soak after group {}", g.name));
+        }
+    }
+    for g in plan.rollout_groups.iter().take(index + 1) {
+        if upgradeplan::engine::stage::requires_approval(g) {
+            out.push(format!(
+                "an approval of group {} (kubectl upgradeplan approve RUN {})",
+                g.name, g.name
+            ));
+        }
+    }
+    if let Some(g) = plan.rollout_groups.get(index) {
+        for gate in upgradeplan::engine::gate::gates_of(plan, &g.name) {
+            out.push(format!("signal gate {} open", gate.name));
+        }
+    }
+    out
 }
 
 /// The `-o json` contract of `match` (spec §10), with `multipleGroups` and `resource` added.
@@ -135,6 +163,7 @@ fn placement(
                 window_open: state.open,
                 next_open: if state.open { None } else { state.next_open },
                 zone: crate::output::windows_zone(&windows),
+                waits_for: waits_for(&plan.spec, gi),
             });
         }
     }
@@ -304,6 +333,9 @@ fn render(m: &MatchJson, all: bool, style: &Style) -> String {
                 pl.position,
                 pl.group_size
             ));
+            if !pl.waits_for.is_empty() {
+                out.push_str(&format!("Before the group starts: {}.\n", pl.waits_for.join("; ")));
+            }
         }
         if let [first, _, ..] = p.placements.as_slice() {
             out.push_str(&format!(

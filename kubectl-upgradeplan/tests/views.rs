@@ -46,7 +46,7 @@ fn golden(name: &str, actual: &str) {
 const NOW: &str = "2026-03-27T12:00:00Z";
 
 /// Every command of the plugin.
-const COMMANDS: [&str; 11] = [
+const COMMANDS: [&str; 12] = [
     "explain",
     "match",
     "history",
@@ -56,6 +56,7 @@ const COMMANDS: [&str; 11] = [
     "suspend",
     "resume",
     "cancel",
+    "approve",
     "completion",
     "version",
 ];
@@ -129,6 +130,28 @@ fn explain_says_health_checks_and_gates() {
     assert_eq!(json["gates"][1]["groups"], serde_json::json!(["prod"]));
     assert_eq!(json["gates"][0]["failAfter"], "2h");
     assert!(json["gates"][0].get("open").is_none(), "not evaluated: {json}");
+}
+
+/// Spec §13.4 in `match --resource`: what else its group waits for before it starts.
+#[test]
+fn match_says_what_a_group_waits_for() {
+    let o = plugin(&[
+        "match",
+        "-f",
+        &fixture("staged-plan.yaml"),
+        "--bindings",
+        &fixture("bindings.json"),
+        "--now",
+        NOW,
+        "--resource",
+        "team-b/db",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let text = stdout(&o);
+    assert!(
+        text.contains("Before the group starts: a 2h soak after group canary; an approval of group prod (kubectl upgradeplan approve RUN prod)."),
+        "{text}"
+    );
 }
 
 /// Spec §13.4 in words: the soak after a group and the approval before one.
