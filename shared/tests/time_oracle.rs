@@ -8,11 +8,12 @@
 
 mod oracle;
 
-use chrono::{DateTime, Duration, NaiveDateTime, TimeZone, Utc};
+use chrono::{DateTime, Duration, NaiveDateTime, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
 use oracle::{gate_changes, gen_cron, local_day, local_time_fires, transitions, NaiveCron, NaiveWindow, Rng, ZONES};
-use upgradeplan::api::{UpgradeWindow, WindowKind};
+use upgradeplan::api::{FreezePeriod, UpgradeFreezeSpec, UpgradeWindow, WindowKind};
 use upgradeplan::engine::cron::{resolve_local_time, CronSchedule};
+use upgradeplan::engine::freeze::Freeze;
 use upgradeplan::engine::window::Gate;
 
 fn env_number(name: &str, default: u64) -> u64 {
@@ -155,11 +156,79 @@ fn gate_case(rng: &mut Rng, transitions: &[(Tz, Vec<DateTime<Utc>>)]) -> Result<
             time_zone: Some(tz.name().to_string()),
         });
     }
-    let gate = Gate::compile(&specs).map_err(|e| Failure(format!("{specs:?}: {e:?}")))?;
+    // Freezes (spec §13.5) join the gate as deny periods: one-off local periods around now, or
+    // recurring ones; the oracle reads them as deny windows.
+    let mut periods = Vec::new();
+    for _ in 0..rng.range(0, 2) {
+        let tz = if rng.chance(70) { *tz0 } else { rng.pick(transitions).0 };
+        if rng.chance(50) {
+            let around = now.with_timezone(&tz).naive_local();
+            let around = around.with_second(0).and_then(|t| t.with_nanosecond(0)).unwrap();
+            let start = around + Duration::minutes(i64::from(rng.range(0, 1200)) - 600);
+            let end = start + Duration::minutes(i64::from(rng.range(1, 24 * 60)));
+            let (s_at, e_at) = (
+                local_time_fires(start, tz, false)[0],
+                local_time_fires(end, tz, false)[0],
+            );
+            if s_at >= e_at {
+                return Ok(0); // the freeze is invalid (its end resolves before its start): validator's case
+            }
+            naive.push(NaiveWindow {
+                allow: false,
+                starts: vec![s_at],
+                duration: e_at - s_at,
+            });
+            periods.push(FreezePeriod {
+                start: Some(start.format("%Y-%m-%dT%H:%M").to_string()),
+                end: Some(end.format("%Y-%m-%dT%H:%M").to_string()),
+                time_zone: Some(tz.name().to_string()),
+                ..Default::default()
+            });
+        } else {
+            let expr = gen_cron(rng);
+            let Ok(_) = expr.parse::<CronSchedule>() else {
+                return Ok(0);
+            };
+            let minutes = rng.range(1, 30 * 60);
+            let duration = Duration::minutes(i64::from(minutes));
+            let cron = NaiveCron::parse(&expr).ok_or_else(|| Failure(format!("oracle cannot read {expr:?}")))?;
+            naive.push(NaiveWindow {
+                allow: false,
+                starts: cron.firings(
+                    tz,
+                    local_day(now - duration, tz) - Duration::days(2),
+                    local_day(horizon, tz) + Duration::days(1),
+                ),
+                duration,
+            });
+            periods.push(FreezePeriod {
+                schedule: Some(expr),
+                duration: Some(format!("{minutes}m")),
+                time_zone: Some(tz.name().to_string()),
+                ..Default::default()
+            });
+        }
+    }
+    let freeze = UpgradeFreezeSpec {
+        reason: "oracle".into(),
+        periods: periods.clone(),
+        ..Default::default()
+    };
+    let frozen = if periods.is_empty() {
+        Vec::new()
+    } else {
+        Freeze::compile("oracle", &freeze)
+            .map_err(|e| Failure(format!("{periods:?}: {e:?}")))?
+            .periods
+    };
+    let gate = Gate::compile(&specs)
+        .map_err(|e| Failure(format!("{specs:?}: {e:?}")))?
+        .with_freezes(frozen);
+    let specs = (specs, periods);
     let clock = std::time::Instant::now();
     let state = gate.state(now);
     ENGINE_GATE_NANOS.fetch_add(clock.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
-    let describe = || format!("windows {specs:?}, now {now}: engine {state:?}");
+    let describe = || format!("windows and freeze periods {specs:?}, now {now}: engine {state:?}");
     let open = oracle::gate_open(&naive, now);
     check(state.open == open, || format!("{}: oracle open={open}", describe()))?;
     let changes = gate_changes(&naive, now, horizon);

@@ -2,6 +2,7 @@
 
 mod approval;
 mod condition;
+mod freeze;
 pub mod kratix;
 mod plan;
 mod run;
@@ -9,6 +10,7 @@ pub mod strict;
 
 pub use approval::*;
 pub use condition::{find_condition, set_condition, Condition, ConditionStatus};
+pub use freeze::*;
 pub use plan::*;
 pub use run::*;
 

@@ -189,10 +189,60 @@ impl Window {
     }
 }
 
-/// The gate of one rollout group.
+/// A period during which nothing may start, from outside the group's windows: an UpgradeFreeze's
+/// one-off or recurring period (spec §13.5). It gates as a deny window does.
+#[derive(Debug, Clone)]
+pub enum DenyPeriod {
+    /// `[start, end)`.
+    Once { start: DateTime<Utc>, end: DateTime<Utc> },
+    /// A recurring period: a deny window.
+    Recurring(Window),
+}
+
+impl DenyPeriod {
+    pub fn is_active(&self, t: DateTime<Utc>) -> bool {
+        match self {
+            DenyPeriod::Once { start, end } => *start <= t && t < *end,
+            DenyPeriod::Recurring(w) => w.is_active(t),
+        }
+    }
+
+    /// The first instant in `(t, horizon]` at which `is_active` changes.
+    fn next_change(&self, t: DateTime<Utc>, horizon: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        match self {
+            DenyPeriod::Once { start, end } => [*start, *end].into_iter().find(|x| *x > t && *x <= horizon),
+            DenyPeriod::Recurring(w) => w.next_change(t, horizon),
+        }
+    }
+}
+
+/// The gate of one rollout group: its windows, and the deny periods of the freezes that hold it.
 #[derive(Debug, Clone, Default)]
 pub struct Gate {
     windows: Vec<Window>,
+    freezes: Vec<DenyPeriod>,
+}
+
+/// A window or a freeze period of a gate, as its sweep sees them.
+enum Period<'a> {
+    Window(&'a Window),
+    Freeze(&'a DenyPeriod),
+}
+
+impl Period<'_> {
+    fn is_active(&self, t: DateTime<Utc>) -> bool {
+        match self {
+            Period::Window(w) => w.is_active(t),
+            Period::Freeze(f) => f.is_active(t),
+        }
+    }
+
+    fn next_change(&self, t: DateTime<Utc>, horizon: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        match self {
+            Period::Window(w) => w.next_change(t, horizon),
+            Period::Freeze(f) => f.next_change(t, horizon),
+        }
+    }
 }
 
 /// The gate at an instant, with its next changes.
@@ -237,7 +287,10 @@ impl Gate {
             }
         }
         if errors.is_empty() {
-            Ok(Gate { windows: compiled })
+            Ok(Gate {
+                windows: compiled,
+                freezes: Vec::new(),
+            })
         } else {
             Err(errors)
         }
@@ -247,28 +300,43 @@ impl Gate {
         &self.windows
     }
 
+    /// This gate, also closed while any of `periods` is active.
+    pub fn with_freezes(mut self, periods: impl IntoIterator<Item = DenyPeriod>) -> Gate {
+        self.freezes.extend(periods);
+        self
+    }
+
     pub fn is_open(&self, t: DateTime<Utc>) -> bool {
-        let active: Vec<bool> = self.windows.iter().map(|w| w.is_active(t)).collect();
+        let active: Vec<bool> = self.periods().map(|p| p.is_active(t)).collect();
         self.open_with(&active)
+    }
+
+    /// Every window, then every freeze period, as things that are active or not.
+    fn periods(&self) -> impl Iterator<Item = Period<'_>> {
+        self.windows
+            .iter()
+            .map(Period::Window)
+            .chain(self.freezes.iter().map(Period::Freeze))
     }
 
     /// The first instant after `t` at which `is_open` differs from `is_open(t)`, within
     /// [`SEARCH_HORIZON_DAYS`].
     pub fn next_change(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        if self.windows.is_empty() {
+        if self.windows.is_empty() && self.freezes.is_empty() {
             return None;
         }
         let horizon = end_of(t, Duration::days(SEARCH_HORIZON_DAYS));
-        // Each window's state and its next change, advanced only when the sweep reaches it.
-        let mut active: Vec<bool> = self.windows.iter().map(|w| w.is_active(t)).collect();
-        let mut next: Vec<Option<DateTime<Utc>>> = self.windows.iter().map(|w| w.next_change(t, horizon)).collect();
+        // Each period's state and its next change, advanced only when the sweep reaches it.
+        let periods: Vec<Period<'_>> = self.periods().collect();
+        let mut active: Vec<bool> = periods.iter().map(|p| p.is_active(t)).collect();
+        let mut next: Vec<Option<DateTime<Utc>>> = periods.iter().map(|p| p.next_change(t, horizon)).collect();
         let initial = self.open_with(&active);
         for _ in 0..MAX_BOUNDARY_STEPS {
             let at = next.iter().flatten().min().copied()?;
-            for (i, w) in self.windows.iter().enumerate() {
+            for (i, p) in periods.iter().enumerate() {
                 if next[i] == Some(at) {
                     active[i] = !active[i];
-                    next[i] = w.next_change(at, horizon);
+                    next[i] = p.next_change(at, horizon);
                 }
             }
             if self.open_with(&active) != initial {
@@ -278,8 +346,12 @@ impl Gate {
         None
     }
 
-    /// The gate rule of spec §7 over each window's state.
+    /// The gate rule of spec §7 over each window's state (`active`: windows, then freeze
+    /// periods, as [`Gate::periods`] lists them); an active freeze closes it as a deny window.
     fn open_with(&self, active: &[bool]) -> bool {
+        if active[self.windows.len()..].iter().any(|on| *on) {
+            return false;
+        }
         let mut has_allow = false;
         let mut allowed = false;
         for (w, on) in self.windows.iter().zip(active) {
