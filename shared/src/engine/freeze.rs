@@ -108,23 +108,14 @@ impl Freeze {
         Gate::default().with_freezes(self.periods.iter().cloned())
     }
 
+    /// The freeze at `t`: the gate of its periods, read the other way round (the gate closes
+    /// when a period starts).
     pub fn state(&self, t: DateTime<Utc>) -> FreezeState {
-        let gate = self.gate();
-        let active = !gate.is_open(t);
-        let first = gate.next_change(t);
-        let second = first.and_then(|c| gate.next_change(c));
-        if active {
-            FreezeState {
-                active,
-                next_end: first,
-                next_start: second,
-            }
-        } else {
-            FreezeState {
-                active,
-                next_start: first,
-                next_end: second,
-            }
+        let gate = self.gate().state(t);
+        FreezeState {
+            active: !gate.open,
+            next_start: gate.next_close,
+            next_end: gate.next_open,
         }
     }
 }
