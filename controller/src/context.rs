@@ -96,10 +96,12 @@ pub struct Ctx {
     /// Kratix's HealthRecords. Not part of `synced`: a Kratix without the HealthRecord kind must
     /// not stop runs that never ask for health (`health_synced` says when it has its list).
     pub health: Store<HealthRecord>,
-    /// UpgradeApprovals (ours: part of `synced`).
+    /// UpgradeApprovals. Not part of `synced` either: a controller upgraded before its CRDs keeps
+    /// running the plans without `requireApproval` (`approvals_synced` says when it has its list).
     pub approvals: Store<UpgradeApproval>,
+    pub approvals_synced: Arc<std::sync::atomic::AtomicBool>,
     pub health_synced: Arc<std::sync::atomic::AtomicBool>,
-    /// Whether every cache above but `health` has its initial list.
+    /// Whether every cache above but `health` and `approvals` has its initial list.
     pub synced: Synced,
     /// Snapshots by run UID: they never change once written.
     pub frozen: Mutex<HashMap<String, Arc<Frozen>>>,

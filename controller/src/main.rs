@@ -423,20 +423,25 @@ async fn run_controllers<F, Fut>(
     let (drive_bindings, mut binding_triggers) = cached!(bindings_w, ResourceBinding, all(), 1);
     let (drive_revisions, mut revision_triggers) = cached!(revisions_w, PromiseRevision, all(), 1);
     let (drive_promises, mut promise_triggers) = cached!(promises_w, Promise, all(), 1);
-    let (drive_approvals, mut approval_triggers) = cached!(approvals_w, UpgradeApproval, all(), 1);
-    // HealthRecords are cached apart from `synced` (see `Ctx::health`).
-    let health_synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (drive_health, mut health_triggers) = {
-        let flag = health_synced.clone();
-        let stream = reflector::reflector(health_w, watch::watch_all::<HealthRecord>(client.clone(), all())).inspect(
-            move |ev| {
-                if matches!(ev, Ok(watcher::Event::InitDone)) {
-                    flag.store(true, Ordering::SeqCst);
-                }
-            },
-        );
-        watch::fan_out(stream, 1)
-    };
+    // Caches apart from `synced`: a cluster without their kind (Kratix without HealthRecords, or
+    // CRDs not yet updated to UpgradeApproval) must not stop every run; the runs that need one
+    // wait for it (see `run::pass`).
+    macro_rules! apart {
+        ($writer:expr, $kind:ty) => {{
+            let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let seen = flag.clone();
+            let stream =
+                reflector::reflector($writer, watch::watch_all::<$kind>(client.clone(), all())).inspect(move |ev| {
+                    if matches!(ev, Ok(watcher::Event::InitDone)) {
+                        seen.store(true, Ordering::SeqCst);
+                    }
+                });
+            let (drive, triggers) = watch::fan_out(stream, 1);
+            (drive, triggers, flag)
+        }};
+    }
+    let (drive_health, mut health_triggers, health_synced) = apart!(health_w, HealthRecord);
+    let (drive_approvals, mut approval_triggers, approvals_synced) = apart!(approvals_w, UpgradeApproval);
     let caches = async {
         tokio::join!(
             drive_plans,
@@ -462,6 +467,7 @@ async fn run_controllers<F, Fut>(
         health: health.clone(),
         approvals: approvals.clone(),
         health_synced,
+        approvals_synced,
         synced,
         metrics: metrics.clone(),
         started: Default::default(),

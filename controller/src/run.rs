@@ -86,12 +86,30 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         .map(|r| RunFacts::of(r))
         .collect();
     let snapshot = gather_snapshot(ctx, run, &status).await?;
-    let verifies_health = matches!(&snapshot, SnapshotFact::Found { frozen, .. }
-        if frozen.plan.rollout_groups.iter().any(|g| g.health_check.is_some()));
-    if verifies_health && !ctx.health_synced.load(std::sync::atomic::Ordering::SeqCst) {
-        // Without the records, every resource would look unreported and could time out.
-        tracing::warn!(run = %run.name_any(), "waiting for the HealthRecord cache (is Kratix's HealthRecord CRD installed?)");
-        return Ok(Action::requeue(std::time::Duration::from_secs(5)));
+    // Caches a run may need that are apart from `synced` (see `Ctx::health`, `Ctx::approvals`):
+    // without their list, resources would look unreported and groups unapproved.
+    let groups = match &snapshot {
+        SnapshotFact::Found { frozen, .. } => Some(&frozen.plan.rollout_groups),
+        _ => plan.as_deref().map(|p| &p.spec.rollout_groups),
+    };
+    let needs = |f: fn(&upgradeplan::api::RolloutGroup) -> bool| groups.is_some_and(|g| g.iter().any(f));
+    let synced = |flag: &std::sync::atomic::AtomicBool| flag.load(std::sync::atomic::Ordering::SeqCst);
+    for (needed, cache_synced, waiting_for) in [
+        (
+            needs(|g| g.health_check.is_some()),
+            synced(&ctx.health_synced),
+            "the HealthRecord cache (is Kratix's HealthRecord CRD installed?)",
+        ),
+        (
+            needs(upgradeplan::engine::stage::requires_approval),
+            synced(&ctx.approvals_synced),
+            "the UpgradeApproval cache (is the upgradeapprovals CRD of deploy/crds applied?)",
+        ),
+    ] {
+        if needed && !cache_synced && !status.state.is_terminal() {
+            tracing::warn!(run = %run.name_any(), "waiting for {waiting_for}");
+            return Ok(Action::requeue(std::time::Duration::from_secs(5)));
+        }
     }
     // Signal gates of the run's plan (frozen once the snapshot exists), read unless it ended.
     let gate_plan = match &snapshot {

@@ -256,3 +256,45 @@ async fn a_pre_approved_group_never_waits_and_a_restart_keeps_the_soak_clock() {
         "a pre-approved group never waits: {events:?}"
     );
 }
+
+/// A controller upgraded before its CRDs (no UpgradeApproval kind in the cluster) still runs the
+/// plans that need no approval: the approvals cache is not among those every run waits for.
+#[tokio::test]
+async fn without_the_approval_crd_plans_that_need_no_approval_still_run() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let plane = upgradeplan_e2e::harness::OwnControlPlane::start("no-approval-crd")
+        .await
+        .unwrap();
+    let mut env = TestEnv::on("no-approval-crd", &plane).await.unwrap();
+    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(env.client.clone());
+    crds.delete("upgradeapprovals.platform.syntasso.io", &Default::default())
+        .await
+        .unwrap();
+    upgradeplan_e2e::harness::wait_gone(crds, "upgradeapprovals.platform.syntasso.io", WAIT)
+        .await
+        .unwrap();
+    env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
+        .await
+        .unwrap();
+    let ns = env.namespace("apps").await.unwrap();
+    env.binding(&ns, "r0", &[("env", "dev")], "v1.0.0", Some("v1.0.0"))
+        .await
+        .unwrap();
+    env.start_sim(SIM, &[]).unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
+    let plan = env
+        .create_plan(
+            "plain",
+            json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"}, "rolloutGroups": [group("dev", json!({}))]}),
+        )
+        .await
+        .unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    let done = finished(&env, &run).await;
+    assert_eq!(
+        done.status.unwrap().state,
+        RunState::Completed,
+        "{}",
+        controller.log_text()
+    );
+}
