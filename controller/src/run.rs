@@ -385,31 +385,31 @@ fn snapshot_error(run: &UpgradeRun, config_map: &str, detail: impl Into<String>)
     }
 }
 
-/// Makes the run an owner of its UpgradeApprovals, so that they are garbage-collected with it
-/// (server-side apply of that one owner reference: others' references stay).
+/// Makes the run an owner of its UpgradeApprovals, so that they are garbage-collected with it.
+/// A merge patch of the cached owner references plus the run's, with the cached resourceVersion
+/// as precondition: it never creates an approval deleted meanwhile (404) and never drops a
+/// reference someone else added since (409); either way the next pass sees the new state.
 async fn adopt_approvals(ctx: &Ctx, run: &UpgradeRun, names: &[String]) -> Result<()> {
-    let Some(owner) = run.controller_owner_ref(&()) else {
+    let Some(mut owner) = run.controller_owner_ref(&()) else {
         return Ok(());
     };
+    owner.controller = None;
     let api: Api<UpgradeApproval> = Api::all(ctx.client.clone());
     for name in names {
-        let mut reference = owner.clone();
-        reference.controller = None;
-        let body = json!({
-            "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeApproval",
-            "metadata": {"name": name, "ownerReferences": [reference]},
-        });
-        match api
-            .patch(
-                name,
-                &PatchParams::apply(upgradeplan::api::FIELD_MANAGER),
-                &Patch::Apply(body),
-            )
-            .await
-        {
+        let Some(cached) = ctx.approvals.get(&kube::runtime::reflector::ObjectRef::new(name)) else {
+            continue;
+        };
+        let mut references = cached.owner_references().to_vec();
+        references.push(owner.clone());
+        let body = json!({"metadata": {
+            "resourceVersion": cached.resource_version(),
+            "ownerReferences": references,
+        }});
+        match api.patch(name, &field_manager(), &Patch::Merge(body)).await {
             Ok(_) => {}
-            // Deleted meanwhile: nothing to own.
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {
+                tracing::debug!(approval = %name, code = e.code, "approval changed meanwhile; adopting it on the next pass");
+            }
             Err(e) => return Err(e.into()),
         }
     }
