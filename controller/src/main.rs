@@ -407,8 +407,8 @@ async fn run_controllers<F, Fut>(
     // Each cache's stream marks its flag once the initial list has been applied to the store, and
     // is split into one trigger per controller that watches the kind (see `watch::fan_out`).
     macro_rules! cached {
-        ($writer:expr, $kind:ty, $config:expr, $triggers:expr) => {{
-            let flag = synced.flag();
+        ($writer:expr, $kind:ty, $config:expr, $triggers:expr, $flag:expr) => {{
+            let flag = $flag;
             let stream =
                 reflector::reflector($writer, watch::watch_all::<$kind>(client.clone(), $config)).inspect(move |ev| {
                     if matches!(ev, Ok(watcher::Event::InitDone)) {
@@ -418,30 +418,19 @@ async fn run_controllers<F, Fut>(
             watch::fan_out(stream, $triggers)
         }};
     }
-    let (drive_plans, mut plan_triggers) = cached!(plans_w, UpgradePlan, plan_config(), 2);
-    let (drive_runs, mut run_triggers) = cached!(runs_w, UpgradeRun, all(), 2);
-    let (drive_bindings, mut binding_triggers) = cached!(bindings_w, ResourceBinding, all(), 1);
-    let (drive_revisions, mut revision_triggers) = cached!(revisions_w, PromiseRevision, all(), 1);
-    let (drive_promises, mut promise_triggers) = cached!(promises_w, Promise, all(), 1);
-    // Caches apart from `synced`: a cluster without their kind (Kratix without HealthRecords, or
-    // CRDs not yet updated to UpgradeApproval) must not stop every run; the runs that need one
-    // wait for it (see `run::pass`).
-    macro_rules! apart {
-        ($writer:expr, $kind:ty) => {{
-            let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let seen = flag.clone();
-            let stream =
-                reflector::reflector($writer, watch::watch_all::<$kind>(client.clone(), all())).inspect(move |ev| {
-                    if matches!(ev, Ok(watcher::Event::InitDone)) {
-                        seen.store(true, Ordering::SeqCst);
-                    }
-                });
-            let (drive, triggers) = watch::fan_out(stream, 1);
-            (drive, triggers, flag)
-        }};
-    }
-    let (drive_health, mut health_triggers, health_synced) = apart!(health_w, HealthRecord);
-    let (drive_approvals, mut approval_triggers, approvals_synced) = apart!(approvals_w, UpgradeApproval);
+    let (drive_plans, mut plan_triggers) = cached!(plans_w, UpgradePlan, plan_config(), 2, synced.flag());
+    let (drive_runs, mut run_triggers) = cached!(runs_w, UpgradeRun, all(), 2, synced.flag());
+    let (drive_bindings, mut binding_triggers) = cached!(bindings_w, ResourceBinding, all(), 1, synced.flag());
+    let (drive_revisions, mut revision_triggers) = cached!(revisions_w, PromiseRevision, all(), 1, synced.flag());
+    let (drive_promises, mut promise_triggers) = cached!(promises_w, Promise, all(), 1, synced.flag());
+    // Caches apart from `synced`, each with its own flag: a cluster without their kind (Kratix
+    // without HealthRecords, or CRDs not yet updated to UpgradeApproval) must not stop every run;
+    // the runs that need one wait for it (see `run::pass`).
+    let health_synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let approvals_synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (drive_health, mut health_triggers) = cached!(health_w, HealthRecord, all(), 1, health_synced.clone());
+    let (drive_approvals, mut approval_triggers) =
+        cached!(approvals_w, UpgradeApproval, all(), 1, approvals_synced.clone());
     let caches = async {
         tokio::join!(
             drive_plans,

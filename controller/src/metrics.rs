@@ -377,17 +377,22 @@ impl Metrics {
             wanted.push((Counted::ResourceUpgradeDuration, vec![plan.into(), group.into()]));
         }
         for (c, labels) in wanted {
-            if known.iter().any(|(k, l)| *k == c && *l == labels) {
-                continue;
-            }
-            let values: Vec<&str> = labels.iter().map(String::as_str).collect();
-            match self.counter(c) {
-                Ok(counter) => counter.with_label_values(&values).inc_by(0),
-                // A histogram's series exist, all buckets at 0, once its labels are used.
-                Err(histogram) => drop(histogram.with_label_values(&values)),
-            }
-            known.push((c, labels));
+            self.init_series(known, c, labels);
         }
+    }
+
+    /// Creates one counter or histogram series at 0 unless `known` (the plan's) has it.
+    fn init_series(&self, known: &mut Vec<CountedSeries>, c: Counted, labels: Vec<String>) {
+        if known.iter().any(|(k, l)| *k == c && *l == labels) {
+            return;
+        }
+        let values: Vec<&str> = labels.iter().map(String::as_str).collect();
+        match self.counter(c) {
+            Ok(counter) => counter.with_label_values(&values).inc_by(0),
+            // A histogram's series exist, all buckets at 0, once its labels are used.
+            Err(histogram) => drop(histogram.with_label_values(&values)),
+        }
+        known.push((c, labels));
     }
 
     /// The counter, or the histogram, of `c`.
@@ -429,23 +434,17 @@ impl Metrics {
         self.replace(plan, "run", series);
     }
 
-    /// Records one evaluation of `plan`'s gate `gate`, and sets the open gauge of each gate of the
-    /// plan as last read (`gates`: every gate with a reading).
+    /// Records one evaluation of `plan`'s gate `gate`.
     pub fn record_gate_evaluation(&self, plan: &str, gate: &str, result: &'static str) {
         if let Ok(mut counted) = self.counted.lock() {
             let known = counted.entry(plan.to_string()).or_default();
             // Every result's series from the first evaluation, so the first error is an increase.
             for r in ["open", "closed", "error"] {
-                let labels = vec![plan.to_string(), gate.to_string(), r.to_string()];
-                if !known
-                    .iter()
-                    .any(|(k, l)| *k == Counted::GateEvaluations && *l == labels)
-                {
-                    self.gate_evaluations_total
-                        .with_label_values(&[plan, gate, r])
-                        .inc_by(0);
-                    known.push((Counted::GateEvaluations, labels));
-                }
+                self.init_series(
+                    known,
+                    Counted::GateEvaluations,
+                    vec![plan.into(), gate.into(), r.into()],
+                );
             }
         }
         self.gate_evaluations_total

@@ -86,13 +86,15 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         .map(|r| RunFacts::of(r))
         .collect();
     let snapshot = gather_snapshot(ctx, run, &status).await?;
+    // The plan the run follows: frozen once the snapshot exists, else the live one.
+    let run_plan = match &snapshot {
+        SnapshotFact::Found { frozen, .. } => Some(&frozen.plan),
+        _ => plan.as_deref().map(|p| &p.spec),
+    };
     // Caches a run may need that are apart from `synced` (see `Ctx::health`, `Ctx::approvals`):
     // without their list, resources would look unreported and groups unapproved.
-    let groups = match &snapshot {
-        SnapshotFact::Found { frozen, .. } => Some(&frozen.plan.rollout_groups),
-        _ => plan.as_deref().map(|p| &p.spec.rollout_groups),
-    };
-    let needs = |f: fn(&upgradeplan::api::RolloutGroup) -> bool| groups.is_some_and(|g| g.iter().any(f));
+    let needs =
+        |f: fn(&upgradeplan::api::RolloutGroup) -> bool| run_plan.is_some_and(|p| p.rollout_groups.iter().any(f));
     let synced = |flag: &std::sync::atomic::AtomicBool| flag.load(std::sync::atomic::Ordering::SeqCst);
     for (needed, cache_synced, waiting_for) in [
         (
@@ -111,12 +113,8 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
             return Ok(Action::requeue(std::time::Duration::from_secs(5)));
         }
     }
-    // Signal gates of the run's plan (frozen once the snapshot exists), read unless it ended.
-    let gate_plan = match &snapshot {
-        SnapshotFact::Found { frozen, .. } => Some(&frozen.plan),
-        _ => plan.as_deref().map(|p| &p.spec),
-    };
-    let gates = match gate_plan.and_then(|p| p.gates.as_deref()) {
+    // Signal gates of the run's plan, read unless it ended.
+    let gates = match run_plan.and_then(|p| p.gates.as_deref()) {
         Some(gates) if !gates.is_empty() && !status.state.is_terminal() => {
             ctx.gates
                 .read(run.plan_name(), gates, crate::clock::now(), &ctx.metrics)

@@ -47,7 +47,7 @@ fn convert<K: Resource<DynamicType = ()> + DeserializeOwned>(
 /// reset by any event. kube-runtime's default doubles to 30 s; an API-server restart costs two
 /// errors in a row (the outage, then "410 Expired" for the old resourceVersion), which left the
 /// controller idle for up to half a minute after the server was back (docs/reliability.md).
-/// Five watches (one per kind) retrying every 5 s are no load for an API server.
+/// One watch per kind, each retrying every 5 s, is no load for an API server.
 pub fn reconnect_backoff() -> watcher::ExponentialBackoff {
     backon::ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(500))

@@ -270,6 +270,25 @@ impl TestEnv {
         Ok(name)
     }
 
+    /// The usual world of an upgrade test: the Promise with v1.0.0 and v2.0.0 (latest), a
+    /// namespace `apps` with `bindings` (name, value of label `env`) applied at v1.0.0, and
+    /// kratix-sim (`sim`, with `sim_args`). Returns the namespace.
+    pub async fn upgrade_world(
+        &mut self,
+        bindings: &[(&str, &str)],
+        sim: &str,
+        sim_args: &[&str],
+    ) -> anyhow::Result<String> {
+        self.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0").await?;
+        let ns = self.namespace("apps").await?;
+        for (name, env) in bindings {
+            self.binding(&ns, name, &[("env", env)], "v1.0.0", Some("v1.0.0"))
+                .await?;
+        }
+        self.start_sim(sim, sim_args)?;
+        Ok(ns)
+    }
+
     /// Creates the Promise with a PromiseRevision per version; `latest` is marked latest.
     pub async fn promise_with_revisions(&self, versions: &[&str], latest: &str) -> anyhow::Result<()> {
         let api: Api<Promise> = Api::all(self.client.clone());

@@ -364,14 +364,7 @@ async fn every_alert_fires_and_resolves() {
 /// controller scraped by a Prometheus with the fast rules, which its signal gates also ask.
 async fn one_binding_world(prefix: &str) -> (TestEnv, Prometheus, ControllerProcess) {
     let mut env = TestEnv::new(prefix).await.unwrap();
-    env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
-        .await
-        .unwrap();
-    let ns = env.namespace("apps").await.unwrap();
-    env.binding(&ns, "r0", &[("env", "dev")], "v1.0.0", Some("v1.0.0"))
-        .await
-        .unwrap();
-    env.start_sim(SIM, &[]).unwrap();
+    env.upgrade_world(&[("r0", "dev")], SIM, &[]).await.unwrap();
     let dir = std::env::temp_dir().join(format!("{}-alerts", env.id));
     let (controller, prom, _) = Prometheus::with_controller(&mut env, &fast_rules(&dir), &[], "1s")
         .await

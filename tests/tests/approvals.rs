@@ -32,16 +32,7 @@ async fn started_at(env: &TestEnv, ns: &str, name: &str) -> DateTime<Utc> {
 /// A world with a Promise (v1.0.0 → v2.0.0), kratix-sim, and bindings labelled by group.
 async fn world(prefix: &str, bindings: &[(&str, &str)]) -> (TestEnv, String) {
     let mut env = TestEnv::new(prefix).await.unwrap();
-    env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
-        .await
-        .unwrap();
-    let ns = env.namespace("apps").await.unwrap();
-    for (name, group) in bindings {
-        env.binding(&ns, name, &[("env", group)], "v1.0.0", Some("v1.0.0"))
-            .await
-            .unwrap();
-    }
-    env.start_sim(SIM, &[]).unwrap();
+    let ns = env.upgrade_world(bindings, SIM, &[]).await.unwrap();
     (env, ns)
 }
 
@@ -273,14 +264,7 @@ async fn without_the_approval_crd_plans_that_need_no_approval_still_run() {
     upgradeplan_e2e::harness::wait_gone(crds, "upgradeapprovals.platform.syntasso.io", WAIT)
         .await
         .unwrap();
-    env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
-        .await
-        .unwrap();
-    let ns = env.namespace("apps").await.unwrap();
-    env.binding(&ns, "r0", &[("env", "dev")], "v1.0.0", Some("v1.0.0"))
-        .await
-        .unwrap();
-    env.start_sim(SIM, &[]).unwrap();
+    env.upgrade_world(&[("r0", "dev")], SIM, &[]).await.unwrap();
     let controller = env.start_controller(&[]).await.unwrap();
     let plan = env
         .create_plan(

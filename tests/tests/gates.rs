@@ -50,15 +50,10 @@ async fn starts(env: &TestEnv, ns: &str) -> Vec<(DateTime<Utc>, bool)> {
 #[tokio::test]
 async fn a_firing_gate_holds_new_starts_and_an_unreachable_prometheus_closes_it() {
     let mut env = TestEnv::new("gates").await.unwrap();
-    env.promise_with_revisions(&["v1.0.0", TO], TO).await.unwrap();
-    let ns = env.namespace("apps").await.unwrap();
-    for i in 0..8 {
-        env.binding(&ns, &format!("r{i}"), &[("env", "dev")], "v1.0.0", Some("v1.0.0"))
-            .await
-            .unwrap();
-    }
+    let names: Vec<String> = (0..8).map(|i| format!("r{i}")).collect();
+    let bindings: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "dev")).collect();
     // Each upgrade takes 3 s: long enough to be in flight when the gate closes.
-    env.start_sim(SIM, &["--delay", "3s"]).unwrap();
+    let ns = env.upgrade_world(&bindings, SIM, &["--delay", "3s"]).await.unwrap();
     let signal = Signal::start(0).await.unwrap();
     let rules = no_rules(&env);
     let (controller, mut prom, metrics) = Prometheus::with_controller(&mut env, &rules, &[&signal.addr], "2s")
@@ -230,12 +225,7 @@ async fn a_firing_gate_holds_new_starts_and_an_unreachable_prometheus_closes_it(
 #[tokio::test]
 async fn a_gate_closed_for_fail_after_fails_the_run_and_explain_evaluates_gates_now() {
     let mut env = TestEnv::new("gatefail").await.unwrap();
-    env.promise_with_revisions(&["v1.0.0", TO], TO).await.unwrap();
-    let ns = env.namespace("apps").await.unwrap();
-    env.binding(&ns, "r0", &[("env", "dev")], "v1.0.0", Some("v1.0.0"))
-        .await
-        .unwrap();
-    env.start_sim(SIM, &[]).unwrap();
+    let ns = env.upgrade_world(&[("r0", "dev")], SIM, &[]).await.unwrap();
     let rules = no_rules(&env);
     let (controller, prom, _) = Prometheus::with_controller(&mut env, &rules, &[], "1s").await.unwrap();
     let prometheus_url = format!("http://{}", prom.addr);
