@@ -9,7 +9,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use upgradeplan::api::kratix::{HealthRecord, Promise, PromiseRevision, ResourceBinding};
-use upgradeplan::api::{UpgradeApproval, UpgradePlan, UpgradeRun, FIELD_MANAGER};
+use upgradeplan::api::{UpgradeApproval, UpgradeFreeze, UpgradePlan, UpgradeRun, FIELD_MANAGER};
 
 use crate::error::Result;
 use crate::events::{EventType, Publisher, CLUSTER_SCOPED_EVENTS_NAMESPACE};
@@ -99,9 +99,14 @@ pub struct Ctx {
     /// UpgradeApprovals. Not part of `synced` either: a controller upgraded before its CRDs keeps
     /// running the plans without `requireApproval` (`approvals_synced` says when it has its list).
     pub approvals: Store<UpgradeApproval>,
+    /// UpgradeFreezes, apart from `synced` too: see [`Ctx::freezes_known`].
+    pub freezes: Store<UpgradeFreeze>,
     pub approvals_synced: Arc<std::sync::atomic::AtomicBool>,
     pub health_synced: Arc<std::sync::atomic::AtomicBool>,
-    /// Whether every cache above but `health` and `approvals` has its initial list.
+    pub freezes_synced: Arc<std::sync::atomic::AtomicBool>,
+    /// The API server answered the freezes' list with 404: the kind is not installed.
+    pub freezes_not_served: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether every cache above but `health`, `approvals` and `freezes` has its initial list.
     pub synced: Synced,
     /// Snapshots by run UID: they never change once written.
     pub frozen: Mutex<HashMap<String, Arc<Frozen>>>,
@@ -173,6 +178,14 @@ impl Ctx {
             .into_iter()
             .filter(|r| r.data.promise_ref.name == promise)
             .collect()
+    }
+
+    /// Whether the freezes are known: listed, or not served (no freeze can exist). Until then no
+    /// run starts anything: a freeze that exists but is not yet in the cache must still hold.
+    /// A controller upgraded before its CRDs so keeps running plans.
+    pub fn freezes_known(&self) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.freezes_synced.load(SeqCst) || self.freezes_not_served.load(SeqCst)
     }
 
     /// Publishes an event on `obj`; failures are logged, never fatal.

@@ -5,6 +5,7 @@ mod clock;
 mod context;
 mod error;
 mod events;
+mod freeze;
 mod gates;
 mod http;
 mod leader;
@@ -27,7 +28,7 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use upgradeplan::api::kratix::{HealthRecord, Promise, PromiseRevision, ResourceBinding};
-use upgradeplan::api::{UpgradeApproval, UpgradePlan, UpgradeRun, DEFAULT_SNAPSHOT_NAMESPACE};
+use upgradeplan::api::{UpgradeApproval, UpgradeFreeze, UpgradePlan, UpgradeRun, DEFAULT_SNAPSHOT_NAMESPACE};
 
 use crate::context::Ctx;
 
@@ -399,26 +400,44 @@ async fn run_controllers<F, Fut>(
     let (promises, promises_w) = reflector::store::<Promise>();
     let (health, health_w) = reflector::store::<HealthRecord>();
     let (approvals, approvals_w) = reflector::store::<UpgradeApproval>();
+    let (freezes, freezes_w) = reflector::store::<UpgradeFreeze>();
     let plan_config = || match &cli.selector {
         Some(s) => watcher::Config::default().labels(s),
         None => watcher::Config::default(),
     };
     let synced = context::Synced::default();
-    // Each cache's stream marks its flag once the initial list has been applied to the store, and
-    // is split into one trigger per controller that watches the kind (see `watch::fan_out`).
+    // Each cache's stream marks its flag once the initial list has been applied to the store (and
+    // `not_served` when the API server does not serve the kind), and is split into one trigger per
+    // controller that watches the kind (see `watch::fan_out`).
     macro_rules! cached {
-        ($writer:expr, $kind:ty, $config:expr, $triggers:expr, $flag:expr) => {{
-            let flag = $flag;
+        ($writer:expr, $kind:ty, $config:expr, $triggers:expr, $flag:expr) => {
+            cached!(
+                $writer,
+                $kind,
+                $config,
+                $triggers,
+                $flag,
+                None::<Arc<std::sync::atomic::AtomicBool>>
+            )
+        };
+        ($writer:expr, $kind:ty, $config:expr, $triggers:expr, $flag:expr, $not_served:expr) => {{
+            let (flag, not_served) = ($flag, $not_served);
             let stream =
                 reflector::reflector($writer, watch::watch_all::<$kind>(client.clone(), $config)).inspect(move |ev| {
-                    if matches!(ev, Ok(watcher::Event::InitDone)) {
-                        flag.store(true, Ordering::SeqCst);
+                    match ev {
+                        Ok(watcher::Event::InitDone) => flag.store(true, Ordering::SeqCst),
+                        Err(watcher::Error::InitialListFailed(kube::Error::Api(e))) if e.is_not_found() => {
+                            if let Some(n) = &not_served {
+                                n.store(true, Ordering::SeqCst);
+                            }
+                        }
+                        _ => {}
                     }
                 });
             watch::fan_out(stream, $triggers)
         }};
     }
-    let (drive_plans, mut plan_triggers) = cached!(plans_w, UpgradePlan, plan_config(), 2, synced.flag());
+    let (drive_plans, mut plan_triggers) = cached!(plans_w, UpgradePlan, plan_config(), 3, synced.flag());
     let (drive_runs, mut run_triggers) = cached!(runs_w, UpgradeRun, all(), 2, synced.flag());
     let (drive_bindings, mut binding_triggers) = cached!(bindings_w, ResourceBinding, all(), 1, synced.flag());
     let (drive_revisions, mut revision_triggers) = cached!(revisions_w, PromiseRevision, all(), 1, synced.flag());
@@ -431,6 +450,18 @@ async fn run_controllers<F, Fut>(
     let (drive_health, mut health_triggers) = cached!(health_w, HealthRecord, all(), 1, health_synced.clone());
     let (drive_approvals, mut approval_triggers) =
         cached!(approvals_w, UpgradeApproval, all(), 1, approvals_synced.clone());
+    // Freezes hold every run: a run starts nothing until their list is in, unless the API server
+    // does not serve the kind (no freeze can exist then; see `Ctx::freezes_known`).
+    let freezes_synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let freezes_not_served = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (drive_freezes, mut freeze_triggers) = cached!(
+        freezes_w,
+        UpgradeFreeze,
+        all(),
+        3,
+        freezes_synced.clone(),
+        Some(freezes_not_served.clone())
+    );
     let caches = async {
         tokio::join!(
             drive_plans,
@@ -439,7 +470,8 @@ async fn run_controllers<F, Fut>(
             drive_revisions,
             drive_promises,
             drive_health,
-            drive_approvals
+            drive_approvals,
+            drive_freezes
         );
     };
 
@@ -455,8 +487,11 @@ async fn run_controllers<F, Fut>(
         promises: promises.clone(),
         health: health.clone(),
         approvals: approvals.clone(),
+        freezes: freezes.clone(),
         health_synced,
         approvals_synced,
+        freezes_synced,
+        freezes_not_served,
         synced,
         metrics: metrics.clone(),
         started: Default::default(),
@@ -499,6 +534,18 @@ async fn run_controllers<F, Fut>(
         let f = active_runs_of_promise.clone();
         move |h: HealthRecord| f(&h.data.promise_ref.name)
     };
+    // A freeze can hold any run: every active run looks again.
+    let freeze_to_runs = {
+        let (plans, runs) = (plans.clone(), runs.clone());
+        move |_: UpgradeFreeze| -> Vec<ObjectRef<UpgradeRun>> {
+            runs.state()
+                .iter()
+                .filter(|r| plans.get(&ObjectRef::new(r.plan_name())).is_some())
+                .filter(|r| !r.status.as_ref().is_some_and(|s| s.state.is_terminal()))
+                .map(|r| ObjectRef::from_obj(&**r))
+                .collect()
+        }
+    };
     let plan_to_runs = {
         let runs = runs.clone();
         move |p: UpgradePlan| -> Vec<ObjectRef<UpgradeRun>> {
@@ -519,6 +566,7 @@ async fn run_controllers<F, Fut>(
             Some(ObjectRef::<UpgradeRun>::new(&a.spec.upgrade_run_ref.name))
         })
         .watches_stream(plan_triggers.remove(0), plan_to_runs)
+        .watches_stream(freeze_triggers.remove(0), freeze_to_runs)
         .graceful_shutdown_on(stopped())
         .run(
             |run, ctx: Arc<Ctx>| {
@@ -553,10 +601,18 @@ async fn run_controllers<F, Fut>(
                 .collect()
         }
     };
+    // A freeze's periods move the gauges of every plan it holds.
+    let freeze_to_plans = {
+        let plans = plans.clone();
+        move |_: UpgradeFreeze| -> Vec<ObjectRef<UpgradePlan>> {
+            plans.state().iter().map(|p| ObjectRef::from_obj(&**p)).collect()
+        }
+    };
     let plan_controller = Controller::for_stream(plan_triggers.remove(0), plans.clone())
-        .with_config(config)
+        .with_config(config.clone())
         .watches_stream(run_triggers.remove(0), run_to_plan)
         .watches_stream(promise_triggers.remove(0), promise_to_plans)
+        .watches_stream(freeze_triggers.remove(0), freeze_to_plans)
         .graceful_shutdown_on(stopped())
         .run(
             |plan, ctx: Arc<Ctx>| {
@@ -572,9 +628,34 @@ async fn run_controllers<F, Fut>(
         )
         .for_each(|_| futures::future::ready(()));
 
-    // Gauges of plans deleted since (deletions reach no reconcile) are dropped here.
+    // A plan's labels decide which freezes hold it (matchingPlans).
+    let plan_to_freezes = {
+        let freezes = freezes.clone();
+        move |_: UpgradePlan| -> Vec<ObjectRef<UpgradeFreeze>> {
+            freezes.state().iter().map(|f| ObjectRef::from_obj(&**f)).collect()
+        }
+    };
+    let freeze_controller = Controller::for_stream(freeze_triggers.remove(0), freezes.clone())
+        .with_config(config)
+        .watches_stream(plan_triggers.remove(0), plan_to_freezes)
+        .graceful_shutdown_on(stopped())
+        .run(
+            |freeze, ctx: Arc<Ctx>| {
+                timed(
+                    "upgradefreeze",
+                    ctx.clone(),
+                    freeze::retry_key(&freeze),
+                    freeze::reconcile(freeze, ctx),
+                )
+            },
+            freeze::error_policy,
+            ctx.clone(),
+        )
+        .for_each(|_| futures::future::ready(()));
+
+    // Gauges of plans and freezes deleted since (deletions reach no reconcile) are dropped here.
     let sweep = {
-        let (plans, ctx) = (plans.clone(), ctx.clone());
+        let (plans, freezes, ctx) = (plans.clone(), freezes.clone(), ctx.clone());
         async move {
             let mut tick = tokio::time::interval(Duration::from_secs(15));
             loop {
@@ -583,12 +664,16 @@ async fn run_controllers<F, Fut>(
                     ctx.metrics
                         .retain_plans(&plans.state().iter().map(|p| p.name_any()).collect());
                 }
+                if ctx.freezes_synced.load(Ordering::SeqCst) {
+                    ctx.metrics
+                        .retain_freezes(&freezes.state().iter().map(|f| f.name_any()).collect());
+                }
             }
         }
     };
     tracing::info!(snapshot_namespace = %cli.snapshot_namespace, "controllers running");
     tokio::select! {
-        _ = async { tokio::join!(run_controller, plan_controller) } => {}
+        _ = async { tokio::join!(run_controller, plan_controller, freeze_controller) } => {}
         _ = caches => {}
         _ = sweep => {}
     }

@@ -73,6 +73,10 @@ pub struct Metrics {
     gate_open: IntGaugeVec,
     gate_error: IntGaugeVec,
     gate_evaluations_total: IntCounterVec,
+    freeze_active: IntGaugeVec,
+    freeze_ready: IntGaugeVec,
+    /// Freezes with series, so that a deleted one's are removed.
+    freezes: Mutex<std::collections::HashSet<String>>,
     pub reconcile_total: IntCounterVec,
     pub reconcile_errors_total: IntCounterVec,
     pub reconcile_time: HistogramVec,
@@ -106,7 +110,7 @@ pub const TRIGGERS: [&str; 2] = ["scheduled", "manual"];
 /// Label values of `upgradeplan_resource_upgrades_total{result}`.
 pub const RESOURCE_RESULTS: [&str; 3] = ["succeeded", "failed", "skipped"];
 /// The `controller` label of the reconcile metrics.
-pub const CONTROLLERS: [&str; 2] = ["upgradeplan", "upgraderun"];
+pub const CONTROLLERS: [&str; 3] = ["upgradeplan", "upgraderun", "upgradefreeze"];
 
 /// The plan's gauges and each group's, as the engine decides them.
 pub use upgradeplan::engine::lifecycle::plan::PlanGauges as PlanSample;
@@ -181,10 +185,12 @@ impl Metrics {
             window_active: gauge(&r, &n("window_active"), "1 while the group's window (by index) is active.", &["plan", "group", "index", "kind"]),
             window_next_open: fgauge(&r, &n("window_next_open_timestamp_seconds"), "Unix time the group's gate next opens.", &["plan", "group"]),
             window_next_close: fgauge(&r, &n("window_next_close_timestamp_seconds"), "Unix time the group's gate next closes.", &["plan", "group"]),
-            blocked: gauge(&r, &n("blocked"), "1 while the plan's active run waits, by group and reason (WindowClosed, ConcurrencyLimit, Suspended, RevisionMissing, GateClosed, Soaking, AwaitingApproval).", &["plan", "group", "reason"]),
+            blocked: gauge(&r, &n("blocked"), "1 while the plan's active run waits, by group and reason (WindowClosed, ConcurrencyLimit, Suspended, RevisionMissing, Frozen, GateClosed, Soaking, AwaitingApproval).", &["plan", "group", "reason"]),
             gate_open: gauge(&r, &n("gate_open"), "1 while the plan's signal gate is open, 0 while closed (firing or not evaluable), as last evaluated.", &["plan", "gate"]),
             gate_error: gauge(&r, &n("gate_error"), "1 while the plan's signal gate cannot be evaluated (Prometheus unreachable, timeout, bad query): it is closed by fail-safe, not by its signal.", &["plan", "gate"]),
             gate_evaluations_total: counter(&r, &n("gate_evaluations_total"), "Evaluations of the plan's signal gate (Prometheus queries), by result (open, closed, error).", &["plan", "gate", "result"]),
+            freeze_active: gauge(&r, &n("freeze_active"), "1 while one of the UpgradeFreeze's periods is active (it holds the plans it selects).", &["freeze"]),
+            freeze_ready: gauge(&r, &n("freeze_ready"), "1 when the UpgradeFreeze can be evaluated (Ready=True); 0: it holds nothing.", &["freeze"]),
             reconcile_total: counter(&r, "controller_runtime_reconcile_total", "Reconciles per controller and result.", &["controller", "result"]),
             reconcile_errors_total: counter(&r, "controller_runtime_reconcile_errors_total", "Reconciles that returned an error.", &["controller"]),
             reconcile_time: histogram(&r, "controller_runtime_reconcile_time_seconds", "Time per reconcile.", &["controller"], prometheus::DEFAULT_BUCKETS.to_vec()),
@@ -194,6 +200,7 @@ impl Metrics {
             registry: r,
             emitted: Mutex::default(),
             counted: Mutex::default(),
+            freezes: Mutex::default(),
         };
         m.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
         // The error ratio of the reconcile alert needs both series from the start.
@@ -465,6 +472,28 @@ impl Metrics {
         self.replace(plan, "gates", series);
     }
 
+    /// The freeze's gauges.
+    pub fn set_freeze(&self, freeze: &str, active: bool, ready: bool) {
+        self.freeze_active.with_label_values(&[freeze]).set(i64::from(active));
+        self.freeze_ready.with_label_values(&[freeze]).set(i64::from(ready));
+        if let Ok(mut f) = self.freezes.lock() {
+            f.insert(freeze.to_string());
+        }
+    }
+
+    /// Removes the gauges of freezes not in `live`.
+    pub fn retain_freezes(&self, live: &std::collections::HashSet<String>) {
+        let Ok(mut freezes) = self.freezes.lock() else { return };
+        freezes.retain(|f| {
+            if live.contains(f) {
+                return true;
+            }
+            let _ = self.freeze_active.remove_label_values(&[f]);
+            let _ = self.freeze_ready.remove_label_values(&[f]);
+            false
+        });
+    }
+
     /// Removes every gauge of plans not in `live`.
     pub fn retain_plans(&self, live: &std::collections::HashSet<String>) {
         let stale: Vec<(String, &'static str)> = match self.emitted.lock() {
@@ -532,6 +561,8 @@ impl Metrics {
             &self.gate_open,
             &self.gate_error,
             &self.gate_evaluations_total,
+            &self.freeze_active,
+            &self.freeze_ready,
             &self.reconcile_total,
             &self.reconcile_errors_total,
             &self.reconcile_time,
@@ -710,6 +741,7 @@ mod tests {
             "blocked",
             "plan_last_run_failed_resources",
             "group_failure_budget",
+            "freeze_active",
         ] {
             assert!(exported.contains(&format!("upgradeplan_{name}")), "{name}");
         }

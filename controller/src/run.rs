@@ -15,7 +15,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use upgradeplan::api::kratix::{HealthRecord, ResourceBinding, MANUAL_RECONCILIATION_LABEL};
 use upgradeplan::api::{
-    ResourceListRef, RunState, UpgradeApproval, UpgradeRun, UpgradeRunStatus, PLAN_LABEL,
+    ResourceListRef, RunState, UpgradeApproval, UpgradeFreeze, UpgradeRun, UpgradeRunStatus, PLAN_LABEL,
     RETRY_REQUESTED_BY_ANNOTATION, RUN_FINALIZER, RUN_LABEL, SUPERSEDED_BY_ANNOTATION, UPGRADED_BY_ANNOTATION,
     UPGRADE_STARTED_AT_ANNOTATION,
 };
@@ -73,6 +73,9 @@ impl lifecycle::Cluster for Ctx {
     fn health_records(&self, promise: &str) -> Vec<Arc<HealthRecord>> {
         self.health_records_of(promise)
     }
+    fn freezes(&self) -> Vec<Arc<UpgradeFreeze>> {
+        self.freezes.state()
+    }
 }
 
 /// Gathers the facts, takes the engine's step and applies it.
@@ -112,6 +115,12 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
             tracing::warn!(run = %run.name_any(), "waiting for {waiting_for}");
             return Ok(Action::requeue(std::time::Duration::from_secs(5)));
         }
+    }
+    // A freeze must hold before anything starts; its list comes moments after the start (a
+    // watch that cannot list freezes logs why).
+    if !ctx.freezes_known() && !status.state.is_terminal() {
+        tracing::debug!(run = %run.name_any(), "waiting for the UpgradeFreeze cache");
+        return Ok(Action::requeue(crate::context::CACHE_WAIT));
     }
     // Signal gates of the run's plan, read unless it ended.
     let gates = match run_plan.and_then(|p| p.gates.as_deref()) {

@@ -91,6 +91,11 @@ pub struct PlanSource {
     /// or -o json) instead of the cluster.
     #[arg(long, value_name = "FILE")]
     pub bindings: Option<PathBuf>,
+    /// Read UpgradeFreezes from a file (`kubectl get upgradefreezes -o yaml`) instead of the
+    /// cluster. Without a cluster (explain -f; match -f with --bindings) freezes come only from
+    /// this file.
+    #[arg(long, value_name = "FILE")]
+    pub freezes: Option<PathBuf>,
 }
 
 impl Global {
@@ -245,6 +250,26 @@ pub enum Command {
         /// Why, or the change ticket; recorded in the approval.
         #[arg(long, value_name = "TEXT")]
         comment: Option<String>,
+    },
+    /// List UpgradeFreezes: whether each holds now, its next stretches of frozen time (in your
+    /// zone and the freeze's), how many plans it holds and why. With NAME, also the plans it
+    /// holds and its next periods.
+    #[command(
+        after_help = "Examples:\n  kubectl upgradeplan freezes\n  kubectl upgradeplan freezes end-of-year --periods 10\n  kubectl upgradeplan freezes -f freeze.yaml --now 2026-12-24T12:00:00Z   # lint a freeze before applying it\n  kubectl upgradeplan freezes -o json\n\nDeclaring a freeze needs the upgradeplan-freeze-manager ClusterRole (deploy/core/user-roles.yaml)."
+    )]
+    Freezes {
+        /// One UpgradeFreeze; all when omitted.
+        freeze: Option<String>,
+        /// Read freezes from a YAML or JSON file (one, or a List) instead of the cluster; exits 1
+        /// when one cannot be evaluated (a CI lint).
+        #[arg(short = 'f', long = "filename", value_name = "FILE", conflicts_with = "freeze")]
+        filename: Option<PathBuf>,
+        /// Evaluate as at this instant (RFC 3339) instead of now.
+        #[arg(long, value_name = "TIME", value_parser = parse_time)]
+        now: Option<DateTime<Utc>>,
+        /// How many next stretches of frozen time to list per freeze (with NAME or -f).
+        #[arg(long, value_name = "N", default_value_t = 5)]
+        periods: usize,
     },
     /// Print a shell completion script (bash, zsh or fish) for kubectl-upgradeplan.
     #[command(

@@ -4,7 +4,7 @@ use anyhow::anyhow;
 use kube::api::{Api, ListParams};
 use kube::Client;
 use upgradeplan::api::kratix::{ResourceBinding, PROMISE_NAME_LABEL};
-use upgradeplan::api::{UpgradePlan, UpgradeRun};
+use upgradeplan::api::{UpgradeFreeze, UpgradePlan, UpgradeRun};
 
 use crate::cli::Global;
 
@@ -89,6 +89,7 @@ fn unreachable(e: &kube::Error) -> Option<&'static str> {
 const CLUSTER_SCOPED: &[&str] = &[
     "upgradeplans",
     "upgraderuns",
+    "upgradefreezes",
     "promises",
     "promiserevisions",
     "namespaces",
@@ -155,6 +156,23 @@ pub async fn get_run(client: &Client, name: &str) -> anyhow::Result<UpgradeRun> 
         .get(name)
         .await
         .map_err(|e| explain_error(e, "get", "upgraderuns", Some(name)))
+}
+
+pub async fn get_freeze(client: &Client, name: &str) -> anyhow::Result<UpgradeFreeze> {
+    Api::<UpgradeFreeze>::all(client.clone())
+        .get(name)
+        .await
+        .map_err(|e| explain_error(e, "get", "upgradefreezes", Some(name)))
+}
+
+/// Every UpgradeFreeze; none when the cluster does not serve the kind (no freeze can exist).
+pub async fn list_freezes(client: &Client) -> anyhow::Result<Vec<UpgradeFreeze>> {
+    let api: Api<UpgradeFreeze> = Api::all(client.clone());
+    match api.list(&ListParams::default()).await {
+        Ok(l) => Ok(l.items),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Vec::new()),
+        Err(e) => Err(explain_error(e, "list", "upgradefreezes", None)),
+    }
 }
 
 pub async fn list_plans(client: &Client) -> anyhow::Result<Vec<UpgradePlan>> {

@@ -8,6 +8,7 @@ use upgradeplan::api::{find_condition, reasons, ConditionStatus, UpgradePlan, Up
 use upgradeplan::engine::budget::FailureBudget;
 use upgradeplan::engine::concurrency::Limit;
 use upgradeplan::engine::cron::CronSchedule;
+use upgradeplan::engine::freeze::{hold_at, Freeze};
 use upgradeplan::engine::gate::{self, Reading};
 use upgradeplan::engine::schedule::Triggers;
 use upgradeplan::engine::selector;
@@ -66,6 +67,20 @@ pub struct ExplainJson {
     /// The signal gates; absent without any.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub gates: Vec<GateJson>,
+    /// The UpgradeFreezes that hold the plan; absent without any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub freezes: Vec<FreezeJson>,
+}
+
+/// A freeze holding the plan, as `explain -o json` shows it.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FreezeJson {
+    pub name: String,
+    pub reason: String,
+    pub active: bool,
+    pub next_start: Option<DateTime<Utc>>,
+    pub next_end: Option<DateTime<Utc>>,
 }
 
 /// A signal gate as `explain -o json` shows it.
@@ -117,8 +132,14 @@ fn local(t: DateTime<Utc>, zone: Tz) -> String {
     t.with_timezone(&zone).format("%Y-%m-%d %H:%M %Z").to_string()
 }
 
-fn gate_words(style: &Style, s: &GateState, windows: &[upgradeplan::api::UpgradeWindow]) -> String {
-    if windows.is_empty() {
+fn gate_words(
+    style: &Style,
+    s: &GateState,
+    windows: &[upgradeplan::api::UpgradeWindow],
+    freezes: &[Freeze],
+    now: DateTime<Utc>,
+) -> String {
+    if windows.is_empty() && freezes.is_empty() {
         return format!("{} (no windows)", style.state("open"));
     }
     let zone = crate::output::windows_zone(windows);
@@ -126,6 +147,18 @@ fn gate_words(style: &Style, s: &GateState, windows: &[upgradeplan::api::Upgrade
         t.map(|t| style.time(t, zone))
             .unwrap_or_else(|| "not within 400 days".to_string())
     };
+    if let Some(hold) = hold_at(freezes, now) {
+        // Without windows the gate stays open once the freezes let go.
+        let then = match (s.next_open, s.next_close) {
+            (Some(open), None) if windows.is_empty() => format!("opens {}", at(Some(open))),
+            (open, close) => format!("opens {}, closes {}", at(open), at(close)),
+        };
+        return format!(
+            "{} now, {}; {then}",
+            style.state("closed"),
+            crate::output::frozen_words(style, &hold),
+        );
+    }
     if s.open {
         format!(
             "{} now; closes {}, opens again {}",
@@ -143,20 +176,33 @@ fn gate_words(style: &Style, s: &GateState, windows: &[upgradeplan::api::Upgrade
     }
 }
 
-/// Explains `plan` as at `now`. `bindings`: the Promise's bindings, when known, to resolve
-/// percentages against current membership.
+/// What `explain` knows beyond the plan, each when it could be read.
+#[derive(Default)]
+pub struct Found<'a> {
+    /// The Promise's bindings, to resolve percentages against current membership.
+    pub bindings: Option<&'a [ResourceBinding]>,
+    /// The signal gates' readings now, when a Prometheus was given (`--prometheus-url`).
+    pub gates: Option<&'a [Reading]>,
+    /// The UpgradeFreezes holding the plan.
+    pub freezes: &'a [Freeze],
+}
+
+/// Explains `plan` as at `now`.
 /// `unknown_fields`: fields of a plan file the API server would reject; problems like any other.
-/// `gates`: the signal gates' readings now, when a Prometheus was given (`--prometheus-url`).
 /// `(now, runs)`: the instant to explain at, and how many upcoming triggers to list.
 pub fn explain(
     plan: &UpgradePlan,
     unknown_fields: &[upgradeplan::engine::Problem],
-    bindings: Option<&[ResourceBinding]>,
-    gates: Option<&[Reading]>,
+    found: &Found<'_>,
     (now, runs): (DateTime<Utc>, usize),
     viewer: Tz,
     style: &Style,
 ) -> (ExplainJson, String) {
+    let Found {
+        bindings,
+        gates,
+        freezes,
+    } = *found;
     let name = plan.metadata.name.clone().unwrap_or_default();
     let spec = &plan.spec;
     let mut problems = unknown_fields.to_vec();
@@ -281,7 +327,7 @@ pub fn explain(
     let mut groups = Vec::new();
     for (i, g) in spec.rollout_groups.iter().enumerate() {
         let windows = g.resource_upgrade_windows.as_deref().unwrap_or_default();
-        let (state, gate) = GateState::of_group(Some(windows), now);
+        let (state, gate) = GateState::of_group(Some(windows), freezes, now);
         let limit = Limit::parse(g.max_concurrent.as_ref());
         let size = membership
             .as_ref()
@@ -350,7 +396,7 @@ pub fn explain(
             ));
         }
         let gate_line = if gate.is_some() {
-            gate_words(style, &state, windows)
+            gate_words(style, &state, windows, freezes, now)
         } else {
             "cannot be evaluated: the windows are invalid (see Problems)".to_string()
         };
@@ -373,6 +419,29 @@ pub fn explain(
             soak_duration: g.soak_duration.clone(),
             require_approval: upgradeplan::engine::stage::requires_approval(g),
         });
+    }
+    let mut freeze_json = Vec::new();
+    if !freezes.is_empty() {
+        line(String::new());
+        line(style.bold("Freezes (UpgradeFreezes that hold every group of this plan):"));
+        for f in freezes {
+            let state = f.state(now);
+            let at = |t: DateTime<Utc>| style.time(t, Some(f.zone));
+            let words = match (state.active, state.next_start, state.next_end) {
+                (true, _, Some(end)) => format!("{} now, until {}", style.state("frozen"), at(end)),
+                (true, _, None) => format!("{} now", style.state("frozen")),
+                (false, Some(start), Some(end)) => format!("next from {} to {}", at(start), at(end)),
+                _ => "no period to come".to_string(),
+            };
+            line(format!("  {}: {} — {words}", style.bold(&f.name), f.reason));
+            freeze_json.push(FreezeJson {
+                name: f.name.clone(),
+                reason: f.reason.clone(),
+                active: state.active,
+                next_start: state.next_start,
+                next_end: state.next_end,
+            });
+        }
     }
     let mut gate_json = Vec::new();
     if let Some(plan_gates) = spec.gates.as_deref().filter(|g| !g.is_empty()) {
@@ -442,6 +511,7 @@ pub fn explain(
         from: spec.upgrade_path.from.clone(),
         to: spec.upgrade_path.to.clone(),
         gates: gate_json,
+        freezes: freeze_json,
     };
     (json, out)
 }

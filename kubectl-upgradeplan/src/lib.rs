@@ -6,6 +6,7 @@ pub mod cli;
 pub mod client;
 pub mod complete;
 pub mod explain;
+pub mod freezes;
 pub mod input;
 pub mod matching;
 pub mod output;
@@ -26,6 +27,8 @@ struct Sources {
     plan: upgradeplan::api::UpgradePlan,
     unknown_fields: Vec<upgradeplan::engine::Problem>,
     bindings: Option<Vec<upgradeplan::api::kratix::ResourceBinding>>,
+    /// The UpgradeFreezes that hold the plan and can be evaluated (they close its gates).
+    freezes: Vec<upgradeplan::engine::freeze::Freeze>,
 }
 
 async fn sources(g: &cli::Global, source: &PlanSource, need_bindings: bool) -> anyhow::Result<Sources> {
@@ -52,10 +55,24 @@ async fn sources(g: &cli::Global, source: &PlanSource, need_bindings: bool) -> a
         }
         (None, None) => None,
     };
+    let freezes = match (&source.freezes, &client) {
+        (Some(f), _) => input::freezes(f)?,
+        (None, Some(c)) => client::list_freezes(c).await.unwrap_or_else(|e| {
+            eprintln!("note: {e:#}; gate times leave UpgradeFreezes out");
+            Vec::new()
+        }),
+        (None, None) => Vec::new(),
+    };
+    let freezes = upgradeplan::engine::freeze::holding(
+        &freezes.into_iter().map(std::sync::Arc::new).collect::<Vec<_>>(),
+        &plan.spec.promise_ref.name,
+        kube::ResourceExt::labels(&plan),
+    );
     Ok(Sources {
         plan,
         unknown_fields,
         bindings,
+        freezes,
     })
 }
 
@@ -84,6 +101,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 plan,
                 unknown_fields,
                 bindings,
+                freezes,
             } = sources(g, source, false).await?;
             let now = source.now.unwrap_or_else(Utc::now);
             let gates = match prometheus_url {
@@ -101,8 +119,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let (json, text) = explain::explain(
                 &plan,
                 &unknown_fields,
-                bindings.as_deref(),
-                gates.as_deref(),
+                &explain::Found {
+                    bindings: bindings.as_deref(),
+                    gates: gates.as_deref(),
+                    freezes: &freezes,
+                },
                 (now, *runs),
                 output::viewer_zone(),
                 &style,
@@ -120,6 +141,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 plan,
                 unknown_fields,
                 bindings,
+                freezes,
             } = sources(g, source, true).await?;
             for p in &unknown_fields {
                 eprintln!("warning: {p} (explain -f lists every problem)");
@@ -128,6 +150,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let (json, text) = matching::matching(
                 &plan,
                 bindings.as_deref().unwrap_or_default(),
+                &freezes,
                 now,
                 resource.as_deref(),
                 *all,
@@ -167,7 +190,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                             run.status.map(|s| s.state.as_str()).unwrap_or_default()
                         );
                     };
-                    let live = runs::live_state(&c, &frozen.plan).await?;
+                    let live = runs::live_state(&c, plan, &frozen.plan).await?;
                     let events = runs::events_of(&c, r).await;
                     let (json, text) = runs::run_resources(&run, &frozen, &live, &events, &style);
                     emit(g, &json, &text)?;
@@ -196,6 +219,32 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cancel { run, yes } => verbs::cancel(&client::connect(g).await?, run, *yes).await?,
         Command::Approve { run, group, comment } => {
             verbs::approve(&client::connect(g).await?, g, run, group.as_deref(), comment.as_deref()).await?
+        }
+        Command::Freezes {
+            freeze,
+            filename,
+            now,
+            periods,
+        } => {
+            let now = now.unwrap_or_else(Utc::now);
+            let (listed, plans) = match filename {
+                Some(f) => (input::freezes_linted(f)?, None),
+                None => {
+                    let c = client::connect(g).await?;
+                    let listed = match freeze {
+                        Some(name) => vec![client::get_freeze(&c, name).await?],
+                        None => client::list_freezes(&c).await?,
+                    };
+                    let listed = listed.into_iter().map(|f| (f, Vec::new())).collect();
+                    (listed, Some(client::list_plans(&c).await?))
+                }
+            };
+            let detail = freeze.is_some() || filename.is_some();
+            let (json, text) = freezes::freezes(&listed, plans.as_deref(), now, *periods, detail, &style);
+            emit(g, &json, &text)?;
+            if filename.is_some() && json.iter().any(|f| !f.valid) {
+                return Ok(ExitCode::from(1));
+            }
         }
         Command::Completion { shell } => {
             // Generated into memory first: clap_complete panics when its writer fails.

@@ -6,6 +6,7 @@ use serde::Serialize;
 use upgradeplan::api::kratix::ResourceBinding;
 use upgradeplan::api::UpgradePlan;
 use upgradeplan::engine::concurrency::Limit;
+use upgradeplan::engine::freeze::{hold_at, Freeze, Hold};
 use upgradeplan::engine::snapshot::{assign, belongs_to, Assignment, SnapshotResource};
 use upgradeplan::engine::version::VersionMatcher;
 use upgradeplan::engine::window::GateState;
@@ -95,6 +96,13 @@ pub struct PlaceJson {
     /// approvals, signal gates.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub waits_for: Vec<String>,
+    /// The UpgradeFreeze holding the group now (spec §13.5), and until when.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frozen_by: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frozen_until: Option<DateTime<Utc>>,
+    #[serde(skip)]
+    pub hold: Option<Hold>,
 }
 
 /// What must happen, beyond windows and earlier groups, before group `index` of `plan` starts.
@@ -140,8 +148,8 @@ fn placement(
     plan: &UpgradePlan,
     a: &Assignment,
     bindings: &[ResourceBinding],
-    ns: &str,
-    name: &str,
+    freezes: &[Freeze],
+    (ns, name): (&str, &str),
     now: DateTime<Utc>,
 ) -> PlacementJson {
     let is = |r: &SnapshotResource| r.namespace == ns && (r.name == name || r.binding == name);
@@ -154,7 +162,8 @@ fn placement(
                 .get(gi)
                 .and_then(|g| g.resource_upgrade_windows.clone())
                 .unwrap_or_default();
-            let (state, _) = GateState::of_group(Some(&windows), now);
+            let (state, _) = GateState::of_group(Some(&windows), freezes, now);
+            let hold = hold_at(freezes, now);
             placements.push(PlaceJson {
                 group: g.name.clone(),
                 group_index: gi + 1,
@@ -164,6 +173,9 @@ fn placement(
                 next_open: if state.open { None } else { state.next_open },
                 zone: crate::output::windows_zone(&windows),
                 waits_for: waits_for(&plan.spec, gi),
+                frozen_by: hold.as_ref().map(|h| h.freeze.clone()),
+                frozen_until: hold.as_ref().and_then(|h| h.until),
+                hold,
             });
         }
     }
@@ -202,6 +214,7 @@ fn placement(
 pub fn matching(
     plan: &UpgradePlan,
     bindings: &[ResourceBinding],
+    freezes: &[Freeze],
     now: DateTime<Utc>,
     resource: Option<&str>,
     all: bool,
@@ -235,7 +248,7 @@ pub fn matching(
             let (ns, n) = r
                 .split_once('/')
                 .ok_or_else(|| anyhow::anyhow!("--resource takes NAMESPACE/NAME, got {r:?}"))?;
-            Some(placement(plan, &a, bindings, ns, n, now))
+            Some(placement(plan, &a, bindings, freezes, (ns, n), now))
         }
         None => None,
     };
@@ -315,7 +328,13 @@ fn render(m: &MatchJson, all: bool, style: &Style) -> String {
             ));
         }
         for pl in &p.placements {
-            let window = if pl.window_open {
+            let window = if let Some(hold) = &pl.hold {
+                let opens = pl
+                    .next_open
+                    .map(|t| format!("; its window opens {}", style.time(t, pl.zone)))
+                    .unwrap_or_default();
+                format!("{}{opens}", crate::output::frozen_words(style, hold))
+            } else if pl.window_open {
                 "its window is open now".to_string()
             } else {
                 match pl.next_open {

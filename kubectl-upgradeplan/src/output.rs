@@ -7,6 +7,18 @@ use serde::Serialize;
 
 use crate::cli::{Global, Output};
 
+/// What a freeze holding a group says in every view: `frozen until 2026-12-27 09:00 UTC (09:00
+/// GMT in Europe/London): end-of-year freeze (UpgradeFreeze "eoy")`.
+pub fn frozen_words(style: &Style, hold: &upgradeplan::engine::freeze::Hold) -> String {
+    let until = hold
+        .until
+        .map_or_else(|| "further notice".to_string(), |t| style.time(t, Some(hold.zone)));
+    format!(
+        "frozen until {until}: {} (UpgradeFreeze {:?})",
+        hold.reason, hold.freeze
+    )
+}
+
 /// Stdout was closed by its reader (`| head -1`): the program ends quietly, as kubectl does.
 #[derive(Debug)]
 pub struct ClosedPipe;
@@ -108,7 +120,7 @@ impl Style {
     pub fn state(&self, s: &str) -> String {
         match s {
             "Completed" | "Available" | "open" | "valid" | "Succeeded" => self.paint("32", s),
-            "Failed" | "invalid" | "closed" => self.paint("31", s),
+            "Failed" | "invalid" | "closed" | "frozen" => self.paint("31", s),
             // Someone chose to stop it: not a failure.
             "Cancelled" => self.paint("90", s),
             "InProgress" | "Pending" | "Running" | "in flight" => self.paint("33", s),

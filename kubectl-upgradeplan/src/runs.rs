@@ -14,6 +14,7 @@ use upgradeplan::api::{
     find_condition, reasons, GroupPhase, GroupStatus, LastRun, RunState, UpgradePlanSpec, UpgradeRun,
 };
 use upgradeplan::engine::admission::is_preview;
+use upgradeplan::engine::freeze::Freeze;
 use upgradeplan::engine::gate::{self, GateCheck};
 use upgradeplan::engine::health::HealthRecords;
 use upgradeplan::engine::run::{evaluate, resource_outcome, texts, Blocked, Evaluation, Outcome, RunContext};
@@ -53,6 +54,8 @@ pub async fn load_frozen(client: &Client, namespace: &str, run: &UpgradeRun) -> 
 pub struct Live {
     pub bindings: HashMap<(String, String), ResourceBinding>,
     pub health: HealthRecords,
+    /// The UpgradeFreezes holding the run's plan.
+    pub freezes: Vec<Freeze>,
 }
 
 impl Live {
@@ -71,6 +74,7 @@ impl Live {
                 })
                 .collect(),
             health: HealthRecords::default(),
+            freezes: Vec::new(),
         }
     }
 
@@ -79,10 +83,21 @@ impl Live {
     }
 }
 
-/// The live state of the resources of a run of `plan` (its frozen spec).
-pub async fn live_state(client: &Client, plan: &UpgradePlanSpec) -> anyhow::Result<Live> {
+/// The live state of the resources of a run of the plan named `plan_name` (`plan`: its frozen
+/// spec), and the freezes that hold that plan (selected by the live plan's labels).
+pub async fn live_state(client: &Client, plan_name: &str, plan: &UpgradePlanSpec) -> anyhow::Result<Live> {
     let promise = &plan.promise_ref.name;
     let mut live = Live::of_bindings(crate::client::bindings_of(client, promise, None).await?);
+    let labels = match crate::client::get_plan(client, plan_name).await {
+        Ok(p) => p.metadata.labels.unwrap_or_default(),
+        Err(_) => Default::default(),
+    };
+    let freezes: Vec<std::sync::Arc<_>> = crate::client::list_freezes(client)
+        .await?
+        .into_iter()
+        .map(std::sync::Arc::new)
+        .collect();
+    live.freezes = upgradeplan::engine::freeze::holding(&freezes, promise, &labels);
     if plan.rollout_groups.iter().any(|g| g.health_check.is_some()) {
         let api: Api<HealthRecord> = Api::all(client.clone());
         let records = api
@@ -578,6 +593,13 @@ fn waiting(run: &UpgradeRun, eval: Option<&Evaluation>, now: DateTime<Utc>, styl
             e.in_flight,
             e.limit.unwrap_or(0)
         ),
+        Blocked::Frozen => match &e.frozen {
+            Some(hold) => format!(
+                "{} (new upgrades are held; in-flight ones continue)",
+                crate::output::frozen_words(style, hold)
+            ),
+            None => "frozen by an UpgradeFreeze".to_string(),
+        },
         // The TargetRevisionReady condition above explains it in full.
         Blocked::RevisionMissing => "waiting for the target PromiseRevision".to_string(),
         Blocked::Soaking => {
@@ -684,6 +706,7 @@ pub fn status(
                 gates: &gate::readings_from_condition(&f.plan, &s.conditions, now),
                 // The approvals the controller recorded.
                 approvals: &recorded_approvals(&s.rollout_groups),
+                freezes: &live.freezes,
                 revision_present,
                 now,
             },

@@ -396,7 +396,7 @@ async fn render_status(
         let Some(f) = runs::load_frozen(client, &g.snapshot_namespace, run).await? else {
             return anyhow::Ok(None);
         };
-        let live = runs::live_state(client, &f.plan).await?;
+        let live = runs::live_state(client, run.plan_name(), &f.plan).await?;
         let revision = runs::revision_exists(client, &f.plan.promise_ref.name, &f.plan.upgrade_path.to).await?;
         Ok(Some((f, live, revision)))
     };

@@ -46,9 +46,10 @@ fn golden(name: &str, actual: &str) {
 const NOW: &str = "2026-03-27T12:00:00Z";
 
 /// Every command of the plugin.
-const COMMANDS: [&str; 12] = [
+const COMMANDS: [&str; 13] = [
     "explain",
     "match",
+    "freezes",
     "history",
     "get",
     "run",
@@ -168,6 +169,104 @@ fn explain_says_soaks_and_approvals() {
     ]);
     assert!(o.status.success(), "{o:?}");
     golden("explain-staged.txt", &stdout(&o));
+}
+
+/// Spec §13.5: a freeze holding the plan closes every group's gate, and explain, match and
+/// `freezes` say which freeze, why and until when — across London's change to summer time (the
+/// one-off period ends 09:00 BST, 08:00Z). A freeze selecting other plans holds nothing; one that
+/// cannot be evaluated holds nothing and makes `freezes -f` exit 1.
+#[test]
+fn freezes_are_named_with_their_reason_and_end_in_every_view() {
+    let freezes = fixture("freezes.yaml");
+    let o = plugin(&[
+        "explain",
+        "-f",
+        &fixture("three-groups.yaml"),
+        "--freezes",
+        &freezes,
+        "--now",
+        NOW,
+        "--runs",
+        "1",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    golden("explain-frozen.txt", &stdout(&o));
+
+    let o = plugin(&[
+        "explain",
+        "-f",
+        &fixture("three-groups.yaml"),
+        "--freezes",
+        &freezes,
+        "--now",
+        NOW,
+        "-o",
+        "json",
+    ]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        v["freezes"].as_array().unwrap().len(),
+        1,
+        "only the freeze of this plan: {v}"
+    );
+    assert_eq!(v["freezes"][0]["name"], "release-freeze");
+    assert_eq!(v["freezes"][0]["nextEnd"], "2026-03-30T08:00:00Z");
+    assert_eq!(v["groups"][0]["window"]["open"], false);
+    assert_eq!(v["groups"][0]["window"]["nextOpen"], "2026-03-30T08:00:00Z");
+    assert_eq!(v["groups"][0]["window"]["nextClose"], Value::Null);
+
+    let o = plugin(&[
+        "match",
+        "-f",
+        &fixture("three-groups.yaml"),
+        "--bindings",
+        &fixture("bindings.json"),
+        "--freezes",
+        &freezes,
+        "--now",
+        NOW,
+        "--resource",
+        "team-b/queue",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        stdout(&o).contains("frozen until 2026-03-30 04:00 EDT (09:00 BST in Europe/London): quarter-end release freeze (UpgradeFreeze \"release-freeze\")"),
+        "{}",
+        stdout(&o)
+    );
+
+    let o = plugin(&["freezes", "-f", &freezes, "--now", NOW]);
+    assert_eq!(o.status.code(), Some(1), "an unevaluable freeze fails the lint: {o:?}");
+    golden("freezes.txt", &stdout(&o));
+    let o = plugin(&["freezes", "-f", &freezes, "--now", NOW, "-o", "json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let names: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["broken", "release-freeze", "weekends"]);
+    assert_eq!(
+        keys(&v[1]),
+        [
+            "active",
+            "name",
+            "nextEnd",
+            "nextStart",
+            "periods",
+            "problems",
+            "reason",
+            "timeZone",
+            "valid"
+        ]
+    );
+    assert_eq!(
+        v[0]["problems"][0]["field"], "spec.planSelectr",
+        "unknown fields first, as the API server rejects them"
+    );
+    assert_eq!(v[0]["problems"][1]["field"], "spec.periods[0].timeZone");
+    assert_eq!(v[2]["periods"][0]["start"], "2026-03-27T22:00:00Z");
 }
 
 /// Issue 15: both day fields restricted are said in words, and a window whose starts fall in a

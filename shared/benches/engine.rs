@@ -143,6 +143,7 @@ fn eval_run(
         health: &upgradeplan::engine::health::HealthRecords::default(),
         gates: &[],
         approvals: &[],
+        freezes: &[],
         revision_present: true,
         now: now(),
     };

@@ -2,7 +2,7 @@
 
 use kube::CustomResourceExt;
 
-use crate::api::{UpgradeApproval, UpgradePlan, UpgradeRun};
+use crate::api::{UpgradeApproval, UpgradeFreeze, UpgradePlan, UpgradeRun};
 
 /// File name under `deploy/crds/` and YAML text of each CRD this project owns.
 pub fn crd_files() -> Vec<(&'static str, String)> {
@@ -12,6 +12,10 @@ pub fn crd_files() -> Vec<(&'static str, String)> {
         (
             "upgradeapprovals.platform.syntasso.io.yaml",
             to_yaml(&UpgradeApproval::crd()),
+        ),
+        (
+            "upgradefreezes.platform.syntasso.io.yaml",
+            to_yaml(&UpgradeFreeze::crd()),
         ),
     ]
 }

@@ -8,9 +8,6 @@ use super::{Condition, SelectorRequirement};
 
 /// A platform-wide blackout (spec §13.5): while any of its periods is active, every group of
 /// every matching plan starts no new upgrade, as if a deny window were active.
-///
-/// Issue 21 in progress: the type and the engine (`engine::freeze`, proven against the time
-/// oracle) exist; the CRD is not generated into `deploy/crds` until the controller acts on it.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 #[kube(
     group = "platform.syntasso.io",

@@ -248,4 +248,8 @@ pub mod reasons {
     pub const AWAITING_APPROVAL: &str = "AwaitingApproval";
     pub const APPROVAL_REQUIRED: &str = "ApprovalRequired";
     pub const APPROVED: &str = "Approved";
+    /// Freezes (spec §13.5).
+    pub const FROZEN: &str = "Frozen";
+    pub const FREEZE_ACTIVE: &str = "FreezeActive";
+    pub const NOT_FROZEN: &str = "NotFrozen";
 }

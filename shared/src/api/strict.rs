@@ -35,8 +35,12 @@ pub fn unknown_fields(schema: &Value, doc: &Value) -> Vec<Problem> {
 
 /// The unknown fields of an UpgradePlan manifest.
 pub fn unknown_plan_fields(doc: &Value) -> Vec<Problem> {
-    use kube::CustomResourceExt;
-    let crd = serde_json::to_value(super::UpgradePlan::crd()).unwrap_or_default();
+    unknown_fields_of::<super::UpgradePlan>(doc)
+}
+
+/// The unknown fields of a manifest of our kind `K`.
+pub fn unknown_fields_of<K: kube::CustomResourceExt>(doc: &Value) -> Vec<Problem> {
+    let crd = serde_json::to_value(K::crd()).unwrap_or_default();
     let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
     unknown_fields(schema, doc)
 }

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Duration, Utc};
 
 use super::admission::{admit, is_preview, last_run_of, superseded_by, Admission, RunFacts};
+use super::freeze::holding;
 use super::gate::{self, GateCheck, GateReading};
 use super::health::HealthRecords;
 use super::run::{evaluate, texts, Blocked, Evaluation, Outcome, RunContext, Verdict};
@@ -30,8 +31,8 @@ use super::version::VersionMatcher;
 use crate::api::kratix::{HealthRecord, ResourceBinding};
 use crate::api::{
     find_condition, reasons, set_condition, Condition, ConditionStatus, GroupPhase, GroupStatus, ResourceListRef,
-    RunState, UpgradePlan, UpgradeRun, UpgradeRunStatus, ADMITTED_AT_ANNOTATION, PLAN_LABEL, PREVIEW_ANNOTATION,
-    UPGRADED_BY_ANNOTATION,
+    RunState, UpgradeFreeze, UpgradePlan, UpgradeRun, UpgradeRunStatus, ADMITTED_AT_ANNOTATION, PLAN_LABEL,
+    PREVIEW_ANNOTATION, UPGRADED_BY_ANNOTATION,
 };
 
 /// How long a deleted run waits for its plan to record its result before the finalizer is
@@ -66,6 +67,8 @@ pub trait Cluster {
     fn revision_exists(&self, promise: &str, version: &str) -> bool;
     /// Every HealthRecord of `promise` (asked only for runs with a `healthCheck`).
     fn health_records(&self, promise: &str) -> Vec<Arc<HealthRecord>>;
+    /// Every UpgradeFreeze (spec §13.5).
+    fn freezes(&self) -> Vec<Arc<UpgradeFreeze>>;
 }
 
 /// Everything [`step`] needs besides the run and the caches.
@@ -492,13 +495,12 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
         out.status.completed_resources = 0;
         out.status.started_at = Some(now);
         out.status.state = RunState::InProgress;
-        return progress(run, out, frozen, promise, owns_gauges, cluster, facts);
+        return progress(run, plan, out, frozen, owns_gauges, cluster, facts);
     }
 
     // InProgress.
-    let promise = plan.spec.promise_ref.name.clone();
     let lost = match facts.snapshot.clone() {
-        SnapshotFact::Found { frozen, .. } => return progress(run, out, frozen, &promise, owns_gauges, cluster, facts),
+        SnapshotFact::Found { frozen, .. } => return progress(run, plan, out, frozen, owns_gauges, cluster, facts),
         SnapshotFact::Lost { config_map, .. } => config_map,
         SnapshotFact::Absent => snapshot_config_map_name(run_name(run), 0),
     };
@@ -556,14 +558,15 @@ pub fn shards_of(run: &str, snapshot: &Snapshot) -> Vec<(String, Snapshot)> {
 /// Evaluates an InProgress run against live bindings and decides what follows.
 fn progress(
     run: &UpgradeRun,
+    plan: &UpgradePlan,
     mut out: Step,
     frozen: Arc<Frozen>,
-    promise: &str,
     owns_gauges: bool,
     cluster: &dyn Cluster,
     facts: &Facts,
 ) -> Step {
     let now = facts.now;
+    let promise = plan.spec.promise_ref.name.as_str();
     let to = frozen.plan.upgrade_path.to.clone();
     out.to = to.clone();
     let previous = out.status.rollout_groups.clone();
@@ -583,6 +586,8 @@ fn progress(
     } else {
         HealthRecords::default()
     };
+    // Freezes select by the live plan's labels (they are not part of the frozen spec).
+    let freezes = holding(&cluster.freezes(), promise, kube::ResourceExt::labels(plan));
     let eval = evaluate(
         &RunContext {
             run_name: run_name(run),
@@ -594,6 +599,7 @@ fn progress(
             health: &health,
             gates: facts.gates,
             approvals: facts.approvals,
+            freezes: &freezes,
             revision_present: cluster.revision_exists(promise, &to),
             now,
         },
@@ -611,6 +617,7 @@ fn progress(
     out.wake_at = eval.wake_at;
     let gate_failure = gate_transition(&mut out, &eval, &frozen.snapshot, now);
     approval_transition(&mut out, &eval, &previous, now);
+    freeze_transition(&mut out, &eval, now);
     out.adopt_approvals = facts
         .approvals
         .iter()
@@ -735,6 +742,30 @@ fn approval_transition(out: &mut Step, eval: &Evaluation, previous: &[GroupStatu
             }
         }
     }
+}
+
+/// The freezes' part of a step (spec §13.5): the `Frozen` condition, True while a freeze holds
+/// the current group's next starts (naming it, its end and its reason), False once none does
+/// (only after it was True: a run never frozen does not carry the condition).
+fn freeze_transition(out: &mut Step, eval: &Evaluation, now: DateTime<Utc>) {
+    let condition = match &eval.frozen {
+        Some(hold) => cond(
+            reasons::FROZEN,
+            ConditionStatus::True,
+            reasons::FREEZE_ACTIVE,
+            hold.message(),
+            now,
+        ),
+        None if find_condition(&out.status.conditions, reasons::FROZEN).is_some() => cond(
+            reasons::FROZEN,
+            ConditionStatus::False,
+            reasons::NOT_FROZEN,
+            super::freeze::texts::not_frozen(),
+            now,
+        ),
+        None => return,
+    };
+    set_condition(&mut out.status.conditions, condition);
 }
 
 /// The signal gates' part of a step (spec §13.3), from what the current group's gates said:

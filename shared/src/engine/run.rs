@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::budget::{parse_progress_deadline, FailureBudget};
 use super::concurrency::Limit;
+use super::freeze::{hold_at, Freeze, Hold};
 use super::gate::{self, GateCheck, GateReading};
 use super::health::{apply_health_check, HealthRecords, Verification};
 use super::snapshot::{Snapshot, SnapshotResource};
@@ -266,6 +267,8 @@ pub enum Blocked {
     Soaking,
     /// The group waits for an UpgradeApproval (spec §13.4).
     AwaitingApproval,
+    /// An UpgradeFreeze holds the plan (spec §13.5).
+    Frozen,
 }
 
 impl Blocked {
@@ -279,6 +282,7 @@ impl Blocked {
             Blocked::GateClosed => "GateClosed",
             Blocked::Soaking => "Soaking",
             Blocked::AwaitingApproval => "AwaitingApproval",
+            Blocked::Frozen => "Frozen",
         }
     }
 }
@@ -318,6 +322,9 @@ pub struct Evaluation {
     pub gate: Option<GateState>,
     /// Why not-started resources of the current group wait, if they do.
     pub blocked: Option<Blocked>,
+    /// The freeze holding the current group's not-started resources, if one does (also while
+    /// the run is suspended: the `Frozen` condition says what would hold it).
+    pub frozen: Option<Hold>,
     /// What the signal gates of the current group said, when starts were pending.
     pub gate_check: GateCheck,
     /// When to look again without any watch event (the gate's next change).
@@ -352,6 +359,8 @@ pub struct RunContext<'a> {
     pub gates: &'a [GateReading],
     /// The run's UpgradeApprovals.
     pub approvals: &'a [ApprovalFact],
+    /// The UpgradeFreezes that hold the run's plan (they close every group's gate).
+    pub freezes: &'a [Freeze],
     pub revision_present: bool,
     pub now: DateTime<Utc>,
 }
@@ -404,6 +413,7 @@ fn evaluate_groups<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Opti
         in_flight: 0,
         gate: None,
         blocked: None,
+        frozen: None,
         gate_check: GateCheck::NotChecked,
         wake_at: None,
     };
@@ -533,7 +543,7 @@ fn evaluate_groups<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Opti
             .unwrap_or(Limit::Count(1))
             .resolve(group.resources.len());
         let gate_state = plan_group.map_or(GateState::INVALID, |g| {
-            GateState::of_group(g.resource_upgrade_windows.as_deref(), ctx.now).0
+            GateState::of_group(g.resource_upgrade_windows.as_deref(), ctx.freezes, ctx.now).0
         });
         let action = |i: usize| BindingAction {
             resource: group.resources[i].clone(),
@@ -584,8 +594,11 @@ fn evaluate_groups<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Opti
             }
         }
         if !not_started.is_empty() {
+            eval.frozen = hold_at(ctx.freezes, ctx.now);
             eval.blocked = if ctx.suspended {
                 Some(Blocked::Suspended)
+            } else if eval.frozen.is_some() {
+                Some(Blocked::Frozen)
             } else if !gate_state.open {
                 Some(Blocked::WindowClosed)
             } else if matches!(eval.gate_check, GateCheck::Closed { .. }) {
@@ -961,6 +974,7 @@ mod tests {
         health: Vec<Arc<HealthRecord>>,
         gates: Vec<GateReading>,
         approvals: Vec<ApprovalFact>,
+        freezes: Vec<Freeze>,
     }
 
     impl World {
@@ -974,6 +988,7 @@ mod tests {
                 health: Vec::new(),
                 gates: Vec::new(),
                 approvals: Vec::new(),
+                freezes: Vec::new(),
             }
         }
 
@@ -1002,6 +1017,7 @@ mod tests {
                 health: &health,
                 gates: &self.gates,
                 approvals: &self.approvals,
+                freezes: &self.freezes,
                 revision_present: true,
                 now: utc(now),
             };
@@ -1101,6 +1117,109 @@ mod tests {
         let e = w.eval(&[], false, "2026-06-01T21:00:00Z");
         assert_eq!(started(&e), vec!["x"]);
         assert_eq!(e.wake_at, Some(utc("2026-06-02T01:00:00Z")));
+    }
+
+    fn freeze(name: &str, periods: &[(&str, &str)]) -> Freeze {
+        let spec = crate::api::UpgradeFreezeSpec {
+            reason: format!("{name} freeze"),
+            periods: periods
+                .iter()
+                .map(|(start, end)| crate::api::FreezePeriod {
+                    start: Some(start.to_string()),
+                    end: Some(end.to_string()),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        Freeze::compile(name, &spec).unwrap()
+    }
+
+    #[test]
+    fn a_freeze_holds_new_starts_while_in_flight_upgrades_finish() {
+        let mut g = match_all("all");
+        g.max_concurrent = Some(IntOrString::Int(1));
+        let mut w = World::new(
+            plan(&["v1"], "v2", vec![g]),
+            vec![binding("a", "x", &[], "v1", "v1"), binding("a", "y", &[], "v1", "v1")],
+        );
+        w.freezes = vec![
+            freeze("eoy", &[("2026-06-01T10:00", "2026-06-01T11:00")]),
+            // Overlaps and ends later: it is the one named, and its end is when starts resume.
+            freeze("release", &[("2026-06-01T10:30", "2026-06-01T11:30")]),
+        ];
+        // (what, now, blocked, freeze named, started, wake at)
+        type Row<'a> = (
+            &'a str,
+            &'a str,
+            Option<Blocked>,
+            Option<&'a str>,
+            Vec<&'a str>,
+            Option<&'a str>,
+        );
+        let table: Vec<Row> = vec![
+            (
+                "before",
+                "2026-06-01T09:59:00Z",
+                None,
+                None,
+                vec!["x"],
+                Some("2026-06-01T10:00:00Z"),
+            ),
+            (
+                "first freeze",
+                "2026-06-01T10:00:00Z",
+                Some(Blocked::Frozen),
+                Some("eoy"),
+                vec![],
+                Some("2026-06-01T11:30:00Z"),
+            ),
+            (
+                "both",
+                "2026-06-01T10:45:00Z",
+                Some(Blocked::Frozen),
+                Some("release"),
+                vec![],
+                Some("2026-06-01T11:30:00Z"),
+            ),
+            (
+                "the later one",
+                "2026-06-01T11:00:00Z",
+                Some(Blocked::Frozen),
+                Some("release"),
+                vec![],
+                Some("2026-06-01T11:30:00Z"),
+            ),
+            ("after", "2026-06-01T11:30:00Z", None, None, vec!["x"], None),
+        ];
+        for (what, now, blocked, named, start, wake) in table {
+            let e = w.eval(&[], false, now);
+            assert_eq!(e.blocked, blocked, "{what}");
+            assert_eq!(e.frozen.as_ref().map(|h| h.freeze.as_str()), named, "{what}");
+            assert_eq!(started(&e), start, "{what}");
+            assert_eq!(e.wake_at, wake.map(utc), "{what}");
+        }
+        let held = w.eval(&[], false, "2026-06-01T10:45:00Z").frozen.unwrap();
+        assert_eq!(
+            held.message(),
+            "UpgradeFreeze \"release\" until 2026-06-01T11:30:00Z: release freeze"
+        );
+
+        // Started before the freeze, x finishes during it; y waits for the end.
+        w.set("x", "v1", "v2");
+        let e = w.eval(&[], false, "2026-06-01T10:10:00Z");
+        assert_eq!((e.in_flight, e.blocked), (1, Some(Blocked::Frozen)));
+        w.set("x", "v2", "v2");
+        let e = w.eval(&[], false, "2026-06-01T10:20:00Z");
+        assert_eq!((e.groups[0].succeeded, e.start.len()), (1, 0));
+        assert_eq!(started(&w.eval(&[], false, "2026-06-01T11:30:00Z")), vec!["y"]);
+
+        // Suspended outranks the freeze, which is still reported; a finished group is not held.
+        let e = w.eval(&[], true, "2026-06-01T10:45:00Z");
+        assert_eq!((e.blocked, e.frozen.is_some()), (Some(Blocked::Suspended), true));
+        w.set("y", "v2", "v2");
+        let e = w.eval(&[], false, "2026-06-01T10:45:00Z");
+        assert_eq!((e.verdict, e.blocked, e.frozen), (Verdict::Completed, None, None));
     }
 
     #[test]
@@ -1326,6 +1445,7 @@ mod tests {
             health: &HealthRecords::default(),
             gates: &[],
             approvals: &[],
+            freezes: &[],
             revision_present: false,
             now: utc(CREATED),
         };

@@ -18,6 +18,7 @@ use crate::api::{
 use crate::engine::admission::{last_run_of, summarize};
 use crate::engine::budget::FailureBudget;
 use crate::engine::concurrency::Limit;
+use crate::engine::freeze::{holding, Freeze};
 use crate::engine::schedule::{scheduled_run_name, TriggerAction, Triggers};
 use crate::engine::snapshot::{assign, Snapshot};
 use crate::engine::validate::{summarize as summarize_problems, validate_plan};
@@ -277,7 +278,12 @@ pub fn step(
     } else {
         Vec::new()
     };
-    let (mut gauges, window_change) = gauges(plan, &status, valid, &bindings, now);
+    let freezes = holding(
+        &cluster.freezes(),
+        &plan.spec.promise_ref.name,
+        kube::ResourceExt::labels(plan),
+    );
+    let (mut gauges, window_change) = gauges(plan, &status, valid, &bindings, &freezes, now);
     gauges.active_run = runs
         .iter()
         .find(|r| {
@@ -325,6 +331,7 @@ fn gauges(
     status: &UpgradePlanStatus,
     valid: bool,
     bindings: &[Arc<ResourceBinding>],
+    freezes: &[Freeze],
     now: DateTime<Utc>,
 ) -> (PlanGauges, Option<DateTime<Utc>>) {
     let spec = &plan.spec;
@@ -339,7 +346,7 @@ fn gauges(
         .iter()
         .enumerate()
         .map(|(i, g)| {
-            let (state, gate) = GateState::of_group(g.resource_upgrade_windows.as_deref(), now);
+            let (state, gate) = GateState::of_group(g.resource_upgrade_windows.as_deref(), freezes, now);
             if let Some(t) = gate.as_ref().and_then(|g| g.next_change(now)) {
                 next_change = Some(next_change.map_or(t, |n| n.min(t)));
             }

@@ -37,6 +37,7 @@ struct World {
     health: Vec<Arc<HealthRecord>>,
     gates: Vec<GateReading>,
     approvals: Vec<ApprovalFact>,
+    freezes: Vec<Arc<crate::api::UpgradeFreeze>>,
 }
 
 impl Cluster for World {
@@ -63,6 +64,9 @@ impl Cluster for World {
             .cloned()
             .collect()
     }
+    fn freezes(&self) -> Vec<Arc<crate::api::UpgradeFreeze>> {
+        self.freezes.clone()
+    }
 }
 
 impl World {
@@ -77,6 +81,7 @@ impl World {
             health: Vec::new(),
             gates: Vec::new(),
             approvals: Vec::new(),
+            freezes: Vec::new(),
         }
     }
 
@@ -697,6 +702,96 @@ fn suspending_a_run_holds_new_starts_and_says_why() {
     assert!(
         !s.metadata.annotations.contains_key(ADMITTED_AT_ANNOTATION),
         "only a preview is re-admitted"
+    );
+}
+
+fn a_freeze(
+    name: &str,
+    start: &str,
+    end: &str,
+    selector: Option<(&str, &str)>,
+    zone: &str,
+) -> Arc<crate::api::UpgradeFreeze> {
+    use crate::api::{FreezePeriod, PlanSelector, UpgradeFreeze, UpgradeFreezeSpec};
+    Arc::new(UpgradeFreeze::new(
+        name,
+        UpgradeFreezeSpec {
+            reason: "end-of-year freeze".into(),
+            periods: vec![FreezePeriod {
+                start: Some(start.into()),
+                end: Some(end.into()),
+                time_zone: Some(zone.into()),
+                ..Default::default()
+            }],
+            plan_selector: selector.map(|(k, v)| PlanSelector {
+                match_labels: Some([(k.to_string(), v.to_string())].into()),
+                match_expressions: None,
+            }),
+            promises: None,
+        },
+    ))
+}
+
+#[test]
+fn a_freeze_holds_the_run_says_which_until_when_and_lets_go_at_its_end() {
+    let mut plan = valid_plan(5);
+    plan.metadata.labels = Some([("tier".to_string(), "critical".to_string())].into());
+    let mut world = World::with(2);
+    world.freezes = vec![
+        // Another plan's freeze and one that cannot be evaluated hold nothing.
+        a_freeze(
+            "dev-only",
+            "2026-06-01T00:00",
+            "2026-06-02T00:00",
+            Some(("tier", "dev")),
+            "UTC",
+        ),
+        a_freeze("broken", "2026-06-01T00:00", "2026-06-02T00:00", None, "Mars/Olympus"),
+    ];
+    let pending = |name: &str| {
+        let mut run = a_run(name, t(0), false);
+        run.status = Some(UpgradeRunStatus {
+            state: RunState::Pending,
+            ..Default::default()
+        });
+        run
+    };
+    let s = pass(&pending("free"), Some(&plan), &[], &world, t(1));
+    assert_eq!(started(&s), 2);
+    assert!(
+        find_condition(&s.status.conditions, reasons::FROZEN).is_none(),
+        "never frozen: no condition"
+    );
+
+    // 11:02 to 11:05 in London (BST) is 10:02Z to 10:05Z.
+    world.freezes.push(a_freeze(
+        "eoy",
+        "2026-06-01T11:02",
+        "2026-06-01T11:05",
+        Some(("tier", "critical")),
+        "Europe/London",
+    ));
+    let mut run = pending("r");
+    let s = pass(&run, Some(&plan), &[], &world, t(3));
+    assert_eq!((s.status.state, started(&s)), (RunState::InProgress, 0));
+    let frozen = find_condition(&s.status.conditions, reasons::FROZEN).unwrap();
+    assert_eq!(
+        (frozen.status, frozen.reason.as_str(), frozen.message.as_str()),
+        (
+            ConditionStatus::True,
+            reasons::FREEZE_ACTIVE,
+            "UpgradeFreeze \"eoy\" until 2026-06-01T10:05:00Z: end-of-year freeze"
+        )
+    );
+    assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked == Some(("all".into(), "Frozen"))));
+    assert_eq!(s.wake_at, Some(t(5)), "woken exactly at the freeze's end");
+    apply(&mut run, &s, &mut world, &plan);
+
+    let s = pass(&run, Some(&plan), &[], &world, t(5));
+    assert_eq!(started(&s), 2);
+    assert_eq!(
+        condition(&s, reasons::FROZEN),
+        (reasons::NOT_FROZEN, ConditionStatus::False)
     );
 }
 

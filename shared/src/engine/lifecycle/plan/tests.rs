@@ -17,7 +17,7 @@ fn utc(s: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
 }
 
-struct Bindings(Vec<Arc<ResourceBinding>>);
+struct Bindings(Vec<Arc<ResourceBinding>>, Vec<Arc<crate::api::UpgradeFreeze>>);
 
 impl Cluster for Bindings {
     fn binding(&self, _: &str, _: &str) -> Option<Arc<ResourceBinding>> {
@@ -32,6 +32,9 @@ impl Cluster for Bindings {
     fn health_records(&self, _: &str) -> Vec<Arc<HealthRecord>> {
         Vec::new()
     }
+    fn freezes(&self) -> Vec<Arc<crate::api::UpgradeFreeze>> {
+        self.1.clone()
+    }
 }
 
 fn four() -> Bindings {
@@ -39,6 +42,7 @@ fn four() -> Bindings {
         (0..4)
             .map(|i| Arc::new(binding("ns", &format!("r{i}"), &[], "v1", "v1")))
             .collect(),
+        Vec::new(),
     )
 }
 
@@ -281,6 +285,87 @@ fn gauges_show_the_gate_and_an_invalid_window_keeps_it_closed() {
     let g = &s.gauges.groups[0];
     assert!(!g.window_open && g.windows.is_empty() && g.next_open.is_none(), "{g:?}");
     assert!(!s.gauges.ready);
+}
+
+#[test]
+fn a_freeze_holding_the_plan_closes_its_gates_and_wakes_it_at_the_boundaries() {
+    use crate::api::{FreezePeriod, PlanSelector, UpgradeFreeze, UpgradeFreezeSpec};
+    let freeze = |name: &str, tier: &str| {
+        Arc::new(UpgradeFreeze::new(
+            name,
+            UpgradeFreezeSpec {
+                reason: "release".into(),
+                periods: vec![FreezePeriod {
+                    start: Some("2026-06-01T22:30".into()),
+                    end: Some("2026-06-01T23:00".into()),
+                    ..Default::default()
+                }],
+                plan_selector: Some(PlanSelector {
+                    match_labels: Some([("tier".to_string(), tier.to_string())].into()),
+                    match_expressions: None,
+                }),
+                promises: None,
+            },
+        ))
+    };
+    let mut plan = a_plan(None);
+    plan.metadata.labels = Some([("tier".to_string(), "critical".to_string())].into());
+    plan.spec.rollout_groups[0].resource_upgrade_windows = Some(vec![UpgradeWindow {
+        kind: WindowKind::Allow,
+        schedule: "0 22 * * *".into(),
+        duration: "2h".into(),
+        time_zone: None,
+    }]);
+    let ts = |s: &str| Some(utc(s).timestamp() as f64);
+    let mut cluster = four();
+    cluster.1 = vec![freeze("other-tier", "dev")];
+    let s = step(&plan, &[], true, &cluster, utc("2026-06-01T22:10:00Z"));
+    let g = &s.gauges.groups[0];
+    assert_eq!(
+        (g.window_open, g.next_close),
+        (true, ts("2026-06-02T00:00:00Z")),
+        "not ours"
+    );
+
+    cluster.1.push(freeze("release", "critical"));
+    let cases = [
+        // (now, open, next open, next close, wake at)
+        (
+            "2026-06-01T22:10:00Z",
+            true,
+            "2026-06-01T23:00:00Z",
+            "2026-06-01T22:30:00Z",
+            "2026-06-01T22:30:00Z",
+        ),
+        (
+            "2026-06-01T22:40:00Z",
+            false,
+            "2026-06-01T23:00:00Z",
+            "2026-06-02T00:00:00Z",
+            "2026-06-01T23:00:00Z",
+        ),
+        (
+            "2026-06-01T23:00:00Z",
+            true,
+            "2026-06-02T22:00:00Z",
+            "2026-06-02T00:00:00Z",
+            "2026-06-02T00:00:00Z",
+        ),
+    ];
+    for (now, open, next_open, next_close, wake) in cases {
+        let s = step(&plan, &[], true, &cluster, utc(now));
+        let g = &s.gauges.groups[0];
+        assert_eq!(
+            (g.window_open, g.next_open, g.next_close, s.wake_at),
+            (open, ts(next_open), ts(next_close), Some(utc(wake))),
+            "{now}"
+        );
+        assert_eq!(
+            g.windows,
+            vec![(0, "allow", true)],
+            "window_active stays the windows' own"
+        );
+    }
 }
 
 #[test]

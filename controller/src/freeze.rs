@@ -1,0 +1,54 @@
+//! Freeze reconciliation: the I/O shell around [`freeze::step`] (spec §13.5). Writes the
+//! freeze's status (active now, its next start and end, how many plans it holds, `Ready`), sets
+//! its gauges, and wakes exactly at its next start or end. The runs and plans it holds read it
+//! from the cache; this reconcile only reports on it.
+
+use std::sync::Arc;
+
+use kube::runtime::controller::Action;
+use kube::ResourceExt;
+use upgradeplan::api::{reasons, UpgradeFreeze};
+use upgradeplan::engine::freeze;
+
+use crate::context::{apply_status, Ctx};
+use crate::error::{Error, Result};
+use crate::events::EventType;
+
+pub async fn reconcile(freeze: Arc<UpgradeFreeze>, ctx: Arc<Ctx>) -> Result<Action> {
+    // `matchingPlans` counts from the plan cache.
+    if !ctx.synced.all() {
+        return Ok(Action::requeue(crate::context::CACHE_WAIT));
+    }
+    if freeze.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let name = freeze.name_any();
+    let step = freeze::step(&freeze, &ctx.plans.state(), crate::clock::now());
+    ctx.metrics.set_freeze(&name, step.active, step.ready);
+    // A sharded controller sees only its plans: the status (matchingPlans) is left to the one
+    // that sees them all, or the shards would overwrite each other's count.
+    if ctx.selector.is_none() {
+        if freeze.status.as_ref() != Some(&step.status) {
+            apply_status::<UpgradeFreeze>(&ctx.client, &name, &step.status).await?;
+        }
+        if let Some(note) = step.invalid_event {
+            ctx.event(freeze.as_ref(), EventType::Warning, reasons::INVALID_SPEC, note)
+                .await;
+        }
+    }
+    Ok(match step.wake_at {
+        Some(next) => Action::requeue((next - crate::clock::now()).to_std().unwrap_or_default()),
+        None => Action::await_change(),
+    })
+}
+
+/// The object's key in [`Ctx::retries`].
+pub fn retry_key(freeze: &UpgradeFreeze) -> String {
+    format!("freeze/{}", freeze.name_any())
+}
+
+pub fn error_policy(freeze: Arc<UpgradeFreeze>, err: &Error, ctx: Arc<Ctx>) -> Action {
+    let delay = ctx.retries.next_delay(&retry_key(&freeze));
+    tracing::warn!(freeze = %freeze.name_any(), error = %err, kind = err.metric_label(), retry_in = ?delay, "freeze reconcile failed; retrying");
+    Action::requeue(delay)
+}
