@@ -88,6 +88,8 @@ pub struct Ctx {
     pub snapshot_namespace: String,
     /// `--selector`: only plans matching it, and their runs, are ours.
     pub selector: Option<String>,
+    /// `--selector`, parsed: which freezes' status this controller writes.
+    pub label_selector: Option<upgradeplan::engine::selector::LabelSelector>,
     pub plans: Store<UpgradePlan>,
     pub runs: Store<UpgradeRun>,
     pub bindings: Store<ResourceBinding>,

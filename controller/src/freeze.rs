@@ -19,22 +19,22 @@ pub async fn reconcile(freeze: Arc<UpgradeFreeze>, ctx: Arc<Ctx>) -> Result<Acti
     if !ctx.synced.all() {
         return Ok(Action::requeue(crate::context::CACHE_WAIT));
     }
-    if freeze.metadata.deletion_timestamp.is_some() {
+    // Every controller is held by every freeze (from its cache), but one writes each freeze's
+    // status: a sharded controller those matching its --selector, as with plans; else two shards
+    // would overwrite each other's matchingPlans.
+    let ours = ctx.label_selector.as_ref().is_none_or(|s| s.matches(freeze.labels()));
+    if freeze.metadata.deletion_timestamp.is_some() || !ours {
         return Ok(Action::await_change());
     }
     let name = freeze.name_any();
     let step = freeze::step(&freeze, &ctx.plans.state(), crate::clock::now());
     ctx.metrics.set_freeze(&name, step.active, step.ready);
-    // A sharded controller sees only its plans: the status (matchingPlans) is left to the one
-    // that sees them all, or the shards would overwrite each other's count.
-    if ctx.selector.is_none() {
-        if freeze.status.as_ref() != Some(&step.status) {
-            apply_status::<UpgradeFreeze>(&ctx.client, &name, &step.status).await?;
-        }
-        if let Some(note) = step.invalid_event {
-            ctx.event(freeze.as_ref(), EventType::Warning, reasons::INVALID_SPEC, note)
-                .await;
-        }
+    if freeze.status.as_ref() != Some(&step.status) {
+        apply_status::<UpgradeFreeze>(&ctx.client, &name, &step.status).await?;
+    }
+    if let Some(note) = step.invalid_event {
+        ctx.event(freeze.as_ref(), EventType::Warning, reasons::INVALID_SPEC, note)
+            .await;
     }
     Ok(match step.wake_at {
         Some(next) => Action::requeue((next - crate::clock::now()).to_std().unwrap_or_default()),

@@ -53,8 +53,10 @@ struct Cli {
     #[arg(long, value_name = "NS", default_value = DEFAULT_SNAPSHOT_NAMESPACE)]
     snapshot_namespace: String,
     /// Only handle UpgradePlans matching this label selector (and their runs), e.g.
-    /// `team=payments`: to shard plans across controllers or canary a new version. Default: all.
-    #[arg(long, value_name = "SELECTOR")]
+    /// `team=payments`: to shard plans across controllers or canary a new version. Every
+    /// UpgradeFreeze holds the plans it selects whatever the shard; a sharded controller writes
+    /// the status of the freezes matching its selector only. Default: all.
+    #[arg(long, value_name = "SELECTOR", value_parser = parse_selector)]
     selector: Option<String>,
     /// Address of /metrics.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
@@ -130,6 +132,11 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     s.parse::<kube::core::Duration>()
         .map(Duration::from)
         .map_err(|e| format!("{s:?} is not a Go duration such as 15s or 1m: {e}"))
+}
+
+fn parse_selector(s: &str) -> Result<String, String> {
+    s.parse::<upgradeplan::engine::selector::LabelSelector>()?;
+    Ok(s.to_string())
 }
 
 fn parse_instant(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
@@ -480,6 +487,7 @@ async fn run_controllers<F, Fut>(
         recorder: events::Publisher::new(client.clone(), "upgradeplan-controller", identity()),
         snapshot_namespace: cli.snapshot_namespace.clone(),
         selector: cli.selector.clone(),
+        label_selector: cli.selector.as_deref().and_then(|s| s.parse().ok()),
         plans: plans.clone(),
         runs: runs.clone(),
         bindings: bindings.clone(),

@@ -633,7 +633,7 @@ mod tests {
             .iter()
             .map(|r| r["expr"].as_str().unwrap().to_string())
             .collect();
-        assert_eq!(exprs.len(), 12);
+        assert_eq!(exprs.len(), 13);
         let dashboard: serde_json::Value = serde_json::from_str(&monitoring("dashboard.json")).unwrap();
         let panel_exprs = dashboard_queries(&dashboard);
         let used: BTreeSet<String> = exprs.iter().chain(&panel_exprs).flat_map(|e| names_in(e)).collect();
@@ -771,6 +771,26 @@ mod tests {
         let dashboard: serde_json::Value = serde_json::from_str(&monitoring("dashboard.json")).unwrap();
         assert_eq!(embedded, dashboard, "the ConfigMap must embed dashboard.json");
         assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    }
+
+    #[test]
+    fn freeze_gauges_follow_the_freeze_and_go_with_it() {
+        let m = Metrics::new();
+        m.set_freeze("eoy", true, true);
+        m.set_freeze("typo", false, false);
+        let text = m.render();
+        for line in [
+            "upgradeplan_freeze_active{freeze=\"eoy\"} 1",
+            "upgradeplan_freeze_ready{freeze=\"eoy\"} 1",
+            "upgradeplan_freeze_active{freeze=\"typo\"} 0",
+            "upgradeplan_freeze_ready{freeze=\"typo\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} in:\n{text}");
+        }
+        m.retain_freezes(&["eoy".to_string()].into());
+        let text = m.render();
+        assert!(text.contains("upgradeplan_freeze_active{freeze=\"eoy\"} 1"));
+        assert!(!text.contains("typo"), "a deleted freeze leaves no series:\n{text}");
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub enum Want {
     Flags(String),
     Plans,
     Runs,
+    Freezes,
     /// Runs not yet Completed, Failed or Cancelled (what `cancel` can act on).
     ActiveRuns,
     /// Plans, and runs not yet ended (what `suspend`/`resume` can act on).
@@ -56,12 +57,11 @@ pub fn want(args: &[String]) -> Want {
                 }
             }
             "-o" | "--output" => return Want::Values(["table", "wide", "json", "yaml"].map(String::from).to_vec()),
-            "-f" | "--filename" | "--bindings" | "--kubeconfig" => return Want::Files,
+            "-f" | "--filename" | "--bindings" | "--freezes" | "--kubeconfig" => return Want::Files,
             "--context" => return Want::Contexts,
             "-n" | "--namespace" | "--snapshot-namespace" => return Want::Namespaces,
-            "--now" | "--runs" | "--limit" | "--name" | "--timeout" | "--request-timeout" | "--comment" => {
-                return Want::Nothing
-            }
+            "--now" | "--runs" | "--limit" | "--name" | "--timeout" | "--request-timeout" | "--comment"
+            | "--periods" => return Want::Nothing,
             _ => {}
         }
     }
@@ -80,6 +80,7 @@ pub fn want(args: &[String]) -> Want {
         ("history", 1) => Want::RunsOfPlan(words[1].to_string()),
         (c, 0) if PLAN_VERBS.contains(&c) => Want::Plans,
         ("status", 0) => Want::Runs,
+        ("freezes", 0) => Want::Freezes,
         ("cancel" | "approve", 0) => Want::ActiveRuns,
         ("approve", 1) => Want::GroupsOfRun(words[1].to_string()),
         ("suspend" | "resume", 0) => Want::PlansAndActiveRuns,
@@ -123,6 +124,7 @@ pub async fn complete(args: &[String], global: &Global) -> (Vec<String>, u8) {
         Want::Nothing => (vec![], DIRECTIVE_NO_FILES),
         Want::Plans => (names(global, Kind::Plans).await, DIRECTIVE_NO_FILES),
         Want::Runs => (names(global, Kind::runs(None, false)).await, DIRECTIVE_NO_FILES),
+        Want::Freezes => (names(global, Kind::Freezes).await, DIRECTIVE_NO_FILES),
         Want::ActiveRuns => (names(global, Kind::runs(None, true)).await, DIRECTIVE_NO_FILES),
         Want::RunsOfPlan(p) => (names(global, Kind::runs(Some(&p), false)).await, DIRECTIVE_NO_FILES),
         Want::GroupsOfRun(r) => (names(global, Kind::GroupsOfRun(&r)).await, DIRECTIVE_NO_FILES),
@@ -144,6 +146,7 @@ pub async fn complete(args: &[String], global: &Global) -> (Vec<String>, u8) {
 /// What to list from the cluster.
 enum Kind<'p> {
     Plans,
+    Freezes,
     Runs {
         plan: Option<&'p str>,
         active_only: bool,
@@ -202,6 +205,12 @@ async fn names(global: &Global, kind: Kind<'_>) -> Vec<String> {
                 .items
                 .into_iter()
                 .filter_map(|p| p.metadata.name)
+                .collect(),
+            Kind::Freezes => crate::client::list_freezes(&client)
+                .await
+                .ok()?
+                .into_iter()
+                .filter_map(|f| f.metadata.name)
                 .collect(),
             Kind::GroupsOfRun(run) => {
                 let run = Api::<UpgradeRun>::all(client.clone()).get(run).await.ok()?;
@@ -267,6 +276,9 @@ mod tests {
         assert_eq!(w(&["cancel", ""]), Want::ActiveRuns);
         assert_eq!(w(&["approve", ""]), Want::ActiveRuns);
         assert_eq!(w(&["approve", "r1", ""]), Want::GroupsOfRun("r1".into()));
+        assert_eq!(w(&["freezes", ""]), Want::Freezes);
+        assert_eq!(w(&["freezes", "--periods", ""]), Want::Nothing);
+        assert_eq!(w(&["explain", "p", "--freezes", ""]), Want::Files);
         assert_eq!(w(&["approve", "r1", "prod", "--comment", ""]), Want::Nothing);
         assert_eq!(w(&["get", "--context", ""]), Want::Contexts);
         assert_eq!(w(&["match", "p", "-n", ""]), Want::Namespaces);

@@ -558,6 +558,20 @@ impl TestEnv {
         wait_for(self.runs(), name, timeout, what, pred).await
     }
 
+    /// Waits (watch-driven) until the UpgradeFreeze `name` satisfies `pred`; its status then.
+    pub async fn wait_for_freeze(
+        &self,
+        name: &str,
+        pred: impl Fn(&upgradeplan::api::UpgradeFreeze) -> bool,
+    ) -> upgradeplan::api::UpgradeFreezeStatus {
+        let api: Api<upgradeplan::api::UpgradeFreeze> = Api::all(self.client.clone());
+        wait_for(api, name, Duration::from_secs(60), "freeze status", pred)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .status
+            .unwrap_or_default()
+    }
+
     /// Waits (watch-driven) until the plan satisfies `pred`.
     pub async fn wait_plan(
         &self,

@@ -275,6 +275,39 @@ async fn every_alert_fires_and_resolves() {
                 .unwrap();
         };
 
+        // UpgradeFreezeInvalid: a freeze with an unknown time zone (labelled for this test's
+        // controller, which writes and exports the freezes matching its --selector); fixing it
+        // resolves the alert. Its period is long past, and it selects no plan.
+        let freeze_invalid = async {
+            let name = format!("{}-typo", env.id);
+            let (k, v) = env.selector();
+            let freezes: kube::Api<upgradeplan::api::UpgradeFreeze> = kube::Api::all(env.client.clone());
+            let freeze = serde_json::from_value(json!({
+                "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeFreeze",
+                "metadata": {"name": name, "labels": {k.clone(): v.clone()}},
+                "spec": {"reason": "typo", "planSelector": {"matchLabels": {k: v, "none": "none"}},
+                         "periods": [{"start": "2020-01-01T00:00", "end": "2020-01-02T00:00", "timeZone": "Europe/Londn"}]}
+            }))
+            .unwrap();
+            freezes.create(&Default::default(), &freeze).await.unwrap();
+            prom.wait_alert("UpgradeFreezeInvalid", &[("freeze", &name)], true, ALERT_WAIT)
+                .await
+                .unwrap();
+            let zone = json!([{"op": "replace", "path": "/spec/periods/0/timeZone", "value": "Europe/London"}]);
+            freezes
+                .patch(
+                    &name,
+                    &Default::default(),
+                    &kube::api::Patch::<()>::Json(serde_json::from_value(zone).unwrap()),
+                )
+                .await
+                .unwrap();
+            prom.wait_alert("UpgradeFreezeInvalid", &[("freeze", &name)], false, ALERT_WAIT)
+                .await
+                .unwrap();
+            freezes.delete(&name, &Default::default()).await.unwrap();
+        };
+
         // UpgradePlanCannotSchedule and UpgradeScheduleMissed: the scheduled run is refused by an
         // admission webhook until it is removed.
         let refused = async {
@@ -342,7 +375,16 @@ async fn every_alert_fires_and_resolves() {
             .unwrap();
         };
 
-        tokio::join!(failed, tolerated, stuck, pending, invalid, refused, errors);
+        tokio::join!(
+            failed,
+            tolerated,
+            stuck,
+            pending,
+            invalid,
+            freeze_invalid,
+            refused,
+            errors
+        );
     }
 
     // UpgradeControllerAbsent: the controller stops; a new one resolves it.

@@ -158,6 +158,106 @@ pub fn matches(selectors: Option<&RolloutSelectors>, labels: &BTreeMap<String, S
     check(selectors, labels).is_ok()
 }
 
+/// A label selector written as `kubectl -l` and the API server take it (`env=prod,tier!=dev,
+/// region in (eu,us),canary,!legacy`): every term must hold, and the empty selector matches
+/// everything (Kubernetes semantics, unlike rollout-group selectors).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelSelector {
+    terms: RolloutSelectors,
+}
+
+impl std::str::FromStr for LabelSelector {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut labels = BTreeMap::new();
+        let mut exprs = Vec::new();
+        for term in split_terms(s) {
+            let term = term.trim();
+            let bad = || format!("{term:?} is not a selector term such as k=v, k!=v, k in (a,b), k notin (a), k or !k");
+            let valid_key =
+                |k: &str| !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c));
+            let set = |rest: &str| -> Option<Vec<String>> {
+                let inner = rest.trim().strip_prefix('(')?.strip_suffix(')')?;
+                Some(
+                    inner
+                        .split(',')
+                        .map(|v| v.trim().to_string())
+                        .filter(|v| !v.is_empty())
+                        .collect(),
+                )
+            };
+            let expr = |key: &str, operator, values: Option<Vec<String>>| SelectorRequirement {
+                key: key.to_string(),
+                operator,
+                values,
+            };
+            if term.is_empty() {
+                continue;
+            } else if let Some((k, v)) = term.split_once("!=") {
+                exprs.push(expr(
+                    k.trim(),
+                    SelectorOperator::NotIn,
+                    Some(vec![v.trim().to_string()]),
+                ));
+            } else if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+                labels.insert(k.trim().to_string(), v.trim().to_string());
+            } else if let Some((k, rest)) = term.split_once(" notin ") {
+                exprs.push(expr(
+                    k.trim(),
+                    SelectorOperator::NotIn,
+                    Some(set(rest).ok_or_else(bad)?),
+                ));
+            } else if let Some((k, rest)) = term.split_once(" in ") {
+                exprs.push(expr(k.trim(), SelectorOperator::In, Some(set(rest).ok_or_else(bad)?)));
+            } else if let Some(k) = term.strip_prefix('!') {
+                exprs.push(expr(k.trim(), SelectorOperator::DoesNotExist, None));
+            } else {
+                exprs.push(expr(term, SelectorOperator::Exists, None));
+            }
+            let key_ok = labels.keys().all(|k| valid_key(k)) && exprs.iter().all(|e| valid_key(&e.key));
+            if !key_ok {
+                return Err(bad());
+            }
+        }
+        Ok(LabelSelector {
+            terms: RolloutSelectors {
+                match_labels: Some(labels),
+                match_expressions: Some(exprs),
+                match_all: None,
+            },
+        })
+    }
+}
+
+impl LabelSelector {
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        match kind(Some(&self.terms)) {
+            SelectorKind::Nothing => true,
+            _ => matches(Some(&self.terms), labels),
+        }
+    }
+}
+
+/// The terms of a selector string: split at commas outside parentheses.
+fn split_terms(s: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&s[start..]);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,5 +400,31 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(describe(Some(&all)), "every remaining resource (matchAll)");
+    }
+
+    #[test]
+    fn label_selector_strings_match_as_the_api_server_does() {
+        let l = labels(&[("env", "prod"), ("region", "eu"), ("canary", "")]);
+        let cases = [
+            ("", true),
+            ("env=prod", true),
+            ("env==prod", true),
+            ("env=dev", false),
+            ("env!=dev", true),
+            ("missing!=x", true),
+            ("env=prod,region in (eu, us)", true),
+            ("region notin (eu)", false),
+            ("canary", true),
+            ("!canary", false),
+            ("!legacy,env=prod", true),
+            ("upgradeplan-test=abc-123", false),
+        ];
+        for (sel, want) in cases {
+            let parsed: LabelSelector = sel.parse().unwrap_or_else(|e| panic!("{sel}: {e}"));
+            assert_eq!(parsed.matches(&l), want, "{sel}");
+        }
+        for bad in ["env in eu", "a b", "k in (x"] {
+            assert!(bad.parse::<LabelSelector>().is_err(), "{bad}");
+        }
     }
 }

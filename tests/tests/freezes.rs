@@ -1,0 +1,364 @@
+//! Freezes (spec §13.5), end to end: the real control plane, kratix-sim, the controller and the
+//! plugin. Freezes are cluster-wide, and the tests of this suite share one control plane: every
+//! freeze here selects its own test's plans only (the test's label, or its Promise).
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+use upgradeplan::api::{
+    find_condition, reasons, ConditionStatus, RunState, UpgradeFreeze, UpgradeRun, UPGRADE_STARTED_AT_ANNOTATION,
+};
+use upgradeplan_e2e::harness::{free_port, http_get, run_plugin, TestEnv};
+
+const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
+const WAIT: Duration = Duration::from_secs(120);
+
+fn utc(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+fn state(r: &UpgradeRun) -> RunState {
+    r.status.as_ref().map(|s| s.state).unwrap_or_default()
+}
+
+fn frozen(r: &UpgradeRun) -> Option<(ConditionStatus, String, String)> {
+    let c = find_condition(&r.status.as_ref()?.conditions, reasons::FROZEN)?;
+    Some((c.status, c.reason.clone(), c.message.clone()))
+}
+
+fn succeeded(r: &UpgradeRun) -> i64 {
+    r.status
+        .as_ref()
+        .map_or(0, |s| s.rollout_groups.iter().map(|g| g.succeeded).sum())
+}
+
+/// Creates the freeze `<id>-<suffix>`, labelled for this test's controller (which writes the
+/// status of the freezes matching its --selector), holding the plans `plan_selector` selects.
+async fn create_freeze(
+    env: &TestEnv,
+    suffix: &str,
+    reason: &str,
+    periods: serde_json::Value,
+    plan_selector: serde_json::Value,
+) -> String {
+    let name = format!("{}-{suffix}", env.id);
+    let (k, v) = env.selector();
+    let freeze: UpgradeFreeze = serde_json::from_value(json!({
+        "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeFreeze",
+        "metadata": {"name": name, "labels": {k: v}},
+        "spec": {"reason": reason, "periods": periods, "planSelector": plan_selector}
+    }))
+    .unwrap();
+    freezes(env).create(&PostParams::default(), &freeze).await.unwrap();
+    name
+}
+
+fn freezes(env: &TestEnv) -> Api<UpgradeFreeze> {
+    Api::all(env.client.clone())
+}
+
+/// The controller-clock instants at which each binding's upgrade started (`upgrade-started-at`).
+async fn starts(env: &TestEnv, ns: &str, names: &[&str]) -> Vec<(String, DateTime<Utc>)> {
+    let mut out = Vec::new();
+    for n in names {
+        let b = env.bindings_api(ns).get(&format!("{n}-{}", env.promise)).await.unwrap();
+        let at = b
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(UPGRADE_STARTED_AT_ANNOTATION));
+        out.push((n.to_string(), utc(at.unwrap_or_else(|| panic!("{n} never started")))));
+    }
+    out
+}
+
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// A one-off freeze a minute long (12:00 to 12:01 on the controller's clock, which starts at
+/// 11:59:50): the two upgrades in flight when it begins finish during it, nothing new starts
+/// while it lasts (the run says which freeze holds it, why and until when; blocked{reason=
+/// "Frozen"} and freeze_active say so too), and the run resumes at its end — at the boundary,
+/// not at some later poll.
+#[tokio::test]
+async fn a_freeze_holds_new_starts_while_in_flight_upgrades_finish_and_the_run_resumes_at_its_end() {
+    let mut env = TestEnv::new("freeze-once").await.unwrap();
+    let names = ["a0", "a1", "a2", "a3"];
+    let bindings: Vec<(&str, &str)> = names.iter().map(|n| (*n, "all")).collect();
+    let ns = env.upgrade_world(&bindings, SIM, &["--delay", "15s"]).await.unwrap();
+    let metrics_addr = format!("127.0.0.1:{}", free_port().unwrap());
+    let controller = env
+        .start_controller(&["--clock-start", "2026-12-24T11:59:50Z", "--metrics-addr", &metrics_addr])
+        .await
+        .unwrap();
+    let plan = env
+        .create_plan(
+            "plan",
+            json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
+                   "rolloutGroups": [{"name": "all", "selectors": {"matchLabels": {"env": "all"}}, "maxConcurrent": 2}]}),
+        )
+        .await
+        .unwrap();
+    let (k, v) = env.selector();
+    let freeze = create_freeze(
+        &env,
+        "release",
+        "release freeze",
+        json!([{"start": "2026-12-24T13:00", "end": "2026-12-24T13:01", "timeZone": "Europe/Paris"}]),
+        json!({"matchLabels": {k.clone(): v.clone()}}),
+    )
+    .await;
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+
+    let held = env
+        .wait_run(&run, WAIT, "held by the freeze", |r| {
+            frozen(r).is_some_and(|(s, _, _)| s == ConditionStatus::True)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    assert_eq!(
+        frozen(&held).unwrap(),
+        (
+            ConditionStatus::True,
+            "FreezeActive".to_string(),
+            format!("UpgradeFreeze \"{freeze}\" until 2026-12-24T12:01:00Z: release freeze")
+        )
+    );
+    let (_, text) = http_get(&metrics_addr, "/metrics").await.unwrap();
+    assert_eq!(
+        metric(
+            &text,
+            &format!("upgradeplan_blocked{{group=\"all\",plan=\"{plan}\",reason=\"Frozen\"}}")
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, &format!("upgradeplan_freeze_active{{freeze=\"{freeze}\"}}")),
+        Some(1.0)
+    );
+    let status = env
+        .wait_for_freeze(&freeze, |f| f.status.as_ref().is_some_and(|s| s.active))
+        .await;
+    assert_eq!(
+        (status.next_end, status.matching_plans),
+        (Some(utc("2026-12-24T12:01:00Z")), 1),
+        "{status:?}"
+    );
+
+    // The two in flight when it began finish while it holds; the others wait.
+    let during = env
+        .wait_run(&run, WAIT, "in-flight upgrades finished", |r| succeeded(r) == 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        frozen(&during).unwrap().0,
+        ConditionStatus::True,
+        "finished during the freeze"
+    );
+    for n in ["a2", "a3"] {
+        let b = env
+            .bindings_api(&ns)
+            .get(&format!("{n}-{}", env.promise))
+            .await
+            .unwrap();
+        assert_eq!(b.spec.version, "v1.0.0", "{n} started during the freeze");
+    }
+
+    let done = env
+        .wait_run(&run, WAIT, "completed", |r| state(r).is_terminal())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    assert_eq!(state(&done), RunState::Completed);
+    assert_eq!(frozen(&done).unwrap().0, ConditionStatus::False);
+    let (begin, end) = (utc("2026-12-24T12:00:00Z"), utc("2026-12-24T12:01:00Z"));
+    let starts = starts(&env, &ns, &names).await;
+    for (n, at) in &starts {
+        assert!(
+            *at < begin || *at >= end,
+            "{n} started at {at}, during the freeze: {starts:?}"
+        );
+    }
+    let resumed: Vec<&DateTime<Utc>> = starts.iter().map(|(_, at)| at).filter(|at| **at >= end).collect();
+    assert_eq!(resumed.len(), 2, "{starts:?}");
+    assert!(
+        resumed.iter().all(|at| **at < end + chrono::Duration::seconds(3)),
+        "not resumed at the freeze's end: {starts:?}"
+    );
+    let status = env
+        .wait_for_freeze(&freeze, |f| f.status.as_ref().is_some_and(|s| !s.active))
+        .await;
+    assert_eq!((status.next_start, status.next_end), (None, None), "{status:?}");
+
+    // The plugin lists it, with the plan it holds.
+    let listed = run_plugin(None, &["freezes", &freeze]).await.unwrap();
+    assert!(
+        listed.stdout.contains("release freeze") && listed.stdout.contains(&format!("holds:   {plan}")),
+        "{listed:?}"
+    );
+    env.teardown().await.unwrap();
+}
+
+/// A freeze selecting by plan label holds the plan it selects, not another plan of the same
+/// Promise; deleting it lets the held run go at once.
+#[tokio::test]
+async fn a_freeze_holds_the_plans_it_selects_and_no_other() {
+    let mut env = TestEnv::new("freeze-select").await.unwrap();
+    let ns = env
+        .upgrade_world(&[("c0", "critical"), ("o0", "other")], SIM, &[])
+        .await
+        .unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
+    let spec = |env_label: &str| {
+        json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
+               "rolloutGroups": [{"name": "all", "selectors": {"matchLabels": {"env": env_label}}}]})
+    };
+    let critical = env.create_plan("critical", spec("critical")).await.unwrap();
+    let other = env.create_plan("other", spec("other")).await.unwrap();
+    let mut labelled = env.plans().get(&critical).await.unwrap();
+    labelled
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("tier".into(), "critical".into());
+    labelled.metadata.managed_fields = None;
+    env.plans()
+        .replace(&critical, &PostParams::default(), &labelled)
+        .await
+        .unwrap();
+    let (k, v) = env.selector();
+    // A day-long freeze around the real now.
+    let now = Utc::now();
+    let period = json!([{
+        "start": (now - chrono::Duration::hours(1)).format("%Y-%m-%dT%H:%M").to_string(),
+        "end": (now + chrono::Duration::hours(23)).format("%Y-%m-%dT%H:%M").to_string()
+    }]);
+    let freeze = create_freeze(
+        &env,
+        "critical",
+        "critical systems frozen",
+        period,
+        json!({"matchLabels": {k: v, "tier": "critical"}}),
+    )
+    .await;
+    let status = env
+        .wait_for_freeze(&freeze, |f| f.status.as_ref().is_some_and(|s| s.active))
+        .await;
+    assert_eq!(status.matching_plans, 1);
+
+    let held = env
+        .create_run(&format!("{critical}-1"), &critical, false)
+        .await
+        .unwrap();
+    let free = env.create_run(&format!("{other}-1"), &other, false).await.unwrap();
+    let done = env
+        .wait_run(&free, WAIT, "completed", |r| state(r).is_terminal())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    assert_eq!(state(&done), RunState::Completed);
+    assert!(frozen(&done).is_none(), "never held: {:?}", done.status);
+    let waiting = env
+        .wait_run(&held, WAIT, "frozen", |r| {
+            frozen(r).is_some_and(|(s, _, _)| s == ConditionStatus::True)
+        })
+        .await
+        .unwrap();
+    assert_eq!(state(&waiting), RunState::InProgress);
+    let b = env.bindings_api(&ns).get(&format!("c0-{}", env.promise)).await.unwrap();
+    assert_eq!(b.spec.version, "v1.0.0");
+    let status = run_plugin(
+        None,
+        &["status", &held, "--snapshot-namespace", &env.snapshot_namespace()],
+    )
+    .await
+    .unwrap();
+    assert!(
+        status.stdout.contains("frozen until ")
+            && status.stdout.contains(&format!(
+                "critical systems frozen (UpgradeFreeze \"{freeze}\") (new upgrades are held; in-flight ones continue)"
+            )),
+        "{status:?}"
+    );
+
+    freezes(&env).delete(&freeze, &DeleteParams::default()).await.unwrap();
+    let done = env
+        .wait_run(&held, Duration::from_secs(30), "released", |r| state(r).is_terminal())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    assert_eq!(state(&done), RunState::Completed);
+    assert_eq!(frozen(&done).unwrap().1, "NotFrozen");
+    env.teardown().await.unwrap();
+}
+
+/// A recurring freeze in a zone that changes to summer time: "30 1 * * *" in Europe/London on
+/// 29 March 2026 names 01:30, which does not exist (01:00 GMT jumps to 02:00 BST); the local-time
+/// resolver moves it to the end of the gap, 02:00 BST (01:00Z), and it lasts one real minute.
+/// The controller's clock starts at 00:59:45Z: nothing starts from 01:00:00Z to 01:01:00Z, and
+/// starts resume at 01:01:00Z.
+#[tokio::test]
+async fn a_recurring_freeze_in_a_daylight_saving_zone_holds_where_the_resolver_says() {
+    let mut env = TestEnv::new("freeze-dst").await.unwrap();
+    let names = ["d0", "d1", "d2", "d3", "d4", "d5", "d6", "d7"];
+    let bindings: Vec<(&str, &str)> = names.iter().map(|n| (*n, "all")).collect();
+    let ns = env.upgrade_world(&bindings, SIM, &["--delay", "4s"]).await.unwrap();
+    let controller = env
+        .start_controller(&["--clock-start", "2026-03-29T00:59:45Z"])
+        .await
+        .unwrap();
+    let plan = env
+        .create_plan(
+            "plan",
+            json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
+                   "rolloutGroups": [{"name": "all", "selectors": {"matchLabels": {"env": "all"}}, "maxConcurrent": 1}]}),
+        )
+        .await
+        .unwrap();
+    let (k, v) = env.selector();
+    let freeze = create_freeze(
+        &env,
+        "nightly",
+        "nightly backups",
+        json!([{"schedule": "30 1 * * *", "duration": "1m", "timeZone": "Europe/London"}]),
+        json!({"matchLabels": {k: v}}),
+    )
+    .await;
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    let held = env
+        .wait_run(&run, WAIT, "held by the freeze", |r| {
+            frozen(r).is_some_and(|(s, _, _)| s == ConditionStatus::True)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    assert_eq!(
+        frozen(&held).unwrap().2,
+        format!("UpgradeFreeze \"{freeze}\" until 2026-03-29T01:01:00Z: nightly backups")
+    );
+    let done = env
+        .wait_run(&run, WAIT, "completed", |r| state(r).is_terminal())
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    assert_eq!(state(&done), RunState::Completed);
+    let (begin, end) = (utc("2026-03-29T01:00:00Z"), utc("2026-03-29T01:01:00Z"));
+    let starts = starts(&env, &ns, &names).await;
+    assert!(starts.iter().any(|(_, at)| *at < begin), "{starts:?}");
+    for (n, at) in &starts {
+        assert!(
+            *at < begin || *at >= end,
+            "{n} started at {at}, during the freeze: {starts:?}"
+        );
+    }
+    let first_after = starts.iter().map(|(_, at)| *at).filter(|at| *at >= end).min().unwrap();
+    assert!(
+        first_after < end + chrono::Duration::seconds(3),
+        "resumed at {first_after}, not at the freeze's end: {starts:?}"
+    );
+    let status = env.wait_for_freeze(&freeze, |f| f.status.is_some()).await;
+    // The next occurrence: 01:30 BST on 30 March is 00:30Z.
+    assert_eq!(status.next_start, Some(utc("2026-03-30T00:30:00Z")), "{status:?}");
+    env.teardown().await.unwrap();
+}
