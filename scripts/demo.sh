@@ -114,6 +114,8 @@ YAML
   sleep 1
   kubectl get upgradeplan redis-v1-to-v2 -o wide
   if [ -x "$BIN/kubectl-upgradeplan" ]; then "$BIN/kubectl-upgradeplan" explain redis-v1-to-v2 || true; fi
+  say "How long a run would take, before it starts (kubectl upgradeplan forecast; kratix-sim takes ~1 s per upgrade)"
+  if [ -x "$BIN/kubectl-upgradeplan" ]; then "$BIN/kubectl-upgradeplan" forecast redis-v1-to-v2 --per-resource 1s || true; fi
 
   say "A run (examples/demo/run.yaml), followed until it finishes"
   kubectl apply -f examples/demo/run.yaml >/dev/null
@@ -167,6 +169,7 @@ The demo is still running. Look around:
   k get                                   # plans: phase, active run, last result, next run
   k explain redis-v1-to-v2                # the plan in plain words, its windows and problems
   k match redis-v1-to-v2 --resource team-c/cache-8
+  k forecast redis-v2-to-v3               # its next run: each group's start, finish and waits
   k history redis-v2-to-v3 $failing       # which resource failed, and Kratix's message
   k status redis-v1-to-v2-demo
   k run redis-v2-to-v3 --preview && k get # a run that snapshots and waits: resume or cancel it

@@ -151,6 +151,22 @@ pub enum Command {
         #[arg(long, requires = "resource")]
         all: bool,
     },
+    /// Forecast the plan's next run before it starts: per group, when it would start and finish
+    /// and what it would wait for (windows, freezes, soaks), and whether it fits. Simulated with
+    /// the controller's own rules; every assumption is stated.
+    #[command(
+        after_help = "Examples:\n  kubectl upgradeplan forecast redis-v1-to-v2                        # its next trigger, durations measured in its recent runs\n  kubectl upgradeplan forecast redis-v1-to-v2 --start 2026-12-01T22:00:00Z --per-resource 3m\n  kubectl upgradeplan forecast -f plan.yaml --bindings b.yaml --freezes f.yaml --now 2026-12-01T12:00:00Z -o json\n\nThe run starts at --start, else the plan's next trigger, else now (a manual run). Each upgrade takes\n--per-resource, else the median measured in the plan's last 10 runs, else 1 minute. Approvals are\nassumed granted, signal gates open, health checks passing and upgrades succeeding."
+    )]
+    Forecast {
+        #[command(flatten)]
+        source: PlanSource,
+        /// When the run starts (RFC 3339). Default: the plan's next trigger; without one, now.
+        #[arg(long, value_name = "TIME", value_parser = parse_time)]
+        start: Option<DateTime<Utc>>,
+        /// How long each upgrade takes (e.g. 90s, 5m). Default: measured in the plan's recent runs.
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        per_resource: Option<std::time::Duration>,
+    },
     /// The plan's runs, newest first; with RUN, the outcome of each resource of that run.
     #[command(
         after_help = "Examples:\n  kubectl upgradeplan history redis-v1-to-v2\n  kubectl upgradeplan history redis-v1-to-v2 redis-v1-to-v2-20261130-0130   # each resource's outcome\n  kubectl upgradeplan history redis-v1-to-v2 --limit 5 -o wide"

@@ -40,7 +40,7 @@ pub enum Want {
     Nothing,
 }
 
-const PLAN_VERBS: [&str; 5] = ["explain", "match", "history", "get", "run"];
+const PLAN_VERBS: [&str; 6] = ["explain", "match", "forecast", "history", "get", "run"];
 
 /// Decides what to complete for `args` (the last one is the word being completed). Pure.
 pub fn want(args: &[String]) -> Want {
@@ -61,7 +61,7 @@ pub fn want(args: &[String]) -> Want {
             "--context" => return Want::Contexts,
             "-n" | "--namespace" | "--snapshot-namespace" => return Want::Namespaces,
             "--now" | "--runs" | "--limit" | "--name" | "--timeout" | "--request-timeout" | "--comment"
-            | "--periods" => return Want::Nothing,
+            | "--periods" | "--start" | "--per-resource" => return Want::Nothing,
             _ => {}
         }
     }
@@ -277,6 +277,8 @@ mod tests {
         assert_eq!(w(&["approve", ""]), Want::ActiveRuns);
         assert_eq!(w(&["approve", "r1", ""]), Want::GroupsOfRun("r1".into()));
         assert_eq!(w(&["freezes", ""]), Want::Freezes);
+        assert_eq!(w(&["forecast", ""]), Want::Plans);
+        assert_eq!(w(&["forecast", "p", "--per-resource", ""]), Want::Nothing);
         assert_eq!(w(&["freezes", "--periods", ""]), Want::Nothing);
         assert_eq!(w(&["explain", "p", "--freezes", ""]), Want::Files);
         assert_eq!(w(&["approve", "r1", "prod", "--comment", ""]), Want::Nothing);

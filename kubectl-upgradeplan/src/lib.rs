@@ -6,6 +6,7 @@ pub mod cli;
 pub mod client;
 pub mod complete;
 pub mod explain;
+pub mod forecast;
 pub mod freezes;
 pub mod input;
 pub mod matching;
@@ -76,6 +77,45 @@ async fn sources(g: &cli::Global, source: &PlanSource, need_bindings: bool) -> a
     })
 }
 
+/// Upgrade durations measured in the plan's last 10 runs, when the plan is read from the cluster
+/// (its runs and their bindings' annotations are there); else none.
+async fn measured(
+    g: &cli::Global,
+    source: &PlanSource,
+    bindings: &[upgradeplan::api::kratix::ResourceBinding],
+) -> forecast::PerResource {
+    let (Some(name), None) = (&source.plan, &source.bindings) else {
+        return forecast::PerResource::Default;
+    };
+    let Ok(c) = client::connect(g).await else {
+        return forecast::PerResource::Default;
+    };
+    let Ok(mut runs) = client::runs_of(&c, name).await else {
+        return forecast::PerResource::Default;
+    };
+    runs::newest_first(&mut runs);
+    let names: Vec<String> = runs.iter().take(10).filter_map(|r| r.metadata.name.clone()).collect();
+    let durations = upgradeplan::engine::forecast::measured_durations(bindings, &names);
+    if durations.is_empty() {
+        forecast::PerResource::Default
+    } else {
+        forecast::PerResource::Measured {
+            durations,
+            runs: names.len(),
+        }
+    }
+}
+
+/// The sources of a view that needs bindings (`match`, `forecast`); a plan file's unknown fields
+/// are warned about, not fatal (`explain -f` is the lint).
+async fn view_sources(g: &cli::Global, source: &PlanSource) -> anyhow::Result<Sources> {
+    let s = sources(g, source, true).await?;
+    for p in &s.unknown_fields {
+        eprintln!("warning: {p} (explain -f lists every problem)");
+    }
+    Ok(s)
+}
+
 fn emit<T: serde::Serialize>(g: &cli::Global, json: &T, text: &str) -> anyhow::Result<()> {
     match g.output {
         Output::Json | Output::Yaml => output::out(structured(g.output, json)?),
@@ -139,13 +179,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Match { source, resource, all } => {
             let Sources {
                 plan,
-                unknown_fields,
                 bindings,
                 freezes,
-            } = sources(g, source, true).await?;
-            for p in &unknown_fields {
-                eprintln!("warning: {p} (explain -f lists every problem)");
-            }
+                ..
+            } = view_sources(g, source).await?;
             let now = source.now.unwrap_or_else(Utc::now);
             let (json, text) = matching::matching(
                 &plan,
@@ -156,6 +193,32 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 *all,
                 &style,
             )?;
+            emit(g, &json, &text)?;
+        }
+        Command::Forecast {
+            source,
+            start,
+            per_resource,
+        } => {
+            let Sources {
+                plan,
+                bindings,
+                freezes,
+                ..
+            } = view_sources(g, source).await?;
+            let now = source.now.unwrap_or_else(Utc::now);
+            let per_resource = match per_resource {
+                Some(d) => forecast::PerResource::Given(chrono::Duration::from_std(*d)?),
+                None => measured(g, source, bindings.as_deref().unwrap_or_default()).await,
+            };
+            let (json, text) = forecast::render(
+                &plan,
+                bindings.as_deref().unwrap_or_default(),
+                &freezes,
+                forecast::start_of(&plan, *start, now),
+                &per_resource,
+                &style,
+            );
             emit(g, &json, &text)?;
         }
         Command::History { plan, run, limit } => {

@@ -46,10 +46,11 @@ fn golden(name: &str, actual: &str) {
 const NOW: &str = "2026-03-27T12:00:00Z";
 
 /// Every command of the plugin.
-const COMMANDS: [&str; 13] = [
+const COMMANDS: [&str; 14] = [
     "explain",
     "match",
     "freezes",
+    "forecast",
     "history",
     "get",
     "run",
@@ -267,6 +268,69 @@ fn freezes_are_named_with_their_reason_and_end_in_every_view() {
     );
     assert_eq!(v[0]["problems"][1]["field"], "spec.periods[0].timeZone");
     assert_eq!(v[2]["periods"][0]["start"], "2026-03-27T22:00:00Z");
+}
+
+/// Spec §13.6: the forecast of a plan's next run, offline: it starts at the plan's next trigger,
+/// the freeze holds the first group until its end (across London's change to summer time), the
+/// windowed group waits for its window, and every assumption is stated; the warnings name the
+/// long freeze and the trigger the run would still be going at.
+#[test]
+fn forecast_golden_and_json_contract() {
+    let args = |extra: &[&str]| {
+        let mut a = vec![
+            "forecast".to_string(),
+            "-f".into(),
+            fixture("three-groups.yaml"),
+            "--bindings".into(),
+            fixture("bindings.json"),
+            "--freezes".into(),
+            fixture("freezes.yaml"),
+            "--now".into(),
+            NOW.into(),
+        ];
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let run = |extra: &[&str]| {
+        let a = args(extra);
+        plugin(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let o = run(&[]);
+    assert!(o.status.success(), "{o:?}");
+    golden("forecast-frozen.txt", &stdout(&o));
+    let o = run(&["--start", "2026-03-30T12:00:00Z", "--per-resource", "90s", "-o", "json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        keys(&v),
+        ["assumptions", "finish", "groups", "plan", "start", "warnings"]
+    );
+    assert_eq!(
+        keys(&v["assumptions"]),
+        [
+            "approvals",
+            "failures",
+            "gates",
+            "healthChecks",
+            "perResource",
+            "perResourceSeconds",
+            "start"
+        ]
+    );
+    assert_eq!(
+        keys(&v["groups"][0]),
+        ["finish", "maxConcurrent", "name", "resources", "start", "waits"]
+    );
+    assert_eq!(v["assumptions"]["perResourceSeconds"], 90);
+    assert_eq!(v["assumptions"]["start"], "given with --start");
+    assert_eq!(v["start"], "2026-03-30T12:00:00Z");
+    // After the freeze: dev (3, one at a time) at once; eu waits for 22:00 BST (21:00Z).
+    assert_eq!(v["groups"][0]["finish"], "2026-03-30T12:04:30Z");
+    assert_eq!(v["groups"][1]["start"], "2026-03-30T21:00:00Z");
+    assert_eq!(v["groups"][1]["waits"][0]["reason"], "WindowClosed");
+    assert_eq!(
+        v["finish"], "2026-03-30T21:03:00Z",
+        "rest only has a resource eu upgraded"
+    );
 }
 
 /// Issue 15: both day fields restricted are said in words, and a window whose starts fall in a

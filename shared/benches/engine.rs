@@ -3,7 +3,8 @@
 //! - grouping 100k bindings (regex `from`, mixed selectors, 5 groups) against merely
 //!   deserializing the same bindings from JSON (target: ≤ 2×);
 //! - evaluating a run over 1k and 10k resources (target: linear);
-//! - the window gate with its next open/close, and the next triggers.
+//! - the window gate with its next open/close, and the next triggers;
+//! - a forecast of 10k bindings in 5 groups through nightly windows over a month (target < 1 s).
 
 use std::collections::HashMap;
 use std::hint::black_box;
@@ -188,6 +189,36 @@ fn dense_gate() -> Gate {
     )
 }
 
+/// The forecast's world: `plan()`'s 5 groups, each 5% at a time in a 2-hour nightly window
+/// (London), over 10k bindings of which the `from` patterns take most; 30 minutes per upgrade:
+/// about a month of nights.
+fn forecast_world() -> (UpgradePlan, Vec<ResourceBinding>) {
+    let mut p = plan();
+    for g in &mut p.spec.rollout_groups {
+        g.max_concurrent = Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(
+            "5%".into(),
+        ));
+        g.resource_upgrade_windows = Some(vec![UpgradeWindow {
+            kind: WindowKind::Allow,
+            schedule: "0 22 * * *".into(),
+            duration: "2h".into(),
+            time_zone: Some("Europe/London".into()),
+        }]);
+    }
+    (p, parse(&bindings_json(10_000)))
+}
+
+fn run_forecast(p: &UpgradePlan, bindings: &[ResourceBinding]) -> upgradeplan::engine::forecast::Forecast {
+    upgradeplan::engine::forecast::forecast(&upgradeplan::engine::forecast::ForecastInput {
+        plan: &p.spec,
+        bindings,
+        freezes: &[],
+        start: now(),
+        per_resource: chrono::Duration::minutes(30),
+        next_trigger: None,
+    })
+}
+
 fn triggers() -> Triggers {
     Triggers::compile(&UpgradeExecutionPolicy {
         repeat_schedule: Some("30 1 * * 1-5".into()),
@@ -225,6 +256,13 @@ fn benches(c: &mut Criterion) {
     c.bench_function("dense window gate state + next open/close", |b| {
         b.iter(|| dense.state(black_box(now())))
     });
+    let (fp, fb) = forecast_world();
+    let mut g = c.benchmark_group("forecast");
+    g.sample_size(10);
+    g.bench_function("10k bindings, 5 groups, nightly windows over a month", |b| {
+        b.iter(|| run_forecast(black_box(&fp), &fb).finish)
+    });
+    g.finish();
     let t = triggers();
     c.bench_function("next trigger", |b| b.iter(|| t.next_after(black_box(now()), now())));
     c.bench_function("next 10 triggers", |b| {
@@ -302,6 +340,21 @@ fn summary() {
         median(101, || {
             black_box(g.state(now()));
         })
+    );
+    let (fp, fb) = forecast_world();
+    let f = run_forecast(&fp, &fb);
+    let took = median(5, || {
+        black_box(run_forecast(&fp, &fb));
+    });
+    let resources: usize = f.groups.iter().map(|g| g.resources).sum();
+    let days = f
+        .finish
+        .map(|end| (end - f.start).num_hours() as f64 / 24.0)
+        .unwrap_or(f64::NAN);
+    println!(
+        "forecast: {resources} resources in 5 groups, 5% at a time in nightly 2h windows, 30m each: a run of {days:.1} days, {} starts, forecast in {took:?} (target < 1s: {})",
+        f.starts.len(),
+        if took < Duration::from_secs(1) { "met" } else { "MISSED" }
     );
     let t = triggers();
     println!(

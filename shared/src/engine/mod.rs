@@ -6,6 +6,7 @@ pub mod admission;
 pub mod budget;
 pub mod concurrency;
 pub mod cron;
+pub mod forecast;
 pub mod freeze;
 pub mod gate;
 pub mod health;

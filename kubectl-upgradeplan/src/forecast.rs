@@ -1,0 +1,240 @@
+//! `kubectl upgradeplan forecast`: the plan's next run simulated by the engine
+//! ([`upgradeplan::engine::forecast`], which runs the controller's own run transition), with every
+//! assumption stated.
+
+use chrono::{DateTime, Duration, Utc};
+use serde::Serialize;
+use upgradeplan::api::kratix::ResourceBinding;
+use upgradeplan::api::UpgradePlan;
+use upgradeplan::engine::concurrency::Limit;
+use upgradeplan::engine::forecast::{forecast, quantile, ForecastInput, GroupForecast, Wait};
+use upgradeplan::engine::freeze::Freeze;
+use upgradeplan::engine::schedule::Triggers;
+
+use crate::output::{duration, Style};
+
+/// Without a measurement or `--per-resource`, each upgrade is taken to last this long.
+pub const DEFAULT_PER_RESOURCE: Duration = Duration::minutes(1);
+
+/// Where the per-resource duration comes from.
+#[derive(Debug, Clone)]
+pub enum PerResource {
+    Given(Duration),
+    /// Durations measured in the plan's recent runs (sorted), and how many runs they came from.
+    Measured {
+        durations: Vec<Duration>,
+        runs: usize,
+    },
+    Default,
+}
+
+impl PerResource {
+    /// The duration the forecast uses, and the words that say where it comes from.
+    fn chosen(&self) -> (Duration, String) {
+        match self {
+            PerResource::Given(d) => (*d, "given with --per-resource".to_string()),
+            PerResource::Measured { durations, runs } => match (quantile(durations, 0.5), quantile(durations, 0.9)) {
+                (Some(median), Some(p90)) => (
+                    median,
+                    format!(
+                        "the median of {} upgrades measured in the plan's last {runs} run(s) (p90 {})",
+                        durations.len(),
+                        duration(p90)
+                    ),
+                ),
+                _ => PerResource::Default.chosen(),
+            },
+            PerResource::Default => (
+                DEFAULT_PER_RESOURCE,
+                "1 minute: nothing measured (no earlier upgrade of this plan) and no --per-resource".to_string(),
+            ),
+        }
+    }
+}
+
+#[derive(Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct AssumptionsJson {
+    pub per_resource_seconds: i64,
+    /// Where the per-resource duration comes from.
+    pub per_resource: String,
+    /// Where the start comes from.
+    pub start: String,
+    pub approvals: &'static str,
+    pub gates: &'static str,
+    pub health_checks: &'static str,
+    pub failures: &'static str,
+}
+
+#[derive(Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupJson {
+    pub name: String,
+    pub resources: usize,
+    /// The limit resolved against the group's size.
+    pub max_concurrent: Option<usize>,
+    pub start: Option<DateTime<Utc>>,
+    pub finish: Option<DateTime<Utc>>,
+    pub waits: Vec<Wait>,
+}
+
+/// `forecast -o json` (spec §13.6).
+#[derive(Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct ForecastJson {
+    pub plan: String,
+    pub start: DateTime<Utc>,
+    pub assumptions: AssumptionsJson,
+    pub groups: Vec<GroupJson>,
+    pub finish: Option<DateTime<Utc>>,
+    pub warnings: Vec<String>,
+}
+
+/// When the forecast run starts: `--start`, else the plan's next trigger after `now`, else `now`
+/// (a manual run); with the words that say which, and the trigger after that start.
+pub fn start_of(
+    plan: &UpgradePlan,
+    start: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> (DateTime<Utc>, String, Option<DateTime<Utc>>) {
+    let triggers = plan.spec.upgrade_execution_policy.as_ref().and_then(Triggers::compile);
+    let created = plan
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| upgradeplan::time::to_chrono(&t.0))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC);
+    let next = |after: DateTime<Utc>| triggers.as_ref().and_then(|t| t.next_after(after, created));
+    let (at, words) = match (start, next(now)) {
+        (Some(s), _) => (s, "given with --start".to_string()),
+        (None, Some(t)) if !plan.spec.suspend => (t, "the plan's next trigger".to_string()),
+        (None, _) => (now, "now, as a manual run".to_string()),
+    };
+    (at, words, next(at))
+}
+
+/// The forecast of `plan`'s next run over `bindings`, held by `freezes`.
+pub fn render(
+    plan: &UpgradePlan,
+    bindings: &[ResourceBinding],
+    freezes: &[Freeze],
+    (start, start_words, next_trigger): (DateTime<Utc>, String, Option<DateTime<Utc>>),
+    per_resource: &PerResource,
+    style: &Style,
+) -> (ForecastJson, String) {
+    let (each, each_words) = per_resource.chosen();
+    let f = forecast(&ForecastInput {
+        plan: &plan.spec,
+        bindings,
+        freezes,
+        start,
+        per_resource: each,
+        next_trigger,
+    });
+    let zone = plan
+        .spec
+        .upgrade_execution_policy
+        .as_ref()
+        .and_then(|p| upgradeplan::engine::cron::parse_zone(p.time_zone.as_deref()).ok());
+    let groups: Vec<GroupJson> = f
+        .groups
+        .iter()
+        .map(|g: &GroupForecast| GroupJson {
+            name: g.name.clone(),
+            resources: g.resources,
+            max_concurrent: plan
+                .spec
+                .rollout_groups
+                .iter()
+                .find(|pg| pg.name == g.name)
+                .and_then(|pg| Limit::parse(pg.max_concurrent.as_ref()).ok())
+                .map(|l| l.resolve(g.resources)),
+            start: g.start,
+            finish: g.finish,
+            waits: g.waits.clone(),
+        })
+        .collect();
+    let json = ForecastJson {
+        plan: plan.metadata.name.clone().unwrap_or_default(),
+        start,
+        assumptions: AssumptionsJson {
+            per_resource_seconds: each.num_seconds(),
+            per_resource: each_words.clone(),
+            start: start_words.clone(),
+            approvals: "granted when the group is reached",
+            gates: "open",
+            health_checks: "pass as soon as the upgrade succeeds",
+            failures: "none: every upgrade succeeds",
+        },
+        groups,
+        finish: f.finish,
+        warnings: f.warnings.clone(),
+    };
+
+    let at = |t: Option<DateTime<Utc>>| t.map_or_else(|| "-".to_string(), |t| style.time(t, zone));
+    let mut out = String::new();
+    out.push_str(&format!(
+        "Forecast of UpgradePlan {} — a run starting {} ({start_words})\n",
+        style.bold(&json.plan),
+        style.time(start, zone)
+    ));
+    out.push_str(&format!(
+        "Assumes: each upgrade takes {} ({each_words}); approvals granted when reached; signal gates open; health checks pass at once; no failures.\n\n",
+        duration(each)
+    ));
+    let rows: Vec<Vec<String>> = json
+        .groups
+        .iter()
+        .map(|g| {
+            let waits = if g.waits.is_empty() {
+                "-".to_string()
+            } else {
+                g.waits
+                    .iter()
+                    .map(|w| format!("{} {} → {}", wait_words(w.reason), at(Some(w.from)), at(Some(w.to))))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
+            vec![
+                g.name.clone(),
+                g.resources.to_string(),
+                g.max_concurrent.map_or_else(|| "-".to_string(), |n| n.to_string()),
+                at(g.start),
+                at(g.finish),
+                waits,
+            ]
+        })
+        .collect();
+    out.push_str(&crate::output::table(
+        style,
+        &["GROUP", "RESOURCES", "AT A TIME", "START", "FINISH", "WAITS"],
+        &rows,
+    ));
+    out.push('\n');
+    match json.finish {
+        Some(end) => out.push_str(&format!(
+            "{} {} ({} after the start)\n",
+            style.bold("Finish:"),
+            style.time(end, zone),
+            duration(end - start)
+        )),
+        None => out.push_str(&format!("{} not within the search horizon\n", style.bold("Finish:"))),
+    }
+    if !json.warnings.is_empty() {
+        out.push_str(&style.bold(&format!("Warnings ({}):", json.warnings.len())));
+        out.push('\n');
+        for w in &json.warnings {
+            out.push_str(&format!("  {w}\n"));
+        }
+    }
+    (json, out)
+}
+
+fn wait_words(reason: &str) -> &'static str {
+    match reason {
+        "WindowClosed" => "window closed",
+        "Frozen" => "frozen",
+        "Soaking" => "soak",
+        _ => "waits",
+    }
+}

@@ -1,0 +1,577 @@
+//! Forecast (spec §13.6): when the plan's next run would start and finish each group, and what it
+//! would wait for.
+//!
+//! A discrete-event simulation that *is* the run transition: at each instant it calls
+//! [`run::evaluate`] — the function the controller's run step calls — with simulated bindings,
+//! starts what it says to start, completes each upgrade after the modelled duration, and jumps
+//! to the next completion or the instant the evaluation asks to be woken (a window, a freeze, a
+//! soak). Groups, limits, windows, freezes, soaks and budgets are therefore the controller's own
+//! rules; only the world is modelled: every upgrade succeeds after `per_resource`, approvals are
+//! granted, signal gates are open, health checks pass at once.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use chrono::{DateTime, Duration, Utc};
+use serde::Serialize;
+
+use super::freeze::Freeze;
+use super::gate::{GateReading, Reading};
+use super::health::HealthRecords;
+use super::run::{evaluate, Blocked, RunContext, Verdict};
+use super::snapshot::{assign, Snapshot};
+use super::stage::{requires_approval, ApprovalFact};
+use super::version::VersionMatcher;
+use crate::api::kratix::ResourceBinding;
+use crate::api::{GroupPhase, GroupStatus, UpgradePlanSpec, UPGRADE_STARTED_AT_ANNOTATION};
+
+/// How long a wait must be before it is reported as one.
+const WAIT_NOTICED: Duration = Duration::seconds(1);
+/// A freeze holding the run longer than this is a warning (spec §13.6).
+const LONG_FREEZE: Duration = Duration::days(1);
+/// The simulation gives up after this many steps (a run of 100k resources one at a time is
+/// 100k steps; a plan that cannot progress ends much earlier, by having nothing to wait for).
+const MAX_STEPS: usize = 1_000_000;
+
+/// What the forecast starts from.
+#[derive(Debug, Clone)]
+pub struct ForecastInput<'a> {
+    pub plan: &'a UpgradePlanSpec,
+    /// Every binding of the plan's Promise (the run's snapshot takes the eligible ones).
+    pub bindings: &'a [ResourceBinding],
+    /// The freezes holding the plan.
+    pub freezes: &'a [Freeze],
+    pub start: DateTime<Utc>,
+    /// How long each upgrade takes.
+    pub per_resource: Duration,
+    /// The plan's next trigger after `start`: a run still going then is superseded.
+    pub next_trigger: Option<DateTime<Utc>>,
+}
+
+/// A stretch of time a group waits, and why (`WindowClosed`, `Frozen`, `Soaking`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Wait {
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+    pub reason: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GroupForecast {
+    pub name: String,
+    pub resources: usize,
+    /// Its first upgrade's start; `None` when it has no resources to start or never starts.
+    pub start: Option<DateTime<Utc>>,
+    /// When it completes; `None` when it does not.
+    pub finish: Option<DateTime<Utc>>,
+    pub waits: Vec<Wait>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Forecast {
+    pub start: DateTime<Utc>,
+    pub groups: Vec<GroupForecast>,
+    /// When the run completes; `None` when it does not within the search horizon.
+    pub finish: Option<DateTime<Utc>>,
+    pub warnings: Vec<String>,
+    /// Every upgrade's start, in order: (instant, `namespace/binding`).
+    #[serde(skip)]
+    pub starts: Vec<(DateTime<Utc>, String)>,
+}
+
+/// The plan as the forecast runs it: health checks assumed to pass at once (stated), the rest
+/// as written.
+fn simulated_plan(plan: &UpgradePlanSpec) -> UpgradePlanSpec {
+    let mut p = plan.clone();
+    for g in &mut p.rollout_groups {
+        g.health_check = None;
+    }
+    p
+}
+
+/// Simulates the plan's next run.
+pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
+    let plan = simulated_plan(input.plan);
+    let to = plan.upgrade_path.to.clone();
+    let snapshot = match VersionMatcher::compile(&plan.upgrade_path.from) {
+        Ok(m) => assign(&plan, &m, input.bindings).snapshot,
+        Err(_) => Snapshot { groups: Vec::new() },
+    };
+    let by_key: HashMap<(&str, &str), &ResourceBinding> = input
+        .bindings
+        .iter()
+        .map(|b| {
+            let key = (
+                b.metadata.namespace.as_deref().unwrap_or_default(),
+                b.metadata.name.as_deref().unwrap_or_default(),
+            );
+            (key, b)
+        })
+        .collect();
+    // The simulated bindings, indexed by (namespace, binding) borrowed from the snapshot: looked
+    // up for every resource at every step, so without allocating.
+    let mut live: Vec<ResourceBinding> = Vec::new();
+    let mut index: HashMap<(&str, &str), usize> = HashMap::new();
+    for r in snapshot.groups.iter().flat_map(|g| &g.resources) {
+        let key = (r.namespace.as_str(), r.binding.as_str());
+        if let (None, Some(b)) = (index.get(&key), by_key.get(&key)) {
+            index.insert(key, live.len());
+            live.push((*b).clone());
+        }
+    }
+    let approvals: Vec<ApprovalFact> = plan
+        .rollout_groups
+        .iter()
+        .filter(|g| requires_approval(g))
+        .map(|g| ApprovalFact {
+            name: format!("forecast-{}", g.name),
+            group: g.name.clone(),
+            created: input.start,
+            owned: true,
+        })
+        .collect();
+    let far = input.start + Duration::days(3660);
+    let gates: Vec<GateReading> = plan
+        .gates
+        .iter()
+        .flatten()
+        .map(|g| GateReading {
+            gate: g.name.clone(),
+            reading: Reading::Open,
+            next_check: far,
+        })
+        .collect();
+    let health = HealthRecords::default();
+
+    let mut groups: Vec<GroupForecast> = snapshot
+        .groups
+        .iter()
+        .map(|g| GroupForecast {
+            name: g.name.clone(),
+            resources: g.resources.len(),
+            start: None,
+            finish: None,
+            waits: Vec::new(),
+        })
+        .collect();
+    let mut recorded: Vec<GroupStatus> = snapshot.initial_counts();
+    // (when, index into `live`) of each upgrade in flight.
+    let mut completions: BinaryHeap<Reverse<(DateTime<Utc>, usize)>> = BinaryHeap::new();
+    let mut starts = Vec::new();
+    let mut warnings = Vec::new();
+    let mut finish = None;
+    let mut now = input.start;
+    for _ in 0..MAX_STEPS {
+        // Every upgrade due by now completes first, as Kratix would report it.
+        while let Some(&Reverse((at, i))) = completions.peek() {
+            if at > now {
+                break;
+            }
+            completions.pop();
+            live[i].status.get_or_insert_with(Default::default).last_applied_version = to.clone();
+        }
+        let eval = evaluate(
+            &RunContext {
+                run_name: "forecast",
+                run_created: input.start,
+                suspended: false,
+                plan: &plan,
+                snapshot: &snapshot,
+                recorded: &recorded,
+                health: &health,
+                gates: &gates,
+                approvals: &approvals,
+                freezes: input.freezes,
+                revision_present: true,
+                now,
+            },
+            |ns, name| index.get(&(ns, name)).map(|&i| &live[i]),
+        );
+        // The group whose resources wait or start: the first neither done nor soaking (a soak
+        // is a wait before the next group).
+        let waiting = eval
+            .groups
+            .iter()
+            .position(|g| !matches!(g.phase, Some(GroupPhase::Completed | GroupPhase::Soaking)));
+        if let (Some(i), false) = (waiting, eval.start.is_empty()) {
+            if let Some(g) = groups.get_mut(i) {
+                g.start.get_or_insert(now);
+            }
+        }
+        for action in &eval.start {
+            let r = &action.resource;
+            let Some(&i) = index.get(&(r.namespace.as_str(), r.binding.as_str())) else {
+                continue;
+            };
+            let b = &mut live[i];
+            b.spec.version = to.clone();
+            b.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(UPGRADE_STARTED_AT_ANNOTATION.into(), crate::time::rfc3339(now));
+            starts.push((now, format!("{}/{}", r.namespace, r.binding)));
+            completions.push(Reverse((now + input.per_resource, i)));
+        }
+        for (i, g) in eval.groups.iter().enumerate() {
+            if let Some(f) = groups.get_mut(i) {
+                f.finish = f.finish.or(g.completed_at);
+            }
+        }
+        recorded = eval.groups.clone();
+        let current = match eval.verdict {
+            Verdict::InProgress { group } => waiting.unwrap_or(group),
+            Verdict::Completed => {
+                finish = Some(now);
+                break;
+            }
+            Verdict::Failed { group, failed } => {
+                warnings.push(format!(
+                    "group {:?} would fail: {failed} resource(s) past its maxFailures",
+                    snapshot.groups[group].name
+                ));
+                break;
+            }
+            Verdict::RevisionMissing => break,
+        };
+        let next_completion = completions.peek().map(|Reverse((at, _))| *at);
+        let next = [next_completion, eval.wake_at]
+            .into_iter()
+            .flatten()
+            .filter(|t| *t > now)
+            .min();
+        let Some(next) = next else {
+            warnings.push(format!(
+                "group {:?} would wait for ever: nothing it waits for changes within the search horizon",
+                snapshot.groups[current].name
+            ));
+            break;
+        };
+        let reason = match eval.blocked {
+            Some(Blocked::WindowClosed) => Some("WindowClosed"),
+            Some(Blocked::Frozen) => Some("Frozen"),
+            Some(Blocked::Soaking) => Some("Soaking"),
+            _ => None,
+        };
+        if let (Some(reason), Some(g)) = (reason, groups.get_mut(current)) {
+            note_wait(&mut g.waits, now, next, reason);
+        }
+        now = next;
+    }
+    for g in &mut groups {
+        g.waits.retain(|w| w.to - w.from >= WAIT_NOTICED);
+    }
+    warnings.extend(warnings_of(&groups, finish, input.next_trigger));
+    Forecast {
+        start: input.start,
+        groups,
+        finish,
+        warnings,
+        starts,
+    }
+}
+
+/// Extends the last wait when it continues it (same reason, no gap); else records a new one.
+fn note_wait(waits: &mut Vec<Wait>, from: DateTime<Utc>, to: DateTime<Utc>, reason: &'static str) {
+    match waits.last_mut() {
+        Some(last) if last.reason == reason && last.to == from => last.to = to,
+        _ => waits.push(Wait { from, to, reason }),
+    }
+}
+
+/// Spec §13.6: a group that cannot finish inside one window, a run still going at the next
+/// trigger (it would be superseded), a freeze that holds it longer than a day.
+fn warnings_of(
+    groups: &[GroupForecast],
+    finish: Option<DateTime<Utc>>,
+    next_trigger: Option<DateTime<Utc>>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for g in groups {
+        let started = g.start;
+        let spills = g
+            .waits
+            .iter()
+            .any(|w| w.reason == "WindowClosed" && started.is_some_and(|s| w.from >= s));
+        if spills {
+            out.push(format!(
+                "group {:?} cannot finish inside one window: it waits for the next one after it started",
+                g.name
+            ));
+        }
+        if let Some(w) = g
+            .waits
+            .iter()
+            .find(|w| w.reason == "Frozen" && w.to - w.from > LONG_FREEZE)
+        {
+            out.push(format!(
+                "a freeze holds group {:?} for longer than a day ({} to {})",
+                g.name,
+                crate::time::rfc3339(w.from),
+                crate::time::rfc3339(w.to)
+            ));
+        }
+    }
+    if let Some(t) = next_trigger {
+        if finish.is_none_or(|f| f > t) {
+            out.push(format!(
+                "the run would still be going at the plan's next trigger ({}): the newer run supersedes it",
+                crate::time::rfc3339(t)
+            ));
+        }
+    }
+    out
+}
+
+/// How long upgrades took in earlier runs: for each binding a run among `runs` upgraded (its
+/// `upgraded-by`), from its `upgrade-started-at` to the `UpgradeSucceeded=True` transition, when
+/// that came after the start. Sorted, shortest first.
+pub fn measured_durations(bindings: &[ResourceBinding], runs: &[String]) -> Vec<Duration> {
+    let mut out: Vec<Duration> = bindings
+        .iter()
+        .filter_map(|b| {
+            let annotations = b.metadata.annotations.as_ref()?;
+            let by = annotations.get(crate::api::UPGRADED_BY_ANNOTATION)?;
+            if !runs.iter().any(|r| r == by) {
+                return None;
+            }
+            let started = DateTime::parse_from_rfc3339(annotations.get(UPGRADE_STARTED_AT_ANNOTATION)?).ok()?;
+            let done = b
+                .upgrade_condition()
+                .filter(|c| c.status == "True")?
+                .last_transition_time?;
+            let took = done - started.with_timezone(&Utc);
+            (took >= Duration::zero()).then_some(took)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The `q`-quantile (0 to 1) of sorted durations, nearest rank.
+pub fn quantile(sorted: &[Duration], q: f64) -> Option<Duration> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted.get(rank - 1).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{RolloutGroup, RolloutSelectors, UpgradeWindow, WindowKind};
+    use crate::engine::snapshot::tests::{binding, plan};
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    fn group(name: &str, limit: i32) -> RolloutGroup {
+        RolloutGroup {
+            name: name.into(),
+            selectors: Some(RolloutSelectors {
+                match_labels: Some([("env".to_string(), name.to_string())].into()),
+                ..Default::default()
+            }),
+            max_concurrent: Some(IntOrString::Int(limit)),
+            ..Default::default()
+        }
+    }
+
+    fn allow(schedule: &str, duration: &str) -> Option<Vec<UpgradeWindow>> {
+        Some(vec![UpgradeWindow {
+            kind: WindowKind::Allow,
+            schedule: schedule.into(),
+            duration: duration.into(),
+            time_zone: None,
+        }])
+    }
+
+    fn bindings(per_group: &[(&str, usize)]) -> Vec<ResourceBinding> {
+        per_group
+            .iter()
+            .flat_map(|(env, n)| (0..*n).map(move |i| binding("ns", &format!("{env}{i}"), &[("env", env)], "v1", "v1")))
+            .collect()
+    }
+
+    fn input<'a>(p: &'a UpgradePlanSpec, b: &'a [ResourceBinding], start: &str, minutes: i64) -> ForecastInput<'a> {
+        ForecastInput {
+            plan: p,
+            bindings: b,
+            freezes: &[],
+            start: utc(start),
+            per_resource: Duration::minutes(minutes),
+            next_trigger: None,
+        }
+    }
+
+    fn times(g: &GroupForecast) -> (usize, Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
+        (g.resources, g.start, g.finish)
+    }
+
+    fn wait(from: &str, to: &str, reason: &'static str) -> Wait {
+        Wait {
+            from: utc(from),
+            to: utc(to),
+            reason,
+        }
+    }
+
+    #[test]
+    fn groups_limits_soaks_and_windows_as_the_run_applies_them() {
+        let mut dev = group("dev", 2);
+        dev.soak_duration = Some("30m".into());
+        let mut prod = group("prod", 1);
+        prod.resource_upgrade_windows = allow("0 22 * * *", "4h");
+        prod.require_approval = Some(true);
+        let p = plan(&["v1"], "v2", vec![dev, prod]);
+        let b = bindings(&[("dev", 3), ("prod", 2)]);
+        let f = forecast(&input(&p, &b, "2026-06-01T20:00:00Z", 10));
+        assert_eq!(
+            times(&f.groups[0]),
+            (3, Some(utc("2026-06-01T20:00:00Z")), Some(utc("2026-06-01T20:20:00Z"))),
+            "two at a time, then the third"
+        );
+        assert_eq!(f.groups[0].waits, vec![]);
+        assert_eq!(
+            times(&f.groups[1]),
+            (2, Some(utc("2026-06-01T22:00:00Z")), Some(utc("2026-06-01T22:20:00Z")))
+        );
+        assert_eq!(
+            f.groups[1].waits,
+            vec![
+                wait("2026-06-01T20:20:00Z", "2026-06-01T20:50:00Z", "Soaking"),
+                wait("2026-06-01T20:50:00Z", "2026-06-01T22:00:00Z", "WindowClosed"),
+            ],
+            "the approval is assumed granted"
+        );
+        assert_eq!(f.finish, Some(utc("2026-06-01T22:20:00Z")));
+        assert_eq!(f.warnings, Vec::<String>::new());
+        let order: Vec<&str> = f.starts.iter().map(|(_, r)| r.as_str()).collect();
+        assert_eq!(
+            order,
+            [
+                "ns/dev0-binding",
+                "ns/dev1-binding",
+                "ns/dev2-binding",
+                "ns/prod0-binding",
+                "ns/prod1-binding"
+            ]
+        );
+    }
+
+    #[test]
+    fn warnings_say_what_spills_over_collides_or_is_frozen_for_long() {
+        let mut prod = group("prod", 1);
+        prod.resource_upgrade_windows = allow("0 22 * * *", "1h");
+        let p = plan(&["v1"], "v2", vec![prod]);
+        let b = bindings(&[("prod", 3)]);
+        let mut i = input(&p, &b, "2026-06-01T21:00:00Z", 40);
+        i.next_trigger = Some(utc("2026-06-02T01:30:00Z"));
+        let f = forecast(&i);
+        // 22:00 and 22:40 start inside the window; the third waits for the next evening.
+        assert_eq!(
+            times(&f.groups[0]),
+            (3, Some(utc("2026-06-01T22:00:00Z")), Some(utc("2026-06-02T22:40:00Z")))
+        );
+        assert_eq!(
+            f.groups[0].waits,
+            vec![
+                wait("2026-06-01T21:00:00Z", "2026-06-01T22:00:00Z", "WindowClosed"),
+                wait("2026-06-01T23:00:00Z", "2026-06-02T22:00:00Z", "WindowClosed"),
+            ]
+        );
+        assert_eq!(
+            f.warnings,
+            [
+                "group \"prod\" cannot finish inside one window: it waits for the next one after it started",
+                "the run would still be going at the plan's next trigger (2026-06-02T01:30:00Z): the newer run supersedes it",
+            ]
+        );
+
+        let spec = crate::api::UpgradeFreezeSpec {
+            reason: "holidays".into(),
+            periods: vec![crate::api::FreezePeriod {
+                start: Some("2026-06-01T00:00".into()),
+                end: Some("2026-06-03T00:00".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let freezes = [Freeze::compile("holidays", &spec).unwrap()];
+        let p = plan(&["v1"], "v2", vec![group("prod", 3)]);
+        let mut i = input(&p, &b, "2026-06-01T12:00:00Z", 5);
+        i.freezes = &freezes;
+        let f = forecast(&i);
+        assert_eq!(
+            f.groups[0].waits,
+            vec![wait("2026-06-01T12:00:00Z", "2026-06-03T00:00:00Z", "Frozen")]
+        );
+        assert_eq!(f.finish, Some(utc("2026-06-03T00:05:00Z")));
+        assert_eq!(
+            f.warnings,
+            ["a freeze holds group \"prod\" for longer than a day (2026-06-01T12:00:00Z to 2026-06-03T00:00:00Z)"]
+        );
+    }
+
+    #[test]
+    fn a_run_that_cannot_progress_says_so_and_an_empty_plan_finishes_at_once() {
+        let mut prod = group("prod", 1);
+        prod.resource_upgrade_windows = allow("0 22 30 2 *", "1h"); // 30 February never comes
+        let p = plan(&["v1"], "v2", vec![prod]);
+        let b = bindings(&[("prod", 1)]);
+        let f = forecast(&input(&p, &b, "2026-06-01T12:00:00Z", 5));
+        assert_eq!(f.finish, None);
+        assert_eq!(
+            f.warnings,
+            ["group \"prod\" would wait for ever: nothing it waits for changes within the search horizon"]
+        );
+        let f = forecast(&input(&p, &[], "2026-06-01T12:00:00Z", 5));
+        assert_eq!(
+            (f.finish, f.groups[0].resources),
+            (Some(utc("2026-06-01T12:00:00Z")), 0)
+        );
+    }
+
+    #[test]
+    fn durations_are_measured_from_the_start_annotation_to_the_success_of_the_plans_runs() {
+        let done = |name: &str, by: &str, started: &str, succeeded: &str| {
+            let mut b = binding("ns", name, &[], "v2", "v2");
+            b.metadata.annotations = Some(
+                [
+                    (crate::api::UPGRADED_BY_ANNOTATION.to_string(), by.to_string()),
+                    (UPGRADE_STARTED_AT_ANNOTATION.to_string(), started.to_string()),
+                ]
+                .into(),
+            );
+            let status = b.status.get_or_insert_with(Default::default);
+            status.conditions = vec![crate::api::kratix::BindingCondition {
+                type_: "UpgradeSucceeded".into(),
+                status: "True".into(),
+                last_transition_time: Some(utc(succeeded)),
+                ..Default::default()
+            }];
+            b
+        };
+        let b = vec![
+            done("a", "plan-1", "2026-06-01T10:00:00Z", "2026-06-01T10:02:00Z"),
+            done("b", "plan-1", "2026-06-01T10:00:00Z", "2026-06-01T10:01:00Z"),
+            done("c", "plan-2", "2026-06-01T11:00:00Z", "2026-06-01T11:10:00Z"),
+            done(
+                "other",
+                "another-plan-1",
+                "2026-06-01T10:00:00Z",
+                "2026-06-01T10:30:00Z",
+            ),
+            // Succeeded before this start: an older upgrade's condition, not this one's.
+            done("stale", "plan-1", "2026-06-01T10:00:00Z", "2026-05-01T10:00:00Z"),
+            binding("ns", "never", &[], "v1", "v1"),
+        ];
+        let d = measured_durations(&b, &["plan-1".into(), "plan-2".into()]);
+        assert_eq!(d, [Duration::minutes(1), Duration::minutes(2), Duration::minutes(10)]);
+        assert_eq!(quantile(&d, 0.5), Some(Duration::minutes(2)));
+        assert_eq!(quantile(&d, 0.9), Some(Duration::minutes(10)));
+        assert_eq!(quantile(&[], 0.5), None);
+    }
+}
