@@ -4,8 +4,16 @@
 //! to renew within `leaseDurationSeconds`; the leader renews every retry period and gives up
 //! leadership when it could not renew for the renew deadline. Writes use the resourceVersion as a
 //! precondition, so two candidates never both succeed.
+//!
+//! "Failed to renew" is judged as client-go judges it: by the local, monotonic time at which this
+//! candidate last saw the Lease change, never by comparing the holder's `renewTime` with the local
+//! clock. A holder whose clock runs minutes behind is not deposed while it renews; one whose clock
+//! runs ahead is replaced one lease duration after it stops.
 
+use std::sync::Mutex;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -26,6 +34,15 @@ pub struct ElectorConfig {
 pub struct Elector {
     api: Api<Lease>,
     config: ElectorConfig,
+    /// The Lease's resourceVersion as last seen, and when (local monotonic time) it was first
+    /// seen: every renewal changes the resourceVersion.
+    observed: Mutex<Option<(String, Instant)>>,
+}
+
+/// Whether a Lease first seen in its current version at `observed_at` has expired at `now`: its
+/// holder had `held_for` to renew it and did not (client-go's observedTime rule).
+pub fn expired(observed_at: Instant, now: Instant, held_for: Duration) -> bool {
+    now.saturating_duration_since(observed_at) > held_for
 }
 
 impl Elector {
@@ -33,6 +50,7 @@ impl Elector {
         Elector {
             api: Api::namespaced(client, &config.namespace),
             config,
+            observed: Mutex::new(None),
         }
     }
 
@@ -65,12 +83,9 @@ impl Elector {
         };
         let spec = lease.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().unwrap_or_default();
-        let held_for = spec.lease_duration_seconds.unwrap_or(duration_s).max(1) as i64;
-        let expired = spec
-            .renew_time
-            .as_ref()
-            .is_none_or(|t| t.0.as_second() + held_for < now.as_second());
-        if holder != *me && !holder.is_empty() && !expired {
+        let held_for = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(duration_s).max(1) as u64);
+        let observed_at = self.observe(lease.metadata.resource_version.clone().unwrap_or_default());
+        if holder != *me && !holder.is_empty() && !expired(observed_at, Instant::now(), held_for) {
             return Ok(false);
         }
         let taking_over = holder != *me;
@@ -87,7 +102,8 @@ impl Elector {
             ..spec
         });
         match self.api.replace(&self.config.name, &pp, &lease).await {
-            Ok(_) => {
+            Ok(written) => {
+                self.observe(written.metadata.resource_version.unwrap_or_default());
                 if taking_over {
                     tracing::info!(lease = %self.config.name, previous = %holder, "acquired leadership");
                 }
@@ -95,6 +111,21 @@ impl Elector {
             }
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Records the Lease's resourceVersion as seen now; returns when this version was first seen.
+    fn observe(&self, version: String) -> Instant {
+        let now = Instant::now();
+        let Ok(mut observed) = self.observed.lock() else {
+            return now;
+        };
+        match observed.as_ref() {
+            Some((seen, at)) if *seen == version => *at,
+            _ => {
+                *observed = Some((version, now));
+                now
+            }
         }
     }
 
@@ -162,5 +193,23 @@ impl Elector {
             }
         }
         tracing::warn!("releasing the lease failed: it kept changing");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_expires_a_lease_duration_after_it_last_changed_here() {
+        let seen = Instant::now();
+        let d = Duration::from_secs(15);
+        assert!(!expired(seen, seen, d));
+        assert!(!expired(seen, seen + d, d), "exactly the duration: not yet");
+        assert!(expired(seen, seen + d + Duration::from_millis(1), d));
+        assert!(
+            !expired(seen + Duration::from_secs(1), seen, d),
+            "a clock that went back is no expiry"
+        );
     }
 }

@@ -759,3 +759,142 @@ async fn announcements_cut_off_by_crashes_are_made_once() {
     assert_eq!(completed[0].2, 1, "{events:#?}");
     env.teardown().await.unwrap();
 }
+
+/// A Lease as another holder would write it: `holder`, renewed at `renew` by its own clock.
+fn foreign_lease(
+    name: &str,
+    holder: &str,
+    renew: chrono::DateTime<chrono::Utc>,
+) -> k8s_openapi::api::coordination::v1::Lease {
+    serde_json::from_value(json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": name},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": 3,
+                 "acquireTime": renew.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                 "renewTime": renew.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)}
+    }))
+    .unwrap()
+}
+
+/// The holder of a Lease, polled until `pred` holds or `within` passes: (holder, when).
+async fn lease_holder(
+    api: &Api<k8s_openapi::api::coordination::v1::Lease>,
+    name: &str,
+    within: Duration,
+    pred: impl Fn(&str) -> bool,
+) -> Option<(String, Instant)> {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if let Ok(l) = api.get(name).await {
+            let holder = l.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+            if pred(&holder) {
+                return Some((holder, Instant::now()));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    None
+}
+
+/// Issue 23: a Lease expires one lease duration after the candidate last saw it change, as
+/// client-go judges it, whatever the holder's clock says. A holder whose clock runs ten minutes
+/// behind keeps the Lease while it renews (comparing its renewTime with the local clock would
+/// depose it at once), and is replaced within a lease duration (3 s) and a retry period once it
+/// stops; a dead holder whose clock ran ten minutes ahead is replaced as soon (the comparison would
+/// have waited ten minutes).
+#[tokio::test]
+async fn lease_expiry_follows_the_local_observation_not_the_holders_clock() {
+    let mut env = TestEnv::new("rel-lease-clock").await.unwrap();
+    let ns = env.namespace("lease").await.unwrap();
+    let api: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(env.client.clone(), &ns);
+    let args = |lease: &str| -> Vec<String> {
+        [
+            "--leader-elect",
+            "--leader-election-namespace",
+            &ns,
+            "--leader-election-id",
+            lease,
+            "--lease-duration",
+            "3s",
+            "--renew-deadline",
+            "2s",
+            "--retry-period",
+            "1s",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+
+    // Behind: renews every second with a renewTime ten minutes in the past.
+    let behind = "behind";
+    api.create(
+        &Default::default(),
+        &foreign_lease(behind, "slow-clock", chrono::Utc::now() - chrono::Duration::minutes(10)),
+    )
+    .await
+    .unwrap();
+    let renewing = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if let Ok(mut l) = api.get(behind).await {
+                    let t = chrono::Utc::now() - chrono::Duration::minutes(10);
+                    if let Some(s) = l.spec.as_mut() {
+                        s.renew_time = foreign_lease(behind, "slow-clock", t).spec.unwrap().renew_time;
+                    }
+                    let _ = api.replace(behind, &Default::default(), &l).await;
+                }
+            }
+        })
+    };
+    let a: Vec<String> = args(behind);
+    let controller = env
+        .start_controller(&a.iter().map(String::as_str).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    let deposed = lease_holder(&api, behind, Duration::from_secs(8), |h| h != "slow-clock").await;
+    assert!(
+        deposed.is_none(),
+        "a renewing holder was deposed for its clock: {deposed:?}"
+    );
+    renewing.abort();
+    let stopped = Instant::now();
+    let (holder, at) = lease_holder(&api, behind, Duration::from_secs(15), |h| {
+        h.starts_with(&controller.pod_name)
+    })
+    .await
+    .unwrap_or_else(|| panic!("never took over from a holder that stopped\n{}", controller.log_text()));
+    let took = at - stopped;
+    assert!(
+        took <= Duration::from_secs(6),
+        "took over {took:?} after the holder stopped ({holder})"
+    );
+
+    // Ahead: a holder that died with a renewTime ten minutes in the future.
+    let ahead = "ahead";
+    api.create(
+        &Default::default(),
+        &foreign_lease(ahead, "fast-clock", chrono::Utc::now() + chrono::Duration::minutes(10)),
+    )
+    .await
+    .unwrap();
+    let created = Instant::now();
+    let a: Vec<String> = args(ahead);
+    let second = env
+        .start_controller(&a.iter().map(String::as_str).collect::<Vec<_>>())
+        .await
+        .unwrap();
+    let (_, at) = lease_holder(&api, ahead, Duration::from_secs(20), |h| {
+        h.starts_with(&second.pod_name)
+    })
+    .await
+    .unwrap_or_else(|| panic!("waited for the dead holder's clock\n{}", second.log_text()));
+    let took = at - created;
+    assert!(
+        took <= Duration::from_secs(8),
+        "took over {took:?} after a dead holder with a clock ahead"
+    );
+    eprintln!("lease clock skew: took over {took:?} from a dead holder whose clock ran 10 minutes ahead");
+    env.teardown().await.unwrap();
+}
