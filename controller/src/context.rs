@@ -3,8 +3,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
@@ -110,8 +111,12 @@ pub struct Ctx {
     pub freezes_not_served: Arc<std::sync::atomic::AtomicBool>,
     /// Whether every cache above but `health`, `approvals` and `freezes` has its initial list.
     pub synced: Synced,
-    /// Snapshots by run UID: they never change once written.
-    pub frozen: Mutex<HashMap<String, Arc<Frozen>>>,
+    /// Snapshots by run UID, verified against their digests, with the resourceVersions of the
+    /// ConfigMaps they were read from (or written at).
+    pub frozen: Mutex<HashMap<String, Arc<Verified>>>,
+    /// The metadata of the snapshot ConfigMaps (a watch): a change to one, or its deletion,
+    /// shows as a new resourceVersion, or none, and wakes its run, which reads and verifies it.
+    pub snapshot_meta: Store<PartialObjectMeta<ConfigMap>>,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// When this process started each resource's upgrade: (run UID, namespace/binding).
     pub started: Mutex<HashMap<(String, String), chrono::DateTime<chrono::Utc>>>,
@@ -126,6 +131,12 @@ pub struct Ctx {
     pub retries: RetryBackoff,
     /// The plans' signal gates, read through Prometheus.
     pub gates: Arc<crate::gates::GateReader>,
+}
+
+/// A run's snapshot as verified, and the resourceVersion of each ConfigMap it came from.
+pub struct Verified {
+    pub frozen: Arc<Frozen>,
+    pub versions: Vec<(String, String)>,
 }
 
 /// (reason, message) of a run's published events.
@@ -180,6 +191,16 @@ impl Ctx {
             .into_iter()
             .filter(|r| r.data.promise_ref.name == promise)
             .collect()
+    }
+
+    /// Whether each (ConfigMap, resourceVersion) is still the latest the watch has seen.
+    pub fn snapshot_unchanged(&self, versions: &[(String, String)]) -> bool {
+        versions.iter().all(|(name, version)| {
+            let key = ObjectRef::new(name).within(&self.snapshot_namespace);
+            self.snapshot_meta
+                .get(&key)
+                .is_some_and(|cm| cm.metadata.resource_version.as_deref() == Some(version.as_str()))
+        })
     }
 
     /// Whether the freezes are known: listed, or not served (no freeze can exist). Until then no

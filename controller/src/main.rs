@@ -23,9 +23,12 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
 use upgradeplan::api::kratix::{HealthRecord, Promise, PromiseRevision, ResourceBinding};
 use upgradeplan::api::{UpgradeApproval, UpgradeFreeze, UpgradePlan, UpgradeRun, DEFAULT_SNAPSHOT_NAMESPACE};
@@ -469,8 +472,28 @@ async fn run_controllers<F, Fut>(
         freezes_synced.clone(),
         Some(freezes_not_served.clone())
     );
+    // The metadata (no data) of the snapshot ConfigMaps: a change to one wakes its run, whose
+    // pass verifies it against the digest its status recorded.
+    let (snapshot_meta, snapshot_meta_w) = reflector::store::<PartialObjectMeta<ConfigMap>>();
+    let (drive_snapshots, mut snapshot_triggers) = {
+        let flag = synced.flag();
+        // An Api of PartialObjectMeta makes metadata-only requests.
+        let api: Api<PartialObjectMeta<ConfigMap>> = Api::namespaced(client.clone(), &cli.snapshot_namespace);
+        let config = watcher::Config::default().labels(upgradeplan::api::RUN_LABEL);
+        let stream = reflector::reflector(
+            snapshot_meta_w,
+            watcher(api, config).backoff(watch::reconnect_backoff()),
+        )
+        .inspect(move |ev| match ev {
+            Ok(watcher::Event::InitDone) => flag.store(true, Ordering::SeqCst),
+            Err(e) => tracing::warn!(kind = "ConfigMap", error = %e, "snapshot watch error; retrying"),
+            _ => {}
+        });
+        watch::fan_out(stream, 1)
+    };
     let caches = async {
         tokio::join!(
+            drive_snapshots,
             drive_plans,
             drive_runs,
             drive_bindings,
@@ -504,6 +527,7 @@ async fn run_controllers<F, Fut>(
         metrics: metrics.clone(),
         started: Default::default(),
         frozen: Default::default(),
+        snapshot_meta,
         reported: Default::default(),
         announced: Default::default(),
         retries: Default::default(),
@@ -575,6 +599,14 @@ async fn run_controllers<F, Fut>(
         })
         .watches_stream(plan_triggers.remove(0), plan_to_runs)
         .watches_stream(freeze_triggers.remove(0), freeze_to_runs)
+        .watches_stream(snapshot_triggers.remove(0), |cm: PartialObjectMeta<ConfigMap>| {
+            cm.metadata
+                .owner_references
+                .unwrap_or_default()
+                .into_iter()
+                .find(|o| o.kind == "UpgradeRun")
+                .map(|o| ObjectRef::<UpgradeRun>::new(&o.name))
+        })
         .graceful_shutdown_on(stopped())
         .run(
             |run, ctx: Arc<Ctx>| {

@@ -23,7 +23,7 @@ use upgradeplan::engine::admission::{RunFacts, TriggerKind};
 use upgradeplan::engine::lifecycle::{self, events, Gauges, SnapshotFact, Step};
 use upgradeplan::engine::naming;
 use upgradeplan::engine::run::{texts, BindingAction};
-use upgradeplan::engine::snapshot::{read_frozen, snapshot_shard_index, SNAPSHOT_PLAN_KEY, SNAPSHOT_RESOURCES_KEY};
+use upgradeplan::engine::snapshot::{check_shard, digest, read_frozen, snapshot_shard_index, ShardCheck};
 use upgradeplan::engine::stage::ApprovalFact;
 
 use crate::context::{Ctx, Frozen, SELECTOR_ANNOTATION};
@@ -168,7 +168,10 @@ async fn gather_snapshot(ctx: &Ctx, run: &UpgradeRun, status: &UpgradeRunStatus)
             let mut refs: Vec<ResourceListRef> = ours
                 .iter()
                 .filter(|cm| snapshot_shard_index(&run_name, &cm.name_any()).is_some())
-                .map(|cm| ResourceListRef { name: cm.name_any() })
+                .map(|cm| ResourceListRef {
+                    name: cm.name_any(),
+                    sha256: Some(digest(cm.data.as_ref().unwrap_or(&BTreeMap::new()))),
+                })
                 .collect();
             refs.sort_by_key(|r| snapshot_shard_index(&run_name, &r.name));
             // An incomplete earlier write is written again, whole.
@@ -178,10 +181,14 @@ async fn gather_snapshot(ctx: &Ctx, run: &UpgradeRun, status: &UpgradeRunStatus)
             })
         }
         RunState::InProgress => match load_snapshot(ctx, run, status).await {
-            Ok(frozen) => Ok(SnapshotFact::Found {
+            Ok(Loaded::Intact(frozen)) => Ok(SnapshotFact::Found {
                 frozen,
                 refs: status.resource_list_refs.clone(),
             }),
+            Ok(Loaded::Tampered(config_map)) => {
+                tracing::warn!(run = %run.name_any(), %config_map, "the run's snapshot does not match its recorded digest: failing the run");
+                Ok(SnapshotFact::Tampered { config_map })
+            }
             Err(Error::Snapshot { config_map, detail, .. }) => {
                 tracing::warn!(run = %run.name_any(), %config_map, %detail, "the run's snapshot is lost");
                 Ok(SnapshotFact::Lost { config_map })
@@ -211,12 +218,14 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
     for older in &step.supersede {
         request_supersede(ctx, older, &run_name).await?;
     }
-    if !step.write_snapshot.is_empty() {
-        write_snapshot(ctx, run, &step).await?;
-    }
-    if let Some(frozen) = &step.frozen {
+    if let (false, Some(frozen)) = (step.write_snapshot.is_empty(), &step.frozen) {
+        let versions = write_snapshot(ctx, run, &step).await?;
         if let (Some(uid), Ok(mut cache)) = (run.uid(), ctx.frozen.lock()) {
-            cache.entry(uid).or_insert_with(|| frozen.clone());
+            let verified = crate::context::Verified {
+                frozen: frozen.clone(),
+                versions,
+            };
+            cache.insert(uid, Arc::new(verified));
         }
     }
     let mut conflict = false;
@@ -453,19 +462,13 @@ async fn owned_config_maps(ctx: &Ctx, run: &UpgradeRun) -> Result<Vec<ConfigMap>
 }
 
 /// Writes the step's snapshot ConfigMaps (server-side apply: an incomplete earlier write is
-/// completed, not duplicated).
-async fn write_snapshot(ctx: &Ctx, run: &UpgradeRun, step: &Step) -> Result<()> {
-    let Some(frozen) = &step.frozen else {
-        return Ok(());
-    };
+/// completed, not duplicated). Returns the resourceVersion each was written at.
+async fn write_snapshot(ctx: &Ctx, run: &UpgradeRun, step: &Step) -> Result<Vec<(String, String)>> {
+    let mut versions = Vec::new();
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.snapshot_namespace);
-    let frozen_plan = serde_json::to_string(&frozen.plan)?;
     let run_name = run.name_any();
-    for (i, (name, part)) in step.write_snapshot.iter().enumerate() {
-        let mut data = BTreeMap::from([(SNAPSHOT_RESOURCES_KEY.to_string(), serde_json::to_string(part)?)]);
-        if i == 0 {
-            data.insert(SNAPSHOT_PLAN_KEY.to_string(), frozen_plan.clone());
-        }
+    // Exactly the data whose digests the step records in the status.
+    for (name, data) in &step.write_snapshot {
         let (mut labels, mut annotations) = (BTreeMap::new(), BTreeMap::new());
         naming::put_name(&mut labels, &mut annotations, PLAN_LABEL, run.plan_name());
         naming::put_name(&mut labels, &mut annotations, RUN_LABEL, &run_name);
@@ -480,7 +483,7 @@ async fn write_snapshot(ctx: &Ctx, run: &UpgradeRun, step: &Step) -> Result<()> 
                 owner_references: run.controller_owner_ref(&()).map(|o| vec![o]),
                 ..Default::default()
             },
-            data: Some(data),
+            data: Some(data.clone()),
             ..Default::default()
         };
         let mut body = serde_json::to_value(&cm)?;
@@ -488,7 +491,7 @@ async fn write_snapshot(ctx: &Ctx, run: &UpgradeRun, step: &Step) -> Result<()> 
         body["kind"] = json!("ConfigMap");
         let params = PatchParams::apply(upgradeplan::api::FIELD_MANAGER).force();
         match cms.patch(name, &params, &Patch::Apply(body)).await {
-            Ok(_) => {}
+            Ok(written) => versions.push((name.clone(), written.resource_version().unwrap_or_default())),
             Err(kube::Error::Api(e)) if e.code == 404 => {
                 return Err(snapshot_error(
                     run,
@@ -502,7 +505,7 @@ async fn write_snapshot(ctx: &Ctx, run: &UpgradeRun, step: &Step) -> Result<()> 
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(())
+    Ok(versions)
 }
 
 fn read_shards(run: &UpgradeRun, mut cms: Vec<ConfigMap>) -> Result<Arc<Frozen>> {
@@ -522,16 +525,31 @@ fn read_shards(run: &UpgradeRun, mut cms: Vec<ConfigMap>) -> Result<Arc<Frozen>>
     Ok(Arc::new(frozen))
 }
 
-/// The run's snapshot, from memory or from the ConfigMaps its status names.
-async fn load_snapshot(ctx: &Ctx, run: &UpgradeRun, status: &UpgradeRunStatus) -> Result<Arc<Frozen>> {
+/// A run's snapshot as read: what was written, or the first ConfigMap that is not.
+enum Loaded {
+    Intact(Arc<Frozen>),
+    Tampered(String),
+}
+
+/// The run's snapshot, from memory while its ConfigMaps are unchanged (the watch of their
+/// metadata says so), else read from the ConfigMaps its status names and verified against the
+/// digests recorded there (spec §4.2): a change or a deletion since is `Tampered`.
+async fn load_snapshot(ctx: &Ctx, run: &UpgradeRun, status: &UpgradeRunStatus) -> Result<Loaded> {
     let uid = run.uid().unwrap_or_default();
-    if let Some(f) = ctx.frozen.lock().ok().and_then(|c| c.get(&uid).cloned()) {
-        return Ok(f);
+    let cached = ctx.frozen.lock().ok().and_then(|c| c.get(&uid).cloned());
+    if let Some(c) = cached.filter(|c| ctx.snapshot_unchanged(&c.versions)) {
+        return Ok(Loaded::Intact(c.frozen.clone()));
     }
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.snapshot_namespace);
     let mut found = Vec::new();
+    let empty = BTreeMap::new();
     for r in &status.resource_list_refs {
-        match cms.get_opt(&r.name).await? {
+        let cm = cms.get_opt(&r.name).await?;
+        let data = cm.as_ref().map(|c| c.data.as_ref().unwrap_or(&empty));
+        if check_shard(r.sha256.as_deref(), data) == ShardCheck::Tampered {
+            return Ok(Loaded::Tampered(r.name.clone()));
+        }
+        match cm {
             Some(cm) => found.push(cm),
             None => {
                 return Err(snapshot_error(
@@ -546,11 +564,21 @@ async fn load_snapshot(ctx: &Ctx, run: &UpgradeRun, status: &UpgradeRunStatus) -
         let first = upgradeplan::engine::snapshot::snapshot_config_map_name(&run.name_any(), 0);
         return Err(snapshot_error(run, &first, "status.resourceListRefs is empty"));
     }
+    let versions = found
+        .iter()
+        .map(|cm| (cm.name_any(), cm.resource_version().unwrap_or_default()))
+        .collect();
     let frozen = read_shards(run, found)?;
     if let Ok(mut cache) = ctx.frozen.lock() {
-        cache.insert(uid, frozen.clone());
+        cache.insert(
+            uid,
+            Arc::new(crate::context::Verified {
+                frozen: frozen.clone(),
+                versions,
+            }),
+        );
     }
-    Ok(frozen)
+    Ok(Loaded::Intact(frozen))
 }
 
 /// Sends the evaluation's patches, concurrently (bounded): a group of thousands starts at the

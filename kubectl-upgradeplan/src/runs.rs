@@ -18,7 +18,7 @@ use upgradeplan::engine::freeze::Freeze;
 use upgradeplan::engine::gate::{self, GateCheck};
 use upgradeplan::engine::health::HealthRecords;
 use upgradeplan::engine::run::{evaluate, resource_outcome, texts, Blocked, Evaluation, Outcome, RunContext};
-use upgradeplan::engine::snapshot::read_frozen;
+use upgradeplan::engine::snapshot::{check_shard, read_frozen, ShardCheck};
 
 use crate::output::{duration, relative, table, Style};
 
@@ -36,12 +36,39 @@ pub async fn load_frozen(client: &Client, namespace: &str, run: &UpgradeRun) -> 
     }
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let mut shards = Vec::new();
+    // Verified as the controller verifies it: a snapshot that is not what was written is not shown.
+    let recorded = run
+        .status
+        .as_ref()
+        .and_then(|s| s.started_at)
+        .map(upgradeplan::time::rfc3339)
+        .unwrap_or_default();
+    let tampered = |name: &str| anyhow::anyhow!(texts::snapshot_tampered(name, &recorded));
     for r in refs {
-        let cm = api.get(&r.name).await.map_err(|e| {
-            crate::client::explain_error(e, "get", "configmaps", Some(&format!("{namespace}/{}", r.name)))
-                .context("reading the run's snapshot (is --snapshot-namespace the controller's?)")
-        })?;
-        shards.push((r.name, cm.data.unwrap_or_default()));
+        let cm = match api.get_opt(&r.name).await {
+            Ok(cm) => cm,
+            Err(e) => {
+                return Err(crate::client::explain_error(
+                    e,
+                    "get",
+                    "configmaps",
+                    Some(&format!("{namespace}/{}", r.name)),
+                )
+                .context("reading the run's snapshot (is --snapshot-namespace the controller's?)"))
+            }
+        };
+        // Missing here may be the wrong namespace, not a deletion: only the controller, which
+        // knows its namespace, calls a missing shard tampered.
+        let Some(data) = cm.map(|c| c.data.unwrap_or_default()) else {
+            anyhow::bail!(
+                "configmaps \"{namespace}/{}\" not found: the run's snapshot is gone, or --snapshot-namespace is not the controller's",
+                r.name
+            );
+        };
+        if check_shard(r.sha256.as_deref(), Some(&data)) == ShardCheck::Tampered {
+            return Err(tampered(&r.name));
+        }
+        shards.push((r.name, data));
     }
     let frozen = read_frozen(shards.iter().map(|(n, d)| (n.as_str(), d)))
         .map_err(|e| anyhow::anyhow!("the run's snapshot: {e}"))?;

@@ -1354,13 +1354,15 @@ async fn a_lost_snapshot_fails_the_run_once() {
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", restarted.log_text()));
     assert_eq!(state(&done), RunState::Failed);
+    // Its digest was recorded: a shard gone is a snapshot that is not what was written (issue 24).
     let c = condition(&done, reasons::RUN_SUCCEEDED).unwrap();
+    let recorded = upgradeplan::time::rfc3339(done.status.as_ref().unwrap().started_at.unwrap());
     assert_eq!(
         (c.status, c.reason.as_str(), c.message.clone()),
         (
             ConditionStatus::False,
-            reasons::SNAPSHOT_MISSING,
-            format!("snapshot ConfigMap {config_map} is missing or unreadable")
+            reasons::SNAPSHOT_TAMPERED,
+            format!("snapshot ConfigMap {config_map} does not match the digest recorded at {recorded}")
         )
     );
     let events = env

@@ -397,11 +397,9 @@ async fn every_verb_against_a_live_cluster() {
     })
     .await
     .unwrap();
-    kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(env.client.clone(), &snap)
-        .delete(&format!("{held}-resource-snapshot"), &Default::default())
-        .await
-        .unwrap();
-    let fallback = plugin(&["status", &held, "--snapshot-namespace", &snap]).await;
+    // Its snapshot unreadable to the plugin (another namespace: deleting it would fail the run,
+    // as a tampered snapshot).
+    let fallback = plugin(&["status", &held, "--snapshot-namespace", "default"]).await;
     assert_eq!(fallback.code, Some(0), "{}", fallback.stderr);
     assert!(
         fallback.stdout.contains("InProgress") && fallback.stdout.contains("Note: showing the run's recorded status"),
@@ -409,8 +407,20 @@ async fn every_verb_against_a_live_cluster() {
         fallback.stdout
     );
     let follow = tokio::spawn({
-        let (held, snap) = (held.clone(), snap.clone());
-        async move { plugin(&["status", &held, "-w", "--timeout", "60s", "--snapshot-namespace", &snap]).await }
+        let held = held.clone();
+        // Still from its recorded status (the snapshot unreadable from `default`).
+        async move {
+            plugin(&[
+                "status",
+                &held,
+                "-w",
+                "--timeout",
+                "60s",
+                "--snapshot-namespace",
+                "default",
+            ])
+            .await
+        }
     });
     tokio::time::sleep(Duration::from_secs(1)).await;
     let newer = plugin(&["run", &plan5]).await.stdout.trim().to_string();

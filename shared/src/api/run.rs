@@ -91,6 +91,10 @@ pub struct UpgradeRunStatus {
 pub struct ResourceListRef {
     /// ConfigMap name.
     pub name: String,
+    /// SHA-256 of the ConfigMap's data as the controller wrote it; every later read verifies it
+    /// (spec §13.7). Absent on runs written before digests were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 /// Counts of one rollout group.
@@ -227,6 +231,8 @@ pub mod reasons {
     pub const PLAN_NOT_FOUND: &str = "PlanNotFound";
     pub const PLAN_INVALID: &str = "PlanInvalid";
     pub const SNAPSHOT_MISSING: &str = "SnapshotMissing";
+    /// A snapshot ConfigMap no longer matches the digest recorded when it was written.
+    pub const SNAPSHOT_TAMPERED: &str = "SnapshotTampered";
     pub const TARGET_REVISION_READY: &str = "TargetRevisionReady";
     pub const PROMISE_REVISION_READY: &str = "PromiseRevisionReady";
     pub const PROMISE_REVISION_NOT_FOUND: &str = "PromiseRevisionNotFound";

@@ -24,7 +24,9 @@ use super::freeze::holding;
 use super::gate::{self, GateCheck, GateReading};
 use super::health::HealthRecords;
 use super::run::{evaluate, texts, Blocked, Evaluation, Outcome, RunContext, Verdict};
-use super::snapshot::{assign, shard, snapshot_config_map_name, Frozen, Snapshot, SNAPSHOT_SHARD_BYTES};
+use super::snapshot::{
+    assign, config_map_data, digest, shard, snapshot_config_map_name, Frozen, Snapshot, SNAPSHOT_SHARD_BYTES,
+};
 use super::stage::{self, ApprovalFact};
 use super::validate::{summarize as summarize_problems, validate_plan};
 use super::version::VersionMatcher;
@@ -57,6 +59,9 @@ pub enum SnapshotFact {
     },
     /// The status names a ConfigMap that is missing or unreadable (the controller logs how).
     Lost { config_map: String },
+    /// A ConfigMap differs from the digest the status recorded for it, or is gone (spec §4.3):
+    /// someone changed what steers the run.
+    Tampered { config_map: String },
 }
 
 /// Read access to the controller's caches of Kratix objects.
@@ -188,9 +193,9 @@ pub struct Step {
     /// Set this run's `spec.suspend=true`: it found itself superseded (spec §5.2) before the newer
     /// run asked it to stand down (two runs admitted at once).
     pub suspend_self: bool,
-    /// The snapshot to write, as (ConfigMap name, shard) in order; the frozen plan goes in the
-    /// first. Empty when the snapshot exists.
-    pub write_snapshot: Vec<(String, Snapshot)>,
+    /// The snapshot to write, as (ConfigMap name, data) in shard order ([`snapshot_config_maps`]):
+    /// the status records each one's digest. Empty when the snapshot exists.
+    pub write_snapshot: Vec<SnapshotConfigMap>,
     /// The snapshot (new or found) this step worked from.
     pub frozen: Option<Arc<Frozen>>,
     /// UpgradeApprovals of this run to own (ownerReference to the run: garbage-collected with it).
@@ -480,11 +485,14 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
             SnapshotFact::Found { frozen, refs } => (frozen.clone(), refs.clone()),
             _ => {
                 let frozen = Arc::new(take_snapshot(plan, cluster));
-                out.write_snapshot = shards_of(run_name(run), &frozen.snapshot);
+                out.write_snapshot = snapshot_config_maps(run_name(run), &frozen);
                 let refs = out
                     .write_snapshot
                     .iter()
-                    .map(|(name, _)| ResourceListRef { name: name.clone() })
+                    .map(|(name, data)| ResourceListRef {
+                        name: name.clone(),
+                        sha256: Some(digest(data)),
+                    })
                     .collect();
                 (frozen, refs)
             }
@@ -499,23 +507,26 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
     }
 
     // InProgress.
-    let lost = match facts.snapshot.clone() {
+    // Without its snapshot, or with one that is not what was written, the run cannot go on
+    // (spec §4.3 SnapshotMissing, SnapshotTampered): nothing more is patched.
+    let (reason, message) = match facts.snapshot.clone() {
         SnapshotFact::Found { frozen, .. } => return progress(run, plan, out, frozen, owns_gauges, cluster, facts),
-        SnapshotFact::Lost { config_map, .. } => config_map,
-        SnapshotFact::Absent => snapshot_config_map_name(run_name(run), 0),
+        SnapshotFact::Lost { config_map, .. } => (reasons::SNAPSHOT_MISSING, texts::snapshot_missing(&config_map)),
+        SnapshotFact::Absent => (
+            reasons::SNAPSHOT_MISSING,
+            texts::snapshot_missing(&snapshot_config_map_name(run_name(run), 0)),
+        ),
+        SnapshotFact::Tampered { config_map } => {
+            let recorded = out.status.started_at.map(crate::time::rfc3339).unwrap_or_default();
+            (
+                reasons::SNAPSHOT_TAMPERED,
+                texts::snapshot_tampered(&config_map, &recorded),
+            )
+        }
     };
-    // Without its snapshot the run cannot go on (spec §4.3 SnapshotMissing).
     let to = plan.spec.upgrade_path.to.clone();
     out.to = to.clone();
-    finish(
-        &mut out,
-        owns_gauges,
-        RunState::Failed,
-        reasons::SNAPSHOT_MISSING,
-        texts::snapshot_missing(&lost),
-        &to,
-        now,
-    );
+    finish(&mut out, owns_gauges, RunState::Failed, reason, message, &to, now);
     out
 }
 
@@ -546,12 +557,21 @@ fn take_snapshot(plan: &UpgradePlan, cluster: &dyn Cluster) -> Frozen {
     }
 }
 
-/// The ConfigMaps a snapshot is written to: (name, shard) in shard order.
-pub fn shards_of(run: &str, snapshot: &Snapshot) -> Vec<(String, Snapshot)> {
-    shard(snapshot, SNAPSHOT_SHARD_BYTES)
+/// A snapshot ConfigMap: its name and data.
+pub type SnapshotConfigMap = (String, BTreeMap<String, String>);
+
+/// The ConfigMaps a run's snapshot is written to: (name, data) in shard order, the frozen plan
+/// in the first.
+pub fn snapshot_config_maps(run: &str, frozen: &Frozen) -> Vec<SnapshotConfigMap> {
+    shard(&frozen.snapshot, SNAPSHOT_SHARD_BYTES)
         .into_iter()
         .enumerate()
-        .map(|(i, part)| (snapshot_config_map_name(run, i), part))
+        .map(|(i, part)| {
+            // Our own types always serialize; were one not to, the empty data would read back
+            // as a missing snapshot (SnapshotMissing), never as a wrong one.
+            let data = config_map_data(&part, (i == 0).then_some(&frozen.plan)).unwrap_or_default();
+            (snapshot_config_map_name(run, i), data)
+        })
         .collect()
 }
 

@@ -13,11 +13,20 @@ pub const OBJECT_NAME_MAX: usize = 253;
 /// Characters of the name kept before the hash when it is shortened.
 const KEPT: usize = 54;
 
+/// Bytes as lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The first 8 hex digits of the SHA-256 of `s`.
+fn short_hash(s: &str) -> String {
+    hex(&Sha256::digest(s.as_bytes())[..4])
+}
+
 /// `name` shortened to 63 characters: its first 54, `-`, and the first 8 hex digits of the
 /// SHA-256 of the whole name. Distinct names stay distinct (but for a hash collision).
 fn shortened(name: &str) -> String {
-    let digest = Sha256::digest(name.as_bytes());
-    let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    let hex = short_hash(name);
     // Names are ASCII (DNS subdomains); a boundary check keeps odd input from panicking.
     let mut cut = KEPT.min(name.len());
     while !name.is_char_boundary(cut) {
@@ -87,8 +96,7 @@ pub fn approval_name(run: &str, group: &str) -> String {
         .collect();
     part = part.trim_matches('-').to_string();
     if part != group {
-        let digest = Sha256::digest(group.as_bytes());
-        let hex: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+        let hex = short_hash(group);
         part = if part.is_empty() { hex } else { format!("{part}-{hex}") };
     }
     derived_name(run, &format!("-{}", label_value(&part)))

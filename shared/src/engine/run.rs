@@ -694,6 +694,10 @@ pub mod texts {
     pub fn snapshot_missing(config_map: &str) -> String {
         format!("snapshot ConfigMap {config_map} is missing or unreadable")
     }
+    /// `recorded`: when the digest was recorded (the run's `startedAt`).
+    pub fn snapshot_tampered(config_map: &str, recorded: &str) -> String {
+        format!("snapshot ConfigMap {config_map} does not match the digest recorded at {recorded}")
+    }
     pub fn run_cancelled() -> String {
         "UpgradeRun was deleted before it finished".to_string()
     }

@@ -328,6 +328,52 @@ pub fn read_frozen<'a>(
     })
 }
 
+/// The data of a snapshot ConfigMap: a shard's resources and, in the first shard, the frozen
+/// plan. What the controller writes is exactly this, and its [`digest`] is recorded.
+pub fn config_map_data(
+    shard: &Snapshot,
+    plan: Option<&UpgradePlanSpec>,
+) -> Result<std::collections::BTreeMap<String, String>, serde_json::Error> {
+    let mut data =
+        std::collections::BTreeMap::from([(SNAPSHOT_RESOURCES_KEY.to_string(), serde_json::to_string(shard)?)]);
+    if let Some(plan) = plan {
+        data.insert(SNAPSHOT_PLAN_KEY.to_string(), serde_json::to_string(plan)?);
+    }
+    Ok(data)
+}
+
+/// The SHA-256 of a ConfigMap's data, hex: over each key and value in key order, each preceded
+/// by its length, so no two different maps hash alike by moving bytes between entries.
+pub fn digest(data: &std::collections::BTreeMap<String, String>) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for (k, v) in data {
+        for part in [k, v] {
+            h.update((part.len() as u64).to_be_bytes());
+            h.update(part.as_bytes());
+        }
+    }
+    super::naming::hex(&h.finalize())
+}
+
+/// How one snapshot ConfigMap compares with the digest recorded for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShardCheck {
+    /// It matches (or no digest was recorded: a run written before digests existed).
+    Intact,
+    /// It differs from what was written, or it is gone.
+    Tampered,
+}
+
+/// Checks a ConfigMap's data (`None`: the ConfigMap is missing) against its recorded digest.
+pub fn check_shard(recorded: Option<&str>, data: Option<&std::collections::BTreeMap<String, String>>) -> ShardCheck {
+    match (recorded, data) {
+        (None, _) => ShardCheck::Intact,
+        (Some(want), Some(d)) if digest(d) == want => ShardCheck::Intact,
+        (Some(_), _) => ShardCheck::Tampered,
+    }
+}
+
 /// Joins shards back into one snapshot, concatenating each group's resources in shard order.
 pub fn merge_shards(shards: impl IntoIterator<Item = Snapshot>) -> Snapshot {
     let mut merged = Snapshot::default();
@@ -691,6 +737,46 @@ pub(crate) mod tests {
             serde_json::to_value(&a.snapshot).unwrap(),
             serde_json::json!({"groups":[{"name":"all","resources":[
                 {"namespace":"ns","name":"x","binding":"x-binding","lastAppliedVersion":"v1","specVersion":"latest"}]}]})
+        );
+    }
+
+    #[test]
+    fn a_digest_changes_with_any_byte_and_tells_a_missing_shard() {
+        let p = plan(&["v1"], "v2", vec![match_all("all")]);
+        let snapshot = assign(
+            &p,
+            &VersionMatcher::compile(&p.upgrade_path.from).unwrap(),
+            &[binding("a", "x", &[], "v1", "v1")],
+        )
+        .snapshot;
+        let data = config_map_data(&snapshot, Some(&p)).unwrap();
+        let d = digest(&data);
+        assert_eq!(d.len(), 64);
+        assert_eq!(check_shard(Some(&d), Some(&data)), ShardCheck::Intact);
+        let mut edited = data.clone();
+        edited.get_mut(SNAPSHOT_RESOURCES_KEY).unwrap().push(' ');
+        assert_eq!(
+            check_shard(Some(&d), Some(&edited)),
+            ShardCheck::Tampered,
+            "one more space"
+        );
+        let mut added = data.clone();
+        added.insert("extra".into(), String::new());
+        assert_eq!(check_shard(Some(&d), Some(&added)), ShardCheck::Tampered, "a key added");
+        assert_eq!(check_shard(Some(&d), None), ShardCheck::Tampered, "deleted");
+        assert_eq!(
+            check_shard(None, Some(&edited)),
+            ShardCheck::Intact,
+            "no digest recorded (an older run)"
+        );
+        // Bytes moved between key and value change it too.
+        let a = std::collections::BTreeMap::from([("ab".to_string(), "c".to_string())]);
+        let b = std::collections::BTreeMap::from([("a".to_string(), "bc".to_string())]);
+        assert_ne!(digest(&a), digest(&b));
+        assert_eq!(
+            read_frozen([("cm", &data)]).unwrap().snapshot,
+            snapshot,
+            "what is written reads back"
         );
     }
 }

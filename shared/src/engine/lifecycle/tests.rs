@@ -31,8 +31,8 @@ fn t(minutes: i64) -> DateTime<Utc> {
 struct World {
     bindings: Vec<Arc<ResourceBinding>>,
     revisions: Vec<String>,
-    /// Snapshot ConfigMaps written so far, by run: (name, shard).
-    written: BTreeMap<String, Vec<(String, Snapshot)>>,
+    /// Snapshot ConfigMaps written so far, by run: (name, data).
+    written: BTreeMap<String, Vec<SnapshotConfigMap>>,
     frozen_plans: BTreeMap<String, UpgradePlanSpec>,
     health: Vec<Arc<HealthRecord>>,
     gates: Vec<GateReading>,
@@ -94,16 +94,23 @@ impl World {
             .map(|s| s.resource_list_refs.clone())
             .unwrap_or_default();
         match self.written.get(&name) {
-            Some(shards) => SnapshotFact::Found {
-                frozen: Arc::new(Frozen {
-                    snapshot: crate::engine::snapshot::merge_shards(shards.iter().map(|(_, s)| s.clone())),
-                    plan: self.frozen_plans[&name].clone(),
-                }),
-                refs: shards
-                    .iter()
-                    .map(|(n, _)| ResourceListRef { name: n.clone() })
-                    .collect(),
-            },
+            Some(shards) => {
+                let frozen = crate::engine::snapshot::read_frozen(shards.iter().map(|(n, d)| (n.as_str(), d))).unwrap();
+                assert_eq!(
+                    frozen.plan, self.frozen_plans[&name],
+                    "the first shard carries the frozen plan"
+                );
+                SnapshotFact::Found {
+                    frozen: Arc::new(frozen),
+                    refs: shards
+                        .iter()
+                        .map(|(n, d)| ResourceListRef {
+                            name: n.clone(),
+                            sha256: Some(crate::engine::snapshot::digest(d)),
+                        })
+                        .collect(),
+                }
+            }
             None if recorded.is_empty() => SnapshotFact::Absent,
             None => SnapshotFact::Lost {
                 config_map: recorded[0].name.clone(),
@@ -295,8 +302,10 @@ fn a_run_goes_from_admission_through_its_snapshot_to_completion() {
     assert_eq!(
         s.status.resource_list_refs,
         vec![ResourceListRef {
-            name: "r-resource-snapshot".into()
-        }]
+            name: "r-resource-snapshot".into(),
+            sha256: Some(crate::engine::snapshot::digest(&s.write_snapshot[0].1)),
+        }],
+        "the digest of what is written"
     );
     assert_eq!((s.status.total_resources, s.status.started_at), (3, Some(t(1))));
     assert_eq!(started(&s), 2, "maxConcurrent 2");
@@ -1016,4 +1025,40 @@ fn a_group_that_needs_approval_waits_says_so_once_and_adopts_its_approval() {
     let s = pass(&run, Some(&plan), &[], &world, t(4));
     assert!(s.adopt_approvals.is_empty());
     assert!(!reasons_announced(&s).contains(&"GroupApproved"), "announced once");
+}
+
+#[test]
+fn a_tampered_shard_fails_the_run_and_nothing_more_starts() {
+    let plan = valid_plan(1);
+    let mut world = World::with(3);
+    let mut run = a_run("r", t(0), false);
+    run.status = Some(UpgradeRunStatus {
+        state: RunState::Pending,
+        ..Default::default()
+    });
+    let s = pass(&run, Some(&plan), &[], &world, t(1));
+    assert_eq!(started(&s), 1);
+    apply(&mut run, &s, &mut world, &plan);
+    let tampered = SnapshotFact::Tampered {
+        config_map: "r-resource-snapshot".into(),
+    };
+    let s = step(
+        &run,
+        &Facts {
+            snapshot: tampered,
+            ..facts(Some(&plan), &[], &world, &run, t(2))
+        },
+        &world,
+    );
+    assert_eq!(s.status.state, RunState::Failed);
+    let c = find_condition(&s.status.conditions, reasons::RUN_SUCCEEDED).unwrap();
+    assert_eq!(
+        (c.reason.as_str(), c.message.as_str()),
+        (
+            "SnapshotTampered",
+            "snapshot ConfigMap r-resource-snapshot does not match the digest recorded at 2026-06-01T10:01:00Z"
+        )
+    );
+    assert!(s.evaluation.is_none(), "nothing is evaluated, so nothing is patched");
+    assert_eq!(reasons_announced(&s), vec!["UpgradeRunFailed"]);
 }

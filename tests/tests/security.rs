@@ -1,0 +1,169 @@
+//! Security (issue 24), end to end on the real control plane: the snapshot ConfigMaps that steer a
+//! run are tamper-evident — an edit or a deletion mid-run fails the run, and nothing more is
+//! patched.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::json;
+use upgradeplan::api::{find_condition, reasons, RunState, UpgradeRun};
+use upgradeplan::engine::snapshot::{SnapshotResource, SNAPSHOT_RESOURCES_KEY};
+use upgradeplan_e2e::harness::{run_plugin, TestEnv};
+
+const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
+const WAIT: Duration = Duration::from_secs(90);
+
+fn succeeded_condition(r: &UpgradeRun) -> Option<(String, String)> {
+    let c = find_condition(&r.status.as_ref()?.conditions, reasons::RUN_SUCCEEDED)?;
+    Some((c.reason.clone(), c.message.clone()))
+}
+
+/// A run of four resources, one at a time (3 s each), in progress with its first upgrade
+/// started: (env, namespace, run, its snapshot ConfigMap).
+async fn running(
+    prefix: &str,
+) -> (
+    TestEnv,
+    upgradeplan_e2e::harness::ControllerProcess,
+    String,
+    String,
+    String,
+) {
+    let mut env = TestEnv::new(prefix).await.unwrap();
+    let bindings = [("d0", "dev"), ("d1", "dev"), ("d2", "dev"), ("d3", "dev")];
+    let ns = env.upgrade_world(&bindings, SIM, &["--delay", "3s"]).await.unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
+    let plan = env
+        .create_plan(
+            "plan",
+            json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
+                   "rolloutGroups": [{"name": "dev", "selectors": {"matchLabels": {"env": "dev"}}, "maxConcurrent": 1}]}),
+        )
+        .await
+        .unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    let started = env
+        .wait_run(&run, WAIT, "in progress with its snapshot", |r| {
+            r.status.as_ref().is_some_and(|s| {
+                s.state == RunState::InProgress && s.resource_list_refs.iter().all(|r| r.sha256.is_some())
+            })
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    let refs = &started.status.as_ref().unwrap().resource_list_refs;
+    assert_eq!(refs.len(), 1);
+    assert_eq!(refs[0].sha256.as_ref().unwrap().len(), 64, "a SHA-256 in hex");
+    let cm = refs[0].name.clone();
+    (env, controller, ns, run, cm)
+}
+
+async fn failed(env: &TestEnv, run: &str, controller: &upgradeplan_e2e::harness::ControllerProcess) -> UpgradeRun {
+    env.wait_run(run, WAIT, "failed", |r| {
+        r.status.as_ref().is_some_and(|s| s.state.is_terminal())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()))
+}
+
+/// Someone who may write ConfigMaps in the snapshot namespace adds a binding of the Promise to a
+/// running run's snapshot: the run fails with SnapshotTampered and the binding is never patched.
+#[tokio::test]
+async fn a_snapshot_edited_mid_run_fails_the_run_and_the_added_binding_is_never_patched() {
+    let (env, controller, ns, run, cm) = running("tamper-edit").await;
+    // A binding of the Promise outside the run (labelled for no group): the edit smuggles it in.
+    env.binding(&ns, "intruder", &[("env", "none")], "v1.0.0", Some("v1.0.0"))
+        .await
+        .unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.snapshot_namespace());
+    let current = cms.get(&cm).await.unwrap();
+    let mut snapshot: serde_json::Value =
+        serde_json::from_str(&current.data.as_ref().unwrap()[SNAPSHOT_RESOURCES_KEY]).unwrap();
+    let intruder = SnapshotResource {
+        namespace: ns.clone(),
+        name: "intruder".into(),
+        binding: format!("intruder-{}", env.promise),
+        last_applied_version: "v1.0.0".into(),
+        spec_version: "v1.0.0".into(),
+    };
+    snapshot["groups"][0]["resources"]
+        .as_array_mut()
+        .unwrap()
+        .insert(0, serde_json::to_value(&intruder).unwrap());
+    cms.patch(
+        &cm,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {SNAPSHOT_RESOURCES_KEY: snapshot.to_string()}})),
+    )
+    .await
+    .unwrap();
+
+    let done = failed(&env, &run, &controller).await;
+    let status = done.status.as_ref().unwrap();
+    assert_eq!(status.state, RunState::Failed);
+    let recorded = upgradeplan::time::rfc3339(status.started_at.unwrap());
+    assert_eq!(
+        succeeded_condition(&done).unwrap(),
+        (
+            "SnapshotTampered".to_string(),
+            format!("snapshot ConfigMap {cm} does not match the digest recorded at {recorded}")
+        )
+    );
+    let events = env
+        .events_when(&run, |(_, r, _)| r == "UpgradeRunFailed")
+        .await
+        .unwrap();
+    assert!(
+        events.iter().any(|(t, r, _)| t == "Warning" && r == "UpgradeRunFailed"),
+        "{events:?}"
+    );
+    // Nothing more is patched: the intruder never, and no resource after the edit.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let b = env.bindings_api(&ns).get(&intruder.binding).await.unwrap();
+    assert_eq!(
+        b.spec.version, "v1.0.0",
+        "the binding smuggled into the snapshot was patched"
+    );
+    let started: Vec<String> = env
+        .bindings_api(&ns)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|b| b.spec.version == "v2.0.0")
+        .filter_map(|b| b.metadata.name)
+        .collect();
+    assert!(started.len() <= 2, "upgrades went on after the edit: {started:?}");
+
+    // The plugin says the same.
+    let out = run_plugin(
+        None,
+        &["status", &run, "--snapshot-namespace", &env.snapshot_namespace()],
+    )
+    .await
+    .unwrap();
+    assert!(
+        out.stdout.contains(&format!(
+            "snapshot ConfigMap {cm} does not match the digest recorded at {recorded}"
+        )),
+        "{out:?}"
+    );
+    env.teardown().await.unwrap();
+}
+
+/// A deleted snapshot shard fails the run the same way.
+#[tokio::test]
+async fn a_snapshot_deleted_mid_run_fails_the_run() {
+    let (env, controller, _ns, run, cm) = running("tamper-delete").await;
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.snapshot_namespace());
+    cms.delete(&cm, &DeleteParams::default()).await.unwrap();
+    let done = failed(&env, &run, &controller).await;
+    let (reason, message) = succeeded_condition(&done).unwrap();
+    assert_eq!(reason, "SnapshotTampered", "{message}");
+    assert!(message.starts_with(&format!(
+        "snapshot ConfigMap {cm} does not match the digest recorded at "
+    )));
+    env.teardown().await.unwrap();
+}
