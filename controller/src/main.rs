@@ -12,6 +12,7 @@ mod leader;
 mod metrics;
 mod plan;
 mod run;
+mod secure;
 mod watch;
 
 use std::net::SocketAddr;
@@ -61,9 +62,19 @@ struct Cli {
     /// the status of the freezes matching its selector only. Default: all.
     #[arg(long, value_name = "SELECTOR", value_parser = parse_selector)]
     selector: Option<String>,
-    /// Address of /metrics.
+    /// Address of /metrics (deploy/ serves it securely on :8443).
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
     metrics_addr: SocketAddr,
+    /// Serve /metrics over HTTPS, to callers whose bearer token passes a TokenReview and a
+    /// SubjectAccessReview for `get` on the non-resource URL /metrics (bind Prometheus's
+    /// ServiceAccount to the upgradeplan-metrics-reader ClusterRole), as controller-runtime's
+    /// secure serving. Others get 401 or 403. /healthz and /readyz stay plain on --health-addr.
+    #[arg(long)]
+    metrics_secure: bool,
+    /// tls.crt and tls.key for --metrics-secure (e.g. a cert-manager Secret mounted here); read
+    /// again when they change. Default: a self-signed certificate generated at start.
+    #[arg(long, value_name = "DIR", requires = "metrics_secure")]
+    metrics_cert_dir: Option<PathBuf>,
     /// Address of /healthz and /readyz.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8081")]
     health_addr: SocketAddr,
@@ -228,6 +239,22 @@ fn identity() -> String {
     format!("{host}_{:x}{:x}", std::process::id(), nanos)
 }
 
+/// The names a self-signed /metrics certificate is issued for: loopback, the host (the pod) and
+/// the address bound. Scrapers of it skip verification (the ServiceMonitor says so); give a
+/// certificate with --metrics-cert-dir to have them verify.
+fn certificate_names(cli: &Cli) -> Vec<String> {
+    let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+    let host =
+        std::env::var("POD_NAME").or_else(|_| std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()));
+    names.extend(host.ok().filter(|h| !h.is_empty()));
+    let ip = cli.metrics_addr.ip();
+    if !ip.is_unspecified() && !ip.is_loopback() {
+        names.push(ip.to_string());
+    }
+    names.dedup();
+    names
+}
+
 fn leader_namespace(cli: &Cli) -> String {
     cli.leader_election_namespace.clone().unwrap_or_else(|| {
         std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -267,18 +294,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     tracing::info!(server = %version.git_version, version = env!("CARGO_PKG_VERSION"), "upgradeplan-controller starting");
 
     let health = Arc::new(http::Health::default());
-    let bound = http::serve(cli.health_addr, health.clone())
+    let bound = http::serve(cli.health_addr, health.clone(), None)
         .await
         .with_context(|| format!("binding --health-addr {}", cli.health_addr))?;
     tracing::info!(%bound, "serving /healthz and /readyz");
+    let tls = cli
+        .metrics_secure
+        .then(|| secure::server_config(cli.metrics_cert_dir.as_deref(), &certificate_names(&cli)))
+        .transpose()?;
     let exposition = Arc::new(http::Health {
         ready: Default::default(),
         metrics: Some(metrics.clone()),
+        authorizer: cli.metrics_secure.then(|| secure::Authorizer::new(client.clone())),
     });
-    let bound = http::serve(cli.metrics_addr, exposition)
+    let bound = http::serve(cli.metrics_addr, exposition, tls)
         .await
         .with_context(|| format!("binding --metrics-addr {}", cli.metrics_addr))?;
-    tracing::info!(%bound, "serving /metrics");
+    if cli.metrics_secure {
+        tracing::info!(%bound, certificate = %cli.metrics_cert_dir.as_deref().map_or("self-signed".into(), |d| d.display().to_string()), "serving /metrics over HTTPS to authorized callers");
+    } else {
+        tracing::info!(%bound, "serving /metrics");
+    }
     let lease_name = if cli.leader_elect {
         cli.leader_election_id.clone()
     } else {

@@ -171,6 +171,8 @@ pub struct TestEnv {
     /// Set by [`TestEnv::teardown`]; otherwise dropping the world removes it (a failing test
     /// leaks nothing).
     torn_down: bool,
+    /// A token allowed to read a secure /metrics, made once (see [`TestEnv::metrics_reader`]).
+    metrics_reader: Option<String>,
 }
 
 /// A controller process started by a test; killed when dropped.
@@ -249,6 +251,7 @@ impl TestEnv {
             controllers: 0,
             kubeconfig,
             torn_down: false,
+            metrics_reader: None,
         }
     }
 
@@ -268,6 +271,98 @@ impl TestEnv {
         .await?;
         self.namespaces.push(name.clone());
         Ok(name)
+    }
+
+    /// A token of a new ServiceAccount `name` of this world, bound (when `reader`) to the shipped
+    /// `upgradeplan-metrics-reader` ClusterRole, applied from deploy/core/rbac.yaml.
+    pub async fn service_account_token(&mut self, name: &str, reader: bool) -> anyhow::Result<String> {
+        use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+        use k8s_openapi::api::core::v1::ServiceAccount;
+        use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+        let ns = self.namespace(&format!("sa-{name}")).await?;
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.client.clone(), &ns);
+        accounts
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": name}}))?,
+            )
+            .await?;
+        if reader {
+            let rbac = std::fs::read_to_string(repo_root().join("deploy/core/rbac.yaml"))?;
+            let role: serde_json::Value = rbac
+                .split("\n---")
+                .filter_map(|d| serde_saphyr::from_str::<serde_json::Value>(d).ok())
+                .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == METRICS_READER)
+                .ok_or_else(|| anyhow!("deploy/core/rbac.yaml has no ClusterRole {METRICS_READER}"))?;
+            Api::<ClusterRole>::all(self.client.clone())
+                .patch(
+                    METRICS_READER,
+                    &PatchParams::apply("upgradeplan-tests").force(),
+                    &Patch::Apply(role),
+                )
+                .await?;
+            let binding = json!({"metadata": {"name": format!("{ns}-{name}"), "labels": {WORLD_LABEL: self.promise}},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": METRICS_READER},
+                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]});
+            Api::<ClusterRoleBinding>::all(self.client.clone())
+                .create(&PostParams::default(), &serde_json::from_value(binding)?)
+                .await?;
+        }
+        let request = TokenRequest {
+            spec: TokenRequestSpec {
+                expiration_seconds: Some(3600),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let issued = accounts
+            .create_token_request(name, &PostParams::default(), &request)
+            .await?;
+        issued
+            .status
+            .map(|s| s.token)
+            .ok_or_else(|| anyhow!("the TokenRequest for {ns}/{name} returned no token"))
+    }
+
+    /// A token allowed to read a secure /metrics (made on first use).
+    pub async fn metrics_reader(&mut self) -> anyhow::Result<String> {
+        if let Some(token) = &self.metrics_reader {
+            return Ok(token.clone());
+        }
+        let token = self.service_account_token("prometheus", true).await?;
+        self.metrics_reader = Some(token.clone());
+        Ok(token)
+    }
+
+    /// A controller serving /metrics as deploy/ does (`--metrics-secure`, a self-signed
+    /// certificate) on a free port, unless `extra_args` names `--metrics-addr`; and how to read it.
+    pub async fn start_secure_controller(
+        &mut self,
+        extra_args: &[&str],
+    ) -> anyhow::Result<(ControllerProcess, MetricsEndpoint)> {
+        let token = self.metrics_reader().await?;
+        let given = extra_args
+            .iter()
+            .position(|a| *a == "--metrics-addr")
+            .and_then(|i| extra_args.get(i + 1));
+        let addr = match given {
+            Some(a) => a.to_string(),
+            None => format!("127.0.0.1:{}", free_port()?),
+        };
+        let mut args = vec!["--metrics-secure"];
+        if given.is_none() {
+            args.extend(["--metrics-addr", addr.as_str()]);
+        }
+        args.extend_from_slice(extra_args);
+        let controller = self.start_controller(&args).await?;
+        Ok((
+            controller,
+            MetricsEndpoint {
+                addr,
+                token: Some(token),
+                ca_file: None,
+            },
+        ))
     }
 
     /// The usual world of an upgrade test: the Promise with v1.0.0 and v2.0.0 (latest), a
@@ -634,9 +729,22 @@ impl TestEnv {
     }
 }
 
-/// Deletes a world's namespaces (and so its bindings), its PromiseRevisions and its Promise.
+/// The shipped ClusterRole allowed to read a secure /metrics.
+pub const METRICS_READER: &str = "upgradeplan-metrics-reader";
+/// Labels a world's cluster-scoped objects other than its Promise (value: the Promise's name).
+const WORLD_LABEL: &str = "upgradeplan-e2e/world";
+
+/// Deletes a world's namespaces (and so its bindings), its PromiseRevisions, its Promise and its
+/// ClusterRoleBindings.
 async fn remove_world(client: &Client, namespaces: &[String], promise: &str) {
     let dp = DeleteParams::background();
+    let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(client.clone());
+    let _ = bindings
+        .delete_collection(
+            &dp,
+            &kube::api::ListParams::default().labels(&format!("{WORLD_LABEL}={promise}")),
+        )
+        .await;
     let ns_api: Api<Namespace> = Api::all(client.clone());
     for ns in namespaces {
         let _ = ns_api.delete(ns, &dp).await;
@@ -690,15 +798,54 @@ impl Drop for TestEnv {
 
 /// `GET path` over HTTP/1.0 (no chunking to decode): (status code, body).
 pub async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr)
+    let stream = tokio::net::TcpStream::connect(addr)
         .await
         .with_context(|| format!("connecting to {addr}"))?;
+    exchange(stream, addr, path, None).await
+}
+
+/// GET `https://<addr><path>`, with `Authorization: Bearer <token>` when given, verifying the
+/// server's certificate against `ca_file` (for the IP or name in `addr`), or accepting any
+/// certificate without one (`curl -k`, for a self-signed server): (status, body).
+pub async fn https_get(
+    addr: &str,
+    path: &str,
+    token: Option<&str>,
+    ca_file: Option<&Path>,
+) -> anyhow::Result<(u16, String)> {
+    let config = tls_client(ca_file)?;
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).to_string();
+    let name = rustls::pki_types::ServerName::try_from(host).context("server name")?;
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .with_context(|| format!("connecting to {addr}"))?;
+    let stream = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, stream)
+        .await
+        .with_context(|| format!("TLS handshake with {addr}"))?;
+    exchange(stream, addr, path, token).await
+}
+
+/// One HTTP/1.0 request and its whole response: (status, body).
+async fn exchange<S>(mut stream: S, addr: &str, path: &str, token: Option<&str>) -> anyhow::Result<(u16, String)>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let authorization = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n{authorization}\r\n").as_bytes())
         .await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
+    let mut bytes = Vec::new();
+    if let Err(e) = stream.read_to_end(&mut bytes).await {
+        // A TLS peer closing without close_notify after a complete response is not a failure.
+        if e.kind() != std::io::ErrorKind::UnexpectedEof || bytes.is_empty() {
+            return Err(e.into());
+        }
+    }
+    let response = String::from_utf8_lossy(&bytes);
     let code = response
         .split_whitespace()
         .nth(1)
@@ -711,6 +858,98 @@ pub async fn http_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
             .map(|(_, b)| b.to_string())
             .unwrap_or_default(),
     ))
+}
+
+fn tls_client(ca_file: Option<&Path>) -> anyhow::Result<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder =
+        rustls::ClientConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions()?;
+    Ok(match ca_file {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca)? {
+                roots.add(cert?)?;
+            }
+            builder.with_root_certificates(roots).with_no_client_auth()
+        }
+        None => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+            .with_no_client_auth(),
+    })
+}
+
+/// Accepts any server certificate (still checking the handshake's signatures): for a
+/// self-signed /metrics, as the shipped ServiceMonitor's `insecureSkipVerify`.
+#[derive(Debug)]
+struct AnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A controller's `/metrics`: its address and, when served with `--metrics-secure`, the bearer
+/// token to read it with and the CA of its certificate (None: self-signed, not verified).
+#[derive(Clone, Debug)]
+pub struct MetricsEndpoint {
+    pub addr: String,
+    pub token: Option<String>,
+    pub ca_file: Option<PathBuf>,
+}
+
+impl MetricsEndpoint {
+    /// A plain (`--metrics-secure` off) endpoint.
+    pub fn plain(addr: &str) -> Self {
+        MetricsEndpoint {
+            addr: addr.to_string(),
+            token: None,
+            ca_file: None,
+        }
+    }
+
+    /// The exposition, read as Prometheus reads it (HTTPS and the token when secure).
+    pub async fn scrape(&self) -> anyhow::Result<String> {
+        let (code, body) = match &self.token {
+            Some(token) => https_get(&self.addr, "/metrics", Some(token), self.ca_file.as_deref()).await?,
+            None => http_get(&self.addr, "/metrics").await?,
+        };
+        if code != 200 {
+            bail!("GET {}/metrics: HTTP {code}: {body}", self.addr);
+        }
+        Ok(body)
+    }
 }
 
 /// Percent-encodes a query parameter.
@@ -963,7 +1202,15 @@ pub struct Prometheus {
 }
 
 impl Prometheus {
-    pub async fn start(name: &str, targets: &[&str], rules: &Path) -> anyhow::Result<Prometheus> {
+    /// A Prometheus scraping every second the `controllers`' /metrics (job
+    /// `upgradeplan-controller`, over HTTPS with the token when secure) and plain `others`
+    /// (job `others`), evaluating `rules`.
+    pub async fn start(
+        name: &str,
+        controllers: &[&MetricsEndpoint],
+        others: &[&str],
+        rules: &Path,
+    ) -> anyhow::Result<Prometheus> {
         let bin = std::env::var_os("PATH")
             .and_then(|p| {
                 std::env::split_paths(&p)
@@ -976,12 +1223,38 @@ impl Prometheus {
         let dir = std::env::temp_dir().join(format!("{name}-prometheus"));
         std::fs::create_dir_all(&dir)?;
         let addr = format!("127.0.0.1:{}", free_port()?);
-        let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+        let mut jobs = String::new();
+        for (i, c) in controllers.iter().enumerate() {
+            let secure = match &c.token {
+                Some(token) => {
+                    let file = dir.join(format!("token-{i}"));
+                    std::fs::write(&file, token)?;
+                    let tls = match &c.ca_file {
+                        Some(ca) => format!("{{ca_file: {ca:?}}}"),
+                        None => "{insecure_skip_verify: true}".to_string(),
+                    };
+                    format!(
+                        "    scheme: https\n    authorization: {{credentials_file: {file:?}}}\n    tls_config: {tls}\n"
+                    )
+                }
+                None => String::new(),
+            };
+            jobs += &format!(
+                "  - job_name: upgradeplan-controller-{i}\n{secure}    static_configs: [{{targets: ['{}'], labels: {{job: upgradeplan-controller}}}}]\n",
+                c.addr
+            );
+        }
+        if !others.is_empty() {
+            let targets: Vec<String> = others.iter().map(|t| format!("'{t}'")).collect();
+            jobs += &format!(
+                "  - job_name: others\n    static_configs: [{{targets: [{}]}}]\n",
+                targets.join(", ")
+            );
+        }
         std::fs::write(
             dir.join("prometheus.yml"),
             format!(
-                "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nrule_files: [{rules:?}]\nscrape_configs:\n  - job_name: upgradeplan-controller\n    static_configs: [{{targets: [{}]}}]\n",
-                targets.join(", ")
+                "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nrule_files: [{rules:?}]\nscrape_configs:\n{jobs}"
             ),
         )?;
         let mut p = Prometheus {
@@ -994,24 +1267,27 @@ impl Prometheus {
         Ok(p)
     }
 
-    /// A Prometheus scraping a controller of `env` (and `targets`) with `rules`, and that
-    /// controller, started with its metrics there and its signal gates read from this Prometheus
-    /// every `gate_interval`: (controller, Prometheus, the controller's metrics address).
+    /// A Prometheus scraping a controller of `env` (and plain `targets`) with `rules`, and that
+    /// controller, started with its metrics served as deploy/ does (`--metrics-secure`) and its
+    /// signal gates read from this Prometheus every `gate_interval`.
     pub async fn with_controller(
         env: &mut TestEnv,
         rules: &Path,
         targets: &[&str],
         gate_interval: &str,
-    ) -> anyhow::Result<(ControllerProcess, Prometheus, String)> {
-        let metrics = format!("127.0.0.1:{}", free_port()?);
-        let mut scraped = vec![metrics.as_str()];
-        scraped.extend_from_slice(targets);
-        let prom = Prometheus::start(&env.id, &scraped, rules).await?;
+    ) -> anyhow::Result<(ControllerProcess, Prometheus, MetricsEndpoint)> {
+        let token = env.metrics_reader().await?;
+        let metrics = MetricsEndpoint {
+            addr: format!("127.0.0.1:{}", free_port()?),
+            token: Some(token),
+            ca_file: None,
+        };
+        let prom = Prometheus::start(&env.id, &[&metrics], targets, rules).await?;
         let url = format!("http://{}", prom.addr);
-        let controller = env
-            .start_controller(&[
+        let (controller, _) = env
+            .start_secure_controller(&[
                 "--metrics-addr",
-                &metrics,
+                &metrics.addr,
                 "--prometheus-url",
                 &url,
                 "--gate-interval",

@@ -179,7 +179,7 @@ async fn handle(shared: Arc<Shared>, req: http::Request<Incoming>) -> Result<htt
         .only_paths
         .as_ref()
         .is_none_or(|p| req.uri().path().contains(p.as_str()));
-    let hit = |one_in: u64, salt: u64| targeted && one_in > 0 && (n + salt) % one_in == 0;
+    let hit = |one_in: u64, salt: u64| targeted && one_in > 0 && (n + salt).is_multiple_of(one_in);
     let mut record = Recorded {
         at: SystemTime::now(),
         method: req.method().to_string(),

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use upgradeplan::api::{RunState, PLAN_LABEL};
-use upgradeplan_e2e::harness::{free_port, repo_root, ControllerProcess, Prometheus, TestEnv};
+use upgradeplan_e2e::harness::{repo_root, ControllerProcess, Prometheus, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
@@ -113,10 +113,10 @@ async fn every_alert_fires_and_resolves() {
     annotate("tolerated", "kratix-sim/fail-version", "v2.0.0").await;
     annotate("slow", "kratix-sim/delay", "1h").await;
     env.start_sim(SIM, &[]).unwrap();
-    let metrics = format!("127.0.0.1:{}", free_port().unwrap());
-    let mut controller = env.start_controller(&["--metrics-addr", &metrics]).await.unwrap();
+    // Scraped as deploy/ serves it: HTTPS, a ServiceAccount token bound to the reader role.
+    let (mut controller, metrics) = env.start_secure_controller(&[]).await.unwrap();
     let dir = std::env::temp_dir().join(format!("{}-alerts", env.id));
-    let prom = Prometheus::start(&env.id, &[&metrics], &fast_rules(&dir))
+    let prom = Prometheus::start(&env.id, &[&metrics], &[], &fast_rules(&dir))
         .await
         .unwrap();
     let spec = |role: &str| json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"}, "rolloutGroups": group(role)});
@@ -395,7 +395,10 @@ async fn every_alert_fires_and_resolves() {
     prom.wait_alert("UpgradeControllerAbsent", &[], true, ALERT_WAIT)
         .await
         .unwrap();
-    let _controller = env.start_controller(&["--metrics-addr", &metrics]).await.unwrap();
+    let _controller = env
+        .start_secure_controller(&["--metrics-addr", &metrics.addr])
+        .await
+        .unwrap();
     prom.wait_alert("UpgradeControllerAbsent", &[], false, ALERT_WAIT)
         .await
         .unwrap();

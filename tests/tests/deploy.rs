@@ -30,7 +30,7 @@ fn the_cluster_role_has_no_wildcards_and_no_secrets() {
         .iter()
         .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
         .collect();
-    assert_eq!(roles.len(), 4);
+    assert_eq!(roles.len(), 5);
     for role in roles {
         for rule in role["rules"].as_array().unwrap() {
             for field in ["apiGroups", "resources", "verbs", "resourceNames"] {
@@ -45,8 +45,8 @@ fn the_cluster_role_has_no_wildcards_and_no_secrets() {
             }
             let resources: Vec<&str> = rule["resources"]
                 .as_array()
-                .unwrap()
-                .iter()
+                .into_iter()
+                .flatten()
                 .map(|r| r.as_str().unwrap())
                 .collect();
             assert!(
@@ -66,6 +66,15 @@ fn the_cluster_role_has_no_wildcards_and_no_secrets() {
             );
         }
     }
+    // The metrics reader may get /metrics and nothing else.
+    let reader = rbac
+        .iter()
+        .find(|d| d["metadata"]["name"] == "upgradeplan-metrics-reader")
+        .unwrap();
+    assert_eq!(
+        reader["rules"],
+        json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
+    );
     // Namespaced access stays namespaced: configmaps, events and leases are not cluster-wide.
     let cluster_role = rbac.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
     let cluster_resources: Vec<String> = cluster_role["rules"]
@@ -97,6 +106,7 @@ fn the_cluster_role_has_no_wildcards_and_no_secrets() {
     assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
     let c = &pod["containers"][0];
     assert!(c["args"].as_array().unwrap().contains(&json!("--leader-elect")));
+    assert!(c["args"].as_array().unwrap().contains(&json!("--metrics-secure")));
     assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
     assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
     assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
@@ -251,8 +261,8 @@ async fn the_shipped_rbac_is_sufficient_and_the_base_applies_server_side() {
     .await
     .unwrap();
     env.start_sim(SIM, &[]).unwrap();
-    let controller = env
-        .start_controller(&[
+    let (controller, metrics) = env
+        .start_secure_controller(&[
             "--kubeconfig",
             kubeconfig.to_str().unwrap(),
             "--snapshot-namespace",
@@ -328,6 +338,13 @@ async fn the_shipped_rbac_is_sufficient_and_the_base_applies_server_side() {
         .await
         .unwrap();
     assert_eq!(r.status.unwrap().state, RunState::Completed);
+
+    // --metrics-secure as deploy/ runs it: the ServiceAccount may review a reader's token.
+    let exposition = metrics
+        .scrape()
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    assert!(exposition.contains("upgradeplan_runs_total"), "{exposition}");
 
     let log = controller.log_text();
     // A denial reads "... is forbidden ..." / "Forbidden (Status { ... code: 403 ...})"; a bare

@@ -9,7 +9,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use upgradeplan::api::{find_condition, reasons, ConditionStatus, RunState, UpgradeRun, UPGRADE_STARTED_AT_ANNOTATION};
-use upgradeplan_e2e::harness::{http_get, run_plugin, Prometheus, Signal, TestEnv};
+use upgradeplan_e2e::harness::{run_plugin, Prometheus, Signal, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
@@ -140,7 +140,7 @@ async fn a_firing_gate_holds_new_starts_and_an_unreachable_prometheus_closes_it(
     assert!(held.len() < 8, "the gate held the rest: {held:?}");
     let run_now = env.runs().get(&run).await.unwrap();
     assert_eq!(run_now.status.as_ref().unwrap().state, RunState::InProgress);
-    let (_, page) = http_get(&metrics, "/metrics").await.unwrap();
+    let page = metrics.scrape().await.unwrap();
     assert!(
         page.contains(&format!("upgradeplan_gate_open{{gate=\"signal\",plan=\"{plan}\"}} 0")),
         "{page}"

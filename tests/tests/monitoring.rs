@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DurationRound, Timelike, Utc};
 use serde_json::{json, Value};
 use upgradeplan::api::RunState;
-use upgradeplan_e2e::harness::{free_port, http_get, repo_root, Prometheus, TestEnv};
+use upgradeplan_e2e::harness::{repo_root, Prometheus, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
@@ -29,14 +29,14 @@ async fn prometheus_fires_upgrade_run_failed_and_follows_window_open() {
     .await
     .unwrap();
     env.start_sim(SIM, &[]).unwrap();
-    let metrics_port = free_port().unwrap();
-    let metrics_addr = format!("127.0.0.1:{metrics_port}");
-    let controller = env.start_controller(&["--metrics-addr", &metrics_addr]).await.unwrap();
+    // The controller serving /metrics as deploy/ does (HTTPS, self-signed, token reviewed).
+    let (controller, metrics) = env.start_secure_controller(&[]).await.unwrap();
 
-    // Prometheus scraping the controller every second, with the shipped rules.
+    // Prometheus scraping the controller every second with a reader's token, with the shipped rules.
     let prom = Prometheus::start(
         &env.id,
-        &[&metrics_addr],
+        &[&metrics],
+        &[],
         &repo_root().join("deploy/monitoring/rules.yaml"),
     )
     .await
@@ -130,7 +130,7 @@ async fn prometheus_fires_upgrade_run_failed_and_follows_window_open() {
     );
 
     // The running controller exports the families the alerts need.
-    let (_, text) = http_get(&metrics_addr, "/metrics").await.unwrap();
+    let text = metrics.scrape().await.unwrap();
     for name in [
         "upgradeplan_build_info",
         "upgradeplan_plan_last_run_result",

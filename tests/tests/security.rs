@@ -1,6 +1,6 @@
 //! Security (issue 24), end to end on the real control plane: the snapshot ConfigMaps that steer a
 //! run are tamper-evident — an edit or a deletion mid-run fails the run, and nothing more is
-//! patched.
+//! patched; a secure /metrics serves only callers the API server authorizes.
 #![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
@@ -10,7 +10,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 use upgradeplan::api::{find_condition, reasons, RunState, UpgradeRun};
 use upgradeplan::engine::snapshot::{SnapshotResource, SNAPSHOT_RESOURCES_KEY};
-use upgradeplan_e2e::harness::{run_plugin, TestEnv};
+use upgradeplan_e2e::harness::{free_port, http_get, https_get, run_plugin, MetricsEndpoint, Prometheus, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
@@ -165,5 +165,101 @@ async fn a_snapshot_deleted_mid_run_fails_the_run() {
     assert!(message.starts_with(&format!(
         "snapshot ConfigMap {cm} does not match the digest recorded at "
     )));
+    env.teardown().await.unwrap();
+}
+
+/// A CA and a serving certificate it signed for 127.0.0.1, written as `tls.crt`/`tls.key` (the
+/// layout of a mounted kubernetes.io/tls Secret) and `ca.crt` in `dir`.
+fn certificates(dir: &std::path::Path) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+    std::fs::create_dir_all(dir).unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "upgradeplan test CA");
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    std::fs::write(dir.join("ca.crt"), ca.pem()).unwrap();
+    std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
+    std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
+}
+
+/// `--metrics-secure` with a certificate from files: a real Prometheus, verifying the certificate
+/// and sending a ServiceAccount token bound to the shipped reader role, scrapes it; no token, a bad
+/// token and a token without the role get 401, 401 and 403; health stays plain on its own port.
+#[tokio::test]
+async fn secure_metrics_serve_only_callers_the_api_server_authorizes() {
+    let mut env = TestEnv::new("metrics-auth").await.unwrap();
+    let dir = std::env::temp_dir().join(format!("{}-certs", env.id));
+    certificates(&dir);
+    let reader = env.metrics_reader().await.unwrap();
+    let stranger = env.service_account_token("stranger", false).await.unwrap();
+    let health = format!("127.0.0.1:{}", free_port().unwrap());
+    let (controller, plain) = env
+        .start_secure_controller(&["--metrics-cert-dir", dir.to_str().unwrap(), "--health-addr", &health])
+        .await
+        .unwrap();
+    let metrics = MetricsEndpoint {
+        ca_file: Some(dir.join("ca.crt")),
+        ..plain
+    };
+    let rules = std::env::temp_dir().join(format!("{}-no-rules.yaml", env.id));
+    std::fs::write(&rules, "groups: []\n").unwrap();
+    let prom = Prometheus::start(&env.id, &[&metrics], &[], &rules).await.unwrap();
+
+    // Prometheus scrapes it: TLS verified against the CA, the token reviewed and authorized.
+    let mut up = vec![];
+    for _ in 0..60 {
+        up = prom
+            .query("up{job=\"upgradeplan-controller\"} == 1 and on() upgradeplan_build_info")
+            .await
+            .unwrap();
+        if !up.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        !up.is_empty(),
+        "Prometheus could not scrape the secure endpoint: {}\n{}",
+        prom.log(),
+        controller.log_text()
+    );
+
+    let ca = Some(dir.join("ca.crt"));
+    let get = |token: Option<String>| {
+        let (addr, ca) = (metrics.addr.clone(), ca.clone());
+        async move {
+            https_get(&addr, "/metrics", token.as_deref(), ca.as_deref())
+                .await
+                .unwrap()
+        }
+    };
+    let (code, body) = get(Some(reader.clone())).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("upgradeplan_build_info"), "{body}");
+    assert_eq!(get(None).await.0, 401, "no token");
+    assert_eq!(
+        get(Some("not-a-token".into())).await.0,
+        401,
+        "a token the API server does not know"
+    );
+    assert_eq!(get(Some(stranger)).await.0, 403, "a valid token without get /metrics");
+    // Plain HTTP on the secure port gets no metrics.
+    let plain_http = http_get(&metrics.addr, "/metrics").await;
+    assert!(
+        plain_http.as_ref().map_or(true, |(code, _)| *code != 200),
+        "{plain_http:?}"
+    );
+    // Health stays plain HTTP on its own port, and does not serve the metrics.
+    assert_eq!(http_get(&health, "/healthz").await.unwrap().0, 200);
+    assert_eq!(http_get(&health, "/readyz").await.unwrap().0, 200);
+    assert_eq!(http_get(&health, "/metrics").await.unwrap().0, 404);
+    drop(prom);
     env.teardown().await.unwrap();
 }
