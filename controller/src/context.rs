@@ -139,8 +139,8 @@ pub struct Verified {
     pub versions: Vec<(String, String)>,
 }
 
-/// (reason, message) of a run's published events.
-pub type Announcements = HashSet<(String, String)>;
+/// What a run's published events announced.
+pub type Announcements = upgradeplan::engine::lifecycle::Announced;
 
 /// What [`Ctx::recall_announcements`] found.
 pub struct Recalled {
@@ -231,13 +231,13 @@ impl Ctx {
         let events = api
             .list(&ListParams::default().fields(&format!("involvedObject.uid={uid}")))
             .await?;
-        let announced: Arc<Announcements> = Arc::new(
-            events
-                .items
-                .into_iter()
-                .filter_map(|e| Some((e.reason?, e.message?)))
-                .collect(),
-        );
+        let recorded: Vec<crate::events::Recorded> =
+            events.items.iter().filter_map(crate::events::Recorded::of).collect();
+        // Correlation goes on where the earlier process left off (the combined Event keeps counting).
+        self.recorder.remember(&uid, CLUSTER_SCOPED_EVENTS_NAMESPACE, &recorded);
+        let announced: Arc<Announcements> = Arc::new(Announcements::from_events(
+            recorded.into_iter().map(|e| (e.reason, e.message, e.count)),
+        ));
         if let Ok(mut m) = self.announced.lock() {
             m.insert(uid, announced.clone());
         }
@@ -251,7 +251,7 @@ impl Ctx {
             .lock()
             .ok()
             .and_then(|m| m.get(&uid).cloned())
-            .is_some_and(|a| a.contains(&(reason.to_string(), note.to_string())))
+            .is_some_and(|a| a.contains(reason, note))
     }
 
     /// True the first time `(run, kind, key)` is seen (per process).

@@ -358,22 +358,37 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             },
         )
     });
-    if let Some(elector) = &elector {
-        tracing::info!(lease = %cli.leader_election_id, "waiting for leadership");
-        tokio::select! {
-            _ = elector.acquire() => tracing::info!("leading"),
-            _ = stopped() => return Ok(()),
+    // A standby keeps its caches warm (the watches run from the start; only the controllers wait
+    // for the Lease), so a takeover acts at once instead of listing everything first.
+    let (led_tx, led_rx) = tokio::sync::watch::channel(false);
+    let leading = {
+        let (elector, metrics, lease_name, stopped) = (&elector, &metrics, &lease_name, stopped.clone());
+        async move {
+            if let Some(elector) = elector {
+                tracing::info!(lease = %lease_name, "waiting for leadership (caches kept warm)");
+                tokio::select! {
+                    _ = elector.acquire() => tracing::info!("leading"),
+                    _ = stopped() => return false,
+                }
+                metrics.leader.with_label_values(&[lease_name]).set(1);
+            }
+            let _ = led_tx.send(true);
+            true
         }
-        metrics.leader.with_label_values(&[&lease_name]).set(1);
-    }
-
+    };
     let lost = async {
         match &elector {
-            Some(e) => e.hold().await,
+            Some(e) => {
+                let mut led = led_rx.clone();
+                if led.wait_for(|l| *l).await.is_err() {
+                    return std::future::pending().await;
+                }
+                e.hold().await
+            }
             None => std::future::pending().await,
         }
     };
-    let controllers = run_controllers(client.clone(), &cli, metrics.clone(), gates, stopped.clone());
+    let controllers = run_controllers(client.clone(), &cli, metrics.clone(), gates, stopped.clone(), leading);
     // Reconciles in flight finish; but a controller still waiting for its first cache sync
     // does not observe shutdown, so the process leaves after a grace period regardless.
     let grace = async {
@@ -428,16 +443,20 @@ async fn timed(
     result
 }
 
+/// Runs the caches at once and the controllers once `leading` says so (false: stopped first).
 async fn run_controllers<F, Fut>(
     client: Client,
     cli: &Cli,
     metrics: Arc<metrics::Metrics>,
     gates: Arc<gates::GateReader>,
     stopped: F,
+    leading: impl std::future::Future<Output = bool>,
 ) where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = ()> + Send + Sync + 'static,
 {
+    // Triggers flow once the controllers run; until then the caches fill and follow changes.
+    let forwarding = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let all = watcher::Config::default;
     let (plans, plans_w) = reflector::store::<UpgradePlan>();
     let (runs, runs_w) = reflector::store::<UpgradeRun>();
@@ -480,7 +499,7 @@ async fn run_controllers<F, Fut>(
                         _ => {}
                     }
                 });
-            watch::fan_out(stream, $triggers)
+            watch::fan_out(stream, $triggers, forwarding.clone())
         }};
     }
     let (drive_plans, mut plan_triggers) = cached!(plans_w, UpgradePlan, plan_config(), 3, synced.flag());
@@ -525,7 +544,7 @@ async fn run_controllers<F, Fut>(
             Err(e) => tracing::warn!(kind = "ConfigMap", error = %e, "snapshot watch error; retrying"),
             _ => {}
         });
-        watch::fan_out(stream, 1)
+        watch::fan_out(stream, 1, forwarding.clone())
     };
     let caches = async {
         tokio::join!(
@@ -625,8 +644,12 @@ async fn run_controllers<F, Fut>(
                 .collect()
         }
     };
+    // Started after the caches may have been filled while a standby (their triggers dropped):
+    // each controller first looks at every object its cache holds.
+    let at_start = || futures::stream::once(futures::future::ready(()));
     let run_controller = Controller::for_stream(run_triggers.remove(0), runs.clone())
         .with_config(config.clone())
+        .reconcile_all_on(at_start())
         .watches_stream(binding_triggers.remove(0), binding_to_runs)
         .watches_stream(revision_triggers.remove(0), revision_to_runs)
         .watches_stream(health_triggers.remove(0), health_to_runs)
@@ -686,6 +709,7 @@ async fn run_controllers<F, Fut>(
     };
     let plan_controller = Controller::for_stream(plan_triggers.remove(0), plans.clone())
         .with_config(config.clone())
+        .reconcile_all_on(at_start())
         .watches_stream(run_triggers.remove(0), run_to_plan)
         .watches_stream(promise_triggers.remove(0), promise_to_plans)
         .watches_stream(freeze_triggers.remove(0), freeze_to_plans)
@@ -713,6 +737,7 @@ async fn run_controllers<F, Fut>(
     };
     let freeze_controller = Controller::for_stream(freeze_triggers.remove(0), freezes.clone())
         .with_config(config)
+        .reconcile_all_on(at_start())
         .watches_stream(plan_triggers.remove(0), plan_to_freezes)
         .graceful_shutdown_on(stopped())
         .run(
@@ -747,10 +772,19 @@ async fn run_controllers<F, Fut>(
             }
         }
     };
-    tracing::info!(snapshot_namespace = %cli.snapshot_namespace, "controllers running");
+    let controllers = async {
+        if !leading.await {
+            return;
+        }
+        forwarding.store(true, Ordering::SeqCst);
+        tracing::info!(snapshot_namespace = %cli.snapshot_namespace, "controllers running");
+        tokio::select! {
+            _ = async { tokio::join!(run_controller, plan_controller, freeze_controller) } => {}
+            _ = sweep => {}
+        }
+    };
     tokio::select! {
-        _ = async { tokio::join!(run_controller, plan_controller, freeze_controller) } => {}
+        _ = controllers => {}
         _ = caches => {}
-        _ = sweep => {}
     }
 }

@@ -230,8 +230,12 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
     }
     let mut conflict = false;
     if let (Some(eval), Some(frozen)) = (&step.evaluation, &step.frozen) {
-        repair_announcements(ctx, run, eval, &frozen.snapshot, &step.to).await;
+        repair_announcements(ctx, run, &frozen.snapshot, &step.to).await;
         conflict = patch_bindings(ctx, run, eval, &step.to).await?;
+    }
+    if step.finished.is_some() {
+        // The run's counts are written before its end is announced: a crash afterwards loses none.
+        ctx.recorder.flush_counts(&run.uid().unwrap_or_default()).await;
     }
     for a in &step.announce {
         let type_ = if a.warning {
@@ -663,7 +667,6 @@ async fn patch_bindings(
 async fn repair_announcements(
     ctx: &Ctx,
     run: &UpgradeRun,
-    eval: &upgradeplan::engine::run::Evaluation,
     snapshot: &upgradeplan::engine::snapshot::Snapshot,
     to: &str,
 ) {
@@ -678,7 +681,7 @@ async fn repair_announcements(
     if !recalled.first {
         return;
     }
-    let missing = lifecycle::lost_start_announcements(run, eval, snapshot, to, &recalled.announced, ctx);
+    let missing = lifecycle::lost_start_announcements(run, snapshot, to, &recalled.announced, ctx);
     if !missing.is_empty() {
         tracing::info!(run = %run.name_any(), count = missing.len(), "announcing upgrades whose events a restart lost");
     }

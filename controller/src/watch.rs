@@ -4,6 +4,8 @@
 //! controller from seeing anything of that kind. These streams watch untyped objects and convert
 //! each one, logging and skipping any that do not fit the type.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -88,9 +90,14 @@ where
 /// a reconcile could run before the store saw its trigger and then wait for a change that never
 /// comes. The returned future drives `source` and must be polled for as long as the triggers are.
 /// Errors are not forwarded: `watch_all` has logged them and the watcher retries by itself.
+///
+/// Until `forwarding` is set, the store is kept but no trigger is sent (a standby keeps its caches
+/// warm without queueing every change for controllers that do not run yet; they reconcile every
+/// cached object when they start).
 pub fn fan_out<K, S>(
     source: S,
     n: usize,
+    forwarding: Arc<AtomicBool>,
 ) -> (
     impl std::future::Future<Output = ()> + Send,
     Vec<impl Stream<Item = Result<K, watcher::Error>> + Send>,
@@ -101,7 +108,7 @@ where
 {
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..n).map(|_| futures::channel::mpsc::unbounded::<K>()).unzip();
     let drive = source.touched_objects().for_each(move |touched| {
-        if let Ok(obj) = touched {
+        if let (Ok(obj), true) = (touched, forwarding.load(Ordering::SeqCst)) {
             // A closed receiver is a controller that has shut down; the others still want it.
             for tx in &senders {
                 let _ = tx.unbounded_send(obj.clone());
@@ -162,7 +169,8 @@ mod tests {
             Ok(watcher::Event::Apply(binding("b"))),
             Ok(watcher::Event::Delete(binding("a"))),
         ]);
-        let (drive, triggers) = fan_out(reflector::reflector(writer, events), 2);
+        let forwarding = Arc::new(AtomicBool::new(true));
+        let (drive, triggers) = fan_out(reflector::reflector(writer, events), 2, forwarding);
         drive.await;
         for trigger in triggers {
             let seen: Vec<_> = trigger.map(|b| b.unwrap().metadata.name.unwrap()).collect().await;
@@ -174,5 +182,23 @@ mod tests {
         }
         let names: Vec<_> = store.state().iter().map(|b| b.metadata.name.clone().unwrap()).collect();
         assert_eq!(names, ["b"]);
+    }
+
+    #[tokio::test]
+    async fn a_standby_keeps_its_store_without_queueing_triggers() {
+        use kube::runtime::reflector;
+        let (store, writer) = reflector::store::<ResourceBinding>();
+        let binding: ResourceBinding = serde_json::from_value(json!({
+            "apiVersion": "platform.kratix.io/v1alpha1", "kind": "ResourceBinding",
+            "metadata": {"name": "a", "namespace": "ns"}, "spec": {"version": "v1"}
+        }))
+        .unwrap();
+        let events = futures::stream::iter(vec![Ok(watcher::Event::Apply(binding))]);
+        let forwarding = Arc::new(AtomicBool::new(false));
+        let (drive, mut triggers) = fan_out(reflector::reflector(writer, events), 1, forwarding);
+        drive.await;
+        assert_eq!(store.state().len(), 1, "the cache is warm");
+        let queued: Vec<_> = triggers.remove(0).collect().await;
+        assert!(queued.is_empty(), "nothing queued for controllers that do not run yet");
     }
 }

@@ -371,8 +371,24 @@ pub struct ResourceRow {
     pub binding: String,
     pub from: String,
     pub now: Option<String>,
+    /// When this run started the resource's upgrade: the binding's `upgrade-started-at`
+    /// annotation, when its `upgraded-by` names this run (the durable record; events expire and
+    /// are combined beyond ten).
+    pub started_at: Option<DateTime<Utc>>,
     pub outcome: String,
     pub detail: String,
+}
+
+/// When `run` started the upgrade of `binding`, by the binding's own annotations.
+fn started_by(binding: Option<&ResourceBinding>, run: &str) -> Option<DateTime<Utc>> {
+    use upgradeplan::api::{UPGRADED_BY_ANNOTATION, UPGRADE_STARTED_AT_ANNOTATION};
+    let annotations = binding?.metadata.annotations.as_ref()?;
+    if annotations.get(UPGRADED_BY_ANNOTATION).map(String::as_str) != Some(run) {
+        return None;
+    }
+    DateTime::parse_from_rfc3339(annotations.get(UPGRADE_STARTED_AT_ANNOTATION)?)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
 }
 
 fn outcome_words(o: &Outcome) -> (&'static str, String) {
@@ -429,6 +445,7 @@ pub fn run_resources(
                 binding: r.binding.clone(),
                 from: r.last_applied_version.clone(),
                 now: b.map(|b| b.last_applied_version().to_string()),
+                started_at: started_by(b, &name),
                 outcome: word.to_string(),
                 detail,
             });
@@ -442,6 +459,7 @@ pub fn run_resources(
                 format!("{}/{}", r.namespace, r.name),
                 r.from.clone(),
                 r.now.clone().unwrap_or_else(|| "(gone)".into()),
+                r.started_at.map_or_else(|| "-".into(), |t| style.time(t, None)),
                 style.state(&r.outcome),
                 r.detail.clone(),
             ]
@@ -467,7 +485,7 @@ pub fn run_resources(
         header
             + &table(
                 style,
-                &["GROUP", "RESOURCE", "FROM", "NOW", "OUTCOME", "DETAIL"],
+                &["GROUP", "RESOURCE", "FROM", "NOW", "STARTED", "OUTCOME", "DETAIL"],
                 &table_rows,
             )
             + &footer,

@@ -195,6 +195,11 @@ async fn every_verb_against_a_live_cluster() {
         .map(|r| r["outcome"].as_str().unwrap())
         .collect();
     assert_eq!(outcomes, vec!["Succeeded"; 4]);
+    // When each started, from the binding's own annotations (events expire and are combined).
+    assert!(
+        detail.as_array().unwrap().iter().all(|r| r["startedAt"].is_string()),
+        "{detail:#}"
+    );
 
     // A failing resource: status -w exits 1; history shows which resource failed and why.
     env.patch_binding(

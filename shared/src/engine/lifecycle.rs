@@ -125,6 +125,14 @@ impl Announcement {
 
 /// Event reasons of a run (spec §4.4), beside the condition reasons in [`reasons`].
 pub mod events {
+    /// The message prefix of an Event combining similar ones (client-go's aggregation: beyond
+    /// [`SIMILAR_EVENTS_BEFORE_COMBINING`] Events of one reason on one object within
+    /// [`SIMILAR_EVENTS_WINDOW_SECONDS`], one Event counts the rest).
+    pub const COMBINED_PREFIX: &str = "(combined from similar events): ";
+    /// client-go's `defaultAggregateMaxEvents`.
+    pub const SIMILAR_EVENTS_BEFORE_COMBINING: usize = 10;
+    /// client-go's `defaultAggregateIntervalInSeconds`.
+    pub const SIMILAR_EVENTS_WINDOW_SECONDS: i64 = 600;
     pub const GROUP_IN_PROGRESS: &str = "GroupInProgress";
     pub const RESOURCE_UPGRADE_STARTED: &str = "ResourceUpgradeStarted";
     pub const RESOURCE_UPGRADE_FAILED: &str = "ResourceUpgradeFailed";
@@ -1009,43 +1017,68 @@ fn resource_reports(
     (announce, results)
 }
 
+/// What a run's Events say was announced: each (reason, message) published as an Event of its
+/// own, and per reason the count of the Event combining similar ones ([`events::COMBINED_PREFIX`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Announced {
+    pub notes: HashSet<(String, String)>,
+    pub combined: HashMap<String, i32>,
+}
+
+impl Announced {
+    /// From the run's Events: (reason, message, count).
+    pub fn from_events(events: impl IntoIterator<Item = (String, String, i32)>) -> Self {
+        let mut announced = Announced::default();
+        for (reason, message, count) in events {
+            if message.starts_with(events::COMBINED_PREFIX) {
+                *announced.combined.entry(reason).or_default() += count.max(1);
+            } else {
+                announced.notes.insert((reason, message));
+            }
+        }
+        announced
+    }
+
+    /// Whether (reason, note) was published as an Event of its own.
+    pub fn contains(&self, reason: &str, note: &str) -> bool {
+        self.notes.contains(&(reason.to_string(), note.to_string()))
+    }
+}
+
 /// The `ResourceUpgradeStarted` events an earlier process owed: upgrades this run started (the
-/// binding's [`UPGRADED_BY_ANNOTATION`] names it) whose announcement is not among `announced`
-/// (a crash between the patch and its event). Checked once per run per process, before anything
-/// new starts.
+/// binding's [`UPGRADED_BY_ANNOTATION`] names it, in any group of the snapshot) that are neither
+/// announced by an Event of their own nor counted by the combined one (a crash between the patch
+/// and its event, or before the combined Event's count was written). The combined Event does not
+/// say which resources it counts, so the owed ones are repaired by number: as many as it falls
+/// short. Checked once per run per process, before anything new starts.
 pub fn lost_start_announcements(
     run: &UpgradeRun,
-    eval: &Evaluation,
     snapshot: &Snapshot,
     to: &str,
-    announced: &HashSet<(String, String)>,
+    announced: &Announced,
     cluster: &dyn Cluster,
 ) -> Vec<String> {
     let mut missing = Vec::new();
-    for (index, outcomes) in &eval.outcomes {
-        let Some(group) = snapshot.groups.get(*index) else {
-            continue;
-        };
-        for (resource, outcome) in group.resources.iter().zip(outcomes) {
-            let started = matches!(
-                outcome,
-                Outcome::InFlight { .. } | Outcome::Verifying { .. } | Outcome::Failed { .. } | Outcome::Succeeded
-            ) && cluster
-                .binding(&resource.namespace, &resource.binding)
-                .is_some_and(|b| {
-                    b.metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(UPGRADED_BY_ANNOTATION))
-                        .is_some_and(|by| by == run_name(run))
-                });
-            let note = texts::resource_started(&resource.display_name(), &resource.last_applied_version, to);
-            if started && !announced.contains(&(events::RESOURCE_UPGRADE_STARTED.to_string(), note.clone())) {
-                missing.push(note);
-            }
+    for resource in snapshot.groups.iter().flat_map(|g| &g.resources) {
+        let started = cluster
+            .binding(&resource.namespace, &resource.binding)
+            .is_some_and(|b| {
+                b.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(UPGRADED_BY_ANNOTATION))
+                    .is_some_and(|by| by == run_name(run))
+            });
+        let note = texts::resource_started(&resource.display_name(), &resource.last_applied_version, to);
+        if started && !announced.contains(events::RESOURCE_UPGRADE_STARTED, &note) {
+            missing.push(note);
         }
     }
-    missing
+    let counted = announced
+        .combined
+        .get(events::RESOURCE_UPGRADE_STARTED)
+        .map_or(0, |c| usize::try_from(*c).unwrap_or(0));
+    missing.split_off(counted.min(missing.len()))
 }
 
 #[cfg(test)]

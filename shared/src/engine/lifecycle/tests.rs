@@ -1062,3 +1062,58 @@ fn a_tampered_shard_fails_the_run_and_nothing_more_starts() {
     assert!(s.evaluation.is_none(), "nothing is evaluated, so nothing is patched");
     assert_eq!(reasons_announced(&s), vec!["UpgradeRunFailed"]);
 }
+
+#[test]
+fn lost_start_announcements_are_the_started_upgrades_no_event_accounts_for() {
+    let mut world = World::with(5);
+    let plan = valid_plan(5);
+    let mut run = a_run("r", t(0), false);
+    let s = pass(&run, Some(&plan), &[], &world, t(1));
+    assert_eq!(started(&s), 5);
+    apply(&mut run, &s, &mut world, &plan);
+    // r0..r3 carry this run's upgraded-by annotation (the controller's patch); r4 was moved to
+    // v2 by someone else.
+    for b in world.bindings.iter_mut().take(4) {
+        Arc::make_mut(b)
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(crate::api::UPGRADED_BY_ANNOTATION.into(), "r".into());
+    }
+    let s = pass(&run, Some(&plan), &[], &world, t(2));
+    let frozen = s.frozen.as_ref().unwrap();
+    let note = |i: usize| texts::resource_started(&format!("ns/r{i}"), "v1", "v2");
+    let started_event = |i: usize| (events::RESOURCE_UPGRADE_STARTED.to_string(), note(i), 1);
+    let combined = |count: i32| {
+        (
+            events::RESOURCE_UPGRADE_STARTED.to_string(),
+            format!("{}{}", events::COMBINED_PREFIX, note(3)),
+            count,
+        )
+    };
+    let other_reason = (
+        events::RESOURCE_UPGRADE_FAILED.to_string(),
+        format!("{}x", events::COMBINED_PREFIX),
+        4,
+    );
+    for (events, owed) in [
+        (vec![], vec![0, 1, 2, 3]),
+        (vec![started_event(0), started_event(2)], vec![1, 3]),
+        // The combined Event counts two of the rest: which ones it does not say; two are owed less.
+        (vec![started_event(0), combined(2)], vec![3]),
+        (vec![combined(1), combined(1)], vec![2, 3]),
+        (vec![combined(9)], vec![]),
+        // Another reason's combined Event counts no starts.
+        (vec![started_event(1), other_reason.clone()], vec![0, 2, 3]),
+    ] {
+        let announced = Announced::from_events(events.clone());
+        let missing = lost_start_announcements(&run, &frozen.snapshot, "v2", &announced, &world);
+        let expected: Vec<String> = owed.iter().map(|i| note(*i)).collect();
+        // By number when the combined Event counts some: the owed ones are any of the uncounted.
+        assert_eq!(missing.len(), expected.len(), "{events:?}: {missing:?}");
+        if !announced.combined.contains_key(events::RESOURCE_UPGRADE_STARTED) {
+            assert_eq!(missing, expected, "{events:?}");
+        }
+        assert!(!missing.contains(&note(4)), "r4 was not started by this run");
+    }
+}
