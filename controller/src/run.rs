@@ -32,8 +32,6 @@ use crate::events::EventType;
 
 /// How many binding patches (and their events) are in flight at once.
 const PATCH_CONCURRENCY: usize = 16;
-/// How many starts are prepared at a time (bounds memory when a group of thousands starts).
-const PATCH_CHUNK: usize = 256;
 
 pub async fn reconcile(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
     // Caches must be complete before a decision: a binding missing from a half-filled cache
@@ -603,21 +601,18 @@ async fn patch_bindings(
             UPGRADE_STARTED_AT_ANNOTATION: upgradeplan::time::rfc3339(crate::clock::now()),
         },
     });
-    // Futures are built per chunk (a stream mapping borrowed items through a closure is not
-    // provably Send across the await), so that thousands of starts never sit in memory at once.
+    // Streams by index (a closure over borrowed items is not provably Send across the await):
+    // only the futures in flight exist, however many thousands start.
     let mut conflict = false;
-    for chunk in eval.retry.chunks(PATCH_CHUNK) {
-        let retries: Vec<_> = chunk
-            .iter()
-            .map(|a| patch_binding(ctx, a, retry_meta.clone(), None))
-            .collect();
-        for r in futures::stream::iter(retries)
-            .buffer_unordered(PATCH_CONCURRENCY)
-            .collect::<Vec<_>>()
-            .await
-        {
-            conflict |= r?;
-        }
+    let retry_meta = &retry_meta;
+    let retry = |i: usize| patch_binding(ctx, &eval.retry[i], retry_meta.clone(), None);
+    for r in futures::stream::iter(0..eval.retry.len())
+        .map(retry)
+        .buffer_unordered(PATCH_CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await
+    {
+        conflict |= r?;
     }
     // The start patch records who started the upgrade and when, in the same request: the
     // durable audit and the clock of the group's progressDeadline.
@@ -626,37 +621,42 @@ async fn patch_bindings(
         UPGRADE_STARTED_AT_ANNOTATION: upgradeplan::time::rfc3339(crate::clock::now()),
     }});
     let audit = &audit;
-    for chunk in eval.start.chunks(PATCH_CHUNK) {
-        let starts: Vec<_> = chunk
-            .iter()
-            .map(|a| async move { (a, patch_binding(ctx, a, audit.clone(), Some(to)).await) })
-            .collect();
-        let started: Vec<(&BindingAction, Result<bool>)> = futures::stream::iter(starts)
-            .buffer_unordered(PATCH_CONCURRENCY)
-            .collect()
-            .await;
-        let mut announcements = Vec::new();
-        for (action, result) in started {
-            if result? {
-                conflict = true;
-                continue;
+    // One pipeline for all the starts, PATCH_CONCURRENCY in flight: no batch waits for its slowest
+    // request before the next begins.
+    let start = |i: usize| {
+        let action = &eval.start[i];
+        async move { (action, patch_binding(ctx, action, audit.clone(), Some(to)).await) }
+    };
+    let mut started = futures::stream::iter(0..eval.start.len())
+        .map(start)
+        .buffer_unordered(PATCH_CONCURRENCY);
+    // An error does not abandon the patches in flight: they finish and are announced; the first
+    // error is returned at the end.
+    let mut failed = None;
+    while let Some((action, result)) = started.next().await {
+        match result {
+            Ok(true) => conflict = true,
+            Ok(false) => {
+                if let Ok(mut s) = ctx.started.lock() {
+                    s.insert(
+                        (
+                            run.uid().unwrap_or_default(),
+                            format!("{}/{}", action.resource.namespace, action.resource.binding),
+                        ),
+                        crate::clock::now(),
+                    );
+                }
+                let note = texts::resource_started(&action.resource.display_name(), &action.from, to);
+                ctx.event(run, EventType::Normal, events::RESOURCE_UPGRADE_STARTED, note)
+                    .await;
             }
-            if let Ok(mut s) = ctx.started.lock() {
-                s.insert(
-                    (
-                        run.uid().unwrap_or_default(),
-                        format!("{}/{}", action.resource.namespace, action.resource.binding),
-                    ),
-                    crate::clock::now(),
-                );
+            Err(e) => {
+                failed.get_or_insert(e);
             }
-            announcements.push(texts::resource_started(
-                &action.resource.display_name(),
-                &action.from,
-                to,
-            ));
         }
-        announce_starts(ctx, run, announcements).await;
+    }
+    if let Some(e) = failed {
+        return Err(e);
     }
     Ok(conflict)
 }

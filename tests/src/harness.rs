@@ -582,7 +582,18 @@ impl TestEnv {
             ("--log-level", "info,upgradeplan_controller=debug"),
         ];
         let pod_name = format!("{}-controller-{}", self.id, self.controllers);
-        let mut command = tokio::process::Command::new(workspace_bin("upgradeplan-controller")?);
+        // UPGRADEPLAN_CONTROLLER_PREFIX runs the controller under a tool, e.g. `heaptrack` (a
+        // heap profile of a scale-bench run; docs/performance.md).
+        let binary = workspace_bin("upgradeplan-controller")?;
+        let mut command = match std::env::var("UPGRADEPLAN_CONTROLLER_PREFIX") {
+            Ok(prefix) if !prefix.trim().is_empty() => {
+                let mut words = prefix.split_whitespace();
+                let mut c = tokio::process::Command::new(words.next().unwrap_or_default());
+                c.args(words).arg(binary);
+                c
+            }
+            _ => tokio::process::Command::new(binary),
+        };
         command.env("POD_NAME", &pod_name);
         if let Some(k) = self.child_kubeconfig() {
             command.env("KUBECONFIG", k);

@@ -152,13 +152,14 @@ fn metric_sum(text: &str, name: &str, filter: impl Fn(&str) -> bool) -> f64 {
         .sum()
 }
 
-fn peak_rss_mib(pid: Option<u32>) -> f64 {
+/// A memory figure of /proc/<pid>/status (`VmHWM`: peak resident, `VmRSS`: resident now), in MiB.
+fn memory_mib(pid: Option<u32>, field: &str) -> f64 {
     let status = pid
         .and_then(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
         .unwrap_or_default();
     status
         .lines()
-        .find(|l| l.starts_with("VmHWM"))
+        .find(|l| l.starts_with(field))
         .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
         .unwrap_or(0.0)
         / 1024.0
@@ -171,7 +172,8 @@ async fn wait_terminal(env: &TestEnv, run: &str, timeout: Duration) -> anyhow::R
     .await
 }
 
-async fn scale(n: usize) -> anyhow::Result<()> {
+/// One size: prints its figures; returns the controller's resident MiB with its caches filled.
+async fn scale(n: usize) -> anyhow::Result<f64> {
     let sim = workspace_bin("kratix-sim")?;
     let mut env = TestEnv::new(&format!("scale{n}")).await?;
     env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0").await?;
@@ -206,6 +208,8 @@ async fn scale(n: usize) -> anyhow::Result<()> {
         .create_plan("plan", json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"}, "rolloutGroups": [{"name": "all", "selectors": {"matchAll": true}, "maxConcurrent": "100%"}]}))
         .await?;
     tokio::time::sleep(Duration::from_secs(2)).await; // caches filled, plan reconciled
+    let cached_mib = memory_mib(controller.child.id(), "VmRSS");
+    println!("[{n}] controller resident with its caches filled, before the run: {cached_mib:.1} MiB");
     let (_, before) = http_get(&metrics_addr, "/metrics").await?;
     // The controller's own phase: until every binding carries the target version.
     let api: Api<ResourceBinding> = Api::all(env.client.clone());
@@ -274,7 +278,7 @@ async fn scale(n: usize) -> anyhow::Result<()> {
     );
     println!(
         "[{n}] controller peak RSS: {:.1} MiB (target <= 60 MiB at 10k)",
-        peak_rss_mib(controller.child.id())
+        memory_mib(controller.child.id(), "VmHWM")
     );
     println!(
         "[{n}] snapshot ConfigMaps: {} for {} resources",
@@ -300,7 +304,7 @@ async fn scale(n: usize) -> anyhow::Result<()> {
     println!("[{n}] kubectl upgradeplan match: {matching:.2} s; kubectl get resourcebindings -A -o json: {kubectl:.2} s; ratio {:.2} (target <= 1.0)", matching / kubectl);
     drop(controller);
     env.teardown().await?;
-    Ok(())
+    Ok(cached_mib)
 }
 
 /// maxConcurrent 1 over 100 bindings: from one binding's completion (seen by a watch) to the
@@ -374,8 +378,19 @@ async fn main() -> anyhow::Result<()> {
         env!("CARGO_PKG_VERSION")
     );
     reaction_latency().await?;
+    let mut cached = vec![];
     for n in sizes {
-        scale(n).await?;
+        cached.push((n, scale(n).await?));
+    }
+    // What each cached binding costs: the growth of the resident size with the caches filled
+    // between the smallest and the largest size (one Promise's bindings, its plan and nothing else).
+    if let (Some((n0, m0)), Some((n1, m1))) = (cached.first(), cached.last()) {
+        if n1 > n0 {
+            println!(
+                "cache: {:.0} bytes per binding (resident {m0:.1} MiB at {n0}, {m1:.1} MiB at {n1})",
+                (m1 - m0) * 1024.0 * 1024.0 / (n1 - n0) as f64
+            );
+        }
     }
     Ok(())
 }
