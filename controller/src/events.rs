@@ -7,7 +7,7 @@
 //! Events, not 10,000: a repeat of the same (object, type, reason, message) counts on the Event
 //! already written; beyond [`SIMILAR_EVENTS_BEFORE_COMBINING`] different messages of one reason on
 //! one object within [`SIMILAR_EVENTS_WINDOW_SECONDS`], one Event whose message starts
-//! [`COMBINED_PREFIX`] counts the rest. Count updates are written at most every
+//! `(combined from similar events): ` ([`combined`]) counts the rest. Count updates are written at most every
 //! [`COUNT_FLUSH_INTERVAL`] per Event (client-go drops events beyond its spam filter's budget
 //! instead; here none is lost). The durable per-resource record is the binding's `upgraded-by`
 //! and `upgrade-started-at` annotations, which `history RUN` reads.
@@ -23,7 +23,7 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::json;
 use upgradeplan::engine::lifecycle::events::{
-    COMBINED_PREFIX, SIMILAR_EVENTS_BEFORE_COMBINING, SIMILAR_EVENTS_WINDOW_SECONDS,
+    combined, is_combined, SIMILAR_EVENTS_BEFORE_COMBINING, SIMILAR_EVENTS_WINDOW_SECONDS,
 };
 use upgradeplan::time::{to_chrono, to_jiff};
 
@@ -125,12 +125,12 @@ impl Correlator {
             window.messages.insert(message.to_string());
             return self.create(own, message.to_string(), namespace, name, now);
         }
-        let combined = (similar, None);
-        let message = format!("{COMBINED_PREFIX}{message}");
-        if self.slots.contains_key(&combined) {
-            return self.count(combined, &message, now);
+        let key = (similar, None);
+        let message = combined(message);
+        if self.slots.contains_key(&key) {
+            return self.count(key, &message, now);
         }
-        self.create(combined, message, namespace, name, now)
+        self.create(key, message, namespace, name, now)
     }
 
     fn create(&mut self, key: SlotKey, message: String, namespace: &str, name: &str, now: DateTime<Utc>) -> Decision {
@@ -199,8 +199,9 @@ impl Correlator {
         slot.flushing
     }
 
-    /// Remembers Events an earlier process wrote about an object, so that correlation goes on
-    /// where it left off: `(type, reason, message, count, name, last timestamp)`.
+    /// Remembers the Events an earlier process wrote about the object `uid`, so that correlation
+    /// goes on where it left off: their messages fill the similar-events window, their counts are
+    /// taken as written.
     fn remember(&mut self, uid: &str, namespace: &str, events: &[Recorded]) {
         for e in events {
             let Some(type_) = [EventType::Normal, EventType::Warning]
@@ -211,7 +212,7 @@ impl Correlator {
                 continue;
             };
             let similar = (uid.to_string(), type_, e.reason.clone());
-            let combined = e.message.starts_with(COMBINED_PREFIX);
+            let combined = is_combined(&e.message);
             if !combined {
                 let window = self.windows.entry(similar.clone()).or_default();
                 window.started = Some(window.started.map_or(e.first, |s| s.min(e.first)));
@@ -437,6 +438,7 @@ async fn write_count(client: &Client, correlator: &Mutex<Correlator>, key: &Slot
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use upgradeplan::engine::lifecycle::events::COMBINED_PREFIX;
 
     fn at(seconds: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(1_800_000_000 + seconds, 0).unwrap()

@@ -941,15 +941,6 @@ pub struct MetricsEndpoint {
 }
 
 impl MetricsEndpoint {
-    /// A plain (`--metrics-secure` off) endpoint.
-    pub fn plain(addr: &str) -> Self {
-        MetricsEndpoint {
-            addr: addr.to_string(),
-            token: None,
-            ca_file: None,
-        }
-    }
-
     /// The exposition, read as Prometheus reads it (HTTPS and the token when secure).
     pub async fn scrape(&self) -> anyhow::Result<String> {
         let (code, body) = match &self.token {

@@ -184,12 +184,12 @@ async fn run_events(env: &TestEnv, run: &str) -> Vec<(String, String, i32)> {
 /// Event combining the rest (client-go's correlation beyond ten similar events) make `total`.
 /// The combined count is written every few seconds: waited for (up to 20 s). Returns the events.
 async fn assert_starts_announced_once(env: &TestEnv, run: &str, total: usize) -> Vec<(String, String, i32)> {
-    use upgradeplan::engine::lifecycle::events::COMBINED_PREFIX;
+    use upgradeplan::engine::lifecycle::events::is_combined;
     let announced = |events: &[(String, String, i32)]| {
         events
             .iter()
             .filter(|(r, _, _)| r == "ResourceUpgradeStarted")
-            .map(|(_, m, c)| if m.starts_with(COMBINED_PREFIX) { *c as usize } else { 1 })
+            .map(|(_, m, c)| if is_combined(m) { *c as usize } else { 1 })
             .sum::<usize>()
     };
     let mut events = run_events(env, run).await;
@@ -201,7 +201,7 @@ async fn assert_starts_announced_once(env: &TestEnv, run: &str, total: usize) ->
         events = run_events(env, run).await;
     }
     let started = events.iter().filter(|(r, _, _)| r == "ResourceUpgradeStarted");
-    let (combined, own): (Vec<_>, Vec<_>) = started.partition(|(_, m, _)| m.starts_with(COMBINED_PREFIX));
+    let (combined, own): (Vec<_>, Vec<_>) = started.partition(|(_, m, _)| is_combined(m));
     assert!(own.iter().all(|(_, _, c)| *c == 1), "a start announced twice: {own:#?}");
     let distinct: std::collections::BTreeSet<_> = own.iter().map(|(_, m, _)| m).collect();
     assert_eq!(distinct.len(), own.len(), "a start announced twice: {own:#?}");

@@ -133,6 +133,16 @@ pub mod events {
     pub const SIMILAR_EVENTS_BEFORE_COMBINING: usize = 10;
     /// client-go's `defaultAggregateIntervalInSeconds`.
     pub const SIMILAR_EVENTS_WINDOW_SECONDS: i64 = 600;
+
+    /// The message of the Event combining similar ones, `latest` the last of them.
+    pub fn combined(latest: &str) -> String {
+        format!("{COMBINED_PREFIX}{latest}")
+    }
+
+    /// Whether an Event's message is that of an Event combining similar ones.
+    pub fn is_combined(message: &str) -> bool {
+        message.starts_with(COMBINED_PREFIX)
+    }
     pub const GROUP_IN_PROGRESS: &str = "GroupInProgress";
     pub const RESOURCE_UPGRADE_STARTED: &str = "ResourceUpgradeStarted";
     pub const RESOURCE_UPGRADE_FAILED: &str = "ResourceUpgradeFailed";
@@ -1030,7 +1040,7 @@ impl Announced {
     pub fn from_events(events: impl IntoIterator<Item = (String, String, i32)>) -> Self {
         let mut announced = Announced::default();
         for (reason, message, count) in events {
-            if message.starts_with(events::COMBINED_PREFIX) {
+            if events::is_combined(&message) {
                 *announced.combined.entry(reason).or_default() += count.max(1);
             } else {
                 announced.notes.insert((reason, message));
