@@ -9,7 +9,7 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
-use upgradeplan::api::kratix::{HealthRecord, Promise, PromiseRevision, ResourceBinding};
+use upgradeplan::api::kratix::{CachedBinding, HealthRecord, Promise, PromiseRevision};
 use upgradeplan::api::{UpgradeApproval, UpgradeFreeze, UpgradePlan, UpgradeRun, FIELD_MANAGER};
 
 use crate::error::Result;
@@ -93,7 +93,7 @@ pub struct Ctx {
     pub label_selector: Option<upgradeplan::engine::selector::LabelSelector>,
     pub plans: Store<UpgradePlan>,
     pub runs: Store<UpgradeRun>,
-    pub bindings: Store<ResourceBinding>,
+    pub bindings: crate::bindings::BindingStore,
     pub revisions: Store<PromiseRevision>,
     pub promises: Store<Promise>,
     /// Kratix's HealthRecords. Not part of `synced`: a Kratix without the HealthRecord kind must
@@ -164,16 +164,12 @@ impl Ctx {
     }
 
     /// Bindings of `promise`, all namespaces, from the cache (shared, never copied).
-    pub fn bindings_of(&self, promise: &str) -> Vec<Arc<ResourceBinding>> {
-        self.bindings
-            .state()
-            .into_iter()
-            .filter(|b| b.promise() == promise)
-            .collect()
+    pub fn bindings_of(&self, promise: &str) -> Vec<Arc<CachedBinding>> {
+        self.bindings.of_promise(promise)
     }
 
-    pub fn binding(&self, namespace: &str, name: &str) -> Option<Arc<ResourceBinding>> {
-        self.bindings.get(&ObjectRef::new(name).within(namespace))
+    pub fn binding(&self, namespace: &str, name: &str) -> Option<Arc<CachedBinding>> {
+        self.bindings.get(namespace, name)
     }
 
     /// Whether the PromiseRevision of (promise, version) exists.

@@ -1,5 +1,6 @@
 //! `upgradeplan-controller`: executes UpgradePlans and UpgradeRuns in a cluster.
 
+mod bindings;
 mod client_metrics;
 mod clock;
 mod context;
@@ -31,7 +32,7 @@ use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
-use upgradeplan::api::kratix::{HealthRecord, Promise, PromiseRevision, ResourceBinding};
+use upgradeplan::api::kratix::{BindingFacts, CachedBinding, HealthRecord, Promise, PromiseRevision, ResourceBinding};
 use upgradeplan::api::{UpgradeApproval, UpgradeFreeze, UpgradePlan, UpgradeRun, DEFAULT_SNAPSHOT_NAMESPACE};
 
 use crate::context::Ctx;
@@ -460,7 +461,7 @@ async fn run_controllers<F, Fut>(
     let all = watcher::Config::default;
     let (plans, plans_w) = reflector::store::<UpgradePlan>();
     let (runs, runs_w) = reflector::store::<UpgradeRun>();
-    let (bindings, bindings_w) = reflector::store::<ResourceBinding>();
+    let bindings = bindings::BindingStore::default();
     let (revisions, revisions_w) = reflector::store::<PromiseRevision>();
     let (promises, promises_w) = reflector::store::<Promise>();
     let (health, health_w) = reflector::store::<HealthRecord>();
@@ -504,7 +505,20 @@ async fn run_controllers<F, Fut>(
     }
     let (drive_plans, mut plan_triggers) = cached!(plans_w, UpgradePlan, plan_config(), 3, synced.flag());
     let (drive_runs, mut run_triggers) = cached!(runs_w, UpgradeRun, all(), 2, synced.flag());
-    let (drive_bindings, mut binding_triggers) = cached!(bindings_w, ResourceBinding, all(), 1, synced.flag());
+    // Bindings have a store of their own, compact (see `bindings`).
+    let (drive_bindings, mut binding_triggers) = {
+        let flag = synced.flag();
+        let stream = bindings::reflect(
+            bindings.clone(),
+            watch::watch_all::<ResourceBinding>(client.clone(), all()),
+        )
+        .inspect(move |ev| {
+            if let Ok(watcher::Event::InitDone) = ev {
+                flag.store(true, Ordering::SeqCst);
+            }
+        });
+        watch::fan_out(stream, 1, forwarding.clone())
+    };
     let (drive_revisions, mut revision_triggers) = cached!(revisions_w, PromiseRevision, all(), 1, synced.flag());
     let (drive_promises, mut promise_triggers) = cached!(promises_w, Promise, all(), 1, synced.flag());
     // Caches apart from `synced`, each with its own flag: a cluster without their kind (Kratix
@@ -611,7 +625,7 @@ async fn run_controllers<F, Fut>(
     };
     let binding_to_runs = {
         let f = active_runs_of_promise.clone();
-        move |b: ResourceBinding| f(b.promise())
+        move |b: Arc<CachedBinding>| f(b.promise())
     };
     let revision_to_runs = {
         let f = active_runs_of_promise.clone();
@@ -650,7 +664,11 @@ async fn run_controllers<F, Fut>(
     let run_controller = Controller::for_stream(run_triggers.remove(0), runs.clone())
         .with_config(config.clone())
         .reconcile_all_on(at_start())
-        .watches_stream(binding_triggers.remove(0), binding_to_runs)
+        .reconcile_on(
+            binding_triggers
+                .remove(0)
+                .flat_map(move |b| futures::stream::iter(b.map(&binding_to_runs).into_iter().flatten())),
+        )
         .watches_stream(revision_triggers.remove(0), revision_to_runs)
         .watches_stream(health_triggers.remove(0), health_to_runs)
         .watches_stream(approval_triggers.remove(0), |a: UpgradeApproval| {

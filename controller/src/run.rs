@@ -13,7 +13,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use upgradeplan::api::kratix::{HealthRecord, ResourceBinding, MANUAL_RECONCILIATION_LABEL};
+use upgradeplan::api::kratix::{BindingFacts, HealthRecord, MANUAL_RECONCILIATION_LABEL};
 use upgradeplan::api::{
     ResourceListRef, RunState, UpgradeApproval, UpgradeFreeze, UpgradeRun, UpgradeRunStatus, PLAN_LABEL,
     RETRY_REQUESTED_BY_ANNOTATION, RUN_FINALIZER, RUN_LABEL, SUPERSEDED_BY_ANNOTATION, UPGRADED_BY_ANNOTATION,
@@ -59,11 +59,11 @@ pub async fn reconcile(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
 }
 
 impl lifecycle::Cluster for Ctx {
-    fn binding(&self, namespace: &str, name: &str) -> Option<Arc<ResourceBinding>> {
-        Ctx::binding(self, namespace, name)
+    fn binding(&self, namespace: &str, name: &str) -> Option<Arc<dyn BindingFacts>> {
+        Ctx::binding(self, namespace, name).map(|b| b as _)
     }
-    fn bindings_of(&self, promise: &str) -> Vec<Arc<ResourceBinding>> {
-        Ctx::bindings_of(self, promise)
+    fn bindings_of(&self, promise: &str) -> Vec<Arc<dyn BindingFacts>> {
+        Ctx::bindings_of(self, promise).into_iter().map(|b| b as _).collect()
     }
     fn revision_exists(&self, promise: &str, version: &str) -> bool {
         Ctx::revision_exists(self, promise, version)

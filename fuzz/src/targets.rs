@@ -571,8 +571,8 @@ fn plan(input: &[u8]) -> String {
     let key = |ns: &str, binding: &str| (ns.to_string(), binding.to_string());
     let eligible: BTreeSet<(String, String)> = bindings
         .iter()
-        .filter(|b| upgradeplan::engine::snapshot::belongs_to(b, &spec.promise_ref.name))
-        .filter(|b| eligibility(b, &matcher, &spec.upgrade_path.to).is_ok())
+        .filter(|b| upgradeplan::engine::snapshot::belongs_to(*b, &spec.promise_ref.name))
+        .filter(|b| eligibility(*b, &matcher, &spec.upgrade_path.to).is_ok())
         .map(|b| {
             let r = upgradeplan::engine::snapshot::SnapshotResource::from_binding(b);
             key(&r.namespace, &r.binding)

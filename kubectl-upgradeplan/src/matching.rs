@@ -195,7 +195,7 @@ fn placement(
     } else {
         let of_promise = bindings
             .iter()
-            .filter(|b| belongs_to(b, &plan.spec.promise_ref.name))
+            .filter(|b| belongs_to(*b, &plan.spec.promise_ref.name))
             .count();
         Some(format!(
             "no ResourceBinding of Promise {} for {ns}/{name} (among {of_promise})",

@@ -3,6 +3,7 @@
 //! snapshot against live bindings, the same one the controller makes.
 
 use std::collections::HashMap;
+use upgradeplan::api::kratix::BindingFacts;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{ConfigMap, Event};
@@ -419,7 +420,7 @@ pub fn run_resources(
             let b = live.binding(&r.namespace, &r.binding);
             let outcome = resource_outcome(
                 r,
-                b,
+                b.map(|b| b as _),
                 &live.health,
                 &frozen.plan,
                 &g.name,
@@ -755,7 +756,7 @@ pub fn status(
                 revision_present,
                 now,
             },
-            |ns, b| live.binding(ns, b),
+            |ns, b| live.binding(ns, b).map(|b| b as _),
         )
     });
     let current = eval.as_ref().and_then(|e| match e.verdict {
@@ -951,7 +952,7 @@ fn failed_resources(run: &UpgradeRun, f: &Frozen, live: &Live) -> Vec<FailedReso
             let b = live.binding(&r.namespace, &r.binding);
             match resource_outcome(
                 r,
-                b,
+                b.map(|b| b as _),
                 &live.health,
                 &f.plan,
                 &g.name,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use criterion::{criterion_group, Criterion};
 use serde_json::json;
-use upgradeplan::api::kratix::ResourceBinding;
+use upgradeplan::api::kratix::{BindingFacts, ResourceBinding};
 use upgradeplan::api::{UpgradeExecutionPolicy, UpgradePlan, UpgradeWindow, WindowKind};
 use upgradeplan::engine::run::{evaluate, RunContext};
 use upgradeplan::engine::schedule::Triggers;
@@ -148,9 +148,11 @@ fn eval_run(
         revision_present: true,
         now: now(),
     };
-    evaluate(&ctx, |ns, name| live.get(&(ns.to_string(), name.to_string())))
-        .start
-        .len()
+    evaluate(&ctx, |ns, name| {
+        live.get(&(ns.to_string(), name.to_string())).map(|b| b as _)
+    })
+    .start
+    .len()
 }
 
 /// A gate of windows `(kind, schedule, duration)` in one zone.

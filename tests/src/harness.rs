@@ -9,6 +9,7 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use upgradeplan::api::kratix::BindingFacts;
 
 use anyhow::{anyhow, bail, Context};
 use futures::StreamExt;

@@ -18,6 +18,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use upgradeplan::api::kratix::BindingFacts;
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;

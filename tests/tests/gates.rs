@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use upgradeplan::api::kratix::BindingFacts;
 
 use chrono::{DateTime, Utc};
 use serde_json::json;

@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
+use upgradeplan::api::kratix::BindingFacts;
 
 use serde_json::json;
 use upgradeplan::api::kratix::{

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
+use upgradeplan::api::kratix::BindingFacts;
 
 use chrono::{DateTime, Utc};
 use kube::api::Api;

@@ -182,47 +182,207 @@ impl kube::Resource for HealthRecord {
 
 /// The Promise an object of Kratix's belongs to: its `kratix.io/promise-name` label (which Kratix
 /// always sets), else its `spec.promiseRef.name`. The one rule for bindings and revisions alike.
-fn promise_of<'a>(meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, spec_ref: &'a str) -> &'a str {
-    meta.labels
-        .as_ref()
-        .and_then(|l| l.get(PROMISE_NAME_LABEL))
-        .map(String::as_str)
-        .unwrap_or(spec_ref)
+fn promise_of<'a>(label: Option<&'a str>, spec_ref: &'a str) -> &'a str {
+    label.unwrap_or(spec_ref)
 }
 
 impl PromiseRevision {
     /// The Promise this revision belongs to.
     pub fn promise(&self) -> &str {
-        promise_of(&self.metadata, &self.spec.promise_ref.name)
+        let label = self.metadata.labels.as_ref().and_then(|l| l.get(PROMISE_NAME_LABEL));
+        promise_of(label.map(String::as_str), &self.spec.promise_ref.name)
     }
 }
 
-impl ResourceBinding {
+/// What the engine reads of a ResourceBinding. The plugin reads whole objects from the API
+/// server, the controller caches [`CachedBinding`]s holding only these facts; the engine decides
+/// on either through this one view.
+pub trait BindingFacts: Send + Sync + std::fmt::Debug {
+    /// `metadata.namespace` ("" when unset).
+    fn binding_namespace(&self) -> &str;
+    /// `metadata.name` ("" when unset).
+    fn binding_name(&self) -> &str;
+    fn label(&self, key: &str) -> Option<&str>;
+    fn annotation(&self, key: &str) -> Option<&str>;
+    /// Whether `metadata.deletionTimestamp` is set.
+    fn being_deleted(&self) -> bool;
+    /// `metadata.resourceVersion`: the precondition of a patch.
+    fn object_version(&self) -> Option<&str>;
+    fn binding_spec(&self) -> &ResourceBindingSpec;
+    fn binding_status(&self) -> Option<&ResourceBindingStatus>;
+
     /// The Promise this binding belongs to.
-    pub fn promise(&self) -> &str {
-        promise_of(&self.metadata, &self.spec.promise_ref.name)
+    fn promise(&self) -> &str {
+        promise_of(self.label(PROMISE_NAME_LABEL), &self.binding_spec().promise_ref.name)
     }
 
     /// `status.lastAppliedVersion`, or "" when there is no status.
-    pub fn last_applied_version(&self) -> &str {
-        self.status
-            .as_ref()
+    fn last_applied_version(&self) -> &str {
+        self.binding_status()
             .map(|s| s.last_applied_version.as_str())
             .unwrap_or("")
     }
 
     /// The `UpgradeSucceeded` condition, if Kratix wrote one.
-    pub fn upgrade_condition(&self) -> Option<&BindingCondition> {
-        self.status
-            .as_ref()?
+    fn upgrade_condition(&self) -> Option<&BindingCondition> {
+        self.binding_status()?
             .conditions
             .iter()
             .find(|c| c.type_ == UPGRADE_SUCCEEDED)
     }
 
     /// `status.failedVersion`, if set.
-    pub fn failed_version(&self) -> Option<&str> {
-        self.status.as_ref()?.failed_version.as_deref()
+    fn failed_version(&self) -> Option<&str> {
+        self.binding_status()?.failed_version.as_deref()
+    }
+}
+
+/// Anything that is, or holds, a binding's facts: lets the engine take lists of whole objects
+/// (the plugin), of cached ones, or of trait objects (the controller's caches) alike.
+pub trait AsBindingFacts {
+    fn facts(&self) -> &dyn BindingFacts;
+}
+
+impl<T: BindingFacts> AsBindingFacts for T {
+    fn facts(&self) -> &dyn BindingFacts {
+        self
+    }
+}
+
+impl AsBindingFacts for dyn BindingFacts {
+    fn facts(&self) -> &dyn BindingFacts {
+        self
+    }
+}
+
+impl BindingFacts for ResourceBinding {
+    fn binding_namespace(&self) -> &str {
+        self.metadata.namespace.as_deref().unwrap_or_default()
+    }
+    fn binding_name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+    fn label(&self, key: &str) -> Option<&str> {
+        self.metadata.labels.as_ref()?.get(key).map(String::as_str)
+    }
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+    }
+    fn being_deleted(&self) -> bool {
+        self.metadata.deletion_timestamp.is_some()
+    }
+    fn object_version(&self) -> Option<&str> {
+        self.metadata.resource_version.as_deref()
+    }
+    fn binding_spec(&self) -> &ResourceBindingSpec {
+        &self.spec
+    }
+    fn binding_status(&self) -> Option<&ResourceBindingStatus> {
+        self.status.as_ref()
+    }
+}
+
+/// Annotations the engine reads; a cached binding keeps only these.
+pub const READ_ANNOTATIONS: [&str; 3] = [
+    crate::api::UPGRADED_BY_ANNOTATION,
+    crate::api::UPGRADE_STARTED_AT_ANNOTATION,
+    crate::api::RETRY_REQUESTED_BY_ANNOTATION,
+];
+
+/// A few string pairs sorted by key: a binding's labels in the controller's cache. A `BTreeMap`
+/// allocates a node of eleven entries even for one label (about 550 bytes); at tens of thousands
+/// of bindings the labels and annotations were most of the cache.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Pairs(Box<[(Box<str>, Box<str>)]>);
+
+impl Pairs {
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .binary_search_by(|(k, _)| k.as_ref().cmp(key))
+            .ok()
+            .map(|i| self.0[i].1.as_ref())
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl<'a> FromIterator<(&'a str, &'a str)> for Pairs {
+    fn from_iter<I: IntoIterator<Item = (&'a str, &'a str)>>(iter: I) -> Self {
+        let mut v: Vec<(Box<str>, Box<str>)> = iter.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v.dedup_by(|a, b| a.0 == b.0);
+        Pairs(v.into_boxed_slice())
+    }
+}
+
+/// A ResourceBinding as the controller caches it: only its [`BindingFacts`] (no managedFields,
+/// owner references, finalizers or annotations the engine does not read), in compact form.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CachedBinding {
+    pub namespace: Box<str>,
+    pub name: Box<str>,
+    pub labels: Pairs,
+    /// Only the [`READ_ANNOTATIONS`].
+    pub annotations: Pairs,
+    pub being_deleted: bool,
+    pub resource_version: Option<Box<str>>,
+    pub spec: ResourceBindingSpec,
+    pub status: Option<ResourceBindingStatus>,
+}
+
+impl From<ResourceBinding> for CachedBinding {
+    fn from(b: ResourceBinding) -> Self {
+        let pairs = |m: &Option<std::collections::BTreeMap<String, String>>| -> Pairs {
+            m.iter().flatten().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+        };
+        let read: Option<std::collections::BTreeMap<String, String>> = b.metadata.annotations.map(|a| {
+            a.into_iter()
+                .filter(|(k, _)| READ_ANNOTATIONS.contains(&k.as_str()))
+                .collect()
+        });
+        CachedBinding {
+            namespace: b.metadata.namespace.unwrap_or_default().into(),
+            name: b.metadata.name.unwrap_or_default().into(),
+            labels: pairs(&b.metadata.labels),
+            annotations: pairs(&read),
+            being_deleted: b.metadata.deletion_timestamp.is_some(),
+            resource_version: b.metadata.resource_version.map(Into::into),
+            spec: b.spec,
+            status: b.status,
+        }
+    }
+}
+
+impl BindingFacts for CachedBinding {
+    fn binding_namespace(&self) -> &str {
+        &self.namespace
+    }
+    fn binding_name(&self) -> &str {
+        &self.name
+    }
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key)
+    }
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.get(key)
+    }
+    fn being_deleted(&self) -> bool {
+        self.being_deleted
+    }
+    fn object_version(&self) -> Option<&str> {
+        self.resource_version.as_deref()
+    }
+    fn binding_spec(&self) -> &ResourceBindingSpec {
+        &self.spec
+    }
+    fn binding_status(&self) -> Option<&ResourceBindingStatus> {
+        self.status.as_ref()
     }
 }
 
@@ -242,5 +402,69 @@ mod tests {
         assert_eq!(r.promise(), "redis");
         r.metadata.labels = Some([(PROMISE_NAME_LABEL.to_string(), "redis-label".to_string())].into());
         assert_eq!(r.promise(), "redis-label");
+    }
+
+    #[test]
+    fn a_cached_binding_keeps_every_fact_the_engine_reads_and_nothing_else() {
+        use crate::api::{RETRY_REQUESTED_BY_ANNOTATION, UPGRADED_BY_ANNOTATION, UPGRADE_STARTED_AT_ANNOTATION};
+        let b: ResourceBinding = serde_json::from_value(serde_json::json!({
+            "apiVersion": "platform.kratix.io/v1alpha1", "kind": "ResourceBinding",
+            "metadata": {
+                "name": "r1-redis", "namespace": "team-a", "resourceVersion": "42", "uid": "u",
+                "deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["x"],
+                "labels": {"env": "prod", PROMISE_NAME_LABEL: "redis", "a": "1"},
+                "annotations": {
+                    UPGRADED_BY_ANNOTATION: "run-1", UPGRADE_STARTED_AT_ANNOTATION: "2026-01-01T00:00:00Z",
+                    RETRY_REQUESTED_BY_ANNOTATION: "run-1",
+                    "kubectl.kubernetes.io/last-applied-configuration": "{...a whole object...}"
+                }
+            },
+            "spec": {"version": "v2", "promiseRef": {"name": "spec-promise"}, "resourceRef": {"name": "r1", "namespace": "team-a"}},
+            "status": {"lastAppliedVersion": "v1", "failedVersion": "v2", "conditions": [
+                {"type": UPGRADE_SUCCEEDED, "status": "False", "reason": UPGRADE_FAILED, "message": "boom"}
+            ]}
+        }))
+        .unwrap();
+        let c = CachedBinding::from(b.clone());
+        let facts = |f: &dyn BindingFacts| {
+            let keys = ["env", PROMISE_NAME_LABEL, "a", "missing"];
+            (
+                (
+                    f.binding_namespace().to_string(),
+                    f.binding_name().to_string(),
+                    f.promise().to_string(),
+                ),
+                keys.map(|k| f.label(k).map(str::to_string)),
+                READ_ANNOTATIONS.map(|k| f.annotation(k).map(str::to_string)),
+                (f.being_deleted(), f.object_version().map(str::to_string)),
+                (f.binding_spec().clone(), f.binding_status().cloned()),
+                (
+                    f.last_applied_version().to_string(),
+                    f.failed_version().map(str::to_string),
+                ),
+                f.upgrade_condition().cloned(),
+            )
+        };
+        assert_eq!(facts(&c), facts(&b), "the same facts from the cache as from the object");
+        assert_eq!(c.promise(), "redis");
+        assert_eq!(c.annotations.len(), 3, "only the annotations the engine reads are kept");
+        assert!(c
+            .annotation("kubectl.kubernetes.io/last-applied-configuration")
+            .is_none());
+        assert_eq!(c.labels.len(), 3);
+    }
+
+    #[test]
+    fn pairs_are_sorted_unique_and_found_by_key() {
+        let p: Pairs = [("b", "2"), ("a", "1"), ("c", "3"), ("a", "again")]
+            .into_iter()
+            .collect();
+        assert_eq!(p.len(), 3, "keys are unique (as in a map)");
+        assert_eq!(
+            (p.get("a"), p.get("b"), p.get("c"), p.get("d")),
+            (Some("1"), Some("2"), Some("3"), None)
+        );
+        assert!(Pairs::default().is_empty());
+        assert_eq!(Pairs::default().get("a"), None);
     }
 }

@@ -22,7 +22,7 @@ use super::run::{evaluate, Blocked, RunContext, Verdict};
 use super::snapshot::{assign, Snapshot};
 use super::stage::{requires_approval, ApprovalFact};
 use super::version::VersionMatcher;
-use crate::api::kratix::ResourceBinding;
+use crate::api::kratix::{BindingFacts, ResourceBinding};
 use crate::api::{GroupPhase, GroupStatus, UpgradePlanSpec, UPGRADE_STARTED_AT_ANNOTATION};
 
 /// How long a wait must be before it is reported as one.
@@ -185,7 +185,7 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
                 revision_present: true,
                 now,
             },
-            |ns, name| index.get(&(ns, name)).map(|&i| &live[i]),
+            |ns, name| index.get(&(ns, name)).map(|&i| &live[i] as &dyn BindingFacts),
         );
         // The group whose resources wait or start: the first neither done nor soaking (a soak
         // is a wait before the next group).

@@ -13,7 +13,7 @@ use chrono::{DateTime, Duration, Utc};
 use super::run::{texts, Outcome};
 use super::snapshot::SnapshotResource;
 use super::window::parse_go_duration;
-use crate::api::kratix::{HealthRecord, ResourceBinding};
+use crate::api::kratix::{BindingFacts, HealthRecord};
 use crate::api::{RolloutGroup, UPGRADE_STARTED_AT_ANNOTATION};
 
 /// A group's parsed `healthCheck`, with its timeout as written (for the detail).
@@ -94,12 +94,12 @@ impl HealthRecords {
 /// When the upgrade of `live` completed: Kratix's `UpgradeSucceeded=True` transition; without
 /// one, the start the start patch recorded; without that, the run's creation. Always a time, so
 /// that the timeout always runs.
-pub fn upgraded_at(live: &ResourceBinding, run_created: DateTime<Utc>) -> DateTime<Utc> {
+pub fn upgraded_at(live: &dyn BindingFacts, run_created: DateTime<Utc>) -> DateTime<Utc> {
     live.upgrade_condition()
         .filter(|c| c.status == "True")
         .and_then(|c| c.last_transition_time)
         .or_else(|| {
-            let started = live.metadata.annotations.as_ref()?.get(UPGRADE_STARTED_AT_ANNOTATION)?;
+            let started = live.annotation(UPGRADE_STARTED_AT_ANNOTATION)?;
             Some(DateTime::parse_from_rfc3339(started).ok()?.with_timezone(&Utc))
         })
         .unwrap_or(run_created)
@@ -127,7 +127,7 @@ fn verdict(state: &str) -> Verdict {
 pub fn apply_health_check(
     outcome: Outcome,
     resource: &SnapshotResource,
-    live: Option<&ResourceBinding>,
+    live: Option<&dyn BindingFacts>,
     check: Option<&Verification>,
     records: &HealthRecords,
     (to, run_created): (&str, DateTime<Utc>),
@@ -176,7 +176,9 @@ pub fn apply_health_check(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::api::kratix::{BindingCondition, HealthRecordData, NameRef, ObjectRef, UPGRADE_SUCCEEDED};
+    use crate::api::kratix::{
+        BindingCondition, HealthRecordData, NameRef, ObjectRef, ResourceBinding, UPGRADE_SUCCEEDED,
+    };
     use crate::engine::snapshot::tests::binding;
 
     fn utc(s: &str) -> DateTime<Utc> {

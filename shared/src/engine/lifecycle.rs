@@ -30,7 +30,7 @@ use super::snapshot::{
 use super::stage::{self, ApprovalFact};
 use super::validate::{summarize as summarize_problems, validate_plan};
 use super::version::VersionMatcher;
-use crate::api::kratix::{HealthRecord, ResourceBinding};
+use crate::api::kratix::{BindingFacts, HealthRecord};
 use crate::api::{
     find_condition, reasons, set_condition, Condition, ConditionStatus, GroupPhase, GroupStatus, ResourceListRef,
     RunState, UpgradeFreeze, UpgradePlan, UpgradeRun, UpgradeRunStatus, ADMITTED_AT_ANNOTATION, PLAN_LABEL,
@@ -66,9 +66,9 @@ pub enum SnapshotFact {
 
 /// Read access to the controller's caches of Kratix objects.
 pub trait Cluster {
-    fn binding(&self, namespace: &str, name: &str) -> Option<Arc<ResourceBinding>>;
+    fn binding(&self, namespace: &str, name: &str) -> Option<Arc<dyn BindingFacts>>;
     /// Every binding of `promise`, all namespaces.
-    fn bindings_of(&self, promise: &str) -> Vec<Arc<ResourceBinding>>;
+    fn bindings_of(&self, promise: &str) -> Vec<Arc<dyn BindingFacts>>;
     fn revision_exists(&self, promise: &str, version: &str) -> bool;
     /// Every HealthRecord of `promise` (asked only for runs with a `healthCheck`).
     fn health_records(&self, promise: &str) -> Vec<Arc<HealthRecord>>;
@@ -608,7 +608,7 @@ fn progress(
     let to = frozen.plan.upgrade_path.to.clone();
     out.to = to.clone();
     let previous = out.status.rollout_groups.clone();
-    let live: HashMap<(String, String), Arc<ResourceBinding>> = frozen
+    let live: HashMap<(String, String), Arc<dyn BindingFacts>> = frozen
         .snapshot
         .groups
         .iter()
@@ -1072,13 +1072,7 @@ pub fn lost_start_announcements(
     for resource in snapshot.groups.iter().flat_map(|g| &g.resources) {
         let started = cluster
             .binding(&resource.namespace, &resource.binding)
-            .is_some_and(|b| {
-                b.metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(UPGRADED_BY_ANNOTATION))
-                    .is_some_and(|by| by == run_name(run))
-            });
+            .is_some_and(|b| b.annotation(UPGRADED_BY_ANNOTATION) == Some(run_name(run)));
         let note = texts::resource_started(&resource.display_name(), &resource.last_applied_version, to);
         if started && !announced.contains(events::RESOURCE_UPGRADE_STARTED, &note) {
             missing.push(note);

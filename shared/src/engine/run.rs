@@ -14,7 +14,7 @@ use super::health::{apply_health_check, HealthRecords, Verification};
 use super::snapshot::{Snapshot, SnapshotResource};
 use super::stage::{approval_for, requires_approval, soak_of, ApprovalFact};
 use super::window::GateState;
-use crate::api::kratix::{ResourceBinding, MANUAL_RECONCILIATION_LABEL, UPGRADE_FAILED};
+use crate::api::kratix::{BindingFacts, MANUAL_RECONCILIATION_LABEL, UPGRADE_FAILED};
 use crate::api::{
     GroupPhase, GroupStatus, RolloutGroup, UpgradePlanSpec, RETRY_REQUESTED_BY_ANNOTATION,
     UPGRADE_STARTED_AT_ANNOTATION,
@@ -85,7 +85,7 @@ impl Outcome {
 /// Evaluates one snapshot resource against its live binding (`None`: the binding is gone).
 pub fn evaluate_resource(
     resource: &SnapshotResource,
-    live: Option<&ResourceBinding>,
+    live: Option<&dyn BindingFacts>,
     to: &str,
     run_name: &str,
     run_created: DateTime<Utc>,
@@ -93,14 +93,14 @@ pub fn evaluate_resource(
     let Some(b) = live else {
         return Outcome::Skipped(SkipReason::BindingGone);
     };
-    if b.metadata.deletion_timestamp.is_some() {
+    if b.being_deleted() {
         return Outcome::Skipped(SkipReason::BeingDeleted);
     }
     let applied = b.last_applied_version();
     if applied == to {
         return Outcome::Succeeded;
     }
-    let spec_version = b.spec.version.as_str();
+    let spec_version = b.binding_spec().version.as_str();
     let spec_drifted = spec_version != resource.spec_version && spec_version != to;
     let applied_drifted = applied != resource.last_applied_version && applied != to;
     if spec_drifted || applied_drifted {
@@ -121,16 +121,8 @@ pub fn evaluate_resource(
         }
     }
     if spec_version == to {
-        let already_asked = b
-            .metadata
-            .labels
-            .as_ref()
-            .is_some_and(|l| l.contains_key(MANUAL_RECONCILIATION_LABEL))
-            || b.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(RETRY_REQUESTED_BY_ANNOTATION))
-                .is_some_and(|r| r == run_name);
+        let already_asked = b.label(MANUAL_RECONCILIATION_LABEL).is_some()
+            || b.annotation(RETRY_REQUESTED_BY_ANNOTATION) == Some(run_name);
         return Outcome::InFlight {
             request_retry: failure.is_some() && !already_asked,
         };
@@ -157,8 +149,8 @@ impl Deadline {
 
     /// When the upgrade of `live` runs out of time: its start (the annotation the start patch
     /// wrote) plus the deadline. `None` when the start is not recorded.
-    pub fn expires(&self, live: &ResourceBinding) -> Option<DateTime<Utc>> {
-        let started = live.metadata.annotations.as_ref()?.get(UPGRADE_STARTED_AT_ANNOTATION)?;
+    pub fn expires(&self, live: &dyn BindingFacts) -> Option<DateTime<Utc>> {
+        let started = live.annotation(UPGRADE_STARTED_AT_ANNOTATION)?;
         let started = DateTime::parse_from_rfc3339(started).ok()?.with_timezone(&Utc);
         started.checked_add_signed(self.after)
     }
@@ -170,7 +162,7 @@ impl Deadline {
 /// the retry request (which rewrites the start annotation), so it is not failed on the old one.
 pub fn apply_deadline(
     outcome: Outcome,
-    live: Option<&ResourceBinding>,
+    live: Option<&dyn BindingFacts>,
     deadline: Option<&Deadline>,
     now: DateTime<Utc>,
 ) -> Outcome {
@@ -204,7 +196,7 @@ impl GroupRules {
     pub fn outcome(
         &self,
         resource: &SnapshotResource,
-        live: Option<&ResourceBinding>,
+        live: Option<&dyn BindingFacts>,
         records: &HealthRecords,
         (to, run_name, run_created): (&str, &str, DateTime<Utc>),
         now: DateTime<Utc>,
@@ -227,7 +219,7 @@ impl GroupRules {
 /// [`GroupRules`] of its group (`group`) in the frozen `plan`.
 pub fn resource_outcome(
     resource: &SnapshotResource,
-    live: Option<&ResourceBinding>,
+    live: Option<&dyn BindingFacts>,
     records: &HealthRecords,
     plan: &UpgradePlanSpec,
     group: &str,
@@ -392,7 +384,7 @@ fn recorded_complete(recorded: Option<&GroupStatus>, name: &str, total: usize, b
 }
 
 /// Evaluates an InProgress run. `lookup(namespace, binding)` returns the live binding.
-pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<&'b ResourceBinding>) -> Evaluation {
+pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<&'b dyn BindingFacts>) -> Evaluation {
     let mut eval = evaluate_groups(ctx, lookup);
     // Groups not reached yet.
     for g in &mut eval.groups {
@@ -401,7 +393,10 @@ pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<
     eval
 }
 
-fn evaluate_groups<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<&'b ResourceBinding>) -> Evaluation {
+fn evaluate_groups<'b>(
+    ctx: &RunContext<'_>,
+    lookup: impl Fn(&str, &str) -> Option<&'b dyn BindingFacts>,
+) -> Evaluation {
     let to = ctx.plan.upgrade_path.to.as_str();
     let mut eval = Evaluation {
         verdict: Verdict::Completed,
@@ -507,7 +502,7 @@ fn evaluate_groups<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Opti
             eval.groups[index] = done;
             continue;
         }
-        let live: Vec<Option<&ResourceBinding>> = group
+        let live: Vec<Option<&dyn BindingFacts>> = group
             .resources
             .iter()
             .map(|r| lookup(&r.namespace, &r.binding))
@@ -547,7 +542,7 @@ fn evaluate_groups<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Opti
         });
         let action = |i: usize| BindingAction {
             resource: group.resources[i].clone(),
-            resource_version: live[i].and_then(|b| b.metadata.resource_version.clone()),
+            resource_version: live[i].and_then(|b| b.object_version().map(str::to_string)),
             from: live[i]
                 .map(|b| b.last_applied_version().to_string())
                 .unwrap_or_default(),
@@ -738,7 +733,7 @@ pub mod texts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::kratix::{BindingCondition, HealthRecord, UPGRADE_IN_PROGRESS, UPGRADE_SUCCEEDED};
+    use crate::api::kratix::{BindingCondition, HealthRecord, ResourceBinding, UPGRADE_IN_PROGRESS, UPGRADE_SUCCEEDED};
     use crate::api::{UpgradeWindow, WindowKind};
     use crate::engine::snapshot::assign;
     use crate::engine::snapshot::tests::{binding, group, match_all, plan};
@@ -947,7 +942,7 @@ mod tests {
         ];
         for (name, snapshot, live, want) in cases {
             assert_eq!(
-                evaluate_resource(snapshot, live.as_ref(), "v2", "run-1", created),
+                evaluate_resource(snapshot, live.as_ref().map(|b| b as _), "v2", "run-1", created),
                 want,
                 "{name}"
             );
@@ -1029,6 +1024,7 @@ mod tests {
                 self.live
                     .iter()
                     .find(|b| b.metadata.namespace.as_deref() == Some(ns) && b.metadata.name.as_deref() == Some(name))
+                    .map(|b| b as _)
             })
         }
     }

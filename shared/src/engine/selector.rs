@@ -112,13 +112,30 @@ pub fn describe(selectors: Option<&RolloutSelectors>) -> String {
     }
 }
 
-fn requirement_holds(r: &SelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
-    let value = labels.get(&r.key);
+/// Where a selector reads labels: an object's label map, or a binding's facts.
+pub trait Labels {
+    fn label_value(&self, key: &str) -> Option<&str>;
+}
+
+impl Labels for BTreeMap<String, String> {
+    fn label_value(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
+impl Labels for dyn crate::api::kratix::BindingFacts + '_ {
+    fn label_value(&self, key: &str) -> Option<&str> {
+        self.label(key)
+    }
+}
+
+fn requirement_holds<L: Labels + ?Sized>(r: &SelectorRequirement, labels: &L) -> bool {
+    let value = labels.label_value(&r.key);
     let values = r.values.as_deref().unwrap_or_default();
     match r.operator {
-        SelectorOperator::In => value.is_some_and(|v| values.contains(v)),
+        SelectorOperator::In => value.is_some_and(|v| values.iter().any(|x| x == v)),
         // As in Kubernetes: NotIn holds when the label is absent.
-        SelectorOperator::NotIn => value.is_none_or(|v| !values.contains(v)),
+        SelectorOperator::NotIn => value.is_none_or(|v| !values.iter().any(|x| x == v)),
         SelectorOperator::Exists => value.is_some(),
         SelectorOperator::DoesNotExist => value.is_none(),
     }
@@ -126,19 +143,19 @@ fn requirement_holds(r: &SelectorRequirement, labels: &BTreeMap<String, String>)
 
 /// Checks the label terms of `selectors` against `labels`. `matchAll` selectors are reported as
 /// matching here; whether an earlier group took the binding is the caller's question.
-pub fn check(selectors: Option<&RolloutSelectors>, labels: &BTreeMap<String, String>) -> Result<(), TermFailure> {
+pub fn check<L: Labels + ?Sized>(selectors: Option<&RolloutSelectors>, labels: &L) -> Result<(), TermFailure> {
     let s = match kind(selectors) {
         SelectorKind::Nothing => return Err(TermFailure::EmptySelector),
         SelectorKind::All => return Ok(()),
         SelectorKind::Terms(s) => s,
     };
     for (key, want) in s.match_labels.iter().flatten() {
-        let actual = labels.get(key);
-        if actual != Some(want) {
+        let actual = labels.label_value(key);
+        if actual != Some(want.as_str()) {
             return Err(TermFailure::Label {
                 key: key.clone(),
                 want: want.clone(),
-                actual: actual.cloned(),
+                actual: actual.map(str::to_string),
             });
         }
     }
@@ -147,14 +164,14 @@ pub fn check(selectors: Option<&RolloutSelectors>, labels: &BTreeMap<String, Str
             return Err(TermFailure::Expression {
                 index,
                 requirement: describe_requirement(r),
-                actual: labels.get(&r.key).cloned(),
+                actual: labels.label_value(&r.key).map(str::to_string),
             });
         }
     }
     Ok(())
 }
 
-pub fn matches(selectors: Option<&RolloutSelectors>, labels: &BTreeMap<String, String>) -> bool {
+pub fn matches<L: Labels + ?Sized>(selectors: Option<&RolloutSelectors>, labels: &L) -> bool {
     check(selectors, labels).is_ok()
 }
 
@@ -231,7 +248,7 @@ impl std::str::FromStr for LabelSelector {
 }
 
 impl LabelSelector {
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches<L: Labels + ?Sized>(&self, labels: &L) -> bool {
         match kind(Some(&self.terms)) {
             SelectorKind::Nothing => true,
             _ => matches(Some(&self.terms), labels),

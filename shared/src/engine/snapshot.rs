@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::selector::{self, SelectorKind, TermFailure};
 use super::version::VersionMatcher;
-use crate::api::kratix::{ResourceBinding, NOT_SET_VERSION, RESOURCE_NAME_LABEL};
+use crate::api::kratix::{AsBindingFacts, BindingFacts, NOT_SET_VERSION, RESOURCE_NAME_LABEL};
 use crate::api::UpgradePlanSpec;
 
 /// Above this many bytes of resources a snapshot ConfigMap is split (ConfigMaps hold 1 MiB).
@@ -30,24 +30,19 @@ pub struct SnapshotResource {
 }
 
 impl SnapshotResource {
-    pub fn from_binding(b: &ResourceBinding) -> Self {
-        let namespace = b.metadata.namespace.clone().unwrap_or_default();
-        let binding = b.metadata.name.clone().unwrap_or_default();
-        let name = Some(b.spec.resource_ref.name.clone())
+    pub fn from_binding(b: &dyn BindingFacts) -> Self {
+        let binding = b.binding_name().to_string();
+        let name = Some(b.binding_spec().resource_ref.name.as_str())
             .filter(|n| !n.is_empty())
-            .or_else(|| {
-                b.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(RESOURCE_NAME_LABEL).cloned())
-            })
+            .or_else(|| b.label(RESOURCE_NAME_LABEL))
+            .map(str::to_string)
             .unwrap_or_else(|| binding.clone());
         SnapshotResource {
-            namespace,
+            namespace: b.binding_namespace().to_string(),
             name,
             binding,
             last_applied_version: b.last_applied_version().to_string(),
-            spec_version: b.spec.version.clone(),
+            spec_version: b.binding_spec().version.clone(),
         }
     }
 
@@ -129,8 +124,8 @@ pub struct Assignment {
 }
 
 /// Eligibility of one binding: being deleted, unversioned, or version not in `from`.
-pub fn eligibility(b: &ResourceBinding, matcher: &VersionMatcher, to: &str) -> Result<(), Ineligibility> {
-    if b.metadata.deletion_timestamp.is_some() {
+pub fn eligibility(b: &dyn BindingFacts, matcher: &VersionMatcher, to: &str) -> Result<(), Ineligibility> {
+    if b.being_deleted() {
         return Err(Ineligibility::BeingDeleted);
     }
     let version = b.last_applied_version();
@@ -150,24 +145,25 @@ pub fn eligibility(b: &ResourceBinding, matcher: &VersionMatcher, to: &str) -> R
     Ok(())
 }
 
-/// Whether `b` belongs to `promise` ([`ResourceBinding::promise`]).
-pub fn belongs_to(b: &ResourceBinding, promise: &str) -> bool {
+/// Whether `b` belongs to `promise` ([`BindingFacts::promise`]).
+pub fn belongs_to(b: &dyn BindingFacts, promise: &str) -> bool {
     b.promise() == promise
 }
 
 /// Assigns the Promise's eligible bindings to the plan's groups. A binding may be in several
 /// groups (groups are not de-duplicated); `matchAll` takes only bindings no earlier group took.
 /// Order within a group is (namespace, binding name): the order upgrades start in.
-pub fn assign<'b>(
+pub fn assign<'b, B: AsBindingFacts + ?Sized + 'b>(
     spec: &UpgradePlanSpec,
     matcher: &VersionMatcher,
-    bindings: impl IntoIterator<Item = &'b ResourceBinding>,
+    bindings: impl IntoIterator<Item = &'b B>,
 ) -> Assignment {
-    let mut ours: Vec<&ResourceBinding> = bindings
+    let mut ours: Vec<&dyn BindingFacts> = bindings
         .into_iter()
-        .filter(|b| belongs_to(b, &spec.promise_ref.name))
+        .map(AsBindingFacts::facts)
+        .filter(|b| belongs_to(*b, &spec.promise_ref.name))
         .collect();
-    ours.sort_by(|a, b| (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name)));
+    ours.sort_by(|a, b| (a.binding_namespace(), a.binding_name()).cmp(&(b.binding_namespace(), b.binding_name())));
 
     let mut out = Assignment::default();
     let mut eligible = Vec::new();
@@ -178,7 +174,6 @@ pub fn assign<'b>(
         }
     }
 
-    let empty = Default::default();
     let mut taken: BTreeSet<usize> = BTreeSet::new();
     let mut memberships: Vec<Vec<String>> = vec![Vec::new(); eligible.len()];
     let mut reasons: Vec<Vec<(String, String)>> = vec![Vec::new(); eligible.len()];
@@ -186,10 +181,9 @@ pub fn assign<'b>(
         let sel = group.selectors.as_ref();
         let mut members = Vec::new();
         for (i, b) in eligible.iter().enumerate() {
-            let labels = b.metadata.labels.as_ref().unwrap_or(&empty);
             let verdict = match selector::kind(sel) {
                 SelectorKind::All if taken.contains(&i) => Err("taken by an earlier group (matchAll)".to_string()),
-                _ => selector::check(sel, labels).map_err(|e: TermFailure| e.to_string()),
+                _ => selector::check(sel, *b).map_err(|e: TermFailure| e.to_string()),
             };
             match verdict {
                 Ok(()) => members.push(i),
@@ -209,7 +203,7 @@ pub fn assign<'b>(
         });
     }
     for (i, b) in eligible.iter().enumerate() {
-        let resource = SnapshotResource::from_binding(b);
+        let resource = SnapshotResource::from_binding(*b);
         match memberships[i].len() {
             0 => out.unassigned.push(Unassigned {
                 resource,
@@ -391,7 +385,7 @@ pub fn merge_shards(shards: impl IntoIterator<Item = Snapshot>) -> Snapshot {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::api::kratix::{ResourceBindingSpec, ResourceBindingStatus, PROMISE_NAME_LABEL};
+    use crate::api::kratix::{ResourceBinding, ResourceBindingSpec, ResourceBindingStatus, PROMISE_NAME_LABEL};
     use crate::api::{PromiseRef, RolloutGroup, RolloutSelectors, UpgradePath};
     use std::collections::BTreeMap;
 

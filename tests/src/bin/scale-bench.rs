@@ -20,7 +20,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
 use serde_json::json;
-use upgradeplan::api::kratix::{ResourceBinding, PROMISE_NAME_LABEL};
+use upgradeplan::api::kratix::{BindingFacts, ResourceBinding, PROMISE_NAME_LABEL};
 use upgradeplan::api::{RunState, UpgradeRun};
 use upgradeplan_e2e::harness::{http_get, workspace_bin, TestEnv};
 

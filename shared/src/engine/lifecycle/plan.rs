@@ -10,7 +10,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use super::Cluster;
-use crate::api::kratix::ResourceBinding;
+use crate::api::kratix::BindingFacts;
 use crate::api::{
     find_condition, reasons, set_condition, Condition, ConditionStatus, PlanPhase, RunHistoryLimit, RunResult,
     RunState, UpgradePlan, UpgradePlanStatus, UpgradeRun, WindowKind,
@@ -330,7 +330,7 @@ fn gauges(
     plan: &UpgradePlan,
     status: &UpgradePlanStatus,
     valid: bool,
-    bindings: &[Arc<ResourceBinding>],
+    bindings: &[Arc<dyn BindingFacts>],
     freezes: &[Freeze],
     now: DateTime<Utc>,
 ) -> (PlanGauges, Option<DateTime<Utc>>) {

@@ -9,7 +9,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::*;
-use crate::api::kratix::{HealthRecord, ResourceBinding};
+use crate::api::kratix::{BindingFacts, CachedBinding, HealthRecord, ResourceBinding};
+
+fn cached(b: &ResourceBinding) -> Arc<dyn BindingFacts> {
+    Arc::new(CachedBinding::from(b.clone()))
+}
 use crate::api::{
     LastRun, RunResult, UpgradePlanRef, UpgradePlanSpec, UpgradePlanStatus, UpgradeRunSpec, ADMITTED_AT_ANNOTATION,
     PREVIEW_ANNOTATION, SUPERSEDED_BY_ANNOTATION,
@@ -41,17 +45,18 @@ struct World {
 }
 
 impl Cluster for World {
-    fn binding(&self, namespace: &str, name: &str) -> Option<Arc<ResourceBinding>> {
+    // As the controller's cache holds them: compacted.
+    fn binding(&self, namespace: &str, name: &str) -> Option<Arc<dyn BindingFacts>> {
         self.bindings
             .iter()
             .find(|b| b.metadata.namespace.as_deref() == Some(namespace) && b.metadata.name.as_deref() == Some(name))
-            .cloned()
+            .map(|b| cached(b))
     }
-    fn bindings_of(&self, promise: &str) -> Vec<Arc<ResourceBinding>> {
+    fn bindings_of(&self, promise: &str) -> Vec<Arc<dyn BindingFacts>> {
         self.bindings
             .iter()
             .filter(|b| b.promise() == promise)
-            .cloned()
+            .map(|b| cached(b))
             .collect()
     }
     fn revision_exists(&self, promise: &str, version: &str) -> bool {

@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::*;
-use crate::api::kratix::HealthRecord;
+use crate::api::kratix::{BindingFacts, HealthRecord, ResourceBinding};
 use crate::api::{
     RunHistoryLimit, RunState, UpgradeExecutionPolicy, UpgradePlanRef, UpgradeRunSpec, UpgradeRunStatus, UpgradeWindow,
 };
@@ -20,11 +20,15 @@ fn utc(s: &str) -> DateTime<Utc> {
 struct Bindings(Vec<Arc<ResourceBinding>>, Vec<Arc<crate::api::UpgradeFreeze>>);
 
 impl Cluster for Bindings {
-    fn binding(&self, _: &str, _: &str) -> Option<Arc<ResourceBinding>> {
+    fn binding(&self, _: &str, _: &str) -> Option<Arc<dyn BindingFacts>> {
         None
     }
-    fn bindings_of(&self, promise: &str) -> Vec<Arc<ResourceBinding>> {
-        self.0.iter().filter(|b| b.promise() == promise).cloned().collect()
+    fn bindings_of(&self, promise: &str) -> Vec<Arc<dyn BindingFacts>> {
+        self.0
+            .iter()
+            .filter(|b| b.promise() == promise)
+            .map(|b| Arc::clone(b) as Arc<dyn BindingFacts>)
+            .collect()
     }
     fn revision_exists(&self, _: &str, _: &str) -> bool {
         true
