@@ -150,6 +150,51 @@ pub struct Recalled {
 }
 
 impl Ctx {
+    /// What a scrape shows (spec §9.1), from the caches; `None` until they are filled.
+    pub fn scrape_state(&self, now: chrono::DateTime<chrono::Utc>) -> Option<crate::metrics::State> {
+        use std::sync::atomic::Ordering;
+        use upgradeplan::engine::{freeze, lifecycle};
+        if !self.synced.all() {
+            return None;
+        }
+        let plans = self.plans.state();
+        let mut state = crate::metrics::State::default();
+        for plan in &plans {
+            let name = plan.name_any();
+            let runs = self.runs_of(&name);
+            let runs: Vec<&UpgradeRun> = runs.iter().map(AsRef::as_ref).collect();
+            if runs
+                .iter()
+                .any(|r| !r.status.as_ref().is_some_and(|s| s.state.is_terminal()))
+            {
+                state.active.insert(name.clone());
+            }
+            let promise_found = self
+                .promises
+                .get(&ObjectRef::new(&plan.spec.promise_ref.name))
+                .is_some();
+            let gauges = lifecycle::plan::gauges_of(plan, &runs, promise_found, self, now);
+            state.plans.push((name, gauges));
+        }
+        if self.freezes_synced.load(Ordering::SeqCst) {
+            for f in self.freezes.state() {
+                if self.writes_status_of(&f) {
+                    let s = freeze::step(&f, &plans, now);
+                    state.freezes.push((f.name_any(), s.active, s.ready));
+                }
+            }
+        }
+        Some(state)
+    }
+
+    /// Whether this controller writes the freeze's status (and shows its gauges): every
+    /// controller is held by every freeze, but a sharded one reports on those matching its
+    /// `--selector`, as with plans; else two shards would overwrite each other's matchingPlans.
+    pub fn writes_status_of(&self, freeze: &UpgradeFreeze) -> bool {
+        freeze.metadata.deletion_timestamp.is_none()
+            && self.label_selector.as_ref().is_none_or(|s| s.matches(freeze.labels()))
+    }
+
     pub fn plan(&self, name: &str) -> Option<Arc<UpgradePlan>> {
         self.plans.get(&ObjectRef::new(name))
     }

@@ -1,6 +1,6 @@
 //! Freeze reconciliation: the I/O shell around [`freeze::step`] (spec §13.5). Writes the
-//! freeze's status (active now, its next start and end, how many plans it holds, `Ready`), sets
-//! its gauges, and wakes exactly at its next start or end. The runs and plans it holds read it
+//! freeze's status (active now, its next start and end, how many plans it holds, `Ready`) and
+//! wakes exactly at its next start or end. The runs and plans it holds read it
 //! from the cache; this reconcile only reports on it.
 
 use std::sync::Arc;
@@ -19,16 +19,11 @@ pub async fn reconcile(freeze: Arc<UpgradeFreeze>, ctx: Arc<Ctx>) -> Result<Acti
     if !ctx.synced.all() {
         return Ok(Action::requeue(crate::context::CACHE_WAIT));
     }
-    // Every controller is held by every freeze (from its cache), but one writes each freeze's
-    // status: a sharded controller those matching its --selector, as with plans; else two shards
-    // would overwrite each other's matchingPlans.
-    let ours = ctx.label_selector.as_ref().is_none_or(|s| s.matches(freeze.labels()));
-    if freeze.metadata.deletion_timestamp.is_some() || !ours {
+    if !ctx.writes_status_of(&freeze) {
         return Ok(Action::await_change());
     }
     let name = freeze.name_any();
     let step = freeze::step(&freeze, &ctx.plans.state(), crate::clock::now());
-    ctx.metrics.set_freeze(&name, step.active, step.ready);
     if freeze.status.as_ref() != Some(&step.status) {
         apply_status::<UpgradeFreeze>(&ctx.client, &name, &step.status).await?;
     }

@@ -602,6 +602,18 @@ async fn run_controllers<F, Fut>(
         retries: Default::default(),
         gates,
     });
+    // Scrapes read the plans' and freezes' state from the caches, while this replica leads (a
+    // standby's caches are warm too, but its gauges would duplicate the leader's).
+    metrics.observe({
+        let (ctx, leading) = (Arc::downgrade(&ctx), forwarding.clone());
+        Box::new(move || {
+            let ctx = ctx.upgrade()?;
+            if !leading.load(Ordering::SeqCst) {
+                return None;
+            }
+            ctx.scrape_state(crate::clock::now())
+        })
+    });
     // Reconciles of one object never overlap; a little debounce merges bursts of binding events.
     let config = ControllerConfig::default().debounce(Duration::from_millis(50));
 
@@ -772,34 +784,13 @@ async fn run_controllers<F, Fut>(
         )
         .for_each(|_| futures::future::ready(()));
 
-    // Gauges of plans and freezes deleted since (deletions reach no reconcile) are dropped here.
-    let sweep = {
-        let (plans, freezes, ctx) = (plans.clone(), freezes.clone(), ctx.clone());
-        async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(15));
-            loop {
-                tick.tick().await;
-                if ctx.synced.all() {
-                    ctx.metrics
-                        .retain_plans(&plans.state().iter().map(|p| p.name_any()).collect());
-                }
-                if ctx.freezes_synced.load(Ordering::SeqCst) {
-                    ctx.metrics
-                        .retain_freezes(&freezes.state().iter().map(|f| f.name_any()).collect());
-                }
-            }
-        }
-    };
     let controllers = async {
         if !leading.await {
             return;
         }
         forwarding.store(true, Ordering::SeqCst);
         tracing::info!(snapshot_namespace = %cli.snapshot_namespace, "controllers running");
-        tokio::select! {
-            _ = async { tokio::join!(run_controller, plan_controller, freeze_controller) } => {}
-            _ = sweep => {}
-        }
+        tokio::join!(run_controller, plan_controller, freeze_controller);
     };
     tokio::select! {
         _ = controllers => {}

@@ -1,49 +1,79 @@
 //! Prometheus metrics (spec §9.1). Names are a contract: the alerts and the dashboard use them.
 //!
-//! Gauges describe current state: each plan's series are rewritten as a whole and removed when
-//! the plan goes away. Counters only grow. No label carries a resource or run name.
+//! Gauges that describe state are computed when Prometheus scrapes, from the controller's caches
+//! (kube-state-metrics' design): a plan or freeze that is gone has no series, so none can be stale
+//! and nothing has to be removed. What only a reconcile knows — the active run's evaluation, the
+//! gates' last readings, a refused run creation — it records per plan, and a scrape shows it only
+//! while that plan (and, for a run's, an active run of it) exists. Counters only grow; their series
+//! are created at 0 for every plan a scrape sees and dropped with it. No label carries a resource
+//! or run name.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock};
 
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-/// A gauge vector of either kind, so that emitted series can be removed by name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum G {
-    PlanInfo,
-    PlanPhase,
-    PlanSuspended,
-    PlanReady,
-    PlanNextRun,
-    PlanLastSchedule,
-    PlanLastRunResult,
-    PlanLastRunFinished,
-    PlanLastRunInfo,
-    PlanActiveRunInfo,
-    PlanLastFailure,
-    PlanLastRunFailedResources,
-    PlanRunCreateFailing,
-    GroupFailureBudget,
-    GroupMaxConcurrent,
-    WindowOpen,
-    WindowActive,
-    WindowNextOpen,
-    WindowNextClose,
-    RunResources,
-    Blocked,
-    GateOpen,
-    GateError,
+/// Label values of `upgradeplan_runs_total{trigger}`.
+pub const TRIGGERS: [&str; 2] = ["scheduled", "manual"];
+/// Label values of `upgradeplan_resource_upgrades_total{result}`.
+pub const RESOURCE_RESULTS: [&str; 3] = ["succeeded", "failed", "skipped"];
+/// The `controller` label of the reconcile metrics.
+pub const CONTROLLERS: [&str; 3] = ["upgradeplan", "upgraderun", "upgradefreeze"];
+
+pub const RESULTS: [&str; 3] = ["Completed", "Failed", "Cancelled"];
+
+/// The plan's gauges and each group's, as the engine decides them.
+pub use upgradeplan::engine::lifecycle::plan::PlanGauges as PlanSample;
+
+/// What the run reconciler knows of a plan's active run: the engine decides it.
+pub use upgradeplan::engine::lifecycle::RunGauges as RunSample;
+
+/// What one scrape shows, read from the caches ([`crate::context::Ctx::scrape_state`]).
+#[derive(Debug, Default, Clone)]
+pub struct State {
+    /// Every plan of this controller, with its gauges.
+    pub plans: Vec<(String, PlanSample)>,
+    /// Plans with an active run: only theirs show run and gate series.
+    pub active: HashSet<String>,
+    /// Freezes whose status this controller writes: (name, active, ready).
+    pub freezes: Vec<(String, bool, bool)>,
 }
 
-/// The label values of each gauge series emitted, per (plan, part).
-type Emitted = HashMap<(String, &'static str), Vec<(G, Vec<String>)>>;
+/// Reads the [`State`] at scrape time; `None` while the caches are not filled or another replica
+/// leads (then only counters and controller health are shown).
+pub type StateSource = Box<dyn Fn() -> Option<State> + Send + Sync>;
 
-pub struct Metrics {
-    pub registry: Registry,
-    build_info: IntGaugeVec,
+fn gauge(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric")
+}
+
+fn fgauge(name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+    GaugeVec::new(Opts::new(name, help), labels).expect("valid metric")
+}
+
+fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric")
+}
+
+fn histogram(name: &str, help: &str, labels: &[&str], buckets: Vec<f64>) -> HistogramVec {
+    HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels).expect("valid metric")
+}
+
+fn register<C: Collector + Clone + 'static>(registry: &Registry, c: C) -> C {
+    registry.register(Box::new(c.clone())).expect("unique metric");
+    c
+}
+
+fn n(s: &str) -> String {
+    format!("upgradeplan_{s}")
+}
+
+/// The state gauges of one scrape, filled from a [`State`] and collected once.
+struct StateGauges {
     plan_info: IntGaugeVec,
     plan_phase: IntGaugeVec,
     plan_suspended: IntGaugeVec,
@@ -56,45 +86,190 @@ pub struct Metrics {
     plan_active_run_info: IntGaugeVec,
     plan_last_failure: GaugeVec,
     plan_last_run_failed_resources: IntGaugeVec,
-    group_failure_budget: IntGaugeVec,
     plan_run_create_failing: IntGaugeVec,
-    pub runs_total: IntCounterVec,
-    pub runs_superseded_total: IntCounterVec,
-    pub run_duration: HistogramVec,
-    run_resources: IntGaugeVec,
-    pub resource_upgrades_total: IntCounterVec,
-    pub resource_upgrade_duration: HistogramVec,
+    group_failure_budget: IntGaugeVec,
     group_max_concurrent: IntGaugeVec,
     window_open: IntGaugeVec,
     window_active: IntGaugeVec,
     window_next_open: GaugeVec,
     window_next_close: GaugeVec,
+    run_resources: IntGaugeVec,
     blocked: IntGaugeVec,
     gate_open: IntGaugeVec,
     gate_error: IntGaugeVec,
-    gate_evaluations_total: IntCounterVec,
     freeze_active: IntGaugeVec,
     freeze_ready: IntGaugeVec,
-    /// Freezes with series, so that a deleted one's are removed.
-    freezes: Mutex<std::collections::HashSet<String>>,
-    pub reconcile_total: IntCounterVec,
-    pub reconcile_errors_total: IntCounterVec,
-    pub reconcile_time: HistogramVec,
-    pub workqueue_depth: IntGaugeVec,
-    pub leader: IntGaugeVec,
-    pub rest_requests: IntCounterVec,
-    /// Series emitted per (plan, part): part "plan" is written by the plan reconciler, "run" by
-    /// the run reconciler; each rewrite removes the previous series of its part.
-    emitted: Mutex<Emitted>,
-    /// Counter series initialised at 0 per plan (so that `increase()` sees their first
-    /// increment), removed with the plan.
-    counted: Mutex<HashMap<String, Vec<CountedSeries>>>,
 }
+
+impl StateGauges {
+    fn new() -> StateGauges {
+        StateGauges {
+            plan_info: gauge(&n("plan_info"), "Always 1 per plan; its Promise, target version and time zone.", &["plan", "promise", "to_version", "time_zone"]),
+            plan_phase: gauge(&n("plan_phase"), "1 for the plan's current phase (Available or Running), 0 for the other.", &["plan", "phase"]),
+            plan_suspended: gauge(&n("plan_suspended"), "1 when the plan is suspended (no scheduled runs).", &["plan"]),
+            plan_ready: gauge(&n("plan_ready"), "1 when the plan is valid (Ready=True).", &["plan"]),
+            plan_next_run: fgauge(&n("plan_next_run_timestamp_seconds"), "Unix time of the plan's next trigger (nextRunAt).", &["plan"]),
+            plan_last_schedule: fgauge(&n("plan_last_schedule_timestamp_seconds"), "Unix time of the trigger last serviced (lastScheduledAt).", &["plan"]),
+            plan_last_run_result: gauge(&n("plan_last_run_result"), "1 for the result of the plan's last finished run, 0 for the others.", &["plan", "result"]),
+            plan_last_run_finished: fgauge(&n("plan_last_run_finished_timestamp_seconds"), "Unix time the plan's last run finished.", &["plan"]),
+            plan_last_run_info: gauge(&n("plan_last_run_info"), "Always 1, one series per plan: its last finished run (status.lastRun), so that alerts can name it.", &["plan", "run", "result", "reason"]),
+            plan_active_run_info: gauge(&n("plan_active_run_info"), "Always 1, one series per plan with an active run: its name, state and, while Pending, why (PlanInvalid, PromiseNotFound, PromiseRevisionNotFound).", &["plan", "run", "state", "reason"]),
+            plan_last_failure: fgauge(&n("plan_last_failure_timestamp_seconds"), "Unix time the plan's most recent failed run ended, one series per plan; run and reason name it.", &["plan", "run", "reason"]),
+            plan_last_run_failed_resources: gauge(&n("plan_last_run_failed_resources"), "Resources that failed in the plan's last run (within its failure budget when it completed).", &["plan"]),
+            plan_run_create_failing: gauge(&n("plan_run_create_failing"), "1 while the API server refuses the run a due trigger asks for (the trigger is retried).", &["plan"]),
+            group_failure_budget: gauge(&n("group_failure_budget"), "Failed resources the group tolerates (maxFailures resolved against its current size; 0: the first failure fails the run).", &["plan", "group"]),
+            group_max_concurrent: gauge(&n("group_max_concurrent"), "The group's resolved maxConcurrent (its size when unlimited).", &["plan", "group"]),
+            window_open: gauge(&n("window_open"), "1 while the group's window gate lets upgrades start.", &["plan", "group"]),
+            window_active: gauge(&n("window_active"), "1 while the group's window (by index) is active.", &["plan", "group", "index", "kind"]),
+            window_next_open: fgauge(&n("window_next_open_timestamp_seconds"), "Unix time the group's gate next opens.", &["plan", "group"]),
+            window_next_close: fgauge(&n("window_next_close_timestamp_seconds"), "Unix time the group's gate next closes.", &["plan", "group"]),
+            run_resources: gauge(&n("run_resources"), "Resources of the plan's active run by group and state.", &["plan", "group", "state"]),
+            blocked: gauge(&n("blocked"), "1 while the plan's active run waits, by group and reason (WindowClosed, ConcurrencyLimit, Suspended, RevisionMissing, Frozen, GateClosed, Soaking, AwaitingApproval).", &["plan", "group", "reason"]),
+            gate_open: gauge(&n("gate_open"), "1 while the plan's signal gate is open, 0 while closed (firing or not evaluable), as last evaluated.", &["plan", "gate"]),
+            gate_error: gauge(&n("gate_error"), "1 while the plan's signal gate cannot be evaluated (Prometheus unreachable, timeout, bad query): it is closed by fail-safe, not by its signal.", &["plan", "gate"]),
+            freeze_active: gauge(&n("freeze_active"), "1 while one of the UpgradeFreeze's periods is active (it holds the plans it selects).", &["freeze"]),
+            freeze_ready: gauge(&n("freeze_ready"), "1 when the UpgradeFreeze can be evaluated (Ready=True); 0: it holds nothing.", &["freeze"]),
+        }
+    }
+
+    fn collectors(&self) -> [&dyn Collector; 25] {
+        [
+            &self.plan_info,
+            &self.plan_phase,
+            &self.plan_suspended,
+            &self.plan_ready,
+            &self.plan_next_run,
+            &self.plan_last_schedule,
+            &self.plan_last_run_result,
+            &self.plan_last_run_finished,
+            &self.plan_last_run_info,
+            &self.plan_active_run_info,
+            &self.plan_last_failure,
+            &self.plan_last_run_failed_resources,
+            &self.plan_run_create_failing,
+            &self.group_failure_budget,
+            &self.group_max_concurrent,
+            &self.window_open,
+            &self.window_active,
+            &self.window_next_open,
+            &self.window_next_close,
+            &self.run_resources,
+            &self.blocked,
+            &self.gate_open,
+            &self.gate_error,
+            &self.freeze_active,
+            &self.freeze_ready,
+        ]
+    }
+
+    /// Everything the caches say of `plan`.
+    fn plan(&self, plan: &str, s: &PlanSample, create_failing: bool) {
+        self.plan_info
+            .with_label_values(&[plan, &s.promise, &s.to, &s.time_zone])
+            .set(1);
+        self.plan_phase
+            .with_label_values(&[plan, "Available"])
+            .set(i64::from(!s.running));
+        self.plan_phase
+            .with_label_values(&[plan, "Running"])
+            .set(i64::from(s.running));
+        self.plan_suspended
+            .with_label_values(&[plan])
+            .set(i64::from(s.suspended));
+        self.plan_ready.with_label_values(&[plan]).set(i64::from(s.ready));
+        self.plan_run_create_failing
+            .with_label_values(&[plan])
+            .set(i64::from(create_failing));
+        if let Some(t) = s.next_run {
+            self.plan_next_run.with_label_values(&[plan]).set(t);
+        }
+        if let Some(t) = s.last_schedule {
+            self.plan_last_schedule.with_label_values(&[plan]).set(t);
+        }
+        if let Some(result) = s.last_result {
+            for r in RESULTS {
+                self.plan_last_run_result
+                    .with_label_values(&[plan, r])
+                    .set(i64::from(r == result));
+            }
+        }
+        if let Some(t) = s.last_finished {
+            self.plan_last_run_finished.with_label_values(&[plan]).set(t);
+        }
+        if let Some(r) = &s.last_run {
+            self.plan_last_run_info
+                .with_label_values(&[plan, &r.run, &r.state, &r.reason])
+                .set(1);
+        }
+        if let Some(failed) = s.last_run_failed_resources {
+            self.plan_last_run_failed_resources
+                .with_label_values(&[plan])
+                .set(failed);
+        }
+        if let Some((r, at)) = &s.last_failure {
+            self.plan_last_failure
+                .with_label_values(&[plan, &r.run, &r.reason])
+                .set(*at);
+        }
+        if let Some(r) = &s.active_run {
+            self.plan_active_run_info
+                .with_label_values(&[plan, &r.run, &r.state, &r.reason])
+                .set(1);
+        }
+        for g in &s.groups {
+            let group = g.name.as_str();
+            self.window_open
+                .with_label_values(&[plan, group])
+                .set(i64::from(g.window_open));
+            if let Some(c) = g.max_concurrent {
+                self.group_max_concurrent.with_label_values(&[plan, group]).set(c);
+            }
+            if let Some(b) = g.failure_budget {
+                self.group_failure_budget.with_label_values(&[plan, group]).set(b);
+            }
+            for (i, kind, active) in &g.windows {
+                self.window_active
+                    .with_label_values(&[plan, group, &i.to_string(), kind])
+                    .set(i64::from(*active));
+            }
+            if let Some(t) = g.next_open {
+                self.window_next_open.with_label_values(&[plan, group]).set(t);
+            }
+            if let Some(t) = g.next_close {
+                self.window_next_close.with_label_values(&[plan, group]).set(t);
+            }
+        }
+    }
+
+    /// The active run's series of `plan`.
+    fn run(&self, plan: &str, s: &RunSample) {
+        for (group, state, count) in &s.resources {
+            self.run_resources.with_label_values(&[plan, group, state]).set(*count);
+        }
+        if let Some((group, reason)) = &s.blocked {
+            self.blocked.with_label_values(&[plan, group, reason]).set(1);
+        }
+    }
+
+    /// A gate's last reading: (gate, open, error).
+    fn gate(&self, plan: &str, (gate, open, error): &GateShown) {
+        self.gate_open.with_label_values(&[plan, gate]).set(i64::from(*open));
+        self.gate_error.with_label_values(&[plan, gate]).set(i64::from(*error));
+    }
+
+    fn freeze(&self, (name, active, ready): &(String, bool, bool)) {
+        self.freeze_active.with_label_values(&[name]).set(i64::from(*active));
+        self.freeze_ready.with_label_values(&[name]).set(i64::from(*ready));
+    }
+}
+
+/// A gate's last reading as shown: (gate, open, error).
+type GateShown = (String, bool, bool);
 
 /// One counter series initialised for a plan: the counter and its label values.
 type CountedSeries = (Counted, Vec<String>);
 
-/// The counters (and histograms) initialised per plan.
+/// The counters (and histograms) labelled by plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Counted {
     Runs,
@@ -105,265 +280,167 @@ enum Counted {
     GateEvaluations,
 }
 
-/// Label values of `upgradeplan_runs_total{trigger}`.
-pub const TRIGGERS: [&str; 2] = ["scheduled", "manual"];
-/// Label values of `upgradeplan_resource_upgrades_total{result}`.
-pub const RESOURCE_RESULTS: [&str; 3] = ["succeeded", "failed", "skipped"];
-/// The `controller` label of the reconcile metrics.
-pub const CONTROLLERS: [&str; 3] = ["upgradeplan", "upgraderun", "upgradefreeze"];
-
-/// The plan's gauges and each group's, as the engine decides them.
-pub use upgradeplan::engine::lifecycle::plan::PlanGauges as PlanSample;
-
-/// What the run reconciler knows of a plan's active run: the engine decides it.
-pub use upgradeplan::engine::lifecycle::RunGauges as RunSample;
-
-fn gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
-    registry.register(Box::new(g.clone())).expect("unique metric");
-    g
+/// The counters and histograms labelled by plan (clones share their values with [`Metrics`]'s).
+#[derive(Clone)]
+struct PlanCounters {
+    runs_total: IntCounterVec,
+    runs_superseded_total: IntCounterVec,
+    run_duration: HistogramVec,
+    resource_upgrades_total: IntCounterVec,
+    resource_upgrade_duration: HistogramVec,
+    gate_evaluations_total: IntCounterVec,
 }
 
-fn fgauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
-    let g = GaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
-    registry.register(Box::new(g.clone())).expect("unique metric");
-    g
-}
-
-fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
-    registry.register(Box::new(c.clone())).expect("unique metric");
-    c
-}
-
-fn histogram(registry: &Registry, name: &str, help: &str, labels: &[&str], buckets: Vec<f64>) -> HistogramVec {
-    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets), labels).expect("valid metric");
-    registry.register(Box::new(h.clone())).expect("unique metric");
-    h
-}
-
-pub const RESULTS: [&str; 3] = ["Completed", "Failed", "Cancelled"];
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Metrics {
-    pub fn new() -> Metrics {
-        let r = Registry::new();
-        let p = "upgradeplan_";
-        let n = |s: &str| format!("{p}{s}");
+impl PlanCounters {
+    fn new() -> PlanCounters {
         let long_buckets = vec![
             1.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0, 86400.0,
         ];
-        let m = Metrics {
-            build_info: gauge(&r, &n("build_info"), "Always 1; the controller's version.", &["version"]),
-            plan_info: gauge(&r, &n("plan_info"), "Always 1 per plan; its Promise, target version and time zone.", &["plan", "promise", "to_version", "time_zone"]),
-            plan_phase: gauge(&r, &n("plan_phase"), "1 for the plan's current phase (Available or Running), 0 for the other.", &["plan", "phase"]),
-            plan_suspended: gauge(&r, &n("plan_suspended"), "1 when the plan is suspended (no scheduled runs).", &["plan"]),
-            plan_ready: gauge(&r, &n("plan_ready"), "1 when the plan is valid (Ready=True).", &["plan"]),
-            plan_next_run: fgauge(&r, &n("plan_next_run_timestamp_seconds"), "Unix time of the plan's next trigger (nextRunAt).", &["plan"]),
-            plan_last_schedule: fgauge(&r, &n("plan_last_schedule_timestamp_seconds"), "Unix time of the trigger last serviced (lastScheduledAt).", &["plan"]),
-            plan_last_run_result: gauge(&r, &n("plan_last_run_result"), "1 for the result of the plan's last finished run, 0 for the others.", &["plan", "result"]),
-            plan_last_run_finished: fgauge(&r, &n("plan_last_run_finished_timestamp_seconds"), "Unix time the plan's last run finished.", &["plan"]),
-            plan_last_run_info: gauge(&r, &n("plan_last_run_info"), "Always 1, one series per plan: its last finished run (status.lastRun), so that alerts can name it.", &["plan", "run", "result", "reason"]),
-            plan_active_run_info: gauge(&r, &n("plan_active_run_info"), "Always 1, one series per plan with an active run: its name, state and, while Pending, why (PlanInvalid, PromiseNotFound, PromiseRevisionNotFound).", &["plan", "run", "state", "reason"]),
-            plan_last_failure: fgauge(&r, &n("plan_last_failure_timestamp_seconds"), "Unix time the plan's most recent failed run ended, one series per plan; run and reason name it.", &["plan", "run", "reason"]),
-            plan_last_run_failed_resources: gauge(&r, &n("plan_last_run_failed_resources"), "Resources that failed in the plan's last run (within its failure budget when it completed).", &["plan"]),
-            group_failure_budget: gauge(&r, &n("group_failure_budget"), "Failed resources the group tolerates (maxFailures resolved against its current size; 0: the first failure fails the run).", &["plan", "group"]),
-            plan_run_create_failing: gauge(&r, &n("plan_run_create_failing"), "1 while the API server refuses the run a due trigger asks for (the trigger is retried).", &["plan"]),
-            runs_total: counter(&r, &n("runs_total"), "Runs that finished, by trigger and result.", &["plan", "trigger", "result"]),
-            runs_superseded_total: counter(&r, &n("runs_superseded_total"), "Runs superseded by a newer run of the same plan.", &["plan"]),
-            run_duration: histogram(&r, &n("run_duration_seconds"), "Duration of finished runs, from snapshot to end.", &["plan", "result"], long_buckets.clone()),
-            run_resources: gauge(&r, &n("run_resources"), "Resources of the plan's active run by group and state.", &["plan", "group", "state"]),
-            resource_upgrades_total: counter(&r, &n("resource_upgrades_total"), "Resource upgrades that ended, by result (succeeded, failed, skipped).", &["plan", "group", "result"]),
-            resource_upgrade_duration: histogram(&r, &n("resource_upgrade_duration_seconds"), "Time from starting a resource's upgrade to its success.", &["plan", "group"], long_buckets),
-            group_max_concurrent: gauge(&r, &n("group_max_concurrent"), "The group's resolved maxConcurrent (its size when unlimited).", &["plan", "group"]),
-            window_open: gauge(&r, &n("window_open"), "1 while the group's window gate lets upgrades start.", &["plan", "group"]),
-            window_active: gauge(&r, &n("window_active"), "1 while the group's window (by index) is active.", &["plan", "group", "index", "kind"]),
-            window_next_open: fgauge(&r, &n("window_next_open_timestamp_seconds"), "Unix time the group's gate next opens.", &["plan", "group"]),
-            window_next_close: fgauge(&r, &n("window_next_close_timestamp_seconds"), "Unix time the group's gate next closes.", &["plan", "group"]),
-            blocked: gauge(&r, &n("blocked"), "1 while the plan's active run waits, by group and reason (WindowClosed, ConcurrencyLimit, Suspended, RevisionMissing, Frozen, GateClosed, Soaking, AwaitingApproval).", &["plan", "group", "reason"]),
-            gate_open: gauge(&r, &n("gate_open"), "1 while the plan's signal gate is open, 0 while closed (firing or not evaluable), as last evaluated.", &["plan", "gate"]),
-            gate_error: gauge(&r, &n("gate_error"), "1 while the plan's signal gate cannot be evaluated (Prometheus unreachable, timeout, bad query): it is closed by fail-safe, not by its signal.", &["plan", "gate"]),
-            gate_evaluations_total: counter(&r, &n("gate_evaluations_total"), "Evaluations of the plan's signal gate (Prometheus queries), by result (open, closed, error).", &["plan", "gate", "result"]),
-            freeze_active: gauge(&r, &n("freeze_active"), "1 while one of the UpgradeFreeze's periods is active (it holds the plans it selects).", &["freeze"]),
-            freeze_ready: gauge(&r, &n("freeze_ready"), "1 when the UpgradeFreeze can be evaluated (Ready=True); 0: it holds nothing.", &["freeze"]),
-            reconcile_total: counter(&r, "controller_runtime_reconcile_total", "Reconciles per controller and result.", &["controller", "result"]),
-            reconcile_errors_total: counter(&r, "controller_runtime_reconcile_errors_total", "Reconciles that returned an error.", &["controller"]),
-            reconcile_time: histogram(&r, "controller_runtime_reconcile_time_seconds", "Time per reconcile.", &["controller"], prometheus::DEFAULT_BUCKETS.to_vec()),
-            workqueue_depth: gauge(&r, "workqueue_depth", "Reconciles of this controller in progress (kube-rs has no exposed queue; this is its closest measure).", &["name"]),
-            leader: gauge(&r, "leader_election_master_status", "1 while this replica leads (always 1 without leader election).", &["name"]),
-            rest_requests: counter(&r, "rest_client_requests_total", "API requests this controller made, by method and resource.", &["method", "resource"]),
-            registry: r,
-            emitted: Mutex::default(),
-            counted: Mutex::default(),
-            freezes: Mutex::default(),
-        };
-        m.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
-        // The error ratio of the reconcile alert needs both series from the start.
-        for c in CONTROLLERS {
-            m.reconcile_errors_total.with_label_values(&[c]).inc_by(0);
-            for result in ["success", "error"] {
-                m.reconcile_total.with_label_values(&[c, result]).inc_by(0);
-            }
-        }
-        m
-    }
-
-    fn ivec(&self, g: G) -> Option<&IntGaugeVec> {
-        Some(match g {
-            G::PlanInfo => &self.plan_info,
-            G::PlanPhase => &self.plan_phase,
-            G::PlanSuspended => &self.plan_suspended,
-            G::PlanReady => &self.plan_ready,
-            G::PlanLastRunResult => &self.plan_last_run_result,
-            G::PlanLastRunInfo => &self.plan_last_run_info,
-            G::PlanActiveRunInfo => &self.plan_active_run_info,
-            G::PlanRunCreateFailing => &self.plan_run_create_failing,
-            G::PlanLastRunFailedResources => &self.plan_last_run_failed_resources,
-            G::GroupFailureBudget => &self.group_failure_budget,
-            G::GroupMaxConcurrent => &self.group_max_concurrent,
-            G::WindowOpen => &self.window_open,
-            G::WindowActive => &self.window_active,
-            G::RunResources => &self.run_resources,
-            G::Blocked => &self.blocked,
-            G::GateOpen => &self.gate_open,
-            G::GateError => &self.gate_error,
-            _ => return None,
-        })
-    }
-
-    fn fvec(&self, g: G) -> Option<&GaugeVec> {
-        Some(match g {
-            G::PlanNextRun => &self.plan_next_run,
-            G::PlanLastSchedule => &self.plan_last_schedule,
-            G::PlanLastRunFinished => &self.plan_last_run_finished,
-            G::PlanLastFailure => &self.plan_last_failure,
-            G::WindowNextOpen => &self.window_next_open,
-            G::WindowNextClose => &self.window_next_close,
-            _ => return None,
-        })
-    }
-
-    /// Replaces the series of one part of a plan with `series`.
-    fn replace(&self, plan: &str, part: &'static str, series: Vec<(G, Vec<String>, f64)>) {
-        let Ok(mut emitted) = self.emitted.lock() else { return };
-        let key = (plan.to_string(), part);
-        for (g, labels) in emitted.remove(&key).unwrap_or_default() {
-            let values: Vec<&str> = labels.iter().map(String::as_str).collect();
-            if let Some(v) = self.ivec(g) {
-                let _ = v.remove_label_values(&values);
-            } else if let Some(v) = self.fvec(g) {
-                let _ = v.remove_label_values(&values);
-            }
-        }
-        let mut now = Vec::with_capacity(series.len());
-        for (g, labels, value) in series {
-            let values: Vec<&str> = labels.iter().map(String::as_str).collect();
-            if let Some(v) = self.ivec(g) {
-                v.with_label_values(&values).set(value as i64);
-            } else if let Some(v) = self.fvec(g) {
-                v.with_label_values(&values).set(value);
-            }
-            now.push((g, labels));
-        }
-        if !now.is_empty() {
-            emitted.insert(key, now);
-        }
-    }
-
-    /// Writes everything the plan reconciler knows of `plan`.
-    pub fn set_plan(&self, plan: &str, s: &PlanSample) {
-        let p = || plan.to_string();
-        let mut series = vec![
-            (
-                G::PlanInfo,
-                vec![p(), s.promise.clone(), s.to.clone(), s.time_zone.clone()],
-                1.0,
+        PlanCounters {
+            runs_total: counter(
+                &n("runs_total"),
+                "Runs that finished, by trigger and result.",
+                &["plan", "trigger", "result"],
             ),
-            (G::PlanPhase, vec![p(), "Available".into()], f64::from(!s.running)),
-            (G::PlanPhase, vec![p(), "Running".into()], f64::from(s.running)),
-            (G::PlanSuspended, vec![p()], f64::from(s.suspended)),
-            (G::PlanReady, vec![p()], f64::from(s.ready)),
-        ];
-        if let Some(t) = s.next_run {
-            series.push((G::PlanNextRun, vec![p()], t));
+            runs_superseded_total: counter(
+                &n("runs_superseded_total"),
+                "Runs superseded by a newer run of the same plan.",
+                &["plan"],
+            ),
+            run_duration: histogram(
+                &n("run_duration_seconds"),
+                "Duration of finished runs, from snapshot to end.",
+                &["plan", "result"],
+                long_buckets.clone(),
+            ),
+            resource_upgrades_total: counter(
+                &n("resource_upgrades_total"),
+                "Resource upgrades that ended, by result (succeeded, failed, skipped).",
+                &["plan", "group", "result"],
+            ),
+            resource_upgrade_duration: histogram(
+                &n("resource_upgrade_duration_seconds"),
+                "Time from starting a resource's upgrade to its success.",
+                &["plan", "group"],
+                long_buckets,
+            ),
+            gate_evaluations_total: counter(
+                &n("gate_evaluations_total"),
+                "Evaluations of the plan's signal gate (Prometheus queries), by result (open, closed, error).",
+                &["plan", "gate", "result"],
+            ),
         }
-        if let Some(t) = s.last_schedule {
-            series.push((G::PlanLastSchedule, vec![p()], t));
-        }
-        if let Some(result) = s.last_result {
-            for r in RESULTS {
-                series.push((G::PlanLastRunResult, vec![p(), r.into()], f64::from(r == result)));
-            }
-        }
-        if let Some(t) = s.last_finished {
-            series.push((G::PlanLastRunFinished, vec![p()], t));
-        }
-        if let Some(r) = &s.last_run {
-            series.push((
-                G::PlanLastRunInfo,
-                vec![p(), r.run.clone(), r.state.clone(), r.reason.clone()],
-                1.0,
-            ));
-        }
-        if let Some(n) = s.last_run_failed_resources {
-            series.push((G::PlanLastRunFailedResources, vec![p()], n as f64));
-        }
-        if let Some((r, at)) = &s.last_failure {
-            series.push((G::PlanLastFailure, vec![p(), r.run.clone(), r.reason.clone()], *at));
-        }
-        if let Some(r) = &s.active_run {
-            series.push((
-                G::PlanActiveRunInfo,
-                vec![p(), r.run.clone(), r.state.clone(), r.reason.clone()],
-                1.0,
-            ));
-        }
-        for g in &s.groups {
-            let pg = || vec![p(), g.name.clone()];
-            series.push((G::WindowOpen, pg(), f64::from(g.window_open)));
-            if let Some(c) = g.max_concurrent {
-                series.push((G::GroupMaxConcurrent, pg(), c as f64));
-            }
-            if let Some(b) = g.failure_budget {
-                series.push((G::GroupFailureBudget, pg(), b as f64));
-            }
-            for (i, kind, active) in &g.windows {
-                series.push((
-                    G::WindowActive,
-                    vec![p(), g.name.clone(), i.to_string(), kind.to_string()],
-                    f64::from(*active),
-                ));
-            }
-            if let Some(t) = g.next_open {
-                series.push((G::WindowNextOpen, pg(), t));
-            }
-            if let Some(t) = g.next_close {
-                series.push((G::WindowNextClose, pg(), t));
-            }
-        }
-        self.replace(plan, "plan", series);
-        self.init_counters(plan, s.groups.iter().map(|g| g.name.as_str()));
     }
 
-    /// Whether the API server refused the run the plan's due trigger asks for.
-    pub fn set_run_create_failing(&self, plan: &str, failing: bool) {
-        self.replace(
-            plan,
-            "create",
-            vec![(G::PlanRunCreateFailing, vec![plan.to_string()], f64::from(failing))],
-        );
+    fn collectors(&self) -> [&dyn Collector; 6] {
+        [
+            &self.runs_total,
+            &self.runs_superseded_total,
+            &self.run_duration,
+            &self.resource_upgrades_total,
+            &self.resource_upgrade_duration,
+            &self.gate_evaluations_total,
+        ]
+    }
+
+    /// The counter, or the histogram, of `c`.
+    fn of(&self, c: Counted) -> Result<&IntCounterVec, &HistogramVec> {
+        match c {
+            Counted::Runs => Ok(&self.runs_total),
+            Counted::RunsSuperseded => Ok(&self.runs_superseded_total),
+            Counted::ResourceUpgrades => Ok(&self.resource_upgrades_total),
+            Counted::RunDuration => Err(&self.run_duration),
+            Counted::ResourceUpgradeDuration => Err(&self.resource_upgrade_duration),
+            Counted::GateEvaluations => Ok(&self.gate_evaluations_total),
+        }
+    }
+}
+
+/// Every series labelled by plan or freeze, as one collector: what the reconciles recorded, the
+/// state read at scrape time, and the plans' counters.
+struct PlanSeries {
+    source: OnceLock<StateSource>,
+    /// The active run's gauges, by plan (written by the run reconcile).
+    runs: Mutex<HashMap<String, RunSample>>,
+    /// The gates' last readings, by plan.
+    gates: Mutex<HashMap<String, Vec<GateShown>>>,
+    /// Plans whose due run the API server refused last time.
+    create_failing: Mutex<HashSet<String>>,
+    counters: PlanCounters,
+    /// Counter series initialised at 0 per plan (so that `increase()` sees their first
+    /// increment), dropped with the plan.
+    counted: Mutex<HashMap<String, Vec<CountedSeries>>>,
+    descs: Vec<Desc>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Each write under these locks is a single insert or removal: a panic elsewhere leaves them whole.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl PlanSeries {
+    fn new(counters: PlanCounters) -> PlanSeries {
+        let descs = StateGauges::new()
+            .collectors()
+            .iter()
+            .chain(counters.collectors().iter())
+            .flat_map(|c| c.desc().into_iter().cloned())
+            .collect();
+        PlanSeries {
+            source: OnceLock::new(),
+            runs: Mutex::default(),
+            gates: Mutex::default(),
+            create_failing: Mutex::default(),
+            counters,
+            counted: Mutex::default(),
+            descs,
+        }
+    }
+
+    fn gather(&self) -> Vec<MetricFamily> {
+        let mut families = Vec::new();
+        if let Some(state) = self.source.get().and_then(|read| read()) {
+            let gauges = StateGauges::new();
+            let live: HashSet<&str> = state.plans.iter().map(|(p, _)| p.as_str()).collect();
+            {
+                let mut failing = lock(&self.create_failing);
+                failing.retain(|p| live.contains(p.as_str()));
+                for (plan, s) in &state.plans {
+                    gauges.plan(plan, s, failing.contains(plan));
+                    self.init_counters(plan, s.groups.iter().map(|g| g.name.as_str()));
+                }
+            }
+            // Only an active run's: a run that ended, or whose plan is gone, shows nothing.
+            let shown = |p: &String| live.contains(p.as_str()) && state.active.contains(p);
+            let mut runs = lock(&self.runs);
+            runs.retain(|p, _| shown(p));
+            for (plan, s) in runs.iter() {
+                gauges.run(plan, s);
+            }
+            drop(runs);
+            let mut gates = lock(&self.gates);
+            gates.retain(|p, _| shown(p));
+            for (plan, readings) in gates.iter() {
+                for r in readings {
+                    gauges.gate(plan, r);
+                }
+            }
+            drop(gates);
+            for f in &state.freezes {
+                gauges.freeze(f);
+            }
+            self.drop_counters_except(&live);
+            families.extend(gauges.collectors().iter().flat_map(|c| c.collect()));
+        }
+        families.extend(self.counters.collectors().iter().flat_map(|c| c.collect()));
+        families
     }
 
     /// Creates the plan's counter and histogram series at 0, once per plan and group, so that
     /// the first failure or duration is an increase (a series born at 1 is invisible to
     /// `increase()` and `rate()`).
     fn init_counters<'a>(&self, plan: &str, groups: impl Iterator<Item = &'a str>) {
-        let Ok(mut counted) = self.counted.lock() else { return };
+        let mut counted = lock(&self.counted);
         let known = counted.entry(plan.to_string()).or_default();
         let mut wanted: Vec<CountedSeries> = vec![(Counted::RunsSuperseded, vec![plan.to_string()])];
         for trigger in TRIGGERS {
@@ -394,7 +471,7 @@ impl Metrics {
             return;
         }
         let values: Vec<&str> = labels.iter().map(String::as_str).collect();
-        match self.counter(c) {
+        match self.counters.of(c) {
             Ok(counter) => counter.with_label_values(&values).inc_by(0),
             // A histogram's series exist, all buckets at 0, once its labels are used.
             Err(histogram) => drop(histogram.with_label_values(&values)),
@@ -402,52 +479,127 @@ impl Metrics {
         known.push((c, labels));
     }
 
-    /// The counter, or the histogram, of `c`.
-    fn counter(&self, c: Counted) -> Result<&IntCounterVec, &HistogramVec> {
-        match c {
-            Counted::Runs => Ok(&self.runs_total),
-            Counted::RunsSuperseded => Ok(&self.runs_superseded_total),
-            Counted::ResourceUpgrades => Ok(&self.resource_upgrades_total),
-            Counted::RunDuration => Err(&self.run_duration),
-            Counted::ResourceUpgradeDuration => Err(&self.resource_upgrade_duration),
-            Counted::GateEvaluations => Ok(&self.gate_evaluations_total),
+    /// Drops the counter series of plans not in `live`.
+    fn drop_counters_except(&self, live: &HashSet<&str>) {
+        lock(&self.counted).retain(|plan, series| {
+            if live.contains(plan.as_str()) {
+                return true;
+            }
+            for (c, labels) in series.iter() {
+                let values: Vec<&str> = labels.iter().map(String::as_str).collect();
+                let _ = match self.counters.of(*c) {
+                    Ok(counter) => counter.remove_label_values(&values),
+                    Err(histogram) => histogram.remove_label_values(&values),
+                };
+            }
+            false
+        });
+    }
+}
+
+/// [`PlanSeries`] as registered (the registry owns its collectors; [`Metrics`] shares this one).
+struct Shared(Arc<PlanSeries>);
+
+impl Collector for Shared {
+    fn desc(&self) -> Vec<&Desc> {
+        self.0.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        self.0.gather()
+    }
+}
+
+pub struct Metrics {
+    pub registry: Registry,
+    build_info: IntGaugeVec,
+    pub runs_total: IntCounterVec,
+    pub runs_superseded_total: IntCounterVec,
+    pub run_duration: HistogramVec,
+    pub resource_upgrades_total: IntCounterVec,
+    pub resource_upgrade_duration: HistogramVec,
+    gate_evaluations_total: IntCounterVec,
+    pub reconcile_total: IntCounterVec,
+    pub reconcile_errors_total: IntCounterVec,
+    pub reconcile_time: HistogramVec,
+    pub workqueue_depth: IntGaugeVec,
+    pub leader: IntGaugeVec,
+    pub rest_requests: IntCounterVec,
+    plans: Arc<PlanSeries>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let r = Registry::new();
+        let counters = PlanCounters::new();
+        let plans = Arc::new(PlanSeries::new(counters.clone()));
+        r.register(Box::new(Shared(plans.clone()))).expect("unique metrics");
+        let m = Metrics {
+            build_info: register(&r, gauge(&n("build_info"), "Always 1; the controller's version.", &["version"])),
+            runs_total: counters.runs_total,
+            runs_superseded_total: counters.runs_superseded_total,
+            run_duration: counters.run_duration,
+            resource_upgrades_total: counters.resource_upgrades_total,
+            resource_upgrade_duration: counters.resource_upgrade_duration,
+            gate_evaluations_total: counters.gate_evaluations_total,
+            reconcile_total: register(&r, counter("controller_runtime_reconcile_total", "Reconciles per controller and result.", &["controller", "result"])),
+            reconcile_errors_total: register(&r, counter("controller_runtime_reconcile_errors_total", "Reconciles that returned an error.", &["controller"])),
+            reconcile_time: register(&r, histogram("controller_runtime_reconcile_time_seconds", "Time per reconcile.", &["controller"], prometheus::DEFAULT_BUCKETS.to_vec())),
+            workqueue_depth: register(&r, gauge("workqueue_depth", "Reconciles of this controller in progress (kube-rs has no exposed queue; this is its closest measure).", &["name"])),
+            leader: register(&r, gauge("leader_election_master_status", "1 while this replica leads (always 1 without leader election).", &["name"])),
+            rest_requests: register(&r, counter("rest_client_requests_total", "API requests this controller made, by method and resource.", &["method", "resource"])),
+            registry: r,
+            plans,
+        };
+        m.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        // The error ratio of the reconcile alert needs both series from the start.
+        for c in CONTROLLERS {
+            m.reconcile_errors_total.with_label_values(&[c]).inc_by(0);
+            for result in ["success", "error"] {
+                m.reconcile_total.with_label_values(&[c, result]).inc_by(0);
+            }
+        }
+        m
+    }
+
+    /// Where scrapes read the state from (set once, when the caches exist).
+    pub fn observe(&self, source: StateSource) {
+        let _ = self.plans.source.set(source);
+    }
+
+    /// Whether the API server refused the run the plan's due trigger asks for.
+    pub fn set_run_create_failing(&self, plan: &str, failing: bool) {
+        let mut set = lock(&self.plans.create_failing);
+        if failing {
+            set.insert(plan.to_string());
+        } else {
+            set.remove(plan);
         }
     }
 
-    /// Writes the active run's series of `plan`; `None` when the plan has no active run.
+    /// Records the active run's gauges of `plan`; `None` when the plan has no active run.
     pub fn set_run(&self, plan: &str, s: Option<&RunSample>) {
-        let Some(s) = s else {
-            self.replace(plan, "run", vec![]);
-            return;
+        let mut runs = lock(&self.plans.runs);
+        match s {
+            Some(s) => runs.insert(plan.to_string(), s.clone()),
+            None => runs.remove(plan),
         };
-        let mut series: Vec<(G, Vec<String>, f64)> = s
-            .resources
-            .iter()
-            .map(|(g, state, n)| {
-                (
-                    G::RunResources,
-                    vec![plan.to_string(), g.clone(), state.to_string()],
-                    *n as f64,
-                )
-            })
-            .collect();
-        if let Some((group, reason)) = &s.blocked {
-            series.push((
-                G::Blocked,
-                vec![plan.to_string(), group.clone(), reason.to_string()],
-                1.0,
-            ));
-        }
-        self.replace(plan, "run", series);
     }
 
     /// Records one evaluation of `plan`'s gate `gate`.
     pub fn record_gate_evaluation(&self, plan: &str, gate: &str, result: &'static str) {
-        if let Ok(mut counted) = self.counted.lock() {
+        {
+            let mut counted = lock(&self.plans.counted);
             let known = counted.entry(plan.to_string()).or_default();
             // Every result's series from the first evaluation, so the first error is an increase.
             for r in ["open", "closed", "error"] {
-                self.init_series(
+                self.plans.init_series(
                     known,
                     Counted::GateEvaluations,
                     vec![plan.into(), gate.into(), r.into()],
@@ -462,61 +614,19 @@ impl Metrics {
     /// The plan's gates as last read, (gate, reading); empty when no active run reads them (the
     /// series go: a gate nothing waits on alerts nobody).
     pub fn set_gates(&self, plan: &str, gates: &[(String, &upgradeplan::engine::gate::Reading)]) {
-        let mut series = Vec::new();
-        for (gate, reading) in gates {
-            let labels = vec![plan.to_string(), gate.clone()];
-            series.push((G::GateOpen, labels.clone(), f64::from(reading.is_open())));
-            let error = matches!(reading, upgradeplan::engine::gate::Reading::Error(_));
-            series.push((G::GateError, labels, f64::from(error)));
+        let readings: Vec<GateShown> = gates
+            .iter()
+            .map(|(gate, reading)| {
+                let error = matches!(reading, upgradeplan::engine::gate::Reading::Error(_));
+                (gate.clone(), reading.is_open(), error)
+            })
+            .collect();
+        let mut all = lock(&self.plans.gates);
+        if readings.is_empty() {
+            all.remove(plan);
+        } else {
+            all.insert(plan.to_string(), readings);
         }
-        self.replace(plan, "gates", series);
-    }
-
-    /// The freeze's gauges.
-    pub fn set_freeze(&self, freeze: &str, active: bool, ready: bool) {
-        self.freeze_active.with_label_values(&[freeze]).set(i64::from(active));
-        self.freeze_ready.with_label_values(&[freeze]).set(i64::from(ready));
-        if let Ok(mut f) = self.freezes.lock() {
-            f.insert(freeze.to_string());
-        }
-    }
-
-    /// Removes the gauges of freezes not in `live`.
-    pub fn retain_freezes(&self, live: &std::collections::HashSet<String>) {
-        let Ok(mut freezes) = self.freezes.lock() else { return };
-        freezes.retain(|f| {
-            if live.contains(f) {
-                return true;
-            }
-            let _ = self.freeze_active.remove_label_values(&[f]);
-            let _ = self.freeze_ready.remove_label_values(&[f]);
-            false
-        });
-    }
-
-    /// Removes every gauge of plans not in `live`.
-    pub fn retain_plans(&self, live: &std::collections::HashSet<String>) {
-        let stale: Vec<(String, &'static str)> = match self.emitted.lock() {
-            Ok(e) => e.keys().filter(|(p, _)| !live.contains(p)).cloned().collect(),
-            Err(_) => return,
-        };
-        for (plan, part) in stale {
-            self.replace(&plan, part, vec![]);
-        }
-        let Ok(mut counted) = self.counted.lock() else { return };
-        counted.retain(|plan, series| {
-            if live.contains(plan) {
-                return true;
-            }
-            for (c, labels) in series.iter() {
-                let values: Vec<&str> = labels.iter().map(String::as_str).collect();
-                let _ = match self.counter(*c) {
-                    Ok(counter) => counter.remove_label_values(&values),
-                    Err(histogram) => histogram.remove_label_values(&values),
-                };
-            }
-            false
-        });
     }
 
     /// The text exposition of every metric.
@@ -529,51 +639,20 @@ impl Metrics {
     /// Every metric name this controller can export (whether or not it has samples yet).
     #[cfg(test)]
     pub fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = Vec::new();
-        for c in [
-            &self.build_info as &dyn prometheus::core::Collector,
-            &self.plan_info,
-            &self.plan_phase,
-            &self.plan_suspended,
-            &self.plan_ready,
-            &self.plan_next_run,
-            &self.plan_last_schedule,
-            &self.plan_last_run_result,
-            &self.plan_last_run_finished,
-            &self.plan_last_run_info,
-            &self.plan_active_run_info,
-            &self.plan_last_failure,
-            &self.plan_last_run_failed_resources,
-            &self.group_failure_budget,
-            &self.plan_run_create_failing,
-            &self.runs_total,
-            &self.runs_superseded_total,
-            &self.run_duration,
-            &self.run_resources,
-            &self.resource_upgrades_total,
-            &self.resource_upgrade_duration,
-            &self.group_max_concurrent,
-            &self.window_open,
-            &self.window_active,
-            &self.window_next_open,
-            &self.window_next_close,
-            &self.blocked,
-            &self.gate_open,
-            &self.gate_error,
-            &self.gate_evaluations_total,
-            &self.freeze_active,
-            &self.freeze_ready,
+        let others: [&dyn Collector; 7] = [
+            &self.build_info,
             &self.reconcile_total,
             &self.reconcile_errors_total,
             &self.reconcile_time,
             &self.workqueue_depth,
             &self.leader,
-        ] {
-            for d in c.desc() {
-                names.push(d.fq_name.clone());
-            }
-        }
-        names
+            &self.rest_requests,
+        ];
+        others
+            .iter()
+            .flat_map(|c| c.desc().into_iter().map(|d| d.fq_name.clone()).collect::<Vec<_>>())
+            .chain(self.plans.descs.iter().map(|d| d.fq_name.clone()))
+            .collect()
     }
 }
 
@@ -773,11 +852,21 @@ mod tests {
         assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
     }
 
+    /// Metrics whose scrapes read `state` (`None`: not leading, or the caches are not filled).
+    fn observing(state: &Arc<Mutex<Option<State>>>) -> Metrics {
+        let m = Metrics::new();
+        let state = state.clone();
+        m.observe(Box::new(move || lock(&state).clone()));
+        m
+    }
+
     #[test]
     fn freeze_gauges_follow_the_freeze_and_go_with_it() {
-        let m = Metrics::new();
-        m.set_freeze("eoy", true, true);
-        m.set_freeze("typo", false, false);
+        let state = Arc::new(Mutex::new(Some(State {
+            freezes: vec![("eoy".into(), true, true), ("typo".into(), false, false)],
+            ..Default::default()
+        })));
+        let m = observing(&state);
         let text = m.render();
         for line in [
             "upgradeplan_freeze_active{freeze=\"eoy\"} 1",
@@ -787,15 +876,14 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} in:\n{text}");
         }
-        m.retain_freezes(&["eoy".to_string()].into());
+        lock(&state).as_mut().unwrap().freezes.retain(|f| f.0 == "eoy");
         let text = m.render();
         assert!(text.contains("upgradeplan_freeze_active{freeze=\"eoy\"} 1"));
         assert!(!text.contains("typo"), "a deleted freeze leaves no series:\n{text}");
     }
 
     #[test]
-    fn plan_gauges_are_replaced_and_removed_with_the_plan() {
-        let m = Metrics::new();
+    fn plan_gauges_are_read_at_scrape_time_and_go_with_the_plan() {
         let sample = PlanSample {
             promise: "redis".into(),
             to: "v2".into(),
@@ -811,31 +899,39 @@ mod tests {
             }],
             ..Default::default()
         };
-        m.set_plan(
-            "p",
-            &PlanSample {
-                last_run: Some(RunInfo {
+        let with_runs = PlanSample {
+            last_run: Some(RunInfo {
+                run: "p-1".into(),
+                state: "Failed".into(),
+                reason: "ResourceUpgradeFailed".into(),
+            }),
+            active_run: Some(RunInfo {
+                run: "p-2".into(),
+                state: "Pending".into(),
+                reason: "PromiseNotFound".into(),
+            }),
+            last_failure: Some((
+                RunInfo {
                     run: "p-1".into(),
                     state: "Failed".into(),
                     reason: "ResourceUpgradeFailed".into(),
-                }),
-                active_run: Some(RunInfo {
-                    run: "p-2".into(),
-                    state: "Pending".into(),
-                    reason: "PromiseNotFound".into(),
-                }),
-                last_failure: Some((
-                    RunInfo {
-                        run: "p-1".into(),
-                        state: "Failed".into(),
-                        reason: "ResourceUpgradeFailed".into(),
-                    },
-                    1.8e9,
-                )),
-                ..sample.clone()
-            },
-        );
+                },
+                1.8e9,
+            )),
+            ..sample.clone()
+        };
+        let state = Arc::new(Mutex::new(None));
+        let m = observing(&state);
         m.set_run_create_failing("p", true);
+        assert!(
+            !m.render().contains(r#"plan="p""#),
+            "nothing of plans while the caches are not filled or another replica leads"
+        );
+        *lock(&state) = Some(State {
+            plans: vec![("p".into(), with_runs)],
+            active: ["p".to_string()].into(),
+            ..Default::default()
+        });
         let text = m.render();
         for series in [
             r#"upgradeplan_plan_last_run_info{plan="p",reason="ResourceUpgradeFailed",result="Failed",run="p-1"} 1"#,
@@ -854,16 +950,14 @@ mod tests {
         ] {
             assert!(text.contains(series), "{series} missing:\n{text}");
         }
-        // Seen again, a counter keeps its count.
+        // A counter keeps its count from scrape to scrape.
         m.runs_total.with_label_values(&["p", "scheduled", "Failed"]).inc();
-        m.set_plan("p", &sample);
-        assert!(m
-            .render()
-            .contains(r#"upgradeplan_runs_total{plan="p",result="Failed",trigger="scheduled"} 1"#));
-        assert!(
-            !m.render().contains("upgradeplan_plan_last_run_info{"),
-            "no lastRun, no info"
-        );
+        m.set_run_create_failing("p", false);
+        lock(&state).as_mut().unwrap().plans = vec![("p".into(), sample.clone())];
+        let text = m.render();
+        assert!(text.contains(r#"upgradeplan_runs_total{plan="p",result="Failed",trigger="scheduled"} 1"#));
+        assert!(text.contains(r#"upgradeplan_plan_run_create_failing{plan="p"} 0"#));
+        assert!(!text.contains("upgradeplan_plan_last_run_info{"), "no lastRun, no info");
         m.set_run(
             "p",
             Some(&RunSample {
@@ -871,26 +965,32 @@ mod tests {
                 blocked: Some(("dev".into(), "WindowClosed")),
             }),
         );
+        let open = upgradeplan::engine::gate::Reading::Open;
+        m.set_gates("p", &[("alerts".to_string(), &open)]);
         let text = m.render();
-        assert!(
-            text.contains(r#"upgradeplan_plan_phase{phase="Running",plan="p"} 1"#),
-            "{text}"
-        );
-        assert!(text.contains(r#"upgradeplan_plan_last_run_result{plan="p",result="Failed"} 1"#));
-        assert!(text.contains(r#"upgradeplan_plan_last_run_result{plan="p",result="Completed"} 0"#));
-        assert!(text.contains(r#"upgradeplan_window_active{group="dev",index="0",kind="allow",plan="p"} 1"#));
-        assert!(text.contains(r#"upgradeplan_blocked{group="dev",plan="p",reason="WindowClosed"} 1"#));
-        // A group renamed: its old series go.
-        m.set_plan(
-            "p",
-            &PlanSample {
+        for series in [
+            r#"upgradeplan_plan_phase{phase="Running",plan="p"} 1"#,
+            r#"upgradeplan_plan_last_run_result{plan="p",result="Failed"} 1"#,
+            r#"upgradeplan_plan_last_run_result{plan="p",result="Completed"} 0"#,
+            r#"upgradeplan_window_active{group="dev",index="0",kind="allow",plan="p"} 1"#,
+            r#"upgradeplan_blocked{group="dev",plan="p",reason="WindowClosed"} 1"#,
+            r#"upgradeplan_run_resources{group="dev",plan="p",state="pending"} 3"#,
+            r#"upgradeplan_gate_open{gate="alerts",plan="p"} 1"#,
+            r#"upgradeplan_gate_error{gate="alerts",plan="p"} 0"#,
+        ] {
+            assert!(text.contains(series), "{series} missing:\n{text}");
+        }
+        // A group renamed: its old series are not shown.
+        lock(&state).as_mut().unwrap().plans = vec![(
+            "p".into(),
+            PlanSample {
                 groups: vec![GroupSample {
                     name: "prod".into(),
                     ..Default::default()
                 }],
                 ..sample.clone()
             },
-        );
+        )];
         let text = m.render();
         assert!(!text.contains(r#"upgradeplan_window_open{group="dev""#), "{text}");
         assert!(!text.contains(r#"upgradeplan_window_active{group="dev""#), "{text}");
@@ -900,14 +1000,16 @@ mod tests {
         );
         assert!(
             text.contains(r#"upgradeplan_blocked{group="dev",plan="p",reason="WindowClosed"} 1"#),
-            "the run part is separate: {text}"
+            "the run's series are its own: {text}"
         );
-        m.set_run("p", None);
-        assert!(
-            !m.render().contains("upgradeplan_blocked{"),
-            "the run's series go when it ends"
-        );
-        m.retain_plans(&Default::default());
+        // The run ended (nothing told the metrics): its series and its gates' go.
+        lock(&state).as_mut().unwrap().active.clear();
+        let text = m.render();
+        assert!(!text.contains("upgradeplan_blocked{"), "{text}");
+        assert!(!text.contains("upgradeplan_run_resources{"), "{text}");
+        assert!(!text.contains("upgradeplan_gate_open{"), "{text}");
+        // The plan deleted: every series of it goes, counters too.
+        *lock(&state) = Some(State::default());
         let text = m.render();
         assert!(
             !text.contains(r#"plan="p""#),

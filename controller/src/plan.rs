@@ -1,6 +1,6 @@
 //! Plan reconciliation: the I/O shell around [`lifecycle::plan::step`] (spec §3, §6). Gathers the
 //! plan's runs and Promise from the caches, creates the run a trigger asks for, writes the status,
-//! sets the gauges, publishes the events, and wakes exactly at the next trigger or window change.
+//! publishes the events, and wakes exactly at the next trigger or window change.
 
 use std::sync::Arc;
 
@@ -55,7 +55,6 @@ pub async fn reconcile(plan: Arc<UpgradePlan>, ctx: Arc<Ctx>) -> Result<Action> 
     if plan.status.as_ref() != Some(&step.status) {
         apply_status::<UpgradePlan>(&ctx.client, &name, &step.status).await?;
     }
-    ctx.metrics.set_plan(&name, &step.gauges);
     for e in step.events {
         publish(&ctx, &plan, e).await;
     }

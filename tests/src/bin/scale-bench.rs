@@ -277,7 +277,7 @@ async fn scale(n: usize) -> anyhow::Result<f64> {
         reads / n as f64
     );
     println!(
-        "[{n}] controller peak RSS: {:.1} MiB (target <= 60 MiB at 10k)",
+        "[{n}] controller peak RSS: {:.1} MiB (target <= 50 MiB at 10k)",
         memory_mib(controller.child.id(), "VmHWM")
     );
     println!(

@@ -131,7 +131,6 @@ pub struct PlanStep {
     /// them; `lastRun` is not affected).
     pub delete_runs: Vec<String>,
     pub status: UpgradePlanStatus,
-    pub gauges: PlanGauges,
     pub events: Vec<PlanEvent>,
     pub wake_at: Option<DateTime<Utc>>,
 }
@@ -273,17 +272,58 @@ pub fn step(
     status.last_run = summary.last_run;
     status.observed_generation = generation;
 
-    let bindings = if valid {
-        cluster.bindings_of(promise)
-    } else {
-        Vec::new()
-    };
     let freezes = holding(
         &cluster.freezes(),
         &plan.spec.promise_ref.name,
         kube::ResourceExt::labels(plan),
     );
-    let (mut gauges, window_change) = gauges(plan, &status, valid, &bindings, &freezes, now);
+    let window_change = next_gate_change(&plan.spec, &freezes, now);
+    PlanStep {
+        create_run,
+        delete_runs,
+        status,
+        events,
+        // Exactly at the next trigger or window boundary (the window gauges stay true); watches
+        // bring everything else.
+        wake_at: next_trigger.into_iter().chain(window_change).min(),
+    }
+}
+
+/// The next instant a group's gate (windows and freezes) opens or closes: the plan looks again
+/// then, so that its window gauges stay true.
+fn next_gate_change(
+    spec: &crate::api::UpgradePlanSpec,
+    freezes: &[Freeze],
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    spec.rollout_groups
+        .iter()
+        .filter_map(|g| GateState::of_group(g.resource_upgrade_windows.as_deref(), freezes, now).1)
+        .filter_map(|gate| gate.next_change(now))
+        .min()
+}
+
+/// The plan's gauges (spec §9.1) as a scrape shows them: from the plan as cached (its status as
+/// last written), its runs, the Promise's bindings and the freezes. Computed when Prometheus asks,
+/// not on every reconcile: grouping every binding is the costliest part.
+pub fn gauges_of(
+    plan: &UpgradePlan,
+    runs: &[&UpgradeRun],
+    promise_found: bool,
+    cluster: &dyn Cluster,
+    now: DateTime<Utc>,
+) -> PlanGauges {
+    let name = plan.metadata.name.clone().unwrap_or_default();
+    let valid = validate_plan(&name, &plan.spec, now).is_empty();
+    let status = plan.status.clone().unwrap_or_default();
+    let promise = &plan.spec.promise_ref.name;
+    let bindings = if valid {
+        cluster.bindings_of(promise)
+    } else {
+        Vec::new()
+    };
+    let freezes = holding(&cluster.freezes(), promise, kube::ResourceExt::labels(plan));
+    let mut gauges = gauges(plan, &status, valid, &bindings, &freezes, now);
     gauges.active_run = runs
         .iter()
         .find(|r| {
@@ -313,19 +353,9 @@ pub fn step(
                 at.timestamp() as f64,
             )
         });
-    PlanStep {
-        create_run,
-        delete_runs,
-        status,
-        gauges,
-        events,
-        // Exactly at the next trigger or window boundary (the window gauges stay true); watches
-        // bring everything else.
-        wake_at: next_trigger.into_iter().chain(window_change).min(),
-    }
+    gauges
 }
 
-/// The plan's gauges, and the next instant a group's gate changes.
 fn gauges(
     plan: &UpgradePlan,
     status: &UpgradePlanStatus,
@@ -333,23 +363,19 @@ fn gauges(
     bindings: &[Arc<dyn BindingFacts>],
     freezes: &[Freeze],
     now: DateTime<Utc>,
-) -> (PlanGauges, Option<DateTime<Utc>>) {
+) -> PlanGauges {
     let spec = &plan.spec;
     // Percentages resolve against the group's current membership.
     let membership: Option<Snapshot> = VersionMatcher::compile(&spec.upgrade_path.from)
         .ok()
         .filter(|_| valid)
         .map(|m| assign(spec, &m, bindings.iter().map(|b| b.as_ref())).snapshot);
-    let mut next_change: Option<DateTime<Utc>> = None;
     let groups = spec
         .rollout_groups
         .iter()
         .enumerate()
         .map(|(i, g)| {
             let (state, gate) = GateState::of_group(g.resource_upgrade_windows.as_deref(), freezes, now);
-            if let Some(t) = gate.as_ref().and_then(|g| g.next_change(now)) {
-                next_change = Some(next_change.map_or(t, |n| n.min(t)));
-            }
             let size = membership
                 .as_ref()
                 .and_then(|m| m.groups.get(i))
@@ -379,7 +405,7 @@ fn gauges(
             }
         })
         .collect();
-    let gauges = PlanGauges {
+    PlanGauges {
         promise: spec.promise_ref.name.clone(),
         to: spec.upgrade_path.to.clone(),
         time_zone: spec
@@ -407,8 +433,7 @@ fn gauges(
             .and_then(|l| l.finished_at)
             .map(|t| t.timestamp() as f64),
         groups,
-    };
-    (gauges, next_change)
+    }
 }
 
 /// The finished runs beyond each limit of `runHistoryLimit` (spec §13.1), oldest first:

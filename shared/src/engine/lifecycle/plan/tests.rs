@@ -17,6 +17,21 @@ fn utc(s: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
 }
 
+/// The step, and the gauges a scrape shows once its status is written.
+fn stepped(
+    plan: &UpgradePlan,
+    runs: &[&UpgradeRun],
+    promise_found: bool,
+    cluster: &dyn Cluster,
+    now: DateTime<Utc>,
+) -> (PlanStep, PlanGauges) {
+    let s = step(plan, runs, promise_found, cluster, now);
+    let mut written = plan.clone();
+    written.status = Some(s.status.clone());
+    let gauges = gauges_of(&written, runs, promise_found, cluster, now);
+    (s, gauges)
+}
+
 struct Bindings(Vec<Arc<ResourceBinding>>, Vec<Arc<crate::api::UpgradeFreeze>>);
 
 impl Cluster for Bindings {
@@ -93,7 +108,7 @@ fn reasons_of(s: &PlanStep) -> Vec<&'static str> {
 #[test]
 fn a_valid_plan_without_a_policy_runs_only_by_hand() {
     let plan = a_plan(None);
-    let s = step(&plan, &[], true, &four(), utc("2026-06-01T10:05:00Z"));
+    let (s, gauges) = stepped(&plan, &[], true, &four(), utc("2026-06-01T10:05:00Z"));
     let ready = find_condition(&s.status.conditions, reasons::READY).unwrap();
     assert_eq!(
         (ready.status, ready.reason.as_str()),
@@ -109,8 +124,8 @@ fn a_valid_plan_without_a_policy_runs_only_by_hand() {
     );
     assert!(s.events.is_empty());
     // Unlimited is shown as the whole group: one rule for the gauge and the plugin.
-    assert_eq!(s.gauges.groups[0].max_concurrent, Some(4));
-    assert!(s.gauges.groups[0].window_open, "no windows: open");
+    assert_eq!(gauges.groups[0].max_concurrent, Some(4));
+    assert!(gauges.groups[0].window_open, "no windows: open");
     let missing = step(&plan, &[], false, &four(), utc("2026-06-01T10:05:00Z"));
     let promise = find_condition(&missing.status.conditions, reasons::PROMISE_RESOLVED).unwrap();
     assert_eq!(
@@ -125,7 +140,7 @@ fn an_invalid_plan_says_so_once_and_never_fires() {
     plan.spec.upgrade_path.to = "/v2.*/".into();
     plan.spec.rollout_groups[0].max_concurrent = Some(IntOrString::String("150%".into()));
     let now = utc("2026-06-01T10:45:00Z");
-    let s = step(&plan, &[], true, &four(), now);
+    let (s, gauges) = stepped(&plan, &[], true, &four(), now);
     let ready = find_condition(&s.status.conditions, reasons::READY).unwrap();
     assert_eq!(
         (ready.status, ready.reason.as_str()),
@@ -134,8 +149,8 @@ fn an_invalid_plan_says_so_once_and_never_fires() {
     assert!(ready.message.contains("spec.upgradePath.to"), "{}", ready.message);
     assert_eq!(reasons_of(&s), vec![events::INVALID_SPEC]);
     assert!(s.create_run.is_none() && s.status.next_run_at.is_none());
-    assert_eq!(s.gauges.groups[0].max_concurrent, None, "an invalid limit is not shown");
-    assert!(!s.gauges.ready);
+    assert_eq!(gauges.groups[0].max_concurrent, None, "an invalid limit is not shown");
+    assert!(!gauges.ready);
     plan.status = Some(s.status.clone());
     let again = step(&plan, &[], true, &four(), now + Duration::minutes(1));
     assert!(again.events.is_empty(), "announced once");
@@ -243,14 +258,14 @@ fn phase_active_run_and_last_run_follow_the_runs() {
     let now = utc("2026-06-01T12:00:00Z");
     let active = a_run("active", RunState::InProgress);
     let done = a_run("done", RunState::Failed);
-    let s = step(&plan, &[&active, &done], true, &four(), now);
+    let (s, gauges) = stepped(&plan, &[&active, &done], true, &four(), now);
     assert_eq!(
         (s.status.phase, s.status.active_run_ref.as_str()),
         (PlanPhase::Running, "active")
     );
     assert_eq!(s.status.last_run.as_ref().map(|l| l.name.as_str()), Some("done"));
-    assert!(s.gauges.running);
-    assert_eq!(s.gauges.last_result, Some("Failed"));
+    assert!(gauges.running);
+    assert_eq!(gauges.last_result, Some("Failed"));
     // With the runs gone, lastRun stays.
     let mut p = plan.clone();
     p.status = Some(s.status);
@@ -272,8 +287,8 @@ fn gauges_show_the_gate_and_an_invalid_window_keeps_it_closed() {
         duration: "2h".into(),
         time_zone: None,
     }]);
-    let s = step(&plan, &[], true, &four(), utc("2026-06-01T21:00:00Z"));
-    let g = &s.gauges.groups[0];
+    let (s, gauges) = stepped(&plan, &[], true, &four(), utc("2026-06-01T21:00:00Z"));
+    let g = &gauges.groups[0];
     assert_eq!(g.max_concurrent, Some(2), "50% of 4");
     assert!(!g.window_open);
     assert_eq!(g.windows, vec![(0, "allow", false)]);
@@ -285,10 +300,10 @@ fn gauges_show_the_gate_and_an_invalid_window_keeps_it_closed() {
     );
 
     plan.spec.rollout_groups[0].resource_upgrade_windows.as_mut().unwrap()[0].schedule = "not cron".into();
-    let s = step(&plan, &[], true, &four(), utc("2026-06-01T22:30:00Z"));
-    let g = &s.gauges.groups[0];
+    let (_, gauges) = stepped(&plan, &[], true, &four(), utc("2026-06-01T22:30:00Z"));
+    let g = &gauges.groups[0];
     assert!(!g.window_open && g.windows.is_empty() && g.next_open.is_none(), "{g:?}");
-    assert!(!s.gauges.ready);
+    assert!(!gauges.ready);
 }
 
 #[test]
@@ -323,8 +338,8 @@ fn a_freeze_holding_the_plan_closes_its_gates_and_wakes_it_at_the_boundaries() {
     let ts = |s: &str| Some(utc(s).timestamp() as f64);
     let mut cluster = four();
     cluster.1 = vec![freeze("other-tier", "dev")];
-    let s = step(&plan, &[], true, &cluster, utc("2026-06-01T22:10:00Z"));
-    let g = &s.gauges.groups[0];
+    let (_, gauges) = stepped(&plan, &[], true, &cluster, utc("2026-06-01T22:10:00Z"));
+    let g = &gauges.groups[0];
     assert_eq!(
         (g.window_open, g.next_close),
         (true, ts("2026-06-02T00:00:00Z")),
@@ -357,8 +372,8 @@ fn a_freeze_holding_the_plan_closes_its_gates_and_wakes_it_at_the_boundaries() {
         ),
     ];
     for (now, open, next_open, next_close, wake) in cases {
-        let s = step(&plan, &[], true, &cluster, utc(now));
-        let g = &s.gauges.groups[0];
+        let (s, gauges) = stepped(&plan, &[], true, &cluster, utc(now));
+        let g = &gauges.groups[0];
         assert_eq!(
             (g.window_open, g.next_open, g.next_close, s.wake_at),
             (open, ts(next_open), ts(next_close), Some(utc(wake))),
@@ -418,14 +433,14 @@ fn the_info_series_name_the_last_run_and_why_the_active_run_waits() {
     let mut last = a_run("done", RunState::Failed);
     last.status.as_mut().unwrap().conditions = vec![unmet(reasons::RUN_SUCCEEDED, reasons::RESOURCE_UPGRADE_FAILED)];
     for (case, run, promise_found, (state, reason)) in cases {
-        let s = step(&plan, &[&run, &last], promise_found, &four(), now);
-        let active = s.gauges.active_run.unwrap_or_else(|| panic!("{case}: no active run"));
+        let (_, gauges) = stepped(&plan, &[&run, &last], promise_found, &four(), now);
+        let active = gauges.active_run.unwrap_or_else(|| panic!("{case}: no active run"));
         assert_eq!(
             (active.run.as_str(), active.state.as_str(), active.reason.as_str()),
             ("waiting", state, reason),
             "{case}"
         );
-        let l = s.gauges.last_run.unwrap();
+        let l = gauges.last_run.unwrap();
         assert_eq!(
             (l.run.as_str(), l.state.as_str(), l.reason.as_str()),
             ("done", "Failed", "ResourceUpgradeFailed"),
@@ -433,16 +448,16 @@ fn the_info_series_name_the_last_run_and_why_the_active_run_waits() {
         );
     }
     // No active run, no series.
-    assert_eq!(step(&plan, &[&last], true, &four(), now).gauges.active_run, None);
+    assert_eq!(stepped(&plan, &[&last], true, &four(), now).1.active_run, None);
     // The last failure is the newest failed run, even when a retry completed after it (and so is
     // the plan's lastRun).
     let mut retry = a_run("retry", RunState::Completed);
     retry.status.as_mut().unwrap().finished_at = Some(utc("2026-06-01T11:05:00Z"));
     let mut older = a_run("older", RunState::Failed);
     older.status.as_mut().unwrap().finished_at = Some(utc("2026-06-01T09:00:00Z"));
-    let s = step(&plan, &[&older, &retry, &last], true, &four(), now);
+    let (s, gauges) = stepped(&plan, &[&older, &retry, &last], true, &four(), now);
     assert_eq!(s.status.last_run.as_ref().map(|l| l.name.as_str()), Some("retry"));
-    let (failed, at) = s.gauges.last_failure.unwrap();
+    let (failed, at) = gauges.last_failure.unwrap();
     assert_eq!(
         (failed.run.as_str(), failed.reason.as_str(), at),
         (
@@ -455,13 +470,10 @@ fn the_info_series_name_the_last_run_and_why_the_active_run_waits() {
     let mut p = plan.clone();
     p.status = Some(step(&plan, &[&last], true, &four(), now).status);
     assert_eq!(
-        step(&p, &[], true, &four(), now)
-            .gauges
-            .last_failure
-            .map(|(r, _)| r.run),
+        stepped(&p, &[], true, &four(), now).1.last_failure.map(|(r, _)| r.run),
         Some("done".into())
     );
-    assert_eq!(step(&plan, &[&retry], true, &four(), now).gauges.last_failure, None);
+    assert_eq!(stepped(&plan, &[&retry], true, &four(), now).1.last_failure, None);
 }
 
 #[test]
