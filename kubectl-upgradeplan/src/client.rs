@@ -165,32 +165,70 @@ pub async fn get_freeze(client: &Client, name: &str) -> anyhow::Result<UpgradeFr
         .map_err(|e| explain_error(e, "get", "upgradefreezes", Some(name)))
 }
 
+/// Objects per list request, as kubectl's `--chunk-size`: a list of 100,000 bindings in one
+/// request makes the API server gather them all before its first byte, longer than a
+/// `--request-timeout` allows; in pages each request answers quickly.
+const LIST_PAGE: u32 = 500;
+
+/// Every page of a list, in order: `fetch(continue token)` returns one page's items and the
+/// token of the next (none or empty after the last).
+async fn all_pages<T, F, Fut, E>(mut fetch: F) -> Result<Vec<T>, E>
+where
+    F: FnMut(Option<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<T>, Option<String>), E>>,
+{
+    let mut items = Vec::new();
+    let mut token = None;
+    loop {
+        let (page, next) = fetch(token).await?;
+        items.extend(page);
+        match next.filter(|t| !t.is_empty()) {
+            Some(t) => token = Some(t),
+            None => return Ok(items),
+        }
+    }
+}
+
+/// Every object `lp` selects, LIST_PAGE at a time.
+async fn list_all<K>(api: &Api<K>, lp: &ListParams) -> Result<Vec<K>, kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    all_pages(|token: Option<String>| {
+        let mut page = lp.clone().limit(LIST_PAGE);
+        if let Some(t) = &token {
+            page = page.continue_token(t);
+        }
+        async move {
+            let list = api.list(&page).await?;
+            Ok((list.items, list.metadata.continue_))
+        }
+    })
+    .await
+}
+
 /// Every UpgradeFreeze; none when the cluster does not serve the kind (no freeze can exist).
 pub async fn list_freezes(client: &Client) -> anyhow::Result<Vec<UpgradeFreeze>> {
     let api: Api<UpgradeFreeze> = Api::all(client.clone());
-    match api.list(&ListParams::default()).await {
-        Ok(l) => Ok(l.items),
+    match list_all(&api, &ListParams::default()).await {
+        Ok(l) => Ok(l),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(Vec::new()),
         Err(e) => Err(explain_error(e, "list", "upgradefreezes", None)),
     }
 }
 
 pub async fn list_plans(client: &Client) -> anyhow::Result<Vec<UpgradePlan>> {
-    Ok(Api::<UpgradePlan>::all(client.clone())
-        .list(&ListParams::default())
+    list_all(&Api::<UpgradePlan>::all(client.clone()), &ListParams::default())
         .await
-        .map_err(|e| explain_error(e, "list", "upgradeplans", None))?
-        .items)
+        .map_err(|e| explain_error(e, "list", "upgradeplans", None))
 }
 
 /// The plan's runs: by label, and runs created by hand not yet labelled by the controller.
 pub async fn runs_of(client: &Client, plan: &str) -> anyhow::Result<Vec<UpgradeRun>> {
-    let all = Api::<UpgradeRun>::all(client.clone())
-        .list(&ListParams::default())
+    let all = list_all(&Api::<UpgradeRun>::all(client.clone()), &ListParams::default())
         .await
         .map_err(|e| explain_error(e, "list", "upgraderuns", None))?;
     Ok(all
-        .items
         .into_iter()
         // The immutable reference, not the plan label (which may hold a shortened form).
         .filter(|r| r.plan_name() == plan)
@@ -208,16 +246,66 @@ pub async fn bindings_of(
         None => Api::all(client.clone()),
     };
     let lp = ListParams::default().labels(&format!("{PROMISE_NAME_LABEL}={promise}"));
-    Ok(api
-        .list(&lp)
+    list_all(&api, &lp)
         .await
-        .map_err(|e| explain_error(e, "list", "resourcebindings", None))?
-        .items)
+        .map_err(|e| explain_error(e, "list", "resourcebindings", None))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Pages as the API server sends them: each ends with the next token, the last with none
+    /// or an empty one (both seen in practice).
+    #[test]
+    fn every_page_is_fetched_in_order_with_the_token_of_the_one_before() {
+        /// A page served: its items and the next token.
+        type Page<'a> = (&'a [i32], Option<&'a str>);
+        /// The pages served, the items listed, the tokens asked with.
+        type Case<'a> = (&'a [Page<'a>], &'a [i32], &'a [Option<&'a str>]);
+        let cases: [Case; 4] = [
+            (&[(&[], None)], &[], &[None]),
+            (&[(&[1, 2], None)], &[1, 2], &[None]),
+            (
+                &[(&[1, 2], Some("a")), (&[3], Some(""))],
+                &[1, 2, 3],
+                &[None, Some("a")],
+            ),
+            (
+                &[(&[1], Some("a")), (&[2], Some("b")), (&[3], None)],
+                &[1, 2, 3],
+                &[None, Some("a"), Some("b")],
+            ),
+        ];
+        for (pages, items, tokens) in cases {
+            let mut asked = Vec::new();
+            let mut served = pages.iter();
+            let got: Result<Vec<i32>, ()> = futures::executor::block_on(all_pages(|token| {
+                asked.push(token);
+                let (page, next) = served.next().copied().unwrap_or((&[], None));
+                async move { Ok((page.to_vec(), next.map(String::from))) }
+            }));
+            assert_eq!(got.as_deref(), Ok(items), "pages {pages:?}");
+            let asked: Vec<Option<&str>> = asked.iter().map(Option::as_deref).collect();
+            assert_eq!(asked, tokens, "pages {pages:?}");
+        }
+    }
+
+    #[test]
+    fn a_failed_page_fails_the_list() {
+        let mut calls = 0;
+        let got: Result<Vec<i32>, &str> = futures::executor::block_on(all_pages(|token| {
+            calls += 1;
+            async move {
+                match token {
+                    None => Ok((vec![1], Some("a".to_string()))),
+                    Some(_) => Err("expired continue token"),
+                }
+            }
+        }));
+        assert_eq!(got, Err("expired continue token"));
+        assert_eq!(calls, 2);
+    }
 
     fn api_error(code: u16, reason: &str, message: &str) -> kube::Error {
         kube::Error::Api(Box::new(kube::core::Status {
