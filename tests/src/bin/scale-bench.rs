@@ -1,7 +1,8 @@
 //! `make bench-scale`: the controller at scale on the real control plane, against the floor
 //! measured in the same run. Prints the figures; docs/performance.md records them.
 //!
-//! For N in 1k and 10k bindings (one group, maxConcurrent 100%, kratix-sim without delay):
+//! For each size N (1k and 10k by default; `make bench-scale SIZES="10000 100000"` for 100k), N
+//! bindings in one group (maxConcurrent 100%, kratix-sim without delay):
 //! wall time from run creation to Completed; the controller's API requests per upgraded
 //! resource (its own client counters); its peak RSS; the snapshot's sharding. Two yardsticks from
 //! the same run: the *reference orchestrator* — a minimal client doing the run's job with nothing
@@ -9,7 +10,8 @@
 //! kratix-sim's completions through one watch) against the same kratix-sim — and the bare floor of
 //! the same number of `spec.version` patches without kratix-sim. Then reaction latency
 //! (maxConcurrent 1: a binding's completion to the next start), and the plugin's `match` against
-//! `kubectl get resourcebindings -A -o json` over the same bindings.
+//! `kubectl get resourcebindings -A -o json` over the same bindings. Across the sizes: bytes per
+//! cached binding and the cost per resource of the largest against the smallest (linear?).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -25,6 +27,12 @@ use upgradeplan::api::{RunState, UpgradeRun};
 use upgradeplan_e2e::harness::{http_get, workspace_bin, TestEnv};
 
 const CONCURRENCY: usize = 16;
+
+/// How long one phase of size `n` may take: 30 min, or 50 ms per binding beyond that (a 100k run
+/// on these 2 cores takes about 20 min; the margin is for a busy machine).
+fn phase_timeout(n: usize) -> Duration {
+    Duration::from_secs(1800).max(Duration::from_millis(50 * n as u64))
+}
 
 async fn create_bindings(env: &mut TestEnv, n: usize) -> anyhow::Result<Vec<(String, String)>> {
     let namespaces: Vec<String> = {
@@ -80,7 +88,7 @@ async fn floor(env: &TestEnv, bindings: &[(String, String)]) -> anyhow::Result<D
 /// resourceVersion precondition, as the controller sends it) on those at `from`, CONCURRENCY
 /// requests in flight and no limit on upgrades in flight (maxConcurrent 100%), then the wait until
 /// kratix-sim has applied `to` to every one. Returns its wall time and the number it upgraded.
-async fn reference(env: &TestEnv, from: &str, to: &str) -> anyhow::Result<(Duration, usize)> {
+async fn reference(env: &TestEnv, from: &str, to: &str, n: usize) -> anyhow::Result<(Duration, usize)> {
     let api: Api<ResourceBinding> = Api::all(env.client.clone());
     let selector = format!("{PROMISE_NAME_LABEL}={}", env.promise);
     let t = Instant::now();
@@ -139,7 +147,7 @@ async fn reference(env: &TestEnv, from: &str, to: &str) -> anyhow::Result<(Durat
         .buffer_unordered(CONCURRENCY)
         .try_collect::<Vec<_>>()
         .await?;
-    let finished = tokio::time::timeout(Duration::from_secs(1800), watch)
+    let finished = tokio::time::timeout(phase_timeout(n), watch)
         .await
         .context("the reference orchestrator timed out")??;
     Ok((finished - t, eligible.len()))
@@ -172,8 +180,19 @@ async fn wait_terminal(env: &TestEnv, run: &str, timeout: Duration) -> anyhow::R
     .await
 }
 
-/// One size: prints its figures; returns the controller's resident MiB with its caches filled.
-async fn scale(n: usize) -> anyhow::Result<f64> {
+/// What one size measured, for the comparisons across sizes.
+struct Measured {
+    n: usize,
+    /// The controller's resident MiB with its caches filled, before the run.
+    cached_mib: f64,
+    /// Run creation to Completed.
+    wall: Duration,
+    /// The reference orchestrator's wall time.
+    reference: Duration,
+}
+
+/// One size: prints its figures.
+async fn scale(n: usize) -> anyhow::Result<Measured> {
     let sim = workspace_bin("kratix-sim")?;
     let mut env = TestEnv::new(&format!("scale{n}")).await?;
     env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0").await?;
@@ -190,14 +209,14 @@ async fn scale(n: usize) -> anyhow::Result<f64> {
     );
 
     env.start_sim(sim.to_str().unwrap_or_default(), &["--delay", "0s"])?;
-    let (reference_wall, upgraded) = reference(&env, "v1.0.0", "v2.0.0").await?;
+    let (reference_wall, upgraded) = reference(&env, "v1.0.0", "v2.0.0", n).await?;
     anyhow::ensure!(upgraded == n, "the reference orchestrator upgraded {upgraded} of {n}");
     println!(
         "[{n}] reference orchestrator: list, {n} spec.version patches ({CONCURRENCY} at a time), all of kratix-sim's completions watched: {:.2} s",
         reference_wall.as_secs_f64()
     );
     // Back to v1.0.0 (untimed) for the controller's run.
-    let (_, back) = reference(&env, "v2.0.0", "v1.0.0").await?;
+    let (_, back) = reference(&env, "v2.0.0", "v1.0.0", n).await?;
     anyhow::ensure!(back == n, "put back {back} of {n}");
     let metrics_port = upgradeplan_e2e::harness::free_port()?;
     let metrics_addr = format!("127.0.0.1:{metrics_port}");
@@ -207,7 +226,27 @@ async fn scale(n: usize) -> anyhow::Result<f64> {
     let plan = env
         .create_plan("plan", json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"}, "rolloutGroups": [{"name": "all", "selectors": {"matchAll": true}, "maxConcurrent": "100%"}]}))
         .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await; // caches filled, plan reconciled
+    // Caches filled and the plan reconciled: the group's resolved maxConcurrent (100%) counts
+    // every binding once the binding cache holds them all.
+    let filled = Instant::now();
+    loop {
+        let text = http_get(&metrics_addr, "/metrics")
+            .await
+            .map(|(_, t)| t)
+            .unwrap_or_default();
+        if metric_sum(&text, "upgradeplan_group_max_concurrent", |_| true) == n as f64 {
+            break;
+        }
+        anyhow::ensure!(
+            filled.elapsed() < phase_timeout(n),
+            "the controller's caches did not fill"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    println!(
+        "[{n}] controller started; caches filled and the plan reconciled after {:.1} s",
+        filled.elapsed().as_secs_f64()
+    );
     let cached_mib = memory_mib(controller.child.id(), "VmRSS");
     println!("[{n}] controller resident with its caches filled, before the run: {cached_mib:.1} MiB");
     let (_, before) = http_get(&metrics_addr, "/metrics").await?;
@@ -230,7 +269,7 @@ async fn scale(n: usize) -> anyhow::Result<f64> {
     tokio::time::sleep(Duration::from_millis(500)).await; // the watch has listed
     let t = Instant::now();
     let run = env.create_run(&format!("{plan}-1"), &plan, false).await?;
-    let done = wait_terminal(&env, &run, Duration::from_secs(1800)).await?;
+    let done = wait_terminal(&env, &run, phase_timeout(n)).await?;
     let wall = t.elapsed();
     let (_, after) = http_get(&metrics_addr, "/metrics").await?;
     let status = done.status.clone().unwrap_or_default();
@@ -304,7 +343,12 @@ async fn scale(n: usize) -> anyhow::Result<f64> {
     println!("[{n}] kubectl upgradeplan match: {matching:.2} s; kubectl get resourcebindings -A -o json: {kubectl:.2} s; ratio {:.2} (target <= 1.0)", matching / kubectl);
     drop(controller);
     env.teardown().await?;
-    Ok(cached_mib)
+    Ok(Measured {
+        n,
+        cached_mib,
+        wall,
+        reference: reference_wall,
+    })
 }
 
 /// maxConcurrent 1 over 100 bindings: from one binding's completion (seen by a watch) to the
@@ -378,17 +422,32 @@ async fn main() -> anyhow::Result<()> {
         env!("CARGO_PKG_VERSION")
     );
     reaction_latency().await?;
-    let mut cached = vec![];
+    let mut measured = vec![];
     for n in sizes {
-        cached.push((n, scale(n).await?));
+        measured.push(scale(n).await?);
     }
-    // What each cached binding costs: the growth of the resident size with the caches filled
-    // between the smallest and the largest size (one Promise's bindings, its plan and nothing else).
-    if let (Some((n0, m0)), Some((n1, m1))) = (cached.first(), cached.last()) {
-        if n1 > n0 {
+    // Between the smallest and the largest size: what each cached binding costs (the growth of the
+    // resident size with the caches filled: one Promise's bindings, its plan and nothing else), and
+    // whether a resource costs the same at both (linear).
+    if let (Some(small), Some(large)) = (measured.first(), measured.last()) {
+        if large.n > small.n {
             println!(
-                "cache: {:.0} bytes per binding (resident {m0:.1} MiB at {n0}, {m1:.1} MiB at {n1})",
-                (m1 - m0) * 1024.0 * 1024.0 / (n1 - n0) as f64
+                "cache: {:.0} bytes per binding (resident {:.1} MiB at {}, {:.1} MiB at {})",
+                (large.cached_mib - small.cached_mib) * 1024.0 * 1024.0 / (large.n - small.n) as f64,
+                small.cached_mib,
+                small.n,
+                large.cached_mib,
+                large.n
+            );
+            let per = |m: &Measured, d: Duration| d.as_secs_f64() * 1000.0 / m.n as f64;
+            let (run_small, run_large) = (per(small, small.wall), per(large, large.wall));
+            let (ref_small, ref_large) = (per(small, small.reference), per(large, large.reference));
+            println!(
+                "per resource: run {run_small:.2} ms at {} and {run_large:.2} ms at {}: {:.2}x (target <= 1.2x); the reference orchestrator {ref_small:.2} and {ref_large:.2} ms: {:.2}x",
+                small.n,
+                large.n,
+                run_large / run_small,
+                ref_large / ref_small
             );
         }
     }
