@@ -11,10 +11,10 @@ use std::sync::{Arc, RwLock};
 
 use futures::{Stream, StreamExt};
 use kube::runtime::watcher;
-use upgradeplan::api::kratix::{BindingFacts, CachedBinding, ResourceBinding};
+use upgradeplan::api::kratix::{BindingFacts, CachedBinding, Interner, ResourceBinding};
 
 /// Bindings by namespace, then name.
-type ByName = HashMap<Box<str>, HashMap<Box<str>, Arc<CachedBinding>>>;
+type ByName = HashMap<Arc<str>, HashMap<Arc<str>, Arc<CachedBinding>>>;
 
 #[derive(Default)]
 struct Inner {
@@ -93,16 +93,18 @@ pub fn reflect<S>(
 where
     S: Stream<Item = Result<watcher::Event<ResourceBinding>, watcher::Error>> + Send,
 {
+    // One table for the stream's life: the watch is the only writer, so no lock is needed.
+    let mut strings = Interner::default();
     source.map(move |event| {
-        let event = event.map(compact)?;
+        let event = event.map(|e| compact(e, &mut strings))?;
         store.apply(&event);
         Ok(event)
     })
 }
 
-fn compact(event: watcher::Event<ResourceBinding>) -> watcher::Event<Arc<CachedBinding>> {
+fn compact(event: watcher::Event<ResourceBinding>, strings: &mut Interner) -> watcher::Event<Arc<CachedBinding>> {
     use watcher::Event::*;
-    let c = |b: ResourceBinding| Arc::new(CachedBinding::from(b));
+    let mut c = |b: ResourceBinding| Arc::new(CachedBinding::new(&b, strings));
     match event {
         Apply(b) => Apply(c(b)),
         Delete(b) => Delete(c(b)),
@@ -158,7 +160,7 @@ mod tests {
         assert_eq!(names(&store, "redis"), ["b/y", "c/w"]);
         assert_eq!(names(&store, "postgres"), ["b/z"]);
         assert!(store.get("a", "x").is_none(), "deleted");
-        assert_eq!(store.get("b", "y").unwrap().spec.version, "v1");
+        assert_eq!(&*store.get("b", "y").unwrap().spec_version, "v1");
 
         let done: Vec<_> = reflect(store.clone(), futures::stream::iter(vec![Ok(InitDone)]))
             .collect()

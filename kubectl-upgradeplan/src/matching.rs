@@ -155,7 +155,7 @@ fn placement(
     let is = |r: &SnapshotResource| r.namespace == ns && (r.name == name || r.binding == name);
     let mut placements = Vec::new();
     for (gi, g) in a.snapshot.groups.iter().enumerate() {
-        if let Some(pos) = g.resources.iter().position(is) {
+        if let Some(pos) = g.resources.iter().position(|r| is(r)) {
             let windows = plan
                 .spec
                 .rollout_groups
@@ -240,7 +240,7 @@ pub fn matching(
             max_concurrent: Limit::parse(pg.max_concurrent.as_ref())
                 .ok()
                 .and_then(|l| l.shown(Some(g.resources.len()))),
-            resources: g.resources.iter().map(ResourceJson::from).collect(),
+            resources: g.resources.iter().map(|r| ResourceJson::from(&**r)).collect(),
         })
         .collect();
     let placement = match resource {

@@ -1023,7 +1023,7 @@ mod tests {
         };
         let group = |name: &str, resources: Vec<SnapshotResource>| SnapshotGroup {
             name: name.into(),
-            resources,
+            resources: resources.into_iter().map(Into::into).collect(),
         };
         let shared = Snapshot {
             groups: vec![group("a", vec![r("x"), r("y")]), group("b", vec![r("x"), r("z")])],

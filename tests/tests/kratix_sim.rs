@@ -15,7 +15,7 @@ const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(30);
 
 fn reason(b: &ResourceBinding) -> &str {
-    b.upgrade_condition().map(|c| c.reason.as_str()).unwrap_or("")
+    b.upgrade_condition().map(|c| c.reason).unwrap_or("")
 }
 
 fn completed(version: &'static str) -> impl Fn(&ResourceBinding) -> bool {
@@ -83,11 +83,8 @@ async fn failure_is_reported_and_never_retried_until_asked() {
         .wait_binding(&ns, &name, WAIT, "UpgradeFailed", failed)
         .await
         .unwrap();
-    let cond = f.upgrade_condition().unwrap().clone();
-    assert_eq!(
-        (cond.status.as_str(), cond.message.as_str()),
-        ("False", FAILURE_MESSAGE)
-    );
+    let cond = f.upgrade_condition().unwrap();
+    assert_eq!((cond.status, cond.message), ("False", FAILURE_MESSAGE));
     assert_eq!(f.failed_version(), Some("v2.0.0"));
     assert_eq!(
         f.last_applied_version(),
@@ -103,7 +100,7 @@ async fn failure_is_reported_and_never_retried_until_asked() {
     let still = env.bindings_api(&ns).get(&name).await.unwrap();
     assert_eq!(
         still.upgrade_condition().unwrap(),
-        &cond,
+        cond,
         "the failed upgrade was retried without the retry label"
     );
 

@@ -4,6 +4,8 @@
 //! ignored on read. Deserialization is lenient (defaults everywhere) so that an object missing a
 //! field becomes a clear per-object problem rather than a failed watch.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -208,32 +210,42 @@ pub trait BindingFacts: Send + Sync + std::fmt::Debug {
     fn being_deleted(&self) -> bool;
     /// `metadata.resourceVersion`: the precondition of a patch.
     fn object_version(&self) -> Option<&str>;
-    fn binding_spec(&self) -> &ResourceBindingSpec;
-    fn binding_status(&self) -> Option<&ResourceBindingStatus>;
+    /// `spec.version`.
+    fn spec_version(&self) -> &str;
+    /// `spec.promiseRef.name`.
+    fn promise_ref_name(&self) -> &str;
+    /// `spec.resourceRef.name`.
+    fn resource_ref_name(&self) -> &str;
+    /// `status.lastAppliedVersion`, or "" when there is no status.
+    fn last_applied_version(&self) -> &str;
+    /// `status.failedVersion`, if set.
+    fn failed_version(&self) -> Option<&str>;
+    /// The `UpgradeSucceeded` condition, if Kratix wrote one.
+    fn upgrade_condition(&self) -> Option<UpgradeCondition<'_>>;
 
     /// The Promise this binding belongs to.
     fn promise(&self) -> &str {
-        promise_of(self.label(PROMISE_NAME_LABEL), &self.binding_spec().promise_ref.name)
+        promise_of(self.label(PROMISE_NAME_LABEL), self.promise_ref_name())
     }
+}
 
-    /// `status.lastAppliedVersion`, or "" when there is no status.
-    fn last_applied_version(&self) -> &str {
-        self.binding_status()
-            .map(|s| s.last_applied_version.as_str())
-            .unwrap_or("")
-    }
+/// A binding's `UpgradeSucceeded` condition: the fields the engine reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UpgradeCondition<'a> {
+    pub status: &'a str,
+    pub reason: &'a str,
+    pub message: &'a str,
+    pub last_transition_time: Option<DateTime<Utc>>,
+}
 
-    /// The `UpgradeSucceeded` condition, if Kratix wrote one.
-    fn upgrade_condition(&self) -> Option<&BindingCondition> {
-        self.binding_status()?
-            .conditions
-            .iter()
-            .find(|c| c.type_ == UPGRADE_SUCCEEDED)
-    }
-
-    /// `status.failedVersion`, if set.
-    fn failed_version(&self) -> Option<&str> {
-        self.binding_status()?.failed_version.as_deref()
+impl<'a> From<&'a BindingCondition> for UpgradeCondition<'a> {
+    fn from(c: &'a BindingCondition) -> Self {
+        UpgradeCondition {
+            status: &c.status,
+            reason: &c.reason,
+            message: &c.message,
+            last_transition_time: c.last_transition_time,
+        }
     }
 }
 
@@ -274,11 +286,27 @@ impl BindingFacts for ResourceBinding {
     fn object_version(&self) -> Option<&str> {
         self.metadata.resource_version.as_deref()
     }
-    fn binding_spec(&self) -> &ResourceBindingSpec {
-        &self.spec
+    fn spec_version(&self) -> &str {
+        &self.spec.version
     }
-    fn binding_status(&self) -> Option<&ResourceBindingStatus> {
-        self.status.as_ref()
+    fn promise_ref_name(&self) -> &str {
+        &self.spec.promise_ref.name
+    }
+    fn resource_ref_name(&self) -> &str {
+        &self.spec.resource_ref.name
+    }
+    fn last_applied_version(&self) -> &str {
+        self.status
+            .as_ref()
+            .map(|s| s.last_applied_version.as_str())
+            .unwrap_or("")
+    }
+    fn failed_version(&self) -> Option<&str> {
+        self.status.as_ref()?.failed_version.as_deref()
+    }
+    fn upgrade_condition(&self) -> Option<UpgradeCondition<'_>> {
+        let conditions = &self.status.as_ref()?.conditions;
+        conditions.iter().find(|c| c.type_ == UPGRADE_SUCCEEDED).map(Into::into)
     }
 }
 
@@ -289,13 +317,60 @@ pub const READ_ANNOTATIONS: [&str; 3] = [
     crate::api::RETRY_REQUESTED_BY_ANNOTATION,
 ];
 
+/// One copy of each string the cached bindings hold. Most of a binding's strings are shared by
+/// thousands: label keys, promise and group values, versions, condition reasons and messages, the
+/// run that upgraded it, even a start time to the second (docs/performance.md has the figures).
+/// Strings no binding holds any more are swept once the table has doubled since the last sweep,
+/// so unique values (resource names) cost amortised constant time and never accumulate.
+#[derive(Debug, Default)]
+pub struct Interner {
+    strings: std::collections::HashSet<Arc<str>>,
+    swept_at: usize,
+}
+
+impl Interner {
+    /// The shared copy of `s`.
+    pub fn intern(&mut self, s: &str) -> Arc<str> {
+        if let Some(shared) = self.strings.get(s) {
+            return Arc::clone(shared);
+        }
+        if self.strings.len() >= 2 * self.swept_at.max(512) {
+            self.strings.retain(|s| Arc::strong_count(s) > 1);
+            self.swept_at = self.strings.len();
+        }
+        let shared: Arc<str> = s.into();
+        self.strings.insert(Arc::clone(&shared));
+        shared
+    }
+
+    /// How many strings the table holds (some may be unused until the next sweep).
+    pub fn len(&self) -> usize {
+        self.strings.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.strings.is_empty()
+    }
+}
+
 /// A few string pairs sorted by key: a binding's labels in the controller's cache. A `BTreeMap`
 /// allocates a node of eleven entries even for one label (about 550 bytes); at tens of thousands
 /// of bindings the labels and annotations were most of the cache.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct Pairs(Box<[(Box<str>, Box<str>)]>);
+pub struct Pairs(Box<[(Arc<str>, Arc<str>)]>);
 
 impl Pairs {
+    /// Interned pairs, sorted and unique by key (the first of equal keys is kept).
+    pub fn new<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>, strings: &mut Interner) -> Self {
+        let mut v: Vec<(Arc<str>, Arc<str>)> = pairs
+            .into_iter()
+            .map(|(k, v)| (strings.intern(k), strings.intern(v)))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v.dedup_by(|a, b| a.0 == b.0);
+        Pairs(v.into_boxed_slice())
+    }
+
     pub fn get(&self, key: &str) -> Option<&str> {
         self.0
             .binary_search_by(|(k, _)| k.as_ref().cmp(key))
@@ -312,49 +387,60 @@ impl Pairs {
     }
 }
 
-impl<'a> FromIterator<(&'a str, &'a str)> for Pairs {
-    fn from_iter<I: IntoIterator<Item = (&'a str, &'a str)>>(iter: I) -> Self {
-        let mut v: Vec<(Box<str>, Box<str>)> = iter.into_iter().map(|(k, v)| (k.into(), v.into())).collect();
-        v.sort_by(|a, b| a.0.cmp(&b.0));
-        v.dedup_by(|a, b| a.0 == b.0);
-        Pairs(v.into_boxed_slice())
-    }
-}
-
 /// A ResourceBinding as the controller caches it: only its [`BindingFacts`] (no managedFields,
-/// owner references, finalizers or annotations the engine does not read), in compact form.
+/// owner references, finalizers, other conditions or annotations the engine does not read), its
+/// strings interned.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CachedBinding {
-    pub namespace: Box<str>,
-    pub name: Box<str>,
+    pub namespace: Arc<str>,
+    /// Not interned (unique); the cache's key shares it.
+    pub name: Arc<str>,
     pub labels: Pairs,
     /// Only the [`READ_ANNOTATIONS`].
     pub annotations: Pairs,
     pub being_deleted: bool,
     pub resource_version: Option<Box<str>>,
-    pub spec: ResourceBindingSpec,
-    pub status: Option<ResourceBindingStatus>,
+    pub spec_version: Arc<str>,
+    pub promise_ref_name: Arc<str>,
+    pub resource_ref_name: Arc<str>,
+    pub last_applied_version: Arc<str>,
+    pub failed_version: Option<Arc<str>>,
+    pub upgrade_condition: Option<CachedCondition>,
 }
 
-impl From<ResourceBinding> for CachedBinding {
-    fn from(b: ResourceBinding) -> Self {
-        let pairs = |m: &Option<std::collections::BTreeMap<String, String>>| -> Pairs {
-            m.iter().flatten().map(|(k, v)| (k.as_str(), v.as_str())).collect()
-        };
-        let read: Option<std::collections::BTreeMap<String, String>> = b.metadata.annotations.map(|a| {
-            a.into_iter()
-                .filter(|(k, _)| READ_ANNOTATIONS.contains(&k.as_str()))
-                .collect()
-        });
+/// The `UpgradeSucceeded` condition of a [`CachedBinding`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CachedCondition {
+    pub status: Arc<str>,
+    pub reason: Arc<str>,
+    pub message: Arc<str>,
+    pub last_transition_time: Option<DateTime<Utc>>,
+}
+
+impl CachedBinding {
+    /// The facts of `b`, its strings shared through `strings`.
+    pub fn new(b: &ResourceBinding, strings: &mut Interner) -> Self {
+        let annotations = b.metadata.annotations.iter().flatten();
+        let read = annotations.filter(|(k, _)| READ_ANNOTATIONS.contains(&k.as_str()));
+        let labels = b.metadata.labels.iter().flatten();
         CachedBinding {
-            namespace: b.metadata.namespace.unwrap_or_default().into(),
-            name: b.metadata.name.unwrap_or_default().into(),
-            labels: pairs(&b.metadata.labels),
-            annotations: pairs(&read),
-            being_deleted: b.metadata.deletion_timestamp.is_some(),
-            resource_version: b.metadata.resource_version.map(Into::into),
-            spec: b.spec,
-            status: b.status,
+            namespace: strings.intern(b.binding_namespace()),
+            name: b.binding_name().into(),
+            labels: Pairs::new(labels.map(|(k, v)| (k.as_str(), v.as_str())), strings),
+            annotations: Pairs::new(read.map(|(k, v)| (k.as_str(), v.as_str())), strings),
+            being_deleted: b.being_deleted(),
+            resource_version: b.object_version().map(Into::into),
+            spec_version: strings.intern(b.spec_version()),
+            promise_ref_name: strings.intern(b.promise_ref_name()),
+            resource_ref_name: strings.intern(b.resource_ref_name()),
+            last_applied_version: strings.intern(b.last_applied_version()),
+            failed_version: b.failed_version().map(|v| strings.intern(v)),
+            upgrade_condition: b.upgrade_condition().map(|c| CachedCondition {
+                status: strings.intern(c.status),
+                reason: strings.intern(c.reason),
+                message: strings.intern(c.message),
+                last_transition_time: c.last_transition_time,
+            }),
         }
     }
 }
@@ -378,11 +464,28 @@ impl BindingFacts for CachedBinding {
     fn object_version(&self) -> Option<&str> {
         self.resource_version.as_deref()
     }
-    fn binding_spec(&self) -> &ResourceBindingSpec {
-        &self.spec
+    fn spec_version(&self) -> &str {
+        &self.spec_version
     }
-    fn binding_status(&self) -> Option<&ResourceBindingStatus> {
-        self.status.as_ref()
+    fn promise_ref_name(&self) -> &str {
+        &self.promise_ref_name
+    }
+    fn resource_ref_name(&self) -> &str {
+        &self.resource_ref_name
+    }
+    fn last_applied_version(&self) -> &str {
+        &self.last_applied_version
+    }
+    fn failed_version(&self) -> Option<&str> {
+        self.failed_version.as_deref()
+    }
+    fn upgrade_condition(&self) -> Option<UpgradeCondition<'_>> {
+        self.upgrade_condition.as_ref().map(|c| UpgradeCondition {
+            status: &c.status,
+            reason: &c.reason,
+            message: &c.message,
+            last_transition_time: c.last_transition_time,
+        })
     }
 }
 
@@ -421,11 +524,15 @@ mod tests {
             },
             "spec": {"version": "v2", "promiseRef": {"name": "spec-promise"}, "resourceRef": {"name": "r1", "namespace": "team-a"}},
             "status": {"lastAppliedVersion": "v1", "failedVersion": "v2", "conditions": [
-                {"type": UPGRADE_SUCCEEDED, "status": "False", "reason": UPGRADE_FAILED, "message": "boom"}
+                {"type": "Reconciled", "status": "True", "reason": "Done", "message": "not read"},
+                {"type": UPGRADE_SUCCEEDED, "status": "False", "reason": UPGRADE_FAILED, "message": "boom",
+                 "lastTransitionTime": "2026-01-01T00:00:00Z"}
             ]}
         }))
         .unwrap();
-        let c = CachedBinding::from(b.clone());
+        let mut strings = Interner::default();
+        let c = CachedBinding::new(&b, &mut strings);
+        let bare = ResourceBinding::new("bare", ResourceBindingSpec::default());
         let facts = |f: &dyn BindingFacts| {
             let keys = ["env", PROMISE_NAME_LABEL, "a", "missing"];
             (
@@ -437,15 +544,40 @@ mod tests {
                 keys.map(|k| f.label(k).map(str::to_string)),
                 READ_ANNOTATIONS.map(|k| f.annotation(k).map(str::to_string)),
                 (f.being_deleted(), f.object_version().map(str::to_string)),
-                (f.binding_spec().clone(), f.binding_status().cloned()),
+                (
+                    f.spec_version().to_string(),
+                    f.promise_ref_name().to_string(),
+                    f.resource_ref_name().to_string(),
+                ),
                 (
                     f.last_applied_version().to_string(),
                     f.failed_version().map(str::to_string),
                 ),
-                f.upgrade_condition().cloned(),
+                f.upgrade_condition().map(|c| {
+                    let UpgradeCondition {
+                        status,
+                        reason,
+                        message,
+                        last_transition_time,
+                    } = c;
+                    (
+                        status.to_string(),
+                        reason.to_string(),
+                        message.to_string(),
+                        last_transition_time,
+                    )
+                }),
             )
         };
         assert_eq!(facts(&c), facts(&b), "the same facts from the cache as from the object");
+        assert_eq!(
+            c.upgrade_condition().map(|c| c.message),
+            Some("boom"),
+            "the UpgradeSucceeded condition, not the first"
+        );
+        let cached_bare = CachedBinding::new(&bare, &mut strings);
+        assert_eq!(facts(&cached_bare), facts(&bare), "no labels, annotations or status");
+        assert_eq!(cached_bare.upgrade_condition(), None);
         assert_eq!(c.promise(), "redis");
         assert_eq!(c.annotations.len(), 3, "only the annotations the engine reads are kept");
         assert!(c
@@ -455,10 +587,44 @@ mod tests {
     }
 
     #[test]
+    fn bindings_share_their_common_strings_and_unused_ones_are_swept() {
+        let mut strings = Interner::default();
+        let binding = |name: &str| -> ResourceBinding {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "team-a",
+                             "labels": {PROMISE_NAME_LABEL: "redis", RESOURCE_NAME_LABEL: name}},
+                "spec": {"version": "v1", "resourceRef": {"name": name}}
+            }))
+            .unwrap()
+        };
+        let a = CachedBinding::new(&binding("a"), &mut strings);
+        let b = CachedBinding::new(&binding("b"), &mut strings);
+        assert!(Arc::ptr_eq(&a.namespace, &b.namespace));
+        assert!(Arc::ptr_eq(&a.spec_version, &b.spec_version));
+        assert!(Arc::ptr_eq(&a.labels.0[0].1, &b.labels.0[0].1), "{:?}", a.labels);
+        assert!(
+            Arc::ptr_eq(&a.labels.0[1].1, &a.resource_ref_name),
+            "equal strings of one binding are shared too"
+        );
+        drop(b);
+        // Thousands of unique names come and go; the table keeps only what is still held.
+        for i in 0..10_000 {
+            CachedBinding::new(&binding(&format!("gone-{i}")), &mut strings);
+        }
+        assert!(strings.len() < 2_100, "{} strings kept", strings.len());
+        let again = CachedBinding::new(&binding("a"), &mut strings);
+        assert!(
+            Arc::ptr_eq(&again.resource_ref_name, &a.resource_ref_name),
+            "a held string survives sweeps"
+        );
+    }
+
+    #[test]
     fn pairs_are_sorted_unique_and_found_by_key() {
-        let p: Pairs = [("b", "2"), ("a", "1"), ("c", "3"), ("a", "again")]
-            .into_iter()
-            .collect();
+        let p = Pairs::new(
+            [("b", "2"), ("a", "1"), ("c", "3"), ("a", "again")],
+            &mut Interner::default(),
+        );
         assert_eq!(p.len(), 3, "keys are unique (as in a map)");
         assert_eq!(
             (p.get("a"), p.get("b"), p.get("c"), p.get("d")),

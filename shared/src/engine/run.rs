@@ -100,7 +100,7 @@ pub fn evaluate_resource(
     if applied == to {
         return Outcome::Succeeded;
     }
-    let spec_version = b.binding_spec().version.as_str();
+    let spec_version = b.spec_version();
     let spec_drifted = spec_version != resource.spec_version && spec_version != to;
     let applied_drifted = applied != resource.last_applied_version && applied != to;
     if spec_drifted || applied_drifted {
@@ -116,7 +116,7 @@ pub fn evaluate_resource(
         // A condition without a transition time cannot be placed after the run: treat it as old.
         if c.last_transition_time.is_some_and(|t| t >= run_created) {
             return Outcome::Failed {
-                message: c.message.clone(),
+                message: c.message.to_string(),
             };
         }
     }
@@ -238,7 +238,7 @@ pub fn resource_outcome(
 /// A binding the controller must patch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BindingAction {
-    pub resource: SnapshotResource,
+    pub resource: std::sync::Arc<SnapshotResource>,
     /// The binding's resourceVersion when evaluated: the patch's precondition.
     pub resource_version: Option<String>,
     /// The version it upgrades from (its live lastAppliedVersion).

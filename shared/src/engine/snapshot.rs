@@ -1,11 +1,11 @@
 //! Eligibility, group assignment and the snapshot a run freezes (spec §5.4).
 
-use std::collections::BTreeSet;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::selector::{self, SelectorKind, TermFailure};
+use super::selector::{self, SelectorKind};
 use super::version::VersionMatcher;
 use crate::api::kratix::{AsBindingFacts, BindingFacts, NOT_SET_VERSION, RESOURCE_NAME_LABEL};
 use crate::api::UpgradePlanSpec;
@@ -32,7 +32,7 @@ pub struct SnapshotResource {
 impl SnapshotResource {
     pub fn from_binding(b: &dyn BindingFacts) -> Self {
         let binding = b.binding_name().to_string();
-        let name = Some(b.binding_spec().resource_ref.name.as_str())
+        let name = Some(b.resource_ref_name())
             .filter(|n| !n.is_empty())
             .or_else(|| b.label(RESOURCE_NAME_LABEL))
             .map(str::to_string)
@@ -42,7 +42,7 @@ impl SnapshotResource {
             name,
             binding,
             last_applied_version: b.last_applied_version().to_string(),
-            spec_version: b.binding_spec().version.clone(),
+            spec_version: b.spec_version().to_string(),
         }
     }
 
@@ -56,7 +56,8 @@ impl SnapshotResource {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
 pub struct SnapshotGroup {
     pub name: String,
-    pub resources: Vec<SnapshotResource>,
+    /// Shared with the evaluation's actions, which a group of 100% starts for every member.
+    pub resources: Vec<Arc<SnapshotResource>>,
 }
 
 /// The resources a run works on, per group, in plan order.
@@ -150,67 +151,126 @@ pub fn belongs_to(b: &dyn BindingFacts, promise: &str) -> bool {
     b.promise() == promise
 }
 
-/// Assigns the Promise's eligible bindings to the plan's groups. A binding may be in several
-/// groups (groups are not de-duplicated); `matchAll` takes only bindings no earlier group took.
-/// Order within a group is (namespace, binding name): the order upgrades start in.
-pub fn assign<'b, B: AsBindingFacts + ?Sized + 'b>(
+/// The plan's groups over the Promise's bindings, by reference: what [`assign`] freezes, and all
+/// that a group's size needs (the plan's gauges group every binding at each scrape, so this
+/// copies nothing per binding).
+pub struct Grouping<'b> {
+    /// The Promise's eligible bindings, in (namespace, name) order.
+    pub eligible: Vec<&'b dyn BindingFacts>,
+    /// The Promise's other bindings, with the reason, in the same order.
+    pub ineligible: Vec<(&'b dyn BindingFacts, Ineligibility)>,
+    /// Per plan group, in plan order, its members as indices into `eligible`, ascending.
+    pub groups: Vec<Vec<usize>>,
+}
+
+impl Grouping<'_> {
+    /// The groups as a run freezes them (`spec` is the plan grouped by).
+    pub fn snapshot(&self, spec: &UpgradePlanSpec) -> Snapshot {
+        let groups = spec.rollout_groups.iter().zip(&self.groups);
+        Snapshot {
+            groups: groups
+                .map(|(group, members)| SnapshotGroup {
+                    name: group.name.clone(),
+                    resources: members
+                        .iter()
+                        .map(|&i| Arc::new(SnapshotResource::from_binding(self.eligible[i])))
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Groups the Promise's eligible bindings by the plan's rollout groups. A binding may be in
+/// several groups (groups are not de-duplicated); `matchAll` takes only bindings no earlier group
+/// took. Order within a group is (namespace, binding name): the order upgrades start in.
+pub fn group_bindings<'b, B: AsBindingFacts + ?Sized + 'b>(
     spec: &UpgradePlanSpec,
     matcher: &VersionMatcher,
     bindings: impl IntoIterator<Item = &'b B>,
-) -> Assignment {
+) -> Grouping<'b> {
     let mut ours: Vec<&dyn BindingFacts> = bindings
         .into_iter()
         .map(AsBindingFacts::facts)
         .filter(|b| belongs_to(*b, &spec.promise_ref.name))
         .collect();
     ours.sort_by(|a, b| (a.binding_namespace(), a.binding_name()).cmp(&(b.binding_namespace(), b.binding_name())));
-
-    let mut out = Assignment::default();
-    let mut eligible = Vec::new();
+    let mut out = Grouping {
+        eligible: Vec::new(),
+        ineligible: Vec::new(),
+        groups: Vec::with_capacity(spec.rollout_groups.len()),
+    };
     for b in ours {
         match eligibility(b, matcher, &spec.upgrade_path.to) {
-            Ok(()) => eligible.push(b),
-            Err(why) => out.ineligible.push((SnapshotResource::from_binding(b), why)),
+            Ok(()) => out.eligible.push(b),
+            Err(why) => out.ineligible.push((b, why)),
         }
     }
-
-    let mut taken: BTreeSet<usize> = BTreeSet::new();
-    let mut memberships: Vec<Vec<String>> = vec![Vec::new(); eligible.len()];
-    let mut reasons: Vec<Vec<(String, String)>> = vec![Vec::new(); eligible.len()];
+    let mut taken = vec![false; out.eligible.len()];
     for group in &spec.rollout_groups {
         let sel = group.selectors.as_ref();
-        let mut members = Vec::new();
-        for (i, b) in eligible.iter().enumerate() {
-            let verdict = match selector::kind(sel) {
-                SelectorKind::All if taken.contains(&i) => Err("taken by an earlier group (matchAll)".to_string()),
-                _ => selector::check(sel, *b).map_err(|e: TermFailure| e.to_string()),
-            };
-            match verdict {
-                Ok(()) => members.push(i),
-                Err(why) => reasons[i].push((group.name.clone(), why)),
-            }
-        }
+        let all = matches!(selector::kind(sel), SelectorKind::All);
+        let members: Vec<usize> = (0..out.eligible.len())
+            .filter(|&i| !(all && taken[i]) && selector::check(sel, out.eligible[i]).is_ok())
+            .collect();
         for &i in &members {
-            memberships[i].push(group.name.clone());
+            taken[i] = true;
         }
-        taken.extend(members.iter().copied());
-        out.snapshot.groups.push(SnapshotGroup {
-            name: group.name.clone(),
-            resources: members
-                .iter()
-                .map(|&i| SnapshotResource::from_binding(eligible[i]))
-                .collect(),
-        });
+        out.groups.push(members);
     }
-    for (i, b) in eligible.iter().enumerate() {
-        let resource = SnapshotResource::from_binding(*b);
-        match memberships[i].len() {
-            0 => out.unassigned.push(Unassigned {
-                resource,
-                why: std::mem::take(&mut reasons[i]),
-            }),
+    out
+}
+
+/// Assigns the Promise's eligible bindings to the plan's groups ([`group_bindings`]), as the snapshot a run
+/// freezes, with the bindings no group or several groups select and those not eligible.
+pub fn assign<'b, B: AsBindingFacts + ?Sized + 'b>(
+    spec: &UpgradePlanSpec,
+    matcher: &VersionMatcher,
+    bindings: impl IntoIterator<Item = &'b B>,
+) -> Assignment {
+    let grouping = group_bindings(spec, matcher, bindings);
+    let mut memberships = vec![0usize; grouping.eligible.len()];
+    for members in &grouping.groups {
+        for &i in members {
+            memberships[i] += 1;
+        }
+    }
+    let groups_of = |i: usize| -> Vec<String> {
+        spec.rollout_groups
+            .iter()
+            .zip(&grouping.groups)
+            .filter(|(_, members)| members.binary_search(&i).is_ok())
+            .map(|(g, _)| g.name.clone())
+            .collect()
+    };
+    let mut out = Assignment {
+        snapshot: grouping.snapshot(spec),
+        ineligible: grouping
+            .ineligible
+            .iter()
+            .map(|(b, why)| (SnapshotResource::from_binding(*b), why.clone()))
+            .collect(),
+        ..Default::default()
+    };
+    for (i, b) in grouping.eligible.iter().enumerate() {
+        match memberships[i] {
             1 => {}
-            _ => out.in_several_groups.push((resource, memberships[i].clone())),
+            // In no group: why each group passed it over (no group took it, so `matchAll` would
+            // have: only selectors explain it).
+            0 => out.unassigned.push(Unassigned {
+                resource: SnapshotResource::from_binding(*b),
+                why: spec
+                    .rollout_groups
+                    .iter()
+                    .filter_map(|g| {
+                        let why = selector::check(g.selectors.as_ref(), *b).err()?;
+                        Some((g.name.clone(), why.to_string()))
+                    })
+                    .collect(),
+            }),
+            _ => out
+                .in_several_groups
+                .push((SnapshotResource::from_binding(*b), groups_of(i))),
         }
     }
     out

@@ -20,7 +20,7 @@ use crate::engine::budget::FailureBudget;
 use crate::engine::concurrency::Limit;
 use crate::engine::freeze::{holding, Freeze};
 use crate::engine::schedule::{scheduled_run_name, TriggerAction, Triggers};
-use crate::engine::snapshot::{assign, Snapshot};
+use crate::engine::snapshot::group_bindings;
 use crate::engine::validate::{summarize as summarize_problems, validate_plan};
 use crate::engine::version::VersionMatcher;
 use crate::engine::window::GateState;
@@ -315,7 +315,8 @@ pub fn gauges_of(
 ) -> PlanGauges {
     let name = plan.metadata.name.clone().unwrap_or_default();
     let valid = validate_plan(&name, &plan.spec, now).is_empty();
-    let status = plan.status.clone().unwrap_or_default();
+    let unset = UpgradePlanStatus::default();
+    let status = plan.status.as_ref().unwrap_or(&unset);
     let promise = &plan.spec.promise_ref.name;
     let bindings = if valid {
         cluster.bindings_of(promise)
@@ -323,7 +324,7 @@ pub fn gauges_of(
         Vec::new()
     };
     let freezes = holding(&cluster.freezes(), promise, kube::ResourceExt::labels(plan));
-    let mut gauges = gauges(plan, &status, valid, &bindings, &freezes, now);
+    let mut gauges = gauges(plan, status, valid, &bindings, &freezes, now);
     gauges.active_run = runs
         .iter()
         .find(|r| {
@@ -366,20 +367,20 @@ fn gauges(
 ) -> PlanGauges {
     let spec = &plan.spec;
     // Percentages resolve against the group's current membership.
-    let membership: Option<Snapshot> = VersionMatcher::compile(&spec.upgrade_path.from)
+    let sizes: Option<Vec<usize>> = VersionMatcher::compile(&spec.upgrade_path.from)
         .ok()
         .filter(|_| valid)
-        .map(|m| assign(spec, &m, bindings.iter().map(|b| b.as_ref())).snapshot);
+        .map(|m| {
+            let grouping = group_bindings(spec, &m, bindings.iter().map(|b| b.as_ref()));
+            grouping.groups.iter().map(Vec::len).collect()
+        });
     let groups = spec
         .rollout_groups
         .iter()
         .enumerate()
         .map(|(i, g)| {
             let (state, gate) = GateState::of_group(g.resource_upgrade_windows.as_deref(), freezes, now);
-            let size = membership
-                .as_ref()
-                .and_then(|m| m.groups.get(i))
-                .map(|g| g.resources.len());
+            let size = sizes.as_ref().and_then(|s| s.get(i).copied());
             GroupGauges {
                 name: g.name.clone(),
                 max_concurrent: match Limit::parse(g.max_concurrent.as_ref()) {

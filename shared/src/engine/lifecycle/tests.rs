@@ -9,10 +9,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::*;
-use crate::api::kratix::{BindingFacts, CachedBinding, HealthRecord, ResourceBinding};
+use crate::api::kratix::{BindingFacts, CachedBinding, HealthRecord, Interner, ResourceBinding};
 
 fn cached(b: &ResourceBinding) -> Arc<dyn BindingFacts> {
-    Arc::new(CachedBinding::from(b.clone()))
+    Arc::new(CachedBinding::new(b, &mut Interner::default()))
 }
 use crate::api::{
     LastRun, RunResult, UpgradePlanRef, UpgradePlanSpec, UpgradePlanStatus, UpgradeRunSpec, ADMITTED_AT_ANNOTATION,
