@@ -11,6 +11,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use upgradeplan::api::kratix::{CachedBinding, HealthRecord, Promise, PromiseRevision};
 use upgradeplan::api::{UpgradeApproval, UpgradeFreeze, UpgradePlan, UpgradeRun, FIELD_MANAGER};
+use upgradeplan::engine::snapshot::SnapshotResource;
 
 use crate::error::Result;
 use crate::events::{EventType, Publisher, CLUSTER_SCOPED_EVENTS_NAMESPACE};
@@ -118,8 +119,8 @@ pub struct Ctx {
     /// shows as a new resourceVersion, or none, and wakes its run, which reads and verifies it.
     pub snapshot_meta: Store<PartialObjectMeta<ConfigMap>>,
     pub metrics: Arc<crate::metrics::Metrics>,
-    /// When this process started each resource's upgrade: (run UID, namespace/binding).
-    pub started: Mutex<HashMap<(String, String), chrono::DateTime<chrono::Utc>>>,
+    /// What this process recorded of each run's resources, by run UID.
+    pub resources: Mutex<HashMap<String, RunResources>>,
     /// (run UID, event reason, binding) already reported, so per-resource events are not repeated
     /// on every reconcile.
     pub reported: Mutex<HashSet<(String, &'static str, String)>>,
@@ -334,13 +335,24 @@ impl Ctx {
         if let Ok(mut r) = self.reported.lock() {
             r.retain(|(u, _, _)| u != uid);
         }
-        if let Ok(mut s) = self.started.lock() {
-            s.retain(|(u, _), _| u != uid);
+        if let Ok(mut r) = self.resources.lock() {
+            r.remove(uid);
         }
         if let Ok(mut a) = self.announced.lock() {
             a.remove(uid);
         }
     }
+}
+
+/// What this process recorded of a run's resources, each by its entry in the run's snapshot
+/// (shared with the frozen snapshot: a pointer per resource, not its names copied again; at
+/// 100,000 resources the formatted keys were most of a run's bookkeeping).
+#[derive(Default)]
+pub struct RunResources {
+    /// When this process started each resource's upgrade (the start of its duration).
+    pub started: HashMap<Arc<SnapshotResource>, chrono::DateTime<chrono::Utc>>,
+    /// Resources whose result was counted (`upgradeplan_resource_upgrades_total`).
+    pub counted: HashSet<Arc<SnapshotResource>>,
 }
 
 /// Annotation naming the `--selector` of the controller that took a run on, so that the run

@@ -594,7 +594,7 @@ async fn run_controllers<F, Fut>(
         freezes_not_served,
         synced,
         metrics: metrics.clone(),
-        started: Default::default(),
+        resources: Default::default(),
         frozen: Default::default(),
         snapshot_meta,
         reported: Default::default(),

@@ -305,25 +305,27 @@ fn record_finished(ctx: &Ctx, run: &UpgradeRun, status: &UpgradeRunStatus, state
 /// Counts each resource's result once per run, and how long its upgrade took when this process
 /// started it.
 fn count_results(ctx: &Ctx, run: &UpgradeRun, step: &Step) {
-    let plan = run.plan_name();
+    let (plan, Some(frozen)) = (run.plan_name(), &step.frozen) else {
+        return;
+    };
+    let Ok(mut runs) = ctx.resources.lock() else {
+        return;
+    };
+    let ours = runs.entry(run.uid().unwrap_or_default()).or_default();
     for r in &step.results {
-        if !ctx.first_time(run, "resource-result", r.key.clone()) {
+        if !ours.counted.insert(Arc::clone(&r.resource)) {
             continue;
         }
+        let group = frozen.snapshot.groups.get(r.group).map_or("", |g| g.name.as_str());
         ctx.metrics
             .resource_upgrades_total
-            .with_label_values(&[plan, &r.group, r.result])
+            .with_label_values(&[plan, group, r.result])
             .inc();
-        let began = ctx
-            .started
-            .lock()
-            .ok()
-            .and_then(|s| s.get(&(run.uid().unwrap_or_default(), r.key.clone())).copied());
-        if let (Some(began), "succeeded") = (began, r.result) {
-            let secs = (crate::clock::now() - began).num_milliseconds() as f64 / 1000.0;
+        if let (Some(began), "succeeded") = (ours.started.get(&r.resource), r.result) {
+            let secs = (crate::clock::now() - *began).num_milliseconds() as f64 / 1000.0;
             ctx.metrics
                 .resource_upgrade_duration
-                .with_label_values(&[plan, &r.group])
+                .with_label_values(&[plan, group])
                 .observe(secs);
         }
     }
@@ -637,14 +639,9 @@ async fn patch_bindings(
         match result {
             Ok(true) => conflict = true,
             Ok(false) => {
-                if let Ok(mut s) = ctx.started.lock() {
-                    s.insert(
-                        (
-                            run.uid().unwrap_or_default(),
-                            format!("{}/{}", action.resource.namespace, action.resource.binding),
-                        ),
-                        crate::clock::now(),
-                    );
+                if let Ok(mut runs) = ctx.resources.lock() {
+                    let ours = runs.entry(run.uid().unwrap_or_default()).or_default();
+                    ours.started.insert(Arc::clone(&action.resource), crate::clock::now());
                 }
                 let note = texts::resource_started(&action.resource.display_name(), &action.from, to);
                 ctx.event(run, EventType::Normal, events::RESOURCE_UPGRADE_STARTED, note)

@@ -25,7 +25,8 @@ use super::gate::{self, GateCheck, GateReading};
 use super::health::HealthRecords;
 use super::run::{evaluate, texts, Blocked, Evaluation, Outcome, RunContext, Verdict};
 use super::snapshot::{
-    config_map_data, digest, group_bindings, shard, snapshot_config_map_name, Frozen, Snapshot, SNAPSHOT_SHARD_BYTES,
+    config_map_data, digest, group_bindings, shard, snapshot_config_map_name, Frozen, Snapshot, SnapshotResource,
+    SNAPSHOT_SHARD_BYTES,
 };
 use super::stage::{self, ApprovalFact};
 use super::validate::{summarize as summarize_problems, validate_plan};
@@ -180,9 +181,10 @@ pub enum Gauges {
 /// One resource's result, counted once per run (`upgradeplan_resource_upgrades_total`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceResult {
-    pub group: String,
-    /// `namespace/binding`.
-    pub key: String,
+    /// The group's index in the snapshot.
+    pub group: usize,
+    /// The resource's snapshot entry (shared, not copied).
+    pub resource: Arc<SnapshotResource>,
     pub result: &'static str,
 }
 
@@ -972,45 +974,49 @@ fn resource_reports(
     to: &str,
 ) -> (Vec<Announcement>, Vec<ResourceResult>) {
     let (mut announce, mut results) = (Vec::new(), Vec::new());
+    let finished = |g: &GroupStatus| (g.succeeded, g.failed, g.skipped);
     for (index, outcomes) in &eval.outcomes {
         let Some(group) = snapshot.groups.get(*index) else {
             continue;
         };
-        for (resource, outcome) in group.resources.iter().zip(outcomes) {
-            let key = format!("{}/{}", resource.namespace, resource.binding);
+        let now = &eval.groups[*index];
+        let before = previous.get(*index);
+        // Results and warnings are listed when the group's finished counts moved since the status
+        // last written (which a step writes after everything else, so a pass that moved them and
+        // did not finish leaves them unwritten): otherwise the pass that moved them listed every
+        // one. A pass in which none of the group's resources finished lists nothing.
+        let unmoved = before.is_some_and(|b| b.name == now.name && finished(b) == finished(now));
+        for (resource, outcome) in group.resources.iter().zip(outcomes).filter(|_| !unmoved) {
             let result = match outcome {
-                Outcome::Succeeded => Some("succeeded"),
-                Outcome::Failed { .. } => Some("failed"),
-                Outcome::Skipped(_) => Some("skipped"),
-                _ => None,
+                Outcome::Succeeded => "succeeded",
+                Outcome::Failed { .. } => "failed",
+                Outcome::Skipped(_) => "skipped",
+                _ => continue,
             };
-            if let Some(result) = result {
-                results.push(ResourceResult {
-                    group: group.name.clone(),
-                    key: key.clone(),
-                    result,
-                });
-            }
+            results.push(ResourceResult {
+                group: *index,
+                resource: Arc::clone(resource),
+                result,
+            });
+            let key = || format!("{}/{}", resource.namespace, resource.binding);
             match outcome {
                 Outcome::Skipped(why) => announce.push(
                     Announcement::warning(
                         events::RESOURCE_SKIPPED,
                         texts::resource_skipped(&resource.display_name(), &why.to_string()),
                     )
-                    .keyed(key),
+                    .keyed(key()),
                 ),
                 Outcome::Failed { message } => announce.push(
                     Announcement::warning(
                         events::RESOURCE_UPGRADE_FAILED,
                         texts::resource_failed(&resource.display_name(), to, message),
                     )
-                    .keyed(key),
+                    .keyed(key()),
                 ),
                 _ => {}
             }
         }
-        let now = &eval.groups[*index];
-        let before = previous.get(*index);
         let moved = now.succeeded != before.map(|g| g.succeeded).unwrap_or(0);
         let starting = before.is_none_or(|g| g.total == 0) && now.total > 0 && now.succeeded == 0;
         if moved || starting {

@@ -18,7 +18,7 @@ pub const SNAPSHOT_RESOURCES_KEY: &str = "resources";
 pub const SNAPSHOT_PLAN_KEY: &str = "plan";
 
 /// One resource as frozen in a snapshot. `name`/`namespace` are the Resource Request's.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[serde(rename_all = "camelCase")]
 pub struct SnapshotResource {
     pub namespace: String,

@@ -159,6 +159,13 @@ fn valid_plan(limit: i32) -> UpgradePlan {
     the_plan(plan_spec(&["v1"], "v2", vec![g]))
 }
 
+/// One matchAll group, no concurrency limit, `max_failures` failures allowed.
+fn plan_with_failure_budget(max_failures: i32) -> UpgradePlan {
+    let mut g = match_all("all");
+    g.max_failures = Some(IntOrString::Int(max_failures));
+    the_plan(plan_spec(&["v1"], "v2", vec![g]))
+}
+
 fn a_run(name: &str, created: DateTime<Utc>, suspend: bool) -> UpgradeRun {
     let mut r = UpgradeRun::new(
         name,
@@ -836,9 +843,7 @@ fn a_run_with_nothing_eligible_completes_at_once_as_a_record() {
 #[test]
 fn a_run_with_failures_within_its_budget_completes_with_a_warning() {
     let mut world = World::with(3);
-    let mut g = match_all("all");
-    g.max_failures = Some(IntOrString::Int(1));
-    let plan = the_plan(plan_spec(&["v1"], "v2", vec![g]));
+    let plan = plan_with_failure_budget(1);
     let mut run = a_run("r", t(0), false);
     let s = pass(&run, Some(&plan), &[], &world, t(1));
     assert_eq!(started(&s), 3);
@@ -1121,4 +1126,61 @@ fn lost_start_announcements_are_the_started_upgrades_no_event_accounts_for() {
         }
         assert!(!missing.contains(&note(4)), "r4 was not started by this run");
     }
+}
+
+#[test]
+fn results_and_resource_warnings_are_listed_by_the_passes_that_move_a_groups_counts() {
+    let mut world = World::with(3);
+    let plan = plan_with_failure_budget(1);
+    let mut run = a_run("r", t(0), false);
+    let listed = |s: &Step| -> Vec<(String, &'static str)> {
+        let mut v: Vec<_> = s
+            .results
+            .iter()
+            .map(|r| (r.resource.binding.clone(), r.result))
+            .collect();
+        v.sort();
+        v
+    };
+    let failures = |s: &Step| {
+        reasons_announced(s)
+            .iter()
+            .filter(|r| **r == events::RESOURCE_UPGRADE_FAILED)
+            .count()
+    };
+
+    let s = pass(&run, Some(&plan), &[], &world, t(1));
+    assert_eq!((started(&s), listed(&s).len()), (3, 0), "nothing finished yet");
+    apply(&mut run, &s, &mut world, &plan);
+
+    world.kratix_fails(0, t(2));
+    let s = pass(&run, Some(&plan), &[], &world, t(3));
+    let failed_binding = world.bindings[0].metadata.name.clone().unwrap();
+    assert_eq!(listed(&s), [(failed_binding.clone(), "failed")]);
+    assert_eq!(failures(&s), 1);
+    assert!(s.results.iter().all(|r| r.group == 0));
+    apply(&mut run, &s, &mut world, &plan);
+
+    let s = pass(&run, Some(&plan), &[], &world, t(4));
+    assert_eq!(
+        (listed(&s).len(), failures(&s)),
+        (0, 0),
+        "counts unmoved: nothing new to list"
+    );
+
+    // r1 succeeds; a pass that is not carried out (a crash before its status) is listed again by
+    // the next, with every finished resource of the group: counting once is the caller's.
+    Arc::make_mut(&mut world.bindings[1])
+        .status
+        .get_or_insert_with(Default::default)
+        .last_applied_version = "v2".into();
+    let succeeded_binding = world.bindings[1].metadata.name.clone().unwrap();
+    let both = vec![(failed_binding, "failed"), (succeeded_binding, "succeeded")];
+    let lost = pass(&run, Some(&plan), &[], &world, t(5));
+    assert_eq!(listed(&lost), both);
+    let s = pass(&run, Some(&plan), &[], &world, t(6));
+    assert_eq!(listed(&s), both);
+    assert_eq!(failures(&s), 1, "announced again; published once by the caller");
+    apply(&mut run, &s, &mut world, &plan);
+    assert_eq!(listed(&pass(&run, Some(&plan), &[], &world, t(7))).len(), 0);
 }
