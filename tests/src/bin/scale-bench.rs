@@ -316,7 +316,7 @@ async fn scale(n: usize) -> anyhow::Result<Measured> {
         reads / n as f64
     );
     println!(
-        "[{n}] controller peak RSS: {:.1} MiB (target <= 50 MiB at 10k)",
+        "[{n}] controller peak RSS: {:.1} MiB (targets: <= 50 MiB at 10k, <= 250 MiB at 100k)",
         memory_mib(controller.child.id(), "VmHWM")
     );
     println!(
