@@ -158,6 +158,9 @@ pub fn unique_id(prefix: &str) -> String {
     format!("{prefix}-{:x}{n:x}{:x}", std::process::id() % 0xfff, nanos % 0xfffff)
 }
 
+/// The field manager the test bindings are created by, as Kratix creates them in a real cluster.
+const KRATIX_FIELD_MANAGER: &str = "kratix";
+
 /// One test's world: a Promise, its revisions, namespaces and bindings, and optionally kratix-sim.
 pub struct TestEnv {
     pub client: Client,
@@ -479,12 +482,25 @@ impl TestEnv {
             "metadata": {"name": format!("{name}-{}", self.promise), "namespace": ns, "labels": all},
             "spec": {"version": spec_version, "promiseRef": {"name": self.promise}, "resourceRef": {"name": name, "namespace": ns}}
         }))?;
-        let created = api.create(&PostParams::default(), &b).await?;
+        // Written as Kratix, which creates bindings in a real cluster: whoever upgrades them later
+        // (the controller, scale-bench's reference orchestrator) is another field manager.
+        let created = api
+            .create(
+                &PostParams {
+                    field_manager: Some(KRATIX_FIELD_MANAGER.into()),
+                    ..Default::default()
+                },
+                &b,
+            )
+            .await?;
         match applied {
             Some(v) => Ok(api
                 .patch_status(
                     &created.name_any(),
-                    &PatchParams::default(),
+                    &PatchParams {
+                        field_manager: Some(KRATIX_FIELD_MANAGER.into()),
+                        ..Default::default()
+                    },
                     &Patch::Merge(json!({"status": {"lastAppliedVersion": v}})),
                 )
                 .await?),
@@ -553,6 +569,11 @@ impl TestEnv {
             .with_context(|| format!("starting {exe}"))?;
         self.sim = Some(child);
         Ok(log)
+    }
+
+    /// The process id of kratix-sim, when [`TestEnv::start_sim`] started it.
+    pub fn sim_pid(&self) -> Option<u32> {
+        self.sim.as_ref().and_then(|c| c.id())
     }
 
     /// The label every plan of this test carries; its controller only handles those.

@@ -8,7 +8,11 @@
 //! the same run: the *reference orchestrator* — a minimal client doing the run's job with nothing
 //! else (list the eligible bindings, patch `spec.version` 16 requests at a time, wait for
 //! kratix-sim's completions through one watch) against the same kratix-sim — and the bare floor of
-//! the same number of `spec.version` patches without kratix-sim. Then reaction latency
+//! the same number of `spec.version` patches without kratix-sim. The bindings are created by field
+//! manager `kratix` (Kratix creates them in a real cluster), so that the reference, like the
+//! controller, writes as a manager of its own; both timed phases carry the same observer watch
+//! (when was every binding patched) and print the CPU each process spent: the cores are shared, so
+//! where a phase's extra wall time goes shows there. Then reaction latency
 //! (maxConcurrent 1: a binding's completion to the next start), and the plugin's `match` against
 //! `kubectl get resourcebindings -A -o json` over the same bindings. Across the sizes: bytes per
 //! cached binding and the cost per resource of the largest against the smallest (linear?).
@@ -87,7 +91,8 @@ async fn floor(env: &TestEnv, bindings: &[(String, String)]) -> anyhow::Result<D
 /// watch for completions, one list of the Promise's bindings, `spec.version := to` (with the
 /// resourceVersion precondition, as the controller sends it) on those at `from`, CONCURRENCY
 /// requests in flight and no limit on upgrades in flight (maxConcurrent 100%), then the wait until
-/// kratix-sim has applied `to` to every one. Returns its wall time and the number it upgraded.
+/// kratix-sim has applied `to` to every one. Returns its wall time and the number it upgraded. Its
+/// patches are its own field manager's, not the bindings' creator's (Kratix, in a real cluster).
 async fn reference(env: &TestEnv, from: &str, to: &str, n: usize) -> anyhow::Result<(Duration, usize)> {
     let api: Api<ResourceBinding> = Api::all(env.client.clone());
     let selector = format!("{PROMISE_NAME_LABEL}={}", env.promise);
@@ -153,6 +158,30 @@ async fn reference(env: &TestEnv, from: &str, to: &str, n: usize) -> anyhow::Res
     Ok((finished - t, eligible.len()))
 }
 
+/// The bench's observer, the same in both timed phases (so that neither carries more of the
+/// bench's load than the other): a watch of the Promise's bindings that returns when all `n`
+/// carry `spec.version == to`, i.e. every start patch is in.
+async fn observe_patched(env: &TestEnv, to: &str, n: usize) -> tokio::task::JoinHandle<Instant> {
+    let api: Api<ResourceBinding> = Api::all(env.client.clone());
+    let config = watcher::Config::default().labels(&format!("{PROMISE_NAME_LABEL}={}", env.promise));
+    let to = to.to_string();
+    let observer = tokio::spawn(async move {
+        let mut started = std::collections::HashSet::new();
+        let mut stream = watcher(api, config).default_backoff().applied_objects().boxed();
+        while let Some(Ok(b)) = stream.next().await {
+            if b.spec.version == to {
+                started.insert((b.namespace().unwrap_or_default(), b.name_any()));
+                if started.len() == n {
+                    return Instant::now();
+                }
+            }
+        }
+        Instant::now()
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await; // the watch has listed
+    observer
+}
+
 fn metric_sum(text: &str, name: &str, filter: impl Fn(&str) -> bool) -> f64 {
     text.lines()
         .filter(|l| l.starts_with(name) && filter(l))
@@ -178,6 +207,163 @@ async fn wait_terminal(env: &TestEnv, run: &str, timeout: Duration) -> anyhow::R
         r.status.as_ref().is_some_and(|s| s.state.is_terminal())
     })
     .await
+}
+
+/// CPU time spent by the processes that share the machine's cores during a phase: where a run's
+/// extra wall time goes when the cores are busy (read from /proc/<pid>/stat and /proc/stat).
+struct Cpu {
+    /// (name, pid) of the processes measured; a missing pid reads as zero.
+    processes: Vec<(&'static str, Option<u32>)>,
+    ticks_per_second: f64,
+}
+
+/// A reading of [`Cpu`]: each process's user+system ticks, and the machine's busy and total ticks.
+struct CpuReading {
+    processes: Vec<u64>,
+    busy: u64,
+    total: u64,
+}
+
+impl Cpu {
+    /// The controller, kratix-sim, kube-apiserver and etcd (by the pid files of $TESTENV_DIR), and
+    /// this bench (its reference orchestrator and watches).
+    fn new(controller: Option<u32>, sim: Option<u32>) -> Self {
+        let pid_file = |name: &str| {
+            let dir = std::env::var("TESTENV_DIR").unwrap_or_else(|_| "/tmp/upgradeplan-testenv".into());
+            std::fs::read_to_string(format!("{dir}/{name}.pid"))
+                .ok()
+                .and_then(|p| p.trim().parse().ok())
+        };
+        let ticks_per_second = std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(100.0);
+        Cpu {
+            processes: vec![
+                ("controller", controller),
+                ("kratix-sim", sim),
+                ("kube-apiserver", pid_file("kube-apiserver")),
+                ("etcd", pid_file("etcd")),
+                ("bench", Some(std::process::id())),
+            ],
+            ticks_per_second,
+        }
+    }
+
+    fn read(&self) -> CpuReading {
+        // utime and stime are fields 14 and 15; the command name (field 2) may hold spaces, so
+        // count from the closing parenthesis.
+        let ticks = |pid: Option<u32>| -> u64 {
+            pid.and_then(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
+                .and_then(|s| {
+                    let rest = s.rsplit_once(')')?.1;
+                    let f: Vec<&str> = rest.split_whitespace().collect();
+                    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+                })
+                .unwrap_or(0)
+        };
+        let (busy, total) = std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|s| {
+                let line = s.lines().next()?.to_string();
+                let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+                // idle and iowait are the 4th and 5th.
+                let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+                let total: u64 = v.iter().take(8).sum();
+                Some((total - idle, total))
+            })
+            .unwrap_or((0, 0));
+        CpuReading {
+            processes: self.processes.iter().map(|(_, pid)| ticks(*pid)).collect(),
+            busy,
+            total,
+        }
+    }
+
+    /// One line: CPU seconds per process between two readings, and how busy the machine was.
+    fn report(&self, from: &CpuReading, to: &CpuReading) -> String {
+        let secs = |a: u64, b: u64| b.saturating_sub(a) as f64 / self.ticks_per_second;
+        let parts: Vec<String> = self
+            .processes
+            .iter()
+            .zip(from.processes.iter().zip(&to.processes))
+            .filter(|((_, pid), _)| pid.is_some())
+            .map(|((name, _), (a, b))| format!("{name} {:.1} s", secs(*a, *b)))
+            .collect();
+        let busy = to.busy.saturating_sub(from.busy) as f64 / to.total.saturating_sub(from.total).max(1) as f64;
+        format!("CPU {}; machine {:.0}% busy", parts.join(", "), busy * 100.0)
+    }
+}
+
+/// The API server's request counters (`apiserver_request_total`), summed by (verb, resource), and
+/// the watch events it sent.
+async fn apiserver_requests(env: &TestEnv) -> HashMap<(String, String), f64> {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap_or_default();
+    let text = env.client.request_text(request).await.unwrap_or_default();
+    let mut by = HashMap::new();
+    // Also the watch events sent, and their bytes, by kind (as "watch-events"/"watch-bytes").
+    for line in text.lines() {
+        let verb_of = |line: &str| -> Option<&'static str> {
+            if line.starts_with("apiserver_request_total{") {
+                Some("")
+            } else if line.starts_with("apiserver_watch_events_total{") {
+                Some("watch-events")
+            } else if line.starts_with("apiserver_watch_events_sizes_sum{") {
+                Some("watch-bytes")
+            } else if line.starts_with("apiserver_registered_watchers{") {
+                Some("watchers-now")
+            } else {
+                None
+            }
+        };
+        let Some(fixed_verb) = verb_of(line) else {
+            continue;
+        };
+        let label = |name: &str| {
+            line.split(&format!("{name}=\"")[..])
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let value = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        let key = match fixed_verb {
+            "" => (label("verb"), label("resource")),
+            verb => (verb.to_string(), label("kind")),
+        };
+        *by.entry(key).or_insert(0.0) += value;
+    }
+    by
+}
+
+/// The API server's requests between two readings, most first: what each phase asked of it.
+fn requests_between(before: &HashMap<(String, String), f64>, after: &HashMap<(String, String), f64>) -> String {
+    let mut moved: Vec<(&(String, String), f64)> = after
+        .iter()
+        .map(|(k, v)| match k.0.as_str() {
+            // A gauge: as it stands at the end.
+            "watchers-now" => (k, *v),
+            _ => (k, v - before.get(k).copied().unwrap_or(0.0)),
+        })
+        .filter(|(_, d)| *d >= 1.0)
+        .collect();
+    // Watchers of bindings first (a gauge), then the counters, most first.
+    moved.sort_by(|a, b| {
+        let watchers = |k: &(String, String)| !(k.0 == "watchers-now" && k.1 == "ResourceBinding");
+        watchers(a.0).cmp(&watchers(b.0)).then(b.1.total_cmp(&a.1))
+    });
+    let parts: Vec<String> = moved
+        .iter()
+        .take(10)
+        .map(|((verb, resource), d)| format!("{verb} {resource} {d:.0}"))
+        .collect();
+    format!("API server requests: {}", parts.join(", "))
 }
 
 /// What one size measured, for the comparisons across sizes.
@@ -209,12 +395,23 @@ async fn scale(n: usize) -> anyhow::Result<Measured> {
     );
 
     env.start_sim(sim.to_str().unwrap_or_default(), &["--delay", "0s"])?;
+    let cpu = Cpu::new(None, env.sim_pid());
+    let observer = observe_patched(&env, "v2.0.0", n).await;
+    let requests_before = apiserver_requests(&env).await;
+    let cpu_before = cpu.read();
+    let t = Instant::now();
     let (reference_wall, upgraded) = reference(&env, "v1.0.0", "v2.0.0", n).await?;
+    let reference_cpu = cpu.report(&cpu_before, &cpu.read());
+    let reference_requests = requests_between(&requests_before, &apiserver_requests(&env).await);
+    let reference_patched = observer.await? - t;
     anyhow::ensure!(upgraded == n, "the reference orchestrator upgraded {upgraded} of {n}");
     println!(
-        "[{n}] reference orchestrator: list, {n} spec.version patches ({CONCURRENCY} at a time), all of kratix-sim's completions watched: {:.2} s",
-        reference_wall.as_secs_f64()
+        "[{n}] reference orchestrator: list, {n} spec.version patches ({CONCURRENCY} at a time), all of kratix-sim's completions watched: {:.2} s (every binding patched after {:.2} s)",
+        reference_wall.as_secs_f64(),
+        reference_patched.as_secs_f64()
     );
+    println!("[{n}] reference orchestrator: {reference_cpu}");
+    println!("[{n}] reference orchestrator: {reference_requests}");
     // Back to v1.0.0 (untimed) for the controller's run.
     let (_, back) = reference(&env, "v2.0.0", "v1.0.0", n).await?;
     anyhow::ensure!(back == n, "put back {back} of {n}");
@@ -251,26 +448,16 @@ async fn scale(n: usize) -> anyhow::Result<Measured> {
     println!("[{n}] controller resident with its caches filled, before the run: {cached_mib:.1} MiB");
     let (_, before) = http_get(&metrics_addr, "/metrics").await?;
     // The controller's own phase: until every binding carries the target version.
-    let api: Api<ResourceBinding> = Api::all(env.client.clone());
-    let config = watcher::Config::default().labels(&format!("{PROMISE_NAME_LABEL}={}", env.promise));
-    let all_started = tokio::spawn(async move {
-        let mut started = std::collections::HashSet::new();
-        let mut stream = watcher(api, config).default_backoff().applied_objects().boxed();
-        while let Some(Ok(b)) = stream.next().await {
-            if b.spec.version == "v2.0.0" {
-                started.insert(b.name_any());
-                if started.len() == n {
-                    return Instant::now();
-                }
-            }
-        }
-        Instant::now()
-    });
-    tokio::time::sleep(Duration::from_millis(500)).await; // the watch has listed
+    let all_started = observe_patched(&env, "v2.0.0", n).await;
+    let cpu = Cpu::new(controller.child.id(), env.sim_pid());
+    let requests_before = apiserver_requests(&env).await;
+    let cpu_before = cpu.read();
     let t = Instant::now();
     let run = env.create_run(&format!("{plan}-1"), &plan, false).await?;
     let done = wait_terminal(&env, &run, phase_timeout(n)).await?;
     let wall = t.elapsed();
+    let run_cpu = cpu.report(&cpu_before, &cpu.read());
+    let run_requests = requests_between(&requests_before, &apiserver_requests(&env).await);
     let (_, after) = http_get(&metrics_addr, "/metrics").await?;
     let status = done.status.clone().unwrap_or_default();
     anyhow::ensure!(
@@ -305,10 +492,13 @@ async fn scale(n: usize) -> anyhow::Result<Measured> {
     );
     let patched = all_started.await? - t;
     println!(
-        "[{n}] of which the controller's phase (run created -> all {n} bindings patched): {:.2} s = {:.2}x the floor; the rest is kratix-sim's status writes",
+        "[{n}] of which the controller's phase (run created -> all {n} bindings patched): {:.2} s = {:.2}x the floor, {:.2}x the reference's; the rest is kratix-sim's status writes",
         patched.as_secs_f64(),
-        patched.as_secs_f64() / floor.as_secs_f64()
+        patched.as_secs_f64() / floor.as_secs_f64(),
+        patched.as_secs_f64() / reference_patched.as_secs_f64()
     );
+    println!("[{n}] run: {run_cpu}");
+    println!("[{n}] run: {run_requests}");
     println!(
         "[{n}] controller requests per upgraded resource: {:.2} writes ({:.2} excluding events; target <= 1.2), {:.3} reads",
         writes / n as f64,
