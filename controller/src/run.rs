@@ -729,8 +729,6 @@ async fn patch_binding(
     mut metadata: serde_json::Value,
     to: Option<&str>,
 ) -> Result<bool> {
-    let api: Api<upgradeplan::api::kratix::ResourceBinding> =
-        Api::namespaced(ctx.client.clone(), &action.resource.namespace);
     if let Some(rv) = &action.resource_version {
         metadata["resourceVersion"] = json!(rv);
     }
@@ -742,7 +740,14 @@ async fn patch_binding(
         field_manager: Some(upgradeplan::api::FIELD_MANAGER.into()),
         ..Default::default()
     };
-    match api.patch(&action.resource.binding, &pp, &Patch::Merge(body)).await {
+    // The reply (the whole binding) is not read: the watch brings the change to the cache, and
+    // parsing thousands of replies would cost the controller's CPU beside the API server's.
+    use upgradeplan::api::kratix::ResourceBinding;
+    let url = ResourceBinding::url_path(&(), Some(&action.resource.namespace));
+    let request = kube::core::Request::new(url)
+        .patch(&action.resource.binding, &pp, &Patch::Merge(body))
+        .map_err(kube::Error::BuildRequest)?;
+    match ctx.client.request_text(request).await {
         Ok(_) => Ok(false),
         Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(true),
         Err(e) => Err(e.into()),
