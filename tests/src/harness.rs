@@ -185,27 +185,50 @@ pub struct ControllerProcess {
     pub log: PathBuf,
     /// The `POD_NAME` it was started with: its leader-election identity begins `<pod name>_`.
     pub pod_name: String,
+    /// Started under UPGRADEPLAN_CONTROLLER_PREFIX, in a process group of its own (led by
+    /// `child`): signals go to the whole group.
+    group: bool,
 }
 
 impl ControllerProcess {
+    /// Sends `signal` to the controller (or to its tool's whole process group), by pid.
+    fn signal(&self, signal: &str) -> std::io::Result<()> {
+        if let Some(pid) = self.child.id() {
+            let target = if self.group { format!("-{pid}") } else { pid.to_string() };
+            std::process::Command::new("kill")
+                .args([&format!("-{signal}"), "--", &target])
+                .stderr(Stdio::null())
+                .status()?;
+        }
+        Ok(())
+    }
+
     /// SIGKILL, as a crash would.
     pub async fn kill(&mut self) {
+        if self.group {
+            let _ = self.signal("KILL");
+        }
         let _ = self.child.kill().await;
     }
 
     /// SIGTERM, then wait for the exit status.
     pub async fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
-        if let Some(pid) = self.child.id() {
-            std::process::Command::new("kill")
-                .arg("-TERM")
-                .arg(pid.to_string())
-                .status()?;
-        }
+        self.signal("TERM")?;
         Ok(tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await??)
     }
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for ControllerProcess {
+    /// Under a tool, SIGTERM to the group: the controller shuts down and the tool writes its
+    /// results (`kill_on_drop` would reach the tool's wrapper alone). Otherwise `kill_on_drop`.
+    fn drop(&mut self) {
+        if self.group {
+            let _ = self.signal("TERM");
+        }
     }
 }
 
@@ -604,17 +627,21 @@ impl TestEnv {
             ("--log-level", "info,upgradeplan_controller=debug"),
         ];
         let pod_name = format!("{}-controller-{}", self.id, self.controllers);
-        // UPGRADEPLAN_CONTROLLER_PREFIX runs the controller under a tool, e.g. `heaptrack` (a
-        // heap profile of a scale-bench run; docs/performance.md).
+        // UPGRADEPLAN_CONTROLLER_PREFIX runs the controller under a tool, e.g. `heaptrack -o
+        // /tmp/heap/{name}` (a heap profile of a scale-bench run; docs/performance.md); `{name}`
+        // is this controller's pod name, so that each controller has a file of its own. The tool
+        // and the controller under it get a process group of their own, which stopping signals
+        // whole: the tool's wrapper alone would leave the controller running.
         let binary = workspace_bin("upgradeplan-controller")?;
-        let mut command = match std::env::var("UPGRADEPLAN_CONTROLLER_PREFIX") {
+        let (mut command, group) = match std::env::var("UPGRADEPLAN_CONTROLLER_PREFIX") {
             Ok(prefix) if !prefix.trim().is_empty() => {
+                let prefix = prefix.replace("{name}", &pod_name);
                 let mut words = prefix.split_whitespace();
                 let mut c = tokio::process::Command::new(words.next().unwrap_or_default());
-                c.args(words).arg(binary);
-                c
+                c.args(words).arg(binary).process_group(0);
+                (c, true)
             }
-            _ => tokio::process::Command::new(binary),
+            _ => (tokio::process::Command::new(binary), false),
         };
         command.env("POD_NAME", &pod_name);
         if let Some(k) = self.child_kubeconfig() {
@@ -634,7 +661,12 @@ impl TestEnv {
             .kill_on_drop(true)
             .spawn()
             .context("starting upgradeplan-controller")?;
-        Ok(ControllerProcess { child, log, pod_name })
+        Ok(ControllerProcess {
+            child,
+            log,
+            pod_name,
+            group,
+        })
     }
 
     pub fn plans(&self) -> Api<UpgradePlan> {
