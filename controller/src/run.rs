@@ -465,18 +465,41 @@ async fn owned_config_maps(ctx: &Ctx, run: &UpgradeRun) -> Result<Vec<ConfigMap>
         .collect())
 }
 
+/// A snapshot ConfigMap as applied, its data borrowed from the step.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AppliedConfigMap<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    metadata: kube::api::ObjectMeta,
+    data: &'a BTreeMap<String, String>,
+}
+
+/// The one thing read of an applied ConfigMap's reply (its data is skipped, not copied).
+#[derive(serde::Deserialize)]
+struct WrittenMetadata {
+    metadata: WrittenVersion,
+}
+
+#[derive(serde::Deserialize)]
+struct WrittenVersion {
+    #[serde(rename = "resourceVersion")]
+    resource_version: Option<String>,
+}
+
 /// Writes the step's snapshot ConfigMaps (server-side apply: an incomplete earlier write is
 /// completed, not duplicated). Returns the resourceVersion each was written at.
 async fn write_snapshot(ctx: &Ctx, run: &UpgradeRun, step: &Step) -> Result<Vec<(String, String)>> {
     let mut versions = Vec::new();
-    let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.snapshot_namespace);
     let run_name = run.name_any();
     // Exactly the data whose digests the step records in the status.
     for (name, data) in &step.write_snapshot {
         let (mut labels, mut annotations) = (BTreeMap::new(), BTreeMap::new());
         naming::put_name(&mut labels, &mut annotations, PLAN_LABEL, run.plan_name());
         naming::put_name(&mut labels, &mut annotations, RUN_LABEL, &run_name);
-        let cm = ConfigMap {
+        let body = AppliedConfigMap {
+            api_version: "v1",
+            kind: "ConfigMap",
             metadata: kube::api::ObjectMeta {
                 name: Some(name.clone()),
                 namespace: Some(ctx.snapshot_namespace.clone()),
@@ -487,15 +510,21 @@ async fn write_snapshot(ctx: &Ctx, run: &UpgradeRun, step: &Step) -> Result<Vec<
                 owner_references: run.controller_owner_ref(&()).map(|o| vec![o]),
                 ..Default::default()
             },
-            data: Some(data.clone()),
-            ..Default::default()
+            data,
         };
-        let mut body = serde_json::to_value(&cm)?;
-        body["apiVersion"] = json!("v1");
-        body["kind"] = json!("ConfigMap");
         let params = PatchParams::apply(upgradeplan::api::FIELD_MANAGER).force();
-        match cms.patch(name, &params, &Patch::Apply(body)).await {
-            Ok(written) => versions.push((name.clone(), written.resource_version().unwrap_or_default())),
+        // Serialized straight from the step's data, and only the reply's resourceVersion read: a
+        // shard is up to a MiB, and copying it into a ConfigMap, a JSON value, and the whole reply
+        // parsed back was the controller's heap at its peak (docs/performance.md).
+        let url = ConfigMap::url_path(&(), Some(&ctx.snapshot_namespace));
+        let request = kube::core::Request::new(url)
+            .patch(name, &params, &Patch::Apply(&body))
+            .map_err(kube::Error::BuildRequest)?;
+        match ctx.client.request_text(request).await {
+            Ok(reply) => {
+                let written: WrittenMetadata = serde_json::from_str(&reply)?;
+                versions.push((name.clone(), written.metadata.resource_version.unwrap_or_default()));
+            }
             Err(kube::Error::Api(e)) if e.code == 404 => {
                 return Err(snapshot_error(
                     run,
