@@ -186,17 +186,46 @@ pub struct ControllerProcess {
     /// The `POD_NAME` it was started with: its leader-election identity begins `<pod name>_`.
     pub pod_name: String,
     /// Started under UPGRADEPLAN_CONTROLLER_PREFIX, in a process group of its own (led by
-    /// `child`): signals go to the whole group.
+    /// `child`, the tool): signals go to the controller in that group.
     group: bool,
 }
 
 impl ControllerProcess {
-    /// Sends `signal` to the controller (or to its tool's whole process group), by pid.
+    /// The pids `signal` reaches: the child, or — under a tool — the controllers in the tool's
+    /// process group (the processes of that group running the controller binary). The tool
+    /// itself is left to finish: heaptrack writes its profile once the controller has exited.
+    fn targets(&self) -> Vec<u32> {
+        let Some(pid) = self.child.id() else {
+            return vec![];
+        };
+        if !self.group {
+            return vec![pid];
+        }
+        let binary = workspace_bin("upgradeplan-controller").ok();
+        let in_group = |p: u32| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .is_some_and(|stat| {
+                    // pgrp is the third field after the command's closing parenthesis.
+                    stat.rsplit_once(')')
+                        .and_then(|(_, rest)| rest.split_whitespace().nth(2)?.parse::<u32>().ok())
+                        == Some(pid)
+                })
+        };
+        let runs_controller = |p: u32| std::fs::read_link(format!("/proc/{p}/exe")).ok() == binary;
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|p| in_group(*p) && runs_controller(*p))
+            .collect()
+    }
+
+    /// Sends `signal` to the controller, by pid.
     fn signal(&self, signal: &str) -> std::io::Result<()> {
-        if let Some(pid) = self.child.id() {
-            let target = if self.group { format!("-{pid}") } else { pid.to_string() };
+        for pid in self.targets() {
             std::process::Command::new("kill")
-                .args([&format!("-{signal}"), "--", &target])
+                .args([format!("-{signal}"), pid.to_string()])
                 .stderr(Stdio::null())
                 .status()?;
         }
@@ -223,8 +252,8 @@ impl ControllerProcess {
 }
 
 impl Drop for ControllerProcess {
-    /// Under a tool, SIGTERM to the group: the controller shuts down and the tool writes its
-    /// results (`kill_on_drop` would reach the tool's wrapper alone). Otherwise `kill_on_drop`.
+    /// Under a tool, SIGTERM to the controller in its group: it shuts down and the tool writes
+    /// its results (`kill_on_drop` reaches the tool's wrapper alone). Otherwise `kill_on_drop`.
     fn drop(&mut self) {
         if self.group {
             let _ = self.signal("TERM");
@@ -630,8 +659,8 @@ impl TestEnv {
         // UPGRADEPLAN_CONTROLLER_PREFIX runs the controller under a tool, e.g. `heaptrack -o
         // /tmp/heap/{name}` (a heap profile of a scale-bench run; docs/performance.md); `{name}`
         // is this controller's pod name, so that each controller has a file of its own. The tool
-        // and the controller under it get a process group of their own, which stopping signals
-        // whole: the tool's wrapper alone would leave the controller running.
+        // and the controller under it get a process group of their own, in which stopping finds
+        // the controller: signalling the tool's wrapper alone would leave it running.
         let binary = workspace_bin("upgradeplan-controller")?;
         let (mut command, group) = match std::env::var("UPGRADEPLAN_CONTROLLER_PREFIX") {
             Ok(prefix) if !prefix.trim().is_empty() => {
