@@ -475,7 +475,10 @@ struct AppliedConfigMap<'a> {
     data: &'a BTreeMap<String, String>,
 }
 
-/// The one thing read of an applied ConfigMap's reply (its data is skipped, not copied).
+/// Asks the API server to reply with the object's metadata alone (a `PartialObjectMetadata`).
+const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+
+/// The one thing read of an applied ConfigMap's reply (its metadata alone, as asked).
 #[derive(serde::Deserialize)]
 struct WrittenMetadata {
     metadata: WrittenVersion,
@@ -513,13 +516,17 @@ async fn write_snapshot(ctx: &Ctx, run: &UpgradeRun, step: &Step) -> Result<Vec<
             data,
         };
         let params = PatchParams::apply(upgradeplan::api::FIELD_MANAGER).force();
-        // Serialized straight from the step's data, and only the reply's resourceVersion read: a
-        // shard is up to a MiB, and copying it into a ConfigMap, a JSON value, and the whole reply
-        // parsed back was the controller's heap at its peak (docs/performance.md).
+        // Serialized straight from the step's data, and only the reply's metadata asked for: a
+        // shard is up to a MiB, and copying it into a ConfigMap and a JSON value, then receiving
+        // and parsing the whole object back for its resourceVersion, was the controller's heap at
+        // its peak (docs/performance.md).
         let url = ConfigMap::url_path(&(), Some(&ctx.snapshot_namespace));
-        let request = kube::core::Request::new(url)
+        let mut request = kube::core::Request::new(url)
             .patch(name, &params, &Patch::Apply(&body))
             .map_err(kube::Error::BuildRequest)?;
+        request
+            .headers_mut()
+            .insert(http::header::ACCEPT, http::HeaderValue::from_static(METADATA_ONLY));
         match ctx.client.request_text(request).await {
             Ok(reply) => {
                 let written: WrittenMetadata = serde_json::from_str(&reply)?;
