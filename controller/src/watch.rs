@@ -25,9 +25,13 @@ use serde_json::value::RawValue;
 /// written back to JSON values and read again as `K`) cost three conversions per event, most of
 /// the controller's CPU while thousands of bindings change.
 #[derive(Clone, Debug)]
-pub struct Lenient<K> {
+pub struct Lenient<K>(Result<K, Unfit>);
+
+/// An object that does not fit its type: its identity, and why.
+#[derive(Clone, Debug)]
+struct Unfit {
     meta: ObjectMeta,
-    object: Result<K, String>,
+    error: String,
 }
 
 impl<'de, K: Resource<DynamicType = ()> + DeserializeOwned> Deserialize<'de> for Lenient<K> {
@@ -37,18 +41,7 @@ impl<'de, K: Resource<DynamicType = ()> + DeserializeOwned> Deserialize<'de> for
             Ok(mut object) => {
                 // Nothing reads managedFields; at thousands of objects they are most of a cache.
                 object.meta_mut().managed_fields = None;
-                let m = object.meta();
-                let meta = ObjectMeta {
-                    name: m.name.clone(),
-                    namespace: m.namespace.clone(),
-                    resource_version: m.resource_version.clone(),
-                    uid: m.uid.clone(),
-                    ..Default::default()
-                };
-                Ok(Lenient {
-                    meta,
-                    object: Ok(object),
-                })
+                Ok(Lenient(Ok(object)))
             }
             Err(e) => {
                 let identity: Identity = serde_json::from_str(raw.get()).map_err(serde::de::Error::custom)?;
@@ -60,10 +53,10 @@ impl<'de, K: Resource<DynamicType = ()> + DeserializeOwned> Deserialize<'de> for
                     uid: text("uid"),
                     ..Default::default()
                 };
-                Ok(Lenient {
+                Ok(Lenient(Err(Unfit {
                     meta,
-                    object: Err(e.to_string()),
-                })
+                    error: e.to_string(),
+                })))
             }
         }
     }
@@ -93,23 +86,29 @@ impl<K: Resource<DynamicType = ()>> Resource for Lenient<K> {
         K::plural(dt)
     }
     fn meta(&self) -> &ObjectMeta {
-        &self.meta
+        match &self.0 {
+            Ok(k) => k.meta(),
+            Err(unfit) => &unfit.meta,
+        }
     }
     fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.meta
+        match &mut self.0 {
+            Ok(k) => k.meta_mut(),
+            Err(unfit) => &mut unfit.meta,
+        }
     }
 }
 
 fn typed<K: Resource<DynamicType = ()>>(obj: Lenient<K>) -> Option<K> {
-    match obj.object {
+    match obj.0 {
         Ok(k) => Some(k),
-        Err(e) => {
+        Err(Unfit { meta, error }) => {
             let name = format!(
                 "{}/{}",
-                obj.meta.namespace.unwrap_or_default(),
-                obj.meta.name.unwrap_or_default()
+                meta.namespace.unwrap_or_default(),
+                meta.name.unwrap_or_default()
             );
-            tracing::warn!(kind = %K::kind(&()), object = %name.trim_start_matches('/'), error = %e, "ignoring an object that does not match its schema");
+            tracing::warn!(kind = %K::kind(&()), object = %name.trim_start_matches('/'), error = %error, "ignoring an object that does not match its schema");
             None
         }
     }
@@ -230,20 +229,20 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(list.items.len(), 3);
-        assert!(list.items[0].object.is_ok());
+        assert!(list.items[0].0.is_ok());
         let bad = &list.items[1];
-        assert_eq!(bad.meta.name.as_deref(), Some("bad"));
+        assert_eq!(bad.meta().name.as_deref(), Some("bad"));
         assert_eq!(
             bad.resource_version().as_deref(),
             Some("9"),
             "the watch can resume past it"
         );
         assert!(
-            bad.object.as_ref().is_err_and(|e| e.contains("invalid type")),
+            bad.0.as_ref().is_err_and(|u| u.error.contains("invalid type")),
             "{:?}",
-            bad.object
+            bad.0
         );
-        assert!(list.items[2].object.is_err() && list.items[2].meta.name.is_none());
+        assert!(list.items[2].0.is_err() && list.items[2].meta().name.is_none());
     }
 
     #[test]

@@ -202,16 +202,8 @@ impl ControllerProcess {
             return vec![pid];
         }
         let binary = workspace_bin("upgradeplan-controller").ok();
-        let in_group = |p: u32| {
-            std::fs::read_to_string(format!("/proc/{p}/stat"))
-                .ok()
-                .is_some_and(|stat| {
-                    // pgrp is the third field after the command's closing parenthesis.
-                    stat.rsplit_once(')')
-                        .and_then(|(_, rest)| rest.split_whitespace().nth(2)?.parse::<u32>().ok())
-                        == Some(pid)
-                })
-        };
+        // pgrp is field 5 of /proc/<pid>/stat, the third after the command.
+        let in_group = |p: u32| proc_stat(p).and_then(|f| f.get(2)?.parse::<u32>().ok()) == Some(pid);
         let runs_controller = |p: u32| std::fs::read_link(format!("/proc/{p}/exe")).ok() == binary;
         std::fs::read_dir("/proc")
             .into_iter()
@@ -259,6 +251,13 @@ impl Drop for ControllerProcess {
             let _ = self.signal("TERM");
         }
     }
+}
+
+/// The fields of `/proc/<pid>/stat` after the command (field 3, the state, onwards; see proc(5)):
+/// counted from the command's closing parenthesis, as the command may hold spaces.
+pub fn proc_stat(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(stat.rsplit_once(')')?.1.split_whitespace().map(String::from).collect())
 }
 
 /// A binary of this workspace, built next to the test executable (`cargo build --workspace --bins`).

@@ -28,7 +28,7 @@ use kube::ResourceExt;
 use serde_json::json;
 use upgradeplan::api::kratix::{BindingFacts, ResourceBinding, PROMISE_NAME_LABEL};
 use upgradeplan::api::{RunState, UpgradeRun};
-use upgradeplan_e2e::harness::{http_get, workspace_bin, TestEnv};
+use upgradeplan_e2e::harness::{http_get, proc_stat, workspace_bin, TestEnv};
 
 const CONCURRENCY: usize = 16;
 
@@ -253,15 +253,10 @@ impl Cpu {
     }
 
     fn read(&self) -> CpuReading {
-        // utime and stime are fields 14 and 15; the command name (field 2) may hold spaces, so
-        // count from the closing parenthesis.
+        // utime and stime are fields 14 and 15: the 12th and 13th after the command.
         let ticks = |pid: Option<u32>| -> u64 {
-            pid.and_then(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
-                .and_then(|s| {
-                    let rest = s.rsplit_once(')')?.1;
-                    let f: Vec<&str> = rest.split_whitespace().collect();
-                    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-                })
+            pid.and_then(proc_stat)
+                .and_then(|f| Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?))
                 .unwrap_or(0)
         };
         let (busy, total) = std::fs::read_to_string("/proc/stat")
