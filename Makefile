@@ -86,7 +86,7 @@ demo-stop: ## stop everything `make demo` started
 bench: deps ## engine benchmarks (criterion), then each target against its reference measured in the same run
 	$(CARGO) bench --locked -p upgradeplan --bench engine
 
-bench-scale: deps cluster-install ## 1k and 10k bindings (SIZES="10000 100000" for 100k, about an hour) on a real control plane (release builds), against a reference orchestrator and the bare patch floor
+bench-scale: deps cluster-install ## 1k bindings five times and 10k once (SIZES="1000x5 10000"; NxK: K measurements of N; SIZES=100000 for 100k, about an hour) on a real control plane (release builds), against a reference orchestrator and the bare patch floor
 	$(CARGO) build --release --locked --workspace --bins
 	@export TESTENV_DIR=/tmp/upgradeplan-bench TESTENV_API_PORT=18443 TESTENV_ETCD_PORT=14379; \
 	trap 'tests/cluster.sh stop' EXIT; \

@@ -820,6 +820,25 @@ impl TestEnv {
         self.torn_down = true;
         Ok(())
     }
+
+    /// [`TestEnv::teardown`], then waits (up to `timeout`) until its namespaces, and so its
+    /// bindings, are gone: kube-controller-manager deletes their contents in the background, and
+    /// a benchmark must not time its next phase on an API server still busy with that.
+    pub async fn teardown_settled(self, timeout: Duration) -> anyhow::Result<()> {
+        let (client, namespaces) = (self.client.clone(), self.namespaces.clone());
+        self.teardown().await?;
+        let api: Api<Namespace> = Api::all(client);
+        let t = std::time::Instant::now();
+        for ns in &namespaces {
+            while api.get_opt(ns).await?.is_some() {
+                if t.elapsed() > timeout {
+                    bail!("namespace {ns} still exists {} s after teardown", timeout.as_secs());
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The shipped ClusterRole allowed to read a secure /metrics.
