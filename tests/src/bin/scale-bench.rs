@@ -172,16 +172,30 @@ struct Patched {
 
 /// The bench's observer, the same in both timed phases (so that neither carries more of the
 /// bench's load than the other): a watch of the Promise's bindings that returns when all `n`
-/// carry `spec.version == to`, i.e. every start patch is in.
-async fn observe_patched(env: &TestEnv, to: &str, n: usize) -> tokio::task::JoinHandle<Patched> {
+/// carry `spec.version == to`, i.e. every start patch is in. Returns once the watch has listed
+/// the bindings: at 10k the list costs the API server seconds, which used to overlap the start of
+/// the phase timed next (its first patch came 8 to 13 s after it began).
+async fn observe_patched(env: &TestEnv, to: &str, n: usize) -> anyhow::Result<tokio::task::JoinHandle<Patched>> {
     let api: Api<ResourceBinding> = Api::all(env.client.clone());
     let config = watcher::Config::default().labels(&format!("{PROMISE_NAME_LABEL}={}", env.promise));
     let to = to.to_string();
+    let (listed_tx, listed_rx) = tokio::sync::oneshot::channel::<()>();
     let observer = tokio::spawn(async move {
+        let mut listed_tx = Some(listed_tx);
         let mut started = std::collections::HashSet::new();
         let mut first = None;
-        let mut stream = watcher(api, config).default_backoff().applied_objects().boxed();
-        while let Some(Ok(b)) = stream.next().await {
+        let mut stream = watcher(api, config).default_backoff().boxed();
+        while let Some(Ok(event)) = stream.next().await {
+            let b = match event {
+                watcher::Event::Apply(b) | watcher::Event::InitApply(b) => b,
+                watcher::Event::InitDone => {
+                    if let Some(tx) = listed_tx.take() {
+                        let _ = tx.send(());
+                    }
+                    continue;
+                }
+                watcher::Event::Init | watcher::Event::Delete(_) => continue,
+            };
             if b.spec.version == to {
                 let now = Instant::now();
                 first.get_or_insert(now);
@@ -200,8 +214,11 @@ async fn observe_patched(env: &TestEnv, to: &str, n: usize) -> tokio::task::Join
             all: now,
         }
     });
-    tokio::time::sleep(Duration::from_millis(500)).await; // the watch has listed
-    observer
+    tokio::time::timeout(phase_timeout(n), listed_rx)
+        .await
+        .context("the observer's watch did not list the bindings")?
+        .context("the observer's watch ended before it listed the bindings")?;
+    Ok(observer)
 }
 
 fn metric_sum(text: &str, name: &str, filter: impl Fn(&str) -> bool) -> f64 {
@@ -430,7 +447,7 @@ async fn scale(n: usize) -> anyhow::Result<Measured> {
 
     env.start_sim(sim.to_str().unwrap_or_default(), &["--delay", "0s"])?;
     let cpu = Cpu::new(None, env.sim_pid());
-    let observer = observe_patched(&env, "v2.0.0", n).await;
+    let observer = observe_patched(&env, "v2.0.0", n).await?;
     let requests_before = apiserver_requests(&env.client).await;
     let cpu_before = cpu.read();
     let t = Instant::now();
@@ -484,7 +501,7 @@ async fn scale(n: usize) -> anyhow::Result<Measured> {
     println!("[{n}] controller resident with its caches filled, before the run: {cached_mib:.1} MiB");
     let (_, before) = http_get(&metrics_addr, "/metrics").await?;
     // The controller's own phase: until every binding carries the target version.
-    let all_started = observe_patched(&env, "v2.0.0", n).await;
+    let all_started = observe_patched(&env, "v2.0.0", n).await?;
     let cpu = Cpu::new(controller.child.id(), env.sim_pid());
     let requests_before = apiserver_requests(&env.client).await;
     let cpu_before = cpu.read();
