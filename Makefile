@@ -11,8 +11,10 @@ FUZZ_SECONDS ?= 60
 CHAOS_KILLS ?= 100
 CHAOS_BINDINGS ?= 2000
 CHAOS_FAILOVERS ?= 6
+STRESS_RUNS ?= 3
+STRESS_HOGS ?= 2
 
-.PHONY: help krew-install monitoring-rules demo-smoke chaos fuzz bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
+.PHONY: help test-stress krew-install monitoring-rules demo-smoke chaos fuzz bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -33,8 +35,8 @@ check: deps ## formatting and lints
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
 unit: deps ## tests that need no cluster (engine tables, CRD freshness, CEL rules)
-	$(CARGO) test --workspace --locked --exclude upgradeplan-e2e
-	$(CARGO) test --locked -p upgradeplan-e2e --lib
+	$(CARGO) test --workspace --locked --no-fail-fast --exclude upgradeplan-e2e
+	$(CARGO) test --locked --no-fail-fast -p upgradeplan-e2e --lib
 
 monitoring: cluster-install ## promtool: the alert rules are valid, their unit tests pass, and they render with your settings
 	promtool check rules deploy/monitoring/rules.yaml
@@ -60,11 +62,23 @@ cluster-start: cluster-install ## start the test control plane (prints export li
 cluster-stop: ## stop the test control plane started by cluster-start
 	tests/cluster.sh stop
 
-integration: deps cluster-install ## tests against a real control plane, started and stopped here
+integration: deps cluster-install ## tests against a real control plane, started and stopped here: every suite runs whatever fails; a table and 'integration: N passed, N failed' end it (log in target/integration.log)
 	$(CARGO) build --workspace --locked --tests --bins
 	@trap 'tests/cluster.sh stop' EXIT; \
 	eval "$$(tests/cluster.sh start)"; \
-	$(CARGO) test --locked -p upgradeplan-e2e --tests -- --test-threads 16
+	CARGO="$(CARGO)" tests/run-suites.sh --locked -p upgradeplan-e2e --tests -- --test-threads 16
+
+test-stress: deps cluster-install ## the integration suites STRESS_RUNS (3) times in a row, each beside STRESS_HOGS (2) CPU-bound processes, as a busy CI machine runs them; green only if every run is (logs in target/stress-N.log)
+	$(CARGO) build --workspace --locked --tests --bins
+	@hogs=(); trap 'kill $${hogs[@]} 2>/dev/null; tests/cluster.sh stop' EXIT; \
+	eval "$$(tests/cluster.sh start)"; \
+	for i in $$(seq $(STRESS_HOGS)); do yes >/dev/null & hogs+=($$!); done; \
+	for run in $$(seq $(STRESS_RUNS)); do \
+	  echo "test-stress: run $$run of $(STRESS_RUNS), beside $(STRESS_HOGS) CPU hogs (pids $${hogs[*]})"; \
+	  SUITES_QUIET=1 SUITES_LOG=target/stress-$$run.log CARGO="$(CARGO)" tests/run-suites.sh --locked -p upgradeplan-e2e --tests -- --test-threads 16 \
+	    || { grep -E '^(test .* FAILED|thread .* panicked)' target/stress-$$run.log; echo "test-stress: run $$run of $(STRESS_RUNS) failed (target/stress-$$run.log)" >&2; exit 1; }; \
+	done; \
+	echo "test-stress: $(STRESS_RUNS) runs in a row green beside $(STRESS_HOGS) CPU hogs"
 
 demo: deps cluster-install ## a local control plane, kratix-sim, the controller, a plan and a run to watch
 	$(CARGO) build --workspace --locked --bins
