@@ -32,7 +32,7 @@ pub async fn reconcile(freeze: Arc<UpgradeFreeze>, ctx: Arc<Ctx>) -> Result<Acti
             .await;
     }
     Ok(match step.wake_at {
-        Some(next) => Action::requeue((next - crate::clock::now()).to_std().unwrap_or_default()),
+        Some(next) => Action::requeue(crate::clock::until(next)),
         None => Action::await_change(),
     })
 }

@@ -120,6 +120,10 @@ struct Cli {
     /// Tests only: start the decision clock at this RFC 3339 instant; it then runs at real speed.
     #[arg(long, value_name = "RFC3339", hide = true, value_parser = parse_instant)]
     clock_start: Option<chrono::DateTime<chrono::Utc>>,
+    /// Tests only: the decision clock runs this many times as fast as real time (from
+    /// --clock-start, or from now), so that schedules and soaks pass in seconds.
+    #[arg(long, value_name = "N", hide = true, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=3600))]
+    clock_rate: u32,
 }
 
 #[derive(Subcommand)]
@@ -162,8 +166,8 @@ fn parse_instant(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    if let Some(at) = cli.clock_start {
-        clock::start_at(at);
+    if cli.clock_start.is_some() || cli.clock_rate > 1 {
+        clock::start_at(cli.clock_start, cli.clock_rate);
     }
     if let Some(Command::Crd { output_dir }) = &cli.command {
         return write_crds(output_dir.as_deref());
@@ -422,6 +426,7 @@ async fn timed(
     controller: &'static str,
     ctx: Arc<Ctx>,
     key: String,
+    resource_version: Option<String>,
     reconcile: impl std::future::Future<Output = Result<kube::runtime::controller::Action, error::Error>>,
 ) -> Result<kube::runtime::controller::Action, error::Error> {
     let metrics = &ctx.metrics;
@@ -436,6 +441,9 @@ async fn timed(
         .observe(started.elapsed().as_secs_f64());
     let label = if result.is_ok() { "success" } else { "error" };
     metrics.reconcile_total.with_label_values(&[controller, label]).inc();
+    // Everything this reconcile wrote is written: tests wait for this line (with the version
+    // they changed the object to) before they check that nothing else happened.
+    tracing::debug!(%key, resource_version = %resource_version.as_deref().unwrap_or_default(), result = %label, "reconciled");
     if result.is_err() {
         metrics.reconcile_errors_total.with_label_values(&[controller]).inc();
     } else {
@@ -703,6 +711,7 @@ async fn run_controllers<F, Fut>(
                     "upgraderun",
                     ctx.clone(),
                     run::retry_key(&run),
+                    run.resource_version(),
                     run::reconcile(run, ctx),
                 )
             },
@@ -750,6 +759,7 @@ async fn run_controllers<F, Fut>(
                     "upgradeplan",
                     ctx.clone(),
                     plan::retry_key(&plan),
+                    plan.resource_version(),
                     plan::reconcile(plan, ctx),
                 )
             },
@@ -776,6 +786,7 @@ async fn run_controllers<F, Fut>(
                     "upgradefreeze",
                     ctx.clone(),
                     freeze::retry_key(&freeze),
+                    freeze.resource_version(),
                     freeze::reconcile(freeze, ctx),
                 )
             },

@@ -59,7 +59,7 @@ pub async fn reconcile(plan: Arc<UpgradePlan>, ctx: Arc<Ctx>) -> Result<Action> 
         publish(&ctx, &plan, e).await;
     }
     Ok(match step.wake_at {
-        Some(next) => Action::requeue((next - crate::clock::now()).to_std().unwrap_or_default()),
+        Some(next) => Action::requeue(crate::clock::until(next)),
         None => Action::await_change(),
     })
 }

@@ -228,6 +228,9 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
     }
     let mut conflict = false;
     if let (Some(eval), Some(frozen)) = (&step.evaluation, &step.frozen) {
+        if !eval.start.is_empty() || !eval.retry.is_empty() {
+            tracing::debug!(run = %run_name, limit = ?eval.limit, in_flight = eval.in_flight, starts = eval.start.len(), retries = eval.retry.len(), "patching bindings");
+        }
         repair_announcements(ctx, run, &frozen.snapshot, &step.to).await;
         conflict = patch_bindings(ctx, run, eval, &step.to).await?;
     }
@@ -277,10 +280,9 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
         release(ctx, run).await?;
         return Ok(Action::await_change());
     }
-    let now = crate::clock::now();
     Ok(match (conflict, step.wake_at) {
         (true, _) => Action::requeue(std::time::Duration::from_millis(200)),
-        (false, Some(at)) => Action::requeue((at - now).to_std().unwrap_or_default()),
+        (false, Some(at)) => Action::requeue(crate::clock::until(at)),
         (false, None) => Action::await_change(),
     })
 }
@@ -783,9 +785,16 @@ async fn patch_binding(
     let request = kube::core::Request::new(url)
         .patch(&action.resource.binding, &pp, &Patch::Merge(body))
         .map_err(kube::Error::BuildRequest)?;
+    let sent = std::time::Instant::now();
     match ctx.client.request_text(request).await {
-        Ok(_) => Ok(false),
-        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(true),
+        Ok(_) => {
+            tracing::debug!(binding = %action.resource.display_name(), elapsed = ?sent.elapsed(), "binding patched");
+            Ok(false)
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
+            tracing::debug!(binding = %action.resource.display_name(), code = e.code, "binding changed or gone since the cache saw it; the next pass decides again");
+            Ok(true)
+        }
         Err(e) => Err(e.into()),
     }
 }

@@ -145,6 +145,38 @@ async fn create_or_replace(api: &Api<CustomResourceDefinition>, crd: CustomResou
     bail!("CRD {name} kept changing while being installed")
 }
 
+/// How long [`TestEnv::events_when`] waits for an event: a loaded machine delays the recorder's
+/// writes by seconds, never by a minute.
+pub const EVENT_WAIT: Duration = Duration::from_secs(60);
+
+/// How long [`TestEnv::settle_run`] waits for the controller's reconcile.
+const NUDGE_WAIT: Duration = Duration::from_secs(60);
+
+/// The annotation [`nudge`] changes.
+const NUDGE_ANNOTATION: &str = "upgradeplan-e2e/nudge";
+
+/// Changes an annotation of a cluster-scoped object that no one reads (its value counts up), so
+/// that the controllers watching it reconcile it again; returns its new resourceVersion.
+async fn nudge<K>(api: &Api<K>, name: &str) -> anyhow::Result<String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let touched = api
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {NUDGE_ANNOTATION: n.to_string()}}})),
+        )
+        .await
+        .with_context(|| format!("annotating {name}"))?;
+    touched
+        .meta()
+        .resource_version
+        .clone()
+        .ok_or_else(|| anyhow!("{name} came back without a resourceVersion"))
+}
+
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// A unique, DNS-compatible id: `<prefix>-<pid><counter><nanos>` (≤ 40 characters).
@@ -169,6 +201,8 @@ pub struct TestEnv {
     pub promise: String,
     namespaces: Vec<String>,
     sim: Option<tokio::process::Child>,
+    /// kratix-sim's log, once started.
+    sim_log: Option<PathBuf>,
     controllers: u32,
     /// The control plane's kubeconfig for child processes, when it is not `KUBECONFIG`'s.
     kubeconfig: Option<PathBuf>,
@@ -241,6 +275,53 @@ impl ControllerProcess {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// Waits until this controller has finished a reconcile of `key` (`run/NAME`, `plan/NAME`,
+    /// `freeze/NAME`) that saw the object at `resource_version` or later (its debug line
+    /// `reconciled`): whatever that reconcile patched, announced or wrote is written by then. The
+    /// positive marker before a test checks that nothing else happened.
+    pub async fn wait_reconciled(&self, key: &str, resource_version: &str, timeout: Duration) -> anyhow::Result<()> {
+        let needle = format!(" reconciled key={key} resource_version=");
+        wait_logged_version(&self.log, &needle, resource_version, timeout).await
+    }
+}
+
+/// Waits until the log file `log` has a line with `needle` followed by a resourceVersion of at
+/// least `resource_version` (a process's "reconciled" line); on timeout, the error shows the log.
+async fn wait_logged_version(
+    log: &Path,
+    needle: &str,
+    resource_version: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    // resourceVersions are opaque to clients; this API server's are etcd revisions, which only
+    // grow (a test-only reading, never the product's).
+    let wanted: u64 = resource_version
+        .parse()
+        .with_context(|| format!("resourceVersion {resource_version:?}"))?;
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let done = text.lines().any(|line| {
+            line.split_once(needle).is_some_and(|(_, rest)| {
+                rest.split_whitespace()
+                    .next()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .is_some_and(|v| v >= wanted)
+            })
+        });
+        if done {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!(
+                "no line `{}<{resource_version} or later>` in {} within {timeout:?}:\n{text}",
+                needle.trim(),
+                log.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 impl Drop for ControllerProcess {
@@ -303,6 +384,7 @@ impl TestEnv {
             id,
             namespaces: Vec::new(),
             sim: None,
+            sim_log: None,
             controllers: 0,
             kubeconfig,
             torn_down: false,
@@ -576,6 +658,60 @@ impl TestEnv {
             .await?)
     }
 
+    /// Holds (`true`) or releases the upgrades of these bindings (`namespace/name` keys) in
+    /// kratix-sim: a held upgrade starts but does not finish (annotation `kratix-sim/hold`).
+    pub async fn hold<'a>(&self, bindings: impl IntoIterator<Item = &'a String>, held: bool) -> anyhow::Result<()> {
+        let value = held.then_some("true");
+        for key in bindings {
+            let (ns, name) = key
+                .split_once('/')
+                .ok_or_else(|| anyhow!("{key:?} is not namespace/name"))?;
+            self.patch_binding(
+                ns,
+                name,
+                json!({"metadata": {"annotations": {crate::sim::HOLD_ANNOTATION: value}}}),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Changes `binding` by `patch` (a merge patch) and waits until kratix-sim has reconciled it
+    /// as changed: whatever the simulator does about the change is done by then.
+    pub async fn patch_and_settle_binding(
+        &self,
+        ns: &str,
+        binding: &str,
+        patch: serde_json::Value,
+    ) -> anyhow::Result<()> {
+        let log = self
+            .sim_log
+            .clone()
+            .ok_or_else(|| anyhow!("kratix-sim was not started by this test"))?;
+        let patched = self.patch_binding(ns, binding, patch).await?;
+        let version = patched.resource_version().unwrap_or_default();
+        let needle = format!(" reconciled binding={ns}/{binding} resource_version=");
+        wait_logged_version(&log, &needle, &version, NUDGE_WAIT).await
+    }
+
+    /// Makes `controller` reconcile the run `name` once more and waits until it has: a
+    /// harmless annotation changes the run, and the reconcile that saw that change finished.
+    /// After it, anything the controller would do about the run as it was has been done.
+    pub async fn settle_run(&self, controller: &ControllerProcess, name: &str) -> anyhow::Result<()> {
+        let touched = nudge(&self.runs(), name).await?;
+        controller
+            .wait_reconciled(&format!("run/{name}"), &touched, NUDGE_WAIT)
+            .await
+    }
+
+    /// [`TestEnv::settle_run`] for a plan.
+    pub async fn settle_plan(&self, controller: &ControllerProcess, name: &str) -> anyhow::Result<()> {
+        let touched = nudge(&self.plans(), name).await?;
+        controller
+            .wait_reconciled(&format!("plan/{name}"), &touched, NUDGE_WAIT)
+            .await
+    }
+
     /// Waits (watch-driven) until `binding` satisfies `pred`, for at most `timeout`.
     pub async fn wait_binding(
         &self,
@@ -610,6 +746,11 @@ impl TestEnv {
         if let Some(k) = self.child_kubeconfig() {
             command.env("KUBECONFIG", k);
         }
+        // Its "reconciled" lines are what [`TestEnv::patch_and_settle_binding`] waits for.
+        if std::env::var_os("RUST_LOG").is_none() {
+            command.env("RUST_LOG", "info,upgradeplan_e2e::sim=debug");
+        }
+        self.sim_log = Some(log.clone());
         let child = command
             .args(["--promise", &self.promise])
             .args(extra_args)
@@ -772,21 +913,24 @@ impl TestEnv {
     }
 
     /// Events of `name` once one satisfies `want` (events become visible to a list a moment
-    /// after they are written), or as they are after 15 s.
+    /// after they are written); an error showing the events there are when none does within
+    /// [`EVENT_WAIT`].
     pub async fn events_when(
         &self,
         name: &str,
         want: impl Fn(&(String, String, String)) -> bool,
     ) -> anyhow::Result<Vec<(String, String, String)>> {
-        let mut events = self.events_of(name).await?;
-        for _ in 0..75 {
+        let deadline = tokio::time::Instant::now() + EVENT_WAIT;
+        loop {
+            let events = self.events_of(name).await?;
             if events.iter().any(&want) {
-                break;
+                return Ok(events);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!("no event of {name} as awaited within {EVENT_WAIT:?}; its events: {events:#?}");
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
-            events = self.events_of(name).await?;
         }
-        Ok(events)
     }
 
     /// Events recorded on cluster-scoped object `name`: (type, reason, message), oldest first, each
@@ -1164,6 +1308,8 @@ pub struct Observed {
     pub max_in_flight: HashMap<String, usize>,
     /// Highest number in flight across all groups.
     pub max_in_flight_total: usize,
+    /// In flight now, per `env` label.
+    pub in_flight: HashMap<String, usize>,
     /// In the order seen: ("start" | "finish", binding, env).
     pub timeline: Vec<(&'static str, String, String)>,
     /// How many times each binding's spec.version was set to the target (patches).
@@ -1219,12 +1365,44 @@ pub fn observe_bindings(env: &TestEnv, to: &'static str) -> Arc<Mutex<Observed>>
             };
             let group_now = in_flight(Some(&group));
             let total_now = in_flight(None);
+            o.in_flight.insert(group.clone(), group_now);
             let max = o.max_in_flight.entry(group).or_default();
             *max = (*max).max(group_now);
             o.max_in_flight_total = o.max_in_flight_total.max(total_now);
         }
     });
     seen
+}
+
+/// Waits until the watch of [`observe_bindings`] sees `n` bindings of `group` in flight at once:
+/// a concurrency limit *used*. Only meaningful while the test holds the upgrades
+/// ([`TestEnv::hold`]): then the controller has all the time it needs to fill its slots, and a
+/// timeout is a controller that did not, whatever the machine's load.
+pub async fn wait_in_flight(
+    seen: &Arc<Mutex<Observed>>,
+    group: &str,
+    n: usize,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        // A local read of what the watch recorded, not a request: polling it costs nothing.
+        let now = seen
+            .lock()
+            .map_err(|_| anyhow!("the binding observer panicked"))?
+            .in_flight
+            .get(group)
+            .copied()
+            .unwrap_or(0);
+        if now >= n {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let o = seen.lock().map_err(|_| anyhow!("the binding observer panicked"))?;
+            bail!("group {group:?} never had {n} upgrades in flight within {timeout:?} (now {now}); seen: {o:#?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Runs this workspace's `kubectl-upgradeplan` with its stdout on a terminal (a pseudo-terminal

@@ -39,6 +39,10 @@ pub const DELAY_ANNOTATION: &str = "kratix-sim/delay";
 pub const FAIL_VERSION_ANNOTATION: &str = "kratix-sim/fail-version";
 /// Annotation: the health state the HealthRecord reports after a successful upgrade.
 pub const HEALTH_ANNOTATION: &str = "kratix-sim/health";
+/// Annotation: while present, an upgrade in progress does not finish (it has started; its delay
+/// may have passed). Tests that assert a concurrency limit is *used* hold upgrades with it and
+/// release them by removing it, so that no timing decides what they see.
+pub const HOLD_ANNOTATION: &str = "kratix-sim/hold";
 /// Annotation: Go duration between the upgrade's success and its HealthRecord.
 pub const HEALTH_DELAY_ANNOTATION: &str = "kratix-sim/health-delay";
 /// The states a HealthRecord may report (Kratix's enum).
@@ -83,6 +87,8 @@ pub enum Step {
     Start { target: String },
     /// In progress: finish at this instant.
     FinishAt { target: String, at: DateTime<Utc> },
+    /// In progress and due, but held by [`HOLD_ANNOTATION`]: finish once it is removed.
+    Held { target: String },
     /// Finish now: succeed or fail.
     Finish { target: String, fail: bool },
 }
@@ -134,7 +140,9 @@ pub fn decide(
         Some(c) if c.status == "Unknown" && c.message == in_progress_message(&target) => {
             let started = c.last_transition_time.unwrap_or(now);
             let at = started + chrono::Duration::from_std(delay).unwrap_or_default();
-            if at <= now {
+            if at <= now && b.annotations().contains_key(HOLD_ANNOTATION) {
+                Step::Held { target }
+            } else if at <= now {
                 let fail = b
                     .annotations()
                     .get(FAIL_VERSION_ANNOTATION)
@@ -285,14 +293,38 @@ async fn reconcile(b: Arc<ResourceBinding>, ctx: Arc<Ctx>) -> Result<Action, Sim
         .is_some_and(|t| of_promise.iter().any(|r| &r.spec.version == t));
     let delay = binding_delay(&b, ctx.config.delay);
     let now = Utc::now();
+    let name = b.name_any();
+    let result = act(&b, &ctx, &api, target.as_deref(), revision_exists, delay, now).await;
+    // What this reconcile wrote is written: tests wait for this line (with the version they
+    // changed the binding to) before they check that nothing else happened.
+    tracing::debug!(
+        binding = %format!("{ns}/{name}"),
+        resource_version = %b.resource_version().unwrap_or_default(),
+        ok = result.is_ok(),
+        "reconciled"
+    );
+    result
+}
+
+/// Carries out [`decide`]'s step for one binding.
+async fn act(
+    b: &ResourceBinding,
+    ctx: &Ctx,
+    api: &Api<ResourceBinding>,
+    target: Option<&str>,
+    revision_exists: bool,
+    delay: Duration,
+    now: DateTime<Utc>,
+) -> Result<Action, SimError> {
+    let ns = b.namespace().unwrap_or_default();
+    let name = b.name_any();
     let status = |body: serde_json::Value| Patch::Merge(json!({"status": body}));
     let pp = PatchParams {
         field_manager: Some(FIELD_MANAGER.to_string()),
         ..Default::default()
     };
-    let name = b.name_any();
-    match decide(&b, target.as_deref(), revision_exists, delay, now) {
-        Step::Idle => report_health(&b, &ctx).await,
+    match decide(b, target, revision_exists, delay, now) {
+        Step::Idle => report_health(b, ctx).await,
         Step::Retry { target } => {
             api.patch(
                 &name,
@@ -322,6 +354,8 @@ async fn reconcile(b: Arc<ResourceBinding>, ctx: Arc<Ctx>) -> Result<Action, Sim
             Ok(Action::requeue(delay))
         }
         Step::FinishAt { at, .. } => Ok(Action::requeue((at - now).to_std().unwrap_or_default())),
+        // Removing the annotation is a change of the binding: the watch wakes this reconcile.
+        Step::Held { .. } => Ok(Action::await_change()),
         Step::Finish { target, fail: true } => {
             api.patch_status(
                 &name,
@@ -543,6 +577,35 @@ mod tests {
                 Step::Idle,
             ),
         ];
+        let held = |cond: (&str, &str, &str)| {
+            let mut b = b("v1", Some(cond), None);
+            b.annotations_mut().insert(HOLD_ANNOTATION.into(), "true".into());
+            b
+        };
+        let in_progress = in_progress_message("v2");
+        let cases = cases.into_iter().chain([
+            (
+                "held: still starts",
+                held(("True", "", "2026-06-01T10:00:00Z")),
+                true,
+                Step::Start { target: t("v2") },
+            ),
+            (
+                "held, not yet due",
+                held(("Unknown", &in_progress, "2026-06-01T10:00:08Z")),
+                true,
+                Step::FinishAt {
+                    target: t("v2"),
+                    at: utc("2026-06-01T10:00:13Z"),
+                },
+            ),
+            (
+                "held, due: stays in progress",
+                held(("Unknown", &in_progress, "2026-06-01T10:00:00Z")),
+                true,
+                Step::Held { target: t("v2") },
+            ),
+        ]);
         for (name, binding, rev, want) in cases {
             assert_eq!(decide(&binding, Some("v2"), rev, d, now), want, "{name}");
         }

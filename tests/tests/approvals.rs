@@ -116,7 +116,8 @@ async fn a_canary_soaks_then_production_waits_for_approval() {
             "rollout group \"prod\" waits for an UpgradeApproval"
         )
     );
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Reconciled once more while it waits: still announced once.
+    env.settle_run(&controller, &run).await.unwrap();
     let events = env
         .events_when(&run, |(_, r, _)| r == "GroupAwaitingApproval")
         .await

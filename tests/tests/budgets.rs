@@ -17,13 +17,21 @@ const WAIT: Duration = Duration::from_secs(90);
 /// A world with a Promise (v1.0.0, v2.0.0), kratix-sim and a controller; bindings are added per
 /// test, labelled `set` (which plan selects them) and `env` (which group).
 async fn world(prefix: &str) -> (TestEnv, String, upgradeplan_e2e::harness::ControllerProcess) {
+    world_with(prefix, &[]).await
+}
+
+/// [`world`] with extra controller flags.
+async fn world_with(
+    prefix: &str,
+    controller_args: &[&str],
+) -> (TestEnv, String, upgradeplan_e2e::harness::ControllerProcess) {
     let mut env = TestEnv::new(prefix).await.unwrap();
     env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
         .await
         .unwrap();
     let ns = env.namespace("apps").await.unwrap();
     env.start_sim(SIM, &[]).unwrap();
-    let controller = env.start_controller(&[]).await.unwrap();
+    let controller = env.start_controller(controller_args).await.unwrap();
     (env, ns, controller)
 }
 
@@ -338,16 +346,17 @@ async fn run_history_limit_keeps_the_newest_runs_of_each_kind() {
 }
 
 /// The same limit across scheduled runs: a plan that fires every minute keeps only its newest
-/// Completed run, and each pruned run's snapshot goes with it.
+/// Completed run, and each pruned run's snapshot goes with it. The controller's decision clock
+/// runs 20 times as fast (hidden `--clock-rate`): a cron minute passes in three seconds.
 #[tokio::test]
 async fn run_history_limit_applies_to_scheduled_runs_and_takes_their_snapshots() {
-    let (env, _ns, controller) = world("sched-history").await;
+    let (env, _ns, controller) = world_with("sched-history", &["--clock-rate", "20"]).await;
     let mut spec = two_groups("nothing", json!({}));
     spec["upgradeExecutionPolicy"] = json!({"repeatSchedule": "* * * * *"});
     spec["runHistoryLimit"] = json!({"succeeded": 1});
     let plan = env.create_plan("every-minute", spec).await.unwrap();
-    // Three triggers: up to three minutes.
-    let deadline = std::time::Instant::now() + Duration::from_secs(200);
+    // Three triggers: up to three decision-clock minutes, nine seconds.
+    let deadline = std::time::Instant::now() + WAIT;
     let mut seen = std::collections::BTreeSet::new();
     loop {
         for r in env.runs().list(&Default::default()).await.unwrap().items {

@@ -10,7 +10,9 @@ use kube::ResourceExt;
 use serde_json::json;
 use upgradeplan::api::kratix::{ResourceBinding, PROMISE_NAME_LABEL};
 use upgradeplan::api::{find_condition, reasons, ConditionStatus, PlanPhase, RunResult, RunState, UpgradeRun};
-use upgradeplan_e2e::harness::{group_counts, http_get, observe_bindings, wait_gone, ControllerProcess, TestEnv};
+use upgradeplan_e2e::harness::{
+    group_counts, http_get, observe_bindings, wait_gone, wait_in_flight, ControllerProcess, TestEnv,
+};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
@@ -81,9 +83,14 @@ fn group(name: &str, total: i64, succeeded: i64, failed: i64, skipped: i64) -> (
     (name.into(), total, succeeded, failed, skipped)
 }
 
+/// Limits are checked both ways: *never exceeded* over the whole run (the watch samples every
+/// change), and *used* — each group fills its slots — while kratix-sim holds the upgrades, so
+/// that the machine's speed cannot decide what the test sees. A group is released once it has
+/// filled its slots; its remaining upgrades then start and finish as the limit allows.
 #[tokio::test]
 async fn three_group_plan_completes_in_order_within_limits() {
-    let (env, controller, _) = world("e2e-three", &[("dev", 4), ("staging", 4), ("prod", 3)], "700ms").await;
+    let (env, controller, bindings) = world("e2e-three", &[("dev", 4), ("staging", 4), ("prod", 3)], "100ms").await;
+    env.hold(bindings.keys(), true).await.unwrap();
     let seen = observe_bindings(&env, "v2.0.0");
     let plan = env.create_plan("plan", three_groups()).await.unwrap();
     env.wait_plan(&plan, WAIT, "Ready", |p| {
@@ -94,6 +101,13 @@ async fn three_group_plan_completes_in_order_within_limits() {
     .await
     .unwrap();
     let run = env.create_run(&format!("{plan}-manual"), &plan, false).await.unwrap();
+    for (group, limit) in [("dev", 2), ("staging", 2), ("prod", 1)] {
+        wait_in_flight(&seen, group, limit, WAIT)
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+        let members = bindings.iter().filter(|(_, g)| *g == group).map(|(k, _)| k);
+        env.hold(members, false).await.unwrap();
+    }
     let done = env
         .wait_run(&run, WAIT, "a terminal state", terminal)
         .await
@@ -125,6 +139,7 @@ async fn three_group_plan_completes_in_order_within_limits() {
         .iter()
         .any(|o| o.name == plan && o.controller == Some(true)));
 
+    // Never exceeded (and, waited for above, reached).
     let o = std::mem::take(&mut *seen.lock().unwrap());
     assert_eq!(o.max_in_flight.get("dev"), Some(&2), "{o:?}");
     assert_eq!(o.max_in_flight.get("staging"), Some(&2), "50% of 4: {o:?}");
@@ -307,7 +322,6 @@ async fn a_preview_snapshots_and_patches_nothing_until_resumed() {
     let mut spec = two_groups();
     spec["rolloutGroups"][0]["maxConcurrent"] = json!(1);
     let plan = env.create_plan("plan", spec).await.unwrap();
-    let observed = observe_bindings(&env, "v2.0.0");
     let run = env.create_run(&format!("{plan}-preview"), &plan, true).await.unwrap();
     let r = env
         .wait_run(&run, WAIT, "snapshot taken", |r| {
@@ -326,17 +340,15 @@ async fn a_preview_snapshots_and_patches_nothing_until_resumed() {
         (s.status, s.reason.as_str()),
         (ConditionStatus::True, reasons::SUSPENDED)
     );
-    // A bounded watch over the bindings proves the negative: it saw all three, and no patch.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    {
-        let o = observed.lock().unwrap();
-        assert_eq!(o.bindings, 3, "the watch saw the bindings");
-        assert!(
-            o.spec_changes.is_empty(),
-            "a preview patches nothing: {:?}",
-            o.spec_changes
-        );
-    }
+    // Once the controller has reconciled the preview again, a read of the bindings (the API
+    // server's, not a cache's) proves the negative: nothing was patched.
+    env.settle_run(&controller, &run).await.unwrap();
+    let versions = spec_versions(&env).await;
+    assert_eq!(versions.len(), 3, "{versions:?}");
+    assert!(
+        versions.values().all(|v| v == "v1.0.0"),
+        "a preview patches nothing: {versions:?}"
+    );
     let p = env.plans().get(&plan).await.unwrap();
     assert_eq!(
         p.status.unwrap().active_run_ref,
@@ -500,7 +512,11 @@ async fn scheduled_runs_fire_once_per_trigger_and_not_while_suspended() {
         .unwrap();
     let suspended_at = chrono::Utc::now();
 
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Each plan reconciled once more (the suspended one after its suspension): whatever runs
+    // they would create exist by then.
+    for plan in [&once, &paused, &every] {
+        env.settle_plan(&controller, plan).await.unwrap();
+    }
     let runs = env.runs().list(&Default::default()).await.unwrap().items;
     let of = |plan: &str| {
         runs.iter()
@@ -1146,7 +1162,8 @@ async fn a_controller_killed_mid_run_resumes_without_double_patches() {
     assert_eq!(state(&done), RunState::Completed);
     assert_eq!(done.status.unwrap().completed_resources, 6);
     let o = std::mem::take(&mut *seen.lock().unwrap());
-    assert_eq!(o.max_in_flight.get("dev"), Some(&2), "{o:?}");
+    // The limit holds across the crash (never exceeded; whether it was reached is timing).
+    assert!(o.max_in_flight.get("dev").is_some_and(|n| *n <= 2), "{o:?}");
     assert!(
         o.spec_changes.len() == 6 && o.spec_changes.values().all(|n| *n == 1),
         "each binding patched exactly once: {o:?}"

@@ -126,13 +126,30 @@ async fn a_firing_gate_holds_new_starts_and_an_unreachable_prometheus_closes_it(
         message.starts_with("gate \"signal\": 1 series, first test_gate_signal{") && message.contains("source=\"e2e\""),
         "{message}"
     );
-    // Long enough for every upgrade in flight at the closing to finish.
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // The upgrades in flight at the closing finish (waited for), and once the controller has
+    // reconciled the run after that, nothing has started since the pass that found the gate
+    // closed (both times are the controller's; start annotations are to the second).
+    let closed_at = find_condition(&closed.status.as_ref().unwrap().conditions, reasons::GATED)
+        .unwrap()
+        .last_transition_time;
+    assert!(
+        closed_at >= flipped - chrono::Duration::seconds(1),
+        "closed {closed_at}, flipped {flipped}"
+    );
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !starts(&env, &ns).await.iter().all(|(_, done)| *done) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the upgrades in flight never finished"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    env.settle_run(&controller, &run).await.unwrap();
     let held = starts(&env, &ns).await;
     let last_start = held.iter().map(|(at, _)| *at).max().unwrap();
     assert!(
-        last_start <= flipped + chrono::Duration::seconds(4),
-        "an upgrade started {last_start}, after the gate closed at {flipped}"
+        last_start <= closed_at,
+        "an upgrade started {last_start}, after the gate was found closed at {closed_at}"
     );
     assert!(
         held.iter().all(|(_, done)| *done),

@@ -93,10 +93,9 @@ async fn failure_is_reported_and_never_retried_until_asked() {
     );
 
     // Kratix never retries on its own: an unrelated change must not restart the upgrade.
-    env.patch_binding(&ns, &name, json!({"metadata": {"annotations": {"touched": "yes"}}}))
+    env.patch_and_settle_binding(&ns, &name, json!({"metadata": {"annotations": {"touched": "yes"}}}))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let still = env.bindings_api(&ns).get(&name).await.unwrap();
     assert_eq!(
         still.upgrade_condition().unwrap(),
@@ -142,7 +141,10 @@ async fn missing_revision_keeps_the_binding_in_progress() {
     })
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Reconciled again after its own write: it still waits.
+    env.patch_and_settle_binding(&ns, &name, json!({"metadata": {"annotations": {"touched": "yes"}}}))
+        .await
+        .unwrap();
     let waiting = env.bindings_api(&ns).get(&name).await.unwrap();
     assert_eq!(waiting.last_applied_version(), "v1.0.0");
     assert_eq!(reason(&waiting), UPGRADE_IN_PROGRESS);
@@ -316,7 +318,12 @@ async fn health_records_follow_successful_upgrades() {
     env.wait_binding(&ns, &silent, WAIT, "upgraded", completed("v2.0.0"))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Reconciled once more after their ends: still no record.
+    for b in [&silent, &broken] {
+        env.patch_and_settle_binding(&ns, b, json!({"metadata": {"annotations": {"touched": "yes"}}}))
+            .await
+            .unwrap();
+    }
     assert!(records.get_opt(&silent).await.unwrap().is_none());
     assert!(records.get_opt(&broken).await.unwrap().is_none());
     env.teardown().await.unwrap();

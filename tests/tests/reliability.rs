@@ -766,7 +766,7 @@ async fn announcements_cut_off_by_crashes_are_made_once() {
         "{}",
         c.log_text()
     );
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    env.settle_run(&c, &run).await.unwrap();
     let events = assert_starts_announced_once(&env, &run, members.len()).await;
     let completed: Vec<_> = events.iter().filter(|(r, _, _)| r == "UpgradeRunCompleted").collect();
     assert_eq!(completed.len(), 1, "the completion announced once: {events:#?}");

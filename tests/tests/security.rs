@@ -118,8 +118,9 @@ async fn a_snapshot_edited_mid_run_fails_the_run_and_the_added_binding_is_never_
         events.iter().any(|(t, r, _)| t == "Warning" && r == "UpgradeRunFailed"),
         "{events:?}"
     );
-    // Nothing more is patched: the intruder never, and no resource after the edit.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Nothing more is patched: the intruder never, and no resource after the edit (checked once
+    // the controller has reconciled the failed run again).
+    env.settle_run(&controller, &run).await.unwrap();
     let b = env.bindings_api(&ns).get(&intruder.binding).await.unwrap();
     assert_eq!(
         b.spec.version, "v1.0.0",

@@ -25,7 +25,8 @@ use upgradeplan_e2e::sim::{self, SimConfig};
 /// the success; a changed annotation rewrites the record.
 ///
 /// Per-binding knobs (annotations): `kratix-sim/delay: 30s` (Go duration), `kratix-sim/fail-version: v2.0.0`,
-/// `kratix-sim/health: healthy`, `kratix-sim/health-delay: 10s`.
+/// `kratix-sim/health: healthy`, `kratix-sim/health-delay: 10s`, `kratix-sim/hold` (while present, an
+/// upgrade in progress does not finish: remove it to let the upgrade end).
 #[derive(Parser)]
 #[command(name = "kratix-sim", version)]
 struct Cli {
@@ -50,6 +51,8 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        // Colours for a person at a terminal; a log file gets plain text (tests read its lines).
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
