@@ -19,7 +19,8 @@
 #   UPGRADEPLAN_CACHE  where built binaries are kept (~/.cache/upgradeplan)
 #
 # Kubeconfigs written to $TESTENV_DIR: admin.kubeconfig (client certificate, system:masters),
-# no-rights.kubeconfig (static token of user "no-rights", no RBAC grants: for RBAC tests).
+# no-rights.kubeconfig (static token of user "no-rights", no RBAC grants: for RBAC tests). The API
+# server's audit log ($TESTENV_AUDIT_LOG, JSON lines) records every ServiceAccount's request and verdict.
 set -euo pipefail
 
 CACHE="${UPGRADEPLAN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/upgradeplan}/testenv"
@@ -170,7 +171,19 @@ launch() { # name command... : start in its own session, record its PID
 }
 
 launch_apiserver() {
+  # Every request of a ServiceAccount, with its verdict (the metadata, no bodies): what the
+  # deploy/ RBAC was refused is read here, not guessed from a client's log.
+  cat >"$RUN/audit-policy.yaml" <<'POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  userGroups: ["system:serviceaccounts"]
+- level: None
+POLICY
   launch kube-apiserver "$BIN/kube-apiserver" \
+    --audit-policy-file "$RUN/audit-policy.yaml" --audit-log-path "$RUN/logs/audit.log" --audit-log-format json \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
     --tls-cert-file "$RUN/pki/apiserver.crt" --tls-private-key-file "$RUN/pki/apiserver.key" \
@@ -247,6 +260,7 @@ env_lines() {
   echo "export KUBECONFIG=$RUN/admin.kubeconfig"
   echo "export TESTENV_DIR=$RUN"
   echo "export TESTENV_NO_RIGHTS_KUBECONFIG=$RUN/no-rights.kubeconfig"
+  echo "export TESTENV_AUDIT_LOG=$RUN/logs/audit.log"
 }
 
 cmd_stop() {

@@ -258,6 +258,11 @@ impl ControllerProcess {
         Ok(())
     }
 
+    /// SIGTERM, without waiting: the controller begins its graceful shutdown.
+    pub fn request_stop(&self) -> anyhow::Result<()> {
+        Ok(self.signal("TERM")?)
+    }
+
     /// SIGKILL, as a crash would.
     pub async fn kill(&mut self) {
         if self.group {

@@ -68,6 +68,8 @@ struct Shared {
     faults: Mutex<Faults>,
     log: Mutex<Vec<Recorded>>,
     counter: AtomicU64,
+    /// Requests being held now (see [`Faults::hold_one_in`]).
+    holding: AtomicU64,
     /// Bumped to cut every open streaming response.
     cut: watch::Sender<u64>,
 }
@@ -94,6 +96,7 @@ impl FaultProxy {
             faults: Mutex::default(),
             log: Mutex::default(),
             counter: AtomicU64::new(0),
+            holding: AtomicU64::new(0),
             cut: watch::channel(0).0,
         });
         let state = shared.clone();
@@ -135,6 +138,11 @@ impl FaultProxy {
     /// Ends every open streaming response (watches) abruptly.
     pub fn cut_streams(&self) {
         self.shared.cut.send_modify(|g| *g += 1);
+    }
+
+    /// How many requests the proxy is holding now: a client waiting in one of them.
+    pub fn holding(&self) -> u64 {
+        self.shared.holding.load(Ordering::SeqCst)
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
@@ -207,7 +215,9 @@ async fn handle(shared: Arc<Shared>, req: http::Request<Incoming>) -> Result<htt
         return Ok(full(code, status_body(code, reason)));
     }
     if hit(faults.hold_one_in, 1) {
+        shared.holding.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(faults.hold).await;
+        shared.holding.fetch_sub(1, Ordering::SeqCst);
         log(record);
         return Err("held by the fault proxy until the client gave up".into());
     }
