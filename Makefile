@@ -12,9 +12,15 @@ CHAOS_KILLS ?= 100
 CHAOS_BINDINGS ?= 2000
 CHAOS_FAILOVERS ?= 6
 STRESS_RUNS ?= 3
+# Every cargo command of `make test` selects the whole workspace (with its tests): features are
+# resolved for the packages a command selects, and `-p one` resolves a smaller set, which rebuilt
+# nearly the whole dependency tree once per selection (syn, serde, tokio, k8s-openapi, kube ...).
+WORKSPACE := --workspace --locked
+# The integration suites: the test targets under tests/tests/.
+E2E_SUITES := $(patsubst tests/tests/%.rs,--test %,$(sort $(wildcard tests/tests/*.rs)))
 STRESS_HOGS ?= 2
 
-.PHONY: help test-stress krew-install monitoring-rules demo-smoke chaos fuzz bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
+.PHONY: help test-stress build-all krew-install monitoring-rules demo-smoke chaos fuzz bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -27,6 +33,9 @@ deps: ## install the Debian packages the build needs (run as root on a fresh mac
 build: deps ## build every binary (upgradeplan-controller, kubectl-upgradeplan, kratix-sim)
 	$(CARGO) build --workspace --bins
 
+build-all: deps ## every binary and test, with the feature set every part of `make test` shares (one build, not one per part)
+	$(CARGO) build $(WORKSPACE) --tests --bins
+
 crds: ## regenerate deploy/crds from the Rust types
 	$(CARGO) run -q -p upgradeplan-controller -- crd --output-dir deploy/crds
 
@@ -35,8 +44,9 @@ check: deps ## formatting and lints
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
 unit: deps ## tests that need no cluster (engine tables, CRD freshness, CEL rules)
-	$(CARGO) test --workspace --locked --no-fail-fast --exclude upgradeplan-e2e
-	$(CARGO) test --locked --no-fail-fast -p upgradeplan-e2e --lib
+	$(CARGO) test $(WORKSPACE) --no-fail-fast --lib --bins
+	$(CARGO) test $(WORKSPACE) --no-fail-fast --exclude upgradeplan-e2e --test '*'
+	$(CARGO) test $(WORKSPACE) --no-fail-fast --exclude upgradeplan-e2e --doc
 
 monitoring: cluster-install ## promtool: the alert rules are valid, their unit tests pass, and they render with your settings
 	promtool check rules deploy/monitoring/rules.yaml
@@ -62,20 +72,19 @@ cluster-start: cluster-install ## start the test control plane (prints export li
 cluster-stop: ## stop the test control plane started by cluster-start
 	tests/cluster.sh stop
 
-integration: deps cluster-install ## tests against a real control plane, started and stopped here: every suite runs whatever fails; a table and 'integration: N passed, N failed' end it (log in target/integration.log)
-	$(CARGO) build --workspace --locked --tests --bins
+integration: build-all cluster-install ## tests against a real control plane, started and stopped here: every suite runs whatever fails; a table and 'integration: N passed, N failed' end it (log in target/integration.log)
 	@trap 'tests/cluster.sh stop' EXIT; \
 	eval "$$(tests/cluster.sh start)"; \
-	CARGO="$(CARGO)" tests/run-suites.sh --locked -p upgradeplan-e2e --tests -- --test-threads 16
+	CARGO="$(CARGO)" tests/run-suites.sh $(WORKSPACE) $(E2E_SUITES) -- --test-threads 16
 
-test-stress: deps cluster-install ## the integration suites STRESS_RUNS (3) times in a row, each beside STRESS_HOGS (2) CPU-bound processes, as a busy CI machine runs them; green only if every run is (logs in target/stress-N.log)
+test-stress: build-all cluster-install ## the integration suites STRESS_RUNS (3) times in a row, each beside STRESS_HOGS (2) CPU-bound processes, as a busy CI machine runs them; green only if every run is (logs in target/stress-N.log)
 	$(CARGO) build --workspace --locked --tests --bins
 	@hogs=(); trap 'kill $${hogs[@]} 2>/dev/null; tests/cluster.sh stop' EXIT; \
 	eval "$$(tests/cluster.sh start)"; \
 	for i in $$(seq $(STRESS_HOGS)); do yes >/dev/null & hogs+=($$!); done; \
 	for run in $$(seq $(STRESS_RUNS)); do \
 	  echo "test-stress: run $$run of $(STRESS_RUNS), beside $(STRESS_HOGS) CPU hogs (pids $${hogs[*]})"; \
-	  SUITES_QUIET=1 SUITES_LOG=target/stress-$$run.log CARGO="$(CARGO)" tests/run-suites.sh --locked -p upgradeplan-e2e --tests -- --test-threads 16 \
+	  SUITES_QUIET=1 SUITES_LOG=target/stress-$$run.log CARGO="$(CARGO)" tests/run-suites.sh $(WORKSPACE) $(E2E_SUITES) -- --test-threads 16 \
 	    || { grep -E '^(test .* FAILED|thread .* panicked)' target/stress-$$run.log; echo "test-stress: run $$run of $(STRESS_RUNS) failed (target/stress-$$run.log)" >&2; exit 1; }; \
 	done; \
 	echo "test-stress: $(STRESS_RUNS) runs in a row green beside $(STRESS_HOGS) CPU hogs"
@@ -84,7 +93,7 @@ demo: deps cluster-install ## a local control plane, kratix-sim, the controller,
 	$(CARGO) build --workspace --locked --bins
 	scripts/demo.sh start
 
-demo-smoke: build ## `make demo` end to end on its own ports, then stopped (part of `make test`)
+demo-smoke: build-all ## `make demo` end to end on its own ports, then stopped (part of `make test`)
 	@export DEMO_DIR=/tmp/upgradeplan-demo-smoke DEMO_API_PORT=17643 DEMO_ETCD_PORT=13579 \
 	  DEMO_METRICS_PORT=18180 DEMO_HEALTH_PORT=18181 DEMO_PROMETHEUS_PORT=19190; \
 	trap 'scripts/demo.sh stop >/dev/null' EXIT; \
@@ -122,9 +131,9 @@ fuzz: deps ## every engine fuzz target for FUZZ_SECONDS each (default 60; stable
 	$(CARGO) build --profile fuzz --locked -p upgradeplan-fuzz
 	target/fuzz/upgradeplan-fuzz --seconds $(FUZZ_SECONDS) --artifacts fuzz/artifacts
 
-krew-install: build cluster-install ## the release archive (debug build) installed exactly as krew installs it, then run through kubectl
-	PROFILE=dev scripts/release.sh >/dev/null
-	$(CARGO) test --locked -p kubectl-upgradeplan --test krew -- --ignored
+krew-install: build-all cluster-install ## the release archive (debug build) installed exactly as krew installs it, then run through kubectl
+	PROFILE=dev CARGO_SELECTION="$(WORKSPACE) --tests --bins" scripts/release.sh >/dev/null
+	$(CARGO) test $(WORKSPACE) --test krew -- --ignored
 
 release: ## the plugin's release archive for this machine (dist/), its sha256, written into krew/upgradeplan.yaml
 	scripts/release.sh $(TARGET)

@@ -13,9 +13,13 @@ host="$(rustc -vV | sed -n 's/^host: //p')"
 target="${1:-$host}"
 profile="${PROFILE:-release}"
 case "$profile" in dev) dir=debug ;; *) dir="$profile" ;; esac
+# CARGO_SELECTION: which packages the build selects (default the plugin alone). `make krew-install`
+# selects the workspace with its tests, as the rest of `make test` does, so that its dependencies
+# are resolved with the same features and built once.
+read -r -a selection <<<"${CARGO_SELECTION:---locked -p kubectl-upgradeplan}"
 if [[ $target == "$host" ]]; then
   # This machine's build shares target/<profile> with the rest of the workspace.
-  cargo build --profile "$profile" --locked -p kubectl-upgradeplan
+  cargo build --profile "$profile" "${selection[@]}"
   out="target/$dir"
 else
   cargo build --profile "$profile" --locked -p kubectl-upgradeplan --target "$target"
