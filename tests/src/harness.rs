@@ -149,6 +149,9 @@ async fn create_or_replace(api: &Api<CustomResourceDefinition>, crd: CustomResou
 /// writes by seconds, never by a minute.
 pub const EVENT_WAIT: Duration = Duration::from_secs(60);
 
+/// How long [`TestEnv::wait_ended`] waits for a run to end.
+pub const RUN_WAIT: Duration = Duration::from_secs(90);
+
 /// How long [`TestEnv::settle_run`] waits for the controller's reconcile.
 const NUDGE_WAIT: Duration = Duration::from_secs(60);
 
@@ -892,6 +895,11 @@ impl TestEnv {
         wait_for(self.runs(), name, timeout, what, pred).await
     }
 
+    /// Waits (watch-driven) until the run `name` has ended, for at most [`RUN_WAIT`].
+    pub async fn wait_ended(&self, name: &str) -> anyhow::Result<UpgradeRun> {
+        self.wait_run(name, RUN_WAIT, "its end", run_ended).await
+    }
+
     /// Waits (watch-driven) until the UpgradeFreeze `name` satisfies `pred`; its status then.
     pub async fn wait_for_freeze(
         &self,
@@ -1377,6 +1385,21 @@ pub fn observe_bindings(env: &TestEnv, to: &'static str) -> Arc<Mutex<Observed>>
         }
     });
     seen
+}
+
+/// The run's state (`Unresolved` before its first status).
+pub fn run_state(r: &UpgradeRun) -> upgradeplan::api::RunState {
+    r.status.as_ref().map(|s| s.state).unwrap_or_default()
+}
+
+/// Whether the run has ended (Completed, Failed or Cancelled).
+pub fn run_ended(r: &UpgradeRun) -> bool {
+    run_state(r).is_terminal()
+}
+
+/// One row of [`group_counts`]: (group, total, succeeded, failed, skipped).
+pub fn group_row(name: &str, total: i64, succeeded: i64, failed: i64, skipped: i64) -> (String, i64, i64, i64, i64) {
+    (name.into(), total, succeeded, failed, skipped)
 }
 
 /// Waits until the watch of [`observe_bindings`] sees `n` bindings of `group` in flight at once:

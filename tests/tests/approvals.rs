@@ -47,14 +47,6 @@ async fn soaking_since(env: &TestEnv, run: &str) -> DateTime<Utc> {
     soaking.status.as_ref().unwrap().rollout_groups[0].completed_at.unwrap()
 }
 
-async fn finished(env: &TestEnv, run: &str) -> UpgradeRun {
-    env.wait_run(run, WAIT, "finished", |r| {
-        r.status.as_ref().is_some_and(|s| s.state.is_terminal())
-    })
-    .await
-    .unwrap()
-}
-
 fn group(name: &str, extra: serde_json::Value) -> serde_json::Value {
     let mut g = json!({"name": name, "selectors": {"matchLabels": {"env": name}}});
     for (k, v) in extra.as_object().unwrap() {
@@ -158,7 +150,7 @@ async fn a_canary_soaks_then_production_waits_for_approval() {
         "{}",
         out.stdout
     );
-    let done = finished(&env, &run).await;
+    let done = env.wait_ended(&run).await.unwrap();
     let status = done.status.as_ref().unwrap();
     assert_eq!(status.state, RunState::Completed, "{}", controller.log_text());
     assert_eq!(
@@ -228,7 +220,7 @@ async fn a_pre_approved_group_never_waits_and_a_restart_keeps_the_soak_clock() {
     controller.kill().await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let _controller = env.start_controller(&[]).await.unwrap();
-    let done = finished(&env, &run).await;
+    let done = env.wait_ended(&run).await.unwrap();
     let status = done.status.as_ref().unwrap();
     assert_eq!(status.state, RunState::Completed);
     let prod_started = started_at(&env, &ns, "p0").await;
@@ -275,7 +267,7 @@ async fn without_the_approval_crd_plans_that_need_no_approval_still_run() {
         .await
         .unwrap();
     let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
-    let done = finished(&env, &run).await;
+    let done = env.wait_ended(&run).await.unwrap();
     assert_eq!(
         done.status.unwrap().state,
         RunState::Completed,

@@ -8,7 +8,7 @@ use upgradeplan::api::kratix::BindingFacts;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 use upgradeplan::api::kratix::ResourceBinding;
-use upgradeplan::api::{find_condition, reasons, ConditionStatus, RunState, UpgradeRun, UPGRADE_STARTED_AT_ANNOTATION};
+use upgradeplan::api::{find_condition, reasons, ConditionStatus, RunState, UPGRADE_STARTED_AT_ANNOTATION};
 use upgradeplan_e2e::harness::{run_plugin, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
@@ -55,14 +55,6 @@ fn two_groups(set: &str, first: Value) -> Value {
     }
     json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
            "rolloutGroups": [dev, {"name": "prod", "selectors": {"matchLabels": {"set": set, "env": "prod"}}}]})
-}
-
-async fn finished(env: &TestEnv, run: &str) -> UpgradeRun {
-    env.wait_run(run, WAIT, "finished", |r| {
-        r.status.as_ref().is_some_and(|s| s.state.is_terminal())
-    })
-    .await
-    .unwrap()
 }
 
 async fn live(env: &TestEnv, ns: &str, name: &str) -> ResourceBinding {
@@ -116,7 +108,7 @@ async fn a_failure_within_budget_completes_the_run_and_one_more_fails_it() {
     let run_a = env.create_run(&format!("{within}-1"), &within, false).await.unwrap();
     let run_b = env.create_run(&format!("{over}-1"), &over, false).await.unwrap();
 
-    let a = finished(&env, &run_a).await;
+    let a = env.wait_ended(&run_a).await.unwrap();
     let status = a.status.clone().unwrap();
     assert_eq!(status.state, RunState::Completed, "{}", controller.log_text());
     let c = find_condition(&status.conditions, reasons::RUN_SUCCEEDED).unwrap();
@@ -202,7 +194,7 @@ async fn a_failure_within_budget_completes_the_run_and_one_more_fails_it() {
     );
 
     // 50% of 2 tolerates 1: two failures fail the run in its first group; prod never starts.
-    let b = finished(&env, &run_b).await.status.unwrap();
+    let b = env.wait_ended(&run_b).await.unwrap().status.unwrap();
     assert_eq!(b.state, RunState::Failed);
     let c = find_condition(&b.conditions, reasons::RUN_SUCCEEDED).unwrap();
     assert_eq!(
@@ -239,7 +231,7 @@ async fn a_resource_past_its_deadline_counts_as_failed_and_frees_its_slot() {
         .await
         .unwrap();
     let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
-    let r = finished(&env, &run).await.status.unwrap();
+    let r = env.wait_ended(&run).await.unwrap().status.unwrap();
     assert_eq!(r.state, RunState::Completed, "{}", controller.log_text());
     assert_eq!((r.rollout_groups[0].failed, r.rollout_groups[0].succeeded), (1, 1));
     let (slow, next) = (live(&env, &ns, "a-slow").await, live(&env, &ns, "b-next").await);
@@ -293,7 +285,7 @@ async fn run_history_limit_keeps_the_newest_runs_of_each_kind() {
                 .create_run(&format!("{plan}-{prefix}{i}"), plan, false)
                 .await
                 .unwrap();
-            assert_eq!(finished(&env, &run).await.status.unwrap().state, want, "{run}");
+            assert_eq!(env.wait_ended(&run).await.unwrap().status.unwrap().state, want, "{run}");
             runs.push(run);
         }
         runs

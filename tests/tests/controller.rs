@@ -11,20 +11,13 @@ use serde_json::json;
 use upgradeplan::api::kratix::{ResourceBinding, PROMISE_NAME_LABEL};
 use upgradeplan::api::{find_condition, reasons, ConditionStatus, PlanPhase, RunResult, RunState, UpgradeRun};
 use upgradeplan_e2e::harness::{
-    group_counts, http_get, observe_bindings, wait_gone, wait_in_flight, ControllerProcess, TestEnv,
+    group_counts, group_row, http_get, observe_bindings, run_ended, run_state, wait_gone, wait_in_flight,
+    ControllerProcess, TestEnv,
 };
 use upgradeplan_e2e::proxy::{FaultProxy, Faults};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
-
-fn state(r: &UpgradeRun) -> RunState {
-    r.status.as_ref().map(|s| s.state).unwrap_or_default()
-}
-
-fn terminal(r: &UpgradeRun) -> bool {
-    state(r).is_terminal()
-}
 
 /// A Promise with v1.0.0 and v2.0.0, bindings at v1.0.0 labelled `env` in three namespaces,
 /// kratix-sim with a per-upgrade delay, and a controller.
@@ -80,10 +73,6 @@ fn three_groups() -> serde_json::Value {
     })
 }
 
-fn group(name: &str, total: i64, succeeded: i64, failed: i64, skipped: i64) -> (String, i64, i64, i64, i64) {
-    (name.into(), total, succeeded, failed, skipped)
-}
-
 /// Limits are checked both ways: *never exceeded* over the whole run (the watch samples every
 /// change), and *used* — each group fills its slots — while kratix-sim holds the upgrades, so
 /// that the machine's speed cannot decide what the test sees. A group is released once it has
@@ -110,7 +99,7 @@ async fn three_group_plan_completes_in_order_within_limits() {
         env.hold(members, false).await.unwrap();
     }
     let done = env
-        .wait_run(&run, WAIT, "a terminal state", terminal)
+        .wait_run(&run, WAIT, "a terminal state", run_ended)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
     let status = done.status.clone().unwrap();
@@ -119,9 +108,9 @@ async fn three_group_plan_completes_in_order_within_limits() {
     assert_eq!(
         group_counts(&status.rollout_groups),
         vec![
-            group("dev", 4, 4, 0, 0),
-            group("staging", 4, 4, 0, 0),
-            group("prod", 3, 3, 0, 0)
+            group_row("dev", 4, 4, 0, 0),
+            group_row("staging", 4, 4, 0, 0),
+            group_row("prod", 3, 3, 0, 0)
         ]
     );
     let succeeded = find_condition(&status.conditions, reasons::RUN_SUCCEEDED).unwrap();
@@ -264,7 +253,7 @@ async fn a_failing_resource_fails_the_run_and_later_groups_never_start() {
     let plan = env.create_plan("plan", two_groups()).await.unwrap();
     let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
     let done = env
-        .wait_run(&run, WAIT, "terminal", terminal)
+        .wait_run(&run, WAIT, "terminal", run_ended)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
     let status = done.status.clone().unwrap();
@@ -276,7 +265,7 @@ async fn a_failing_resource_fails_the_run_and_later_groups_never_start() {
     );
     assert_eq!(c.message, "1 resource(s) failed to upgrade in rollout group \"dev\"");
     assert_eq!(status.rollout_groups[0].failed, 1);
-    assert_eq!(group_counts(&status.rollout_groups)[1], group("prod", 2, 0, 0, 0));
+    assert_eq!(group_counts(&status.rollout_groups)[1], group_row("prod", 2, 0, 0, 0));
     let versions = spec_versions(&env).await;
     assert!(
         versions
@@ -330,7 +319,7 @@ async fn a_preview_snapshots_and_patches_nothing_until_resumed() {
         })
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
-    assert_eq!(state(&r), RunState::InProgress);
+    assert_eq!(run_state(&r), RunState::InProgress);
     assert_eq!(r.status.as_ref().unwrap().total_resources, 3);
     assert_eq!(
         snapshot_config_maps(&env, &run).await,
@@ -391,10 +380,10 @@ async fn a_preview_snapshots_and_patches_nothing_until_resumed() {
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
     let done = env
-        .wait_run(&run, WAIT, "completion after resume", terminal)
+        .wait_run(&run, WAIT, "completion after resume", run_ended)
         .await
         .unwrap();
-    assert_eq!(state(&done), RunState::Completed);
+    assert_eq!(run_state(&done), RunState::Completed);
     assert_eq!(done.status.unwrap().completed_resources, 3);
     let p = env
         .wait_plan(&plan, WAIT, "the preview recorded as the last run", |p| {
@@ -460,11 +449,11 @@ async fn scheduled_runs_fire_once_per_trigger_and_not_while_suspended() {
 
     let expected = format!("{once}-{}", t.format("%Y%m%d-%H%M"));
     let r = env
-        .wait_run(&expected, WAIT, "the executeAt run", terminal)
+        .wait_run(&expected, WAIT, "the executeAt run", run_ended)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
     assert_eq!(
-        state(&r),
+        run_state(&r),
         RunState::Completed,
         "zero eligible resources complete at once"
     );
@@ -484,7 +473,7 @@ async fn scheduled_runs_fire_once_per_trigger_and_not_while_suspended() {
     assert_eq!(p.status.unwrap().next_run_at, None, "executeAt fires once");
 
     let every_run = format!("{every}-{}", t.format("%Y%m%d-%H%M"));
-    env.wait_run(&every_run, WAIT, "the repeatSchedule run", terminal)
+    env.wait_run(&every_run, WAIT, "the repeatSchedule run", run_ended)
         .await
         .unwrap();
     // On a slow machine another minute may pass before the test suspends the plan: each trigger
@@ -583,7 +572,7 @@ async fn a_newer_run_supersedes_the_active_one() {
     spec["rolloutGroups"][0]["maxConcurrent"] = json!(1);
     let plan = env.create_plan("plan", spec).await.unwrap();
     let first = env.create_run(&format!("{plan}-a"), &plan, false).await.unwrap();
-    env.wait_run(&first, WAIT, "in progress", |r| state(r) == RunState::InProgress)
+    env.wait_run(&first, WAIT, "in progress", |r| run_state(r) == RunState::InProgress)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -605,12 +594,16 @@ async fn a_newer_run_supersedes_the_active_one() {
         (ConditionStatus::True, reasons::SUPERSEDED)
     );
     let done = env
-        .wait_run(&second, WAIT, "the newer run completes", terminal)
+        .wait_run(&second, WAIT, "the newer run completes", run_ended)
         .await
         .unwrap();
-    assert_eq!(state(&done), RunState::Completed);
+    assert_eq!(run_state(&done), RunState::Completed);
     let old = env.runs().get(&first).await.unwrap();
-    assert_eq!(state(&old), RunState::InProgress, "a superseded run keeps its state");
+    assert_eq!(
+        run_state(&old),
+        RunState::InProgress,
+        "a superseded run keeps its state"
+    );
     // The plan's own reconcile records it (the run does not write the plan's status).
     env.wait_plan(&plan, WAIT, "the newer run recorded as the last run", |p| {
         p.status
@@ -639,7 +632,7 @@ async fn deleting_a_run_cancels_it_and_deleting_the_plan_removes_its_runs() {
     spec["rolloutGroups"][0]["maxConcurrent"] = json!(1);
     let plan = env.create_plan("plan", spec).await.unwrap();
     let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
-    env.wait_run(&run, WAIT, "in progress", |r| state(r) == RunState::InProgress)
+    env.wait_run(&run, WAIT, "in progress", |r| run_state(r) == RunState::InProgress)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
     assert_eq!(snapshot_config_maps(&env, &run).await.len(), 1);
@@ -698,7 +691,7 @@ async fn drifted_and_deleted_bindings_are_skipped_and_never_overwritten() {
     let (env, controller, _) = world("e2e-drift", &[("dev", 3)], "0s").await;
     let plan = env.create_plan("plan", two_groups()).await.unwrap();
     let run = env.create_run(&format!("{plan}-1"), &plan, true).await.unwrap();
-    env.wait_run(&run, WAIT, "snapshot", |r| state(r) == RunState::InProgress)
+    env.wait_run(&run, WAIT, "snapshot", |r| run_state(r) == RunState::InProgress)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
     let ns = format!("{}-dev", env.id);
@@ -719,10 +712,10 @@ async fn drifted_and_deleted_bindings_are_skipped_and_never_overwritten() {
         )
         .await
         .unwrap();
-    let done = env.wait_run(&run, WAIT, "terminal", terminal).await.unwrap();
+    let done = env.wait_run(&run, WAIT, "terminal", run_ended).await.unwrap();
     let status = done.status.unwrap();
     assert_eq!(status.state, RunState::Completed);
-    assert_eq!(group_counts(&status.rollout_groups)[0], group("dev", 3, 1, 0, 2));
+    assert_eq!(group_counts(&status.rollout_groups)[0], group_row("dev", 3, 1, 0, 2));
     assert_eq!(
         spec_versions(&env).await.get(&drifted).map(String::as_str),
         Some("v1.5.0"),
@@ -771,7 +764,7 @@ async fn a_missing_revision_makes_the_run_wait_and_a_deleted_one_fails_it() {
         })
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
-    assert_eq!(state(&waiting), RunState::Pending);
+    assert_eq!(run_state(&waiting), RunState::Pending);
     let c = condition(&waiting, reasons::TARGET_REVISION_READY).unwrap();
     assert_eq!(c.reason, reasons::PROMISE_REVISION_NOT_FOUND);
     // A run held at the revision gate exports its gauges and why it waits (spec §9.1).
@@ -783,8 +776,8 @@ async fn a_missing_revision_makes_the_run_wait_and_a_deleted_one_fails_it() {
         assert!(text.contains(&series), "{series} not in\n{text}");
     }
     env.create_revision("v2.0.0", true).await.unwrap();
-    let done = env.wait_run(&run, WAIT, "terminal", terminal).await.unwrap();
-    assert_eq!(state(&done), RunState::Completed);
+    let done = env.wait_run(&run, WAIT, "terminal", run_ended).await.unwrap();
+    assert_eq!(run_state(&done), RunState::Completed);
     let c = condition(&done, reasons::TARGET_REVISION_READY).unwrap();
     assert_eq!(
         c.message,
@@ -810,12 +803,12 @@ async fn a_missing_revision_makes_the_run_wait_and_a_deleted_one_fails_it() {
         .unwrap();
     }
     let run3 = env.create_run(&format!("{plan3}-1"), &plan3, false).await.unwrap();
-    env.wait_run(&run3, WAIT, "in progress", |r| state(r) == RunState::InProgress)
+    env.wait_run(&run3, WAIT, "in progress", |r| run_state(r) == RunState::InProgress)
         .await
         .unwrap();
     env.delete_revision("v3.0.0").await.unwrap();
-    let failed = env.wait_run(&run3, WAIT, "terminal", terminal).await.unwrap();
-    assert_eq!(state(&failed), RunState::Failed);
+    let failed = env.wait_run(&run3, WAIT, "terminal", run_ended).await.unwrap();
+    assert_eq!(run_state(&failed), RunState::Failed);
     let c = condition(&failed, reasons::RUN_SUCCEEDED).unwrap();
     assert_eq!(c.reason, reasons::PROMISE_REVISION_NOT_FOUND);
     // Every path into Failed announces it, once (spec §4.4).
@@ -843,14 +836,14 @@ async fn windows_gate_the_start_of_upgrades() {
     spec["rolloutGroups"][1]["resourceUpgradeWindows"] = json!([{"kind": "deny", "schedule": cron, "duration": "40s"}]);
     let plan = env.create_plan("plan", spec).await.unwrap();
     let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
-    env.wait_run(&run, WAIT, "in progress", |r| state(r) == RunState::InProgress)
+    env.wait_run(&run, WAIT, "in progress", |r| run_state(r) == RunState::InProgress)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
     let done = env
-        .wait_run(&run, Duration::from_secs(180), "terminal", terminal)
+        .wait_run(&run, Duration::from_secs(180), "terminal", run_ended)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
-    assert_eq!(state(&done), RunState::Completed);
+    assert_eq!(run_state(&done), RunState::Completed);
     let o = std::mem::take(&mut *seen.lock().unwrap());
     assert_eq!(o.timeline.iter().filter(|(k, _, _)| *k == "start").count(), 4);
     let finished = done.status.unwrap().finished_at.unwrap();
@@ -913,7 +906,7 @@ async fn a_window_opens_at_the_end_of_a_daylight_saving_gap() {
     });
     let plan = env.create_plan("plan", spec).await.unwrap();
     let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
-    env.wait_run(&run, WAIT, "in progress", |r| state(r) == RunState::InProgress)
+    env.wait_run(&run, WAIT, "in progress", |r| run_state(r) == RunState::InProgress)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
     // Held while the controller's clock is before the gap (the watch records every start).
@@ -923,10 +916,10 @@ async fn a_window_opens_at_the_end_of_a_daylight_saving_gap() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let done = env
-        .wait_run(&run, Duration::from_secs(60), "completed", terminal)
+        .wait_run(&run, Duration::from_secs(60), "completed", run_ended)
         .await
         .unwrap_or_else(|e| panic!("the window did not open at the gap: {e}\n{}", controller.log_text()));
-    assert_eq!(state(&done), RunState::Completed);
+    assert_eq!(run_state(&done), RunState::Completed);
     assert!(
         started.elapsed() >= LEAD,
         "completed {:?} after the controller started, before its clock reached the gap",
@@ -966,7 +959,7 @@ async fn the_longest_names_work_end_to_end() {
     let scheduled_run = format!("{scheduled_plan}-{}", t.format("%Y%m%d-%H%M"));
     for (run, plan) in [(&manual_run, &manual_plan), (&scheduled_run, &scheduled_plan)] {
         let done = env
-            .wait_run(run, Duration::from_secs(150), "terminal", terminal)
+            .wait_run(run, Duration::from_secs(150), "terminal", run_ended)
             .await
             .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
         let status = done.status.clone().unwrap();
@@ -1087,7 +1080,7 @@ async fn invalid_plans_are_not_ready_and_create_no_runs() {
         })
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
-    assert_eq!(state(&waiting), RunState::Pending);
+    assert_eq!(run_state(&waiting), RunState::Pending);
     let c = condition(&waiting, reasons::PLAN_RESOLVED).unwrap();
     assert!(
         c.message.starts_with(&format!(
@@ -1157,10 +1150,10 @@ async fn a_controller_killed_mid_run_resumes_without_double_patches() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let restarted = env.start_controller(&[]).await.unwrap();
     let done = env
-        .wait_run(&run, WAIT, "terminal", terminal)
+        .wait_run(&run, WAIT, "terminal", run_ended)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", restarted.log_text()));
-    assert_eq!(state(&done), RunState::Completed);
+    assert_eq!(run_state(&done), RunState::Completed);
     assert_eq!(done.status.unwrap().completed_resources, 6);
     let o = std::mem::take(&mut *seen.lock().unwrap());
     // The limit holds across the crash (never exceeded; whether it was reached is timing).
@@ -1261,7 +1254,7 @@ async fn with_leader_election_only_the_leader_acts_and_a_standby_takes_over() {
     let mut b = start_leader(&mut env, &ns, &lease, &b_metrics).await;
     let plan = env.create_plan("plan", two_groups()).await.unwrap();
     let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
-    env.wait_run(&run, WAIT, "terminal", terminal)
+    env.wait_run(&run, WAIT, "terminal", run_ended)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", a.log_text()));
     wait_lease_holder(&env, &ns, &lease, &a, Duration::ZERO).await;
@@ -1288,7 +1281,7 @@ async fn with_leader_election_only_the_leader_acts_and_a_standby_takes_over() {
         .unwrap();
     let second = env.create_run(&format!("{plan}-2"), &plan, false).await.unwrap();
     let done = env
-        .wait_run(&second, WAIT, "terminal", terminal)
+        .wait_run(&second, WAIT, "terminal", run_ended)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", b.log_text()));
     assert_eq!(done.status.unwrap().completed_resources, 1);
@@ -1403,7 +1396,7 @@ async fn a_lost_snapshot_fails_the_run_once() {
     let plan = env.create_plan("plan", two_groups()).await.unwrap();
     // A preview holds its snapshot and patches nothing: a run that stays InProgress.
     let run = env.create_run(&format!("{plan}-1"), &plan, true).await.unwrap();
-    env.wait_run(&run, WAIT, "snapshot taken", |r| state(r) == RunState::InProgress)
+    env.wait_run(&run, WAIT, "snapshot taken", |r| run_state(r) == RunState::InProgress)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
     // The controller keeps a snapshot it read in memory; a new one must read the ConfigMap.
@@ -1415,10 +1408,10 @@ async fn a_lost_snapshot_fails_the_run_once() {
         .unwrap();
     let restarted = env.start_controller(&[]).await.unwrap();
     let done = env
-        .wait_run(&run, WAIT, "failed", terminal)
+        .wait_run(&run, WAIT, "failed", run_ended)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", restarted.log_text()));
-    assert_eq!(state(&done), RunState::Failed);
+    assert_eq!(run_state(&done), RunState::Failed);
     // Its digest was recorded: a shard gone is a snapshot that is not what was written (issue 24).
     let c = condition(&done, reasons::RUN_SUCCEEDED).unwrap();
     let recorded = upgradeplan::time::rfc3339(done.status.as_ref().unwrap().started_at.unwrap());

@@ -11,17 +11,13 @@ use serde_json::json;
 use upgradeplan::api::{
     find_condition, reasons, ConditionStatus, RunState, UpgradeFreeze, UpgradeRun, UPGRADE_STARTED_AT_ANNOTATION,
 };
-use upgradeplan_e2e::harness::{free_port, http_get, run_plugin, TestEnv};
+use upgradeplan_e2e::harness::{free_port, http_get, run_plugin, run_state, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(120);
 
 fn utc(s: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
-}
-
-fn state(r: &UpgradeRun) -> RunState {
-    r.status.as_ref().map(|s| s.state).unwrap_or_default()
 }
 
 fn frozen(r: &UpgradeRun) -> Option<(ConditionStatus, String, String)> {
@@ -170,10 +166,10 @@ async fn a_freeze_holds_new_starts_while_in_flight_upgrades_finish_and_the_run_r
     }
 
     let done = env
-        .wait_run(&run, WAIT, "completed", |r| state(r).is_terminal())
+        .wait_run(&run, WAIT, "completed", |r| run_state(r).is_terminal())
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
-    assert_eq!(state(&done), RunState::Completed);
+    assert_eq!(run_state(&done), RunState::Completed);
     assert_eq!(frozen(&done).unwrap().0, ConditionStatus::False);
     let (begin, end) = (utc("2026-12-24T12:00:00Z"), utc("2026-12-24T12:01:00Z"));
     let starts = starts(&env, &ns, &names).await;
@@ -257,10 +253,10 @@ async fn a_freeze_holds_the_plans_it_selects_and_no_other() {
         .unwrap();
     let free = env.create_run(&format!("{other}-1"), &other, false).await.unwrap();
     let done = env
-        .wait_run(&free, WAIT, "completed", |r| state(r).is_terminal())
+        .wait_run(&free, WAIT, "completed", |r| run_state(r).is_terminal())
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
-    assert_eq!(state(&done), RunState::Completed);
+    assert_eq!(run_state(&done), RunState::Completed);
     assert!(frozen(&done).is_none(), "never held: {:?}", done.status);
     let waiting = env
         .wait_run(&held, WAIT, "frozen", |r| {
@@ -268,7 +264,7 @@ async fn a_freeze_holds_the_plans_it_selects_and_no_other() {
         })
         .await
         .unwrap();
-    assert_eq!(state(&waiting), RunState::InProgress);
+    assert_eq!(run_state(&waiting), RunState::InProgress);
     let b = env.bindings_api(&ns).get(&format!("c0-{}", env.promise)).await.unwrap();
     assert_eq!(b.spec.version, "v1.0.0");
     let status = run_plugin(
@@ -287,10 +283,12 @@ async fn a_freeze_holds_the_plans_it_selects_and_no_other() {
 
     freezes(&env).delete(&freeze, &DeleteParams::default()).await.unwrap();
     let done = env
-        .wait_run(&held, Duration::from_secs(30), "released", |r| state(r).is_terminal())
+        .wait_run(&held, Duration::from_secs(30), "released", |r| {
+            run_state(r).is_terminal()
+        })
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
-    assert_eq!(state(&done), RunState::Completed);
+    assert_eq!(run_state(&done), RunState::Completed);
     assert_eq!(frozen(&done).unwrap().1, "NotFrozen");
     env.teardown().await.unwrap();
 }
@@ -339,10 +337,10 @@ async fn a_recurring_freeze_in_a_daylight_saving_zone_holds_where_the_resolver_s
         format!("UpgradeFreeze \"{freeze}\" until 2026-03-29T01:01:00Z: nightly backups")
     );
     let done = env
-        .wait_run(&run, WAIT, "completed", |r| state(r).is_terminal())
+        .wait_run(&run, WAIT, "completed", |r| run_state(r).is_terminal())
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
-    assert_eq!(state(&done), RunState::Completed);
+    assert_eq!(run_state(&done), RunState::Completed);
     let (begin, end) = (utc("2026-03-29T01:00:00Z"), utc("2026-03-29T01:01:00Z"));
     let starts = starts(&env, &ns, &names).await;
     assert!(starts.iter().any(|(_, at)| *at < begin), "{starts:?}");

@@ -18,7 +18,9 @@ use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams};
 use serde_json::json;
 use upgradeplan::api::{RunState, UpgradeRun};
-use upgradeplan_e2e::harness::{group_counts, observe_bindings, ControllerProcess, Observed, OwnControlPlane, TestEnv};
+use upgradeplan_e2e::harness::{
+    group_counts, group_row, observe_bindings, run_ended, ControllerProcess, Observed, OwnControlPlane, TestEnv,
+};
 use upgradeplan_e2e::proxy::{FaultProxy, Faults, Recorded};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
@@ -113,10 +115,6 @@ async fn poll_run(
 
 fn completed(r: &UpgradeRun) -> i64 {
     r.status.as_ref().map(|s| s.completed_resources).unwrap_or(0)
-}
-
-fn terminal(r: &UpgradeRun) -> bool {
-    r.status.as_ref().is_some_and(|s| s.state.is_terminal())
 }
 
 /// Upgrade patches the API server applied, per `ns/binding` (the status subresource excluded).
@@ -264,10 +262,6 @@ fn assert_group_order(o: &Observed, first: &str, second: &str) {
     );
 }
 
-fn group(name: &str, n: i64) -> (String, i64, i64, i64, i64) {
-    (name.into(), n, n, 0, 0)
-}
-
 /// Sums `count=N` of the controller's "announcing upgrades whose events a restart lost" lines.
 fn repaired_announcements(logs: &[String]) -> usize {
     logs.iter()
@@ -311,7 +305,7 @@ async fn crash_campaign_controller_sigkilled_at_random_moments() {
         tokio::time::sleep(rng.millis(300..2500)).await;
         let now = env.runs().get(&run).await.unwrap();
         assert!(
-            !terminal(&now),
+            !run_ended(&now),
             "the run finished after {done_kills} of {kills} kills: lengthen it (CHAOS_BINDINGS) to keep killing"
         );
         controller.kill().await;
@@ -321,7 +315,7 @@ async fn crash_campaign_controller_sigkilled_at_random_moments() {
         logs.push(std::mem::replace(&mut controller, next));
     }
     let last_kill = started.elapsed();
-    let done = poll_run(&env, &run, Duration::from_secs(600), "a terminal state", terminal).await;
+    let done = poll_run(&env, &run, Duration::from_secs(600), "a terminal state", run_ended).await;
     let elapsed = started.elapsed();
     logs.push(controller);
     let texts: Vec<String> = logs.iter().map(ControllerProcess::log_text).collect();
@@ -338,7 +332,10 @@ async fn crash_campaign_controller_sigkilled_at_random_moments() {
     );
     assert_eq!(
         group_counts(&status.rollout_groups),
-        vec![group("dev", dev_n as i64), group("prod", prod_n as i64)]
+        vec![
+            group_row("dev", dev_n as i64, dev_n as i64, 0, 0),
+            group_row("prod", prod_n as i64, prod_n as i64, 0, 0)
+        ]
     );
 
     let o = std::mem::take(&mut *seen.lock().unwrap());
@@ -528,7 +525,7 @@ async fn failover_the_leader_killed_mid_run_is_replaced_within_the_lease() {
             std::mem::replace(&mut standby, next_standby),
         ));
     }
-    let done = poll_run(&env, &run, Duration::from_secs(300), "a terminal state", terminal).await;
+    let done = poll_run(&env, &run, Duration::from_secs(300), "a terminal state", run_ended).await;
     assert_eq!(done.status.as_ref().map(|s| s.state), Some(RunState::Completed));
     assert_eq!(completed(&done), total as i64);
     assert!(
@@ -606,7 +603,7 @@ async fn api_server_restarts_and_injected_faults_lose_and_repeat_nothing() {
             if let Some(r) = first {
                 break r.at.duration_since(back).unwrap_or_default();
             }
-            let done = env.runs().get(&run).await.map(|r| terminal(&r)).unwrap_or(false);
+            let done = env.runs().get(&run).await.map(|r| run_ended(&r)).unwrap_or(false);
             assert!(!done && Instant::now() < deadline, "no write after the restart");
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
@@ -637,7 +634,7 @@ async fn api_server_restarts_and_injected_faults_lose_and_repeat_nothing() {
     }
     proxy.set_faults(Faults::default());
     let faults_to = SystemTime::now();
-    let done = poll_run(&env, &run, wait, "a terminal state", terminal).await;
+    let done = poll_run(&env, &run, wait, "a terminal state", run_ended).await;
     let requests = proxy.requests();
     let injected = requests
         .iter()
@@ -659,7 +656,7 @@ async fn api_server_restarts_and_injected_faults_lose_and_repeat_nothing() {
     assert_eq!((status.completed_resources, status.total_resources), (80, 80));
     assert_eq!(
         group_counts(&status.rollout_groups),
-        vec![group("dev", 30), group("prod", 50)]
+        vec![group_row("dev", 30, 30, 0, 0), group_row("prod", 50, 50, 0, 0)]
     );
     let o = std::mem::take(&mut *seen.lock().unwrap());
     assert_upgraded_once(&o, &applied_binding_patches(&requests), &members, &[], &run);
@@ -759,7 +756,7 @@ async fn announcements_cut_off_by_crashes_are_made_once() {
 
     // 3. A third controller records the completion without announcing it again.
     let c = env.start_controller(&[]).await.unwrap();
-    let done = poll_run(&env, &run, Duration::from_secs(60), "a terminal state", terminal).await;
+    let done = poll_run(&env, &run, Duration::from_secs(60), "a terminal state", run_ended).await;
     assert_eq!(
         done.status.as_ref().map(|s| s.state),
         Some(RunState::Completed),
