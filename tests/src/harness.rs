@@ -720,7 +720,8 @@ impl TestEnv {
             .await
     }
 
-    /// Waits (watch-driven) until `binding` satisfies `pred`, for at most `timeout`.
+    /// Waits (watch-driven) until `binding` satisfies `pred`, for at most `timeout` (as
+    /// [`wait_for`]: on timeout the error shows the binding as it is).
     pub async fn wait_binding(
         &self,
         ns: &str,
@@ -729,20 +730,7 @@ impl TestEnv {
         what: &str,
         pred: impl Fn(&ResourceBinding) -> bool,
     ) -> anyhow::Result<ResourceBinding> {
-        let api = self.bindings_api(ns);
-        let cond = move |b: Option<&ResourceBinding>| b.is_some_and(&pred);
-        match tokio::time::timeout(timeout, await_condition(api.clone(), binding, cond)).await {
-            Ok(Ok(Some(b))) => Ok(b),
-            Ok(Ok(None)) => Err(anyhow!("{ns}/{binding} disappeared while waiting for: {what}")),
-            Ok(Err(e)) => Err(anyhow!("watching {ns}/{binding}: {e}")),
-            Err(_) => {
-                let now = api.get_opt(binding).await?;
-                Err(anyhow!(
-                    "timed out after {timeout:?} waiting for {ns}/{binding}: {what}; it is now {:#?}",
-                    now.map(|b| (b.spec, b.status, b.metadata.labels))
-                ))
-            }
-        }
+        wait_for(self.bindings_api(ns), binding, timeout, what, pred).await
     }
 
     /// Starts the kratix-sim binary (`exe`: `env!("CARGO_BIN_EXE_kratix-sim")` in a test) for
