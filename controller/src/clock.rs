@@ -33,7 +33,7 @@ pub fn start_at(at: Option<DateTime<Utc>>, rate: u32) {
 
 pub fn now() -> DateTime<Utc> {
     match SHIFT.get() {
-        Some(s) => s.at + chrono::Duration::from_std(s.since.elapsed() * s.rate).unwrap_or_default(),
+        Some(s) => s.at + chrono::Duration::from_std(s.since.elapsed().saturating_mul(s.rate)).unwrap_or_default(),
         None => Utc::now(),
     }
 }
