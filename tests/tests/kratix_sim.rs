@@ -225,6 +225,7 @@ fn help_documents_the_knobs() {
         "kratix-sim/fail-version",
         "kratix-sim/health",
         "kratix-sim/health-delay",
+        "kratix-sim/hold",
         "kratix.io/manual-reconciliation",
     ] {
         assert!(help.contains(needle), "--help lacks {needle}:\n{help}");
