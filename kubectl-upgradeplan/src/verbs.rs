@@ -490,8 +490,12 @@ pub async fn status(
                 crate::output::redraw(&last, &text)?;
                 last = text;
             } else if !redraw && seen != last_seen {
-                crate::output::out(format!("\n{text}"))?;
-                last = text;
+                // A change the view does not show (a field of the JSON view alone) would append
+                // the same block again: it is taken in silently.
+                if text != last {
+                    crate::output::out(format!("\n{text}"))?;
+                    last = text;
+                }
                 last_seen = seen;
             }
             if let Some(code) = exit_code(&current) {
