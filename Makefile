@@ -123,7 +123,7 @@ chaos: deps cluster-install ## longer reliability campaigns on a control plane o
 	trap 'tests/cluster.sh stop' EXIT; \
 	eval "$$(tests/cluster.sh start)"; \
 	status=0; \
-	$(CARGO) test --locked -p upgradeplan-e2e --test reliability --test bad_input -- --test-threads 1 --nocapture >target/chaos.log 2>&1 || status=$$?; \
+	$(CARGO) test $(WORKSPACE) --test reliability --test bad_input -- --test-threads 1 --nocapture >target/chaos.log 2>&1 || status=$$?; \
 	grep -E '^(CHAOS_SEED|crash campaign|failover|api faults|bad input|test result|test .* (ok|FAILED)|thread .* panicked)' target/chaos.log; \
 	exit $$status
 
