@@ -12,13 +12,15 @@ CHAOS_KILLS ?= 100
 CHAOS_BINDINGS ?= 2000
 CHAOS_FAILOVERS ?= 6
 STRESS_RUNS ?= 3
+STRESS_HOGS ?= 2
 # Every cargo command of `make test` selects the whole workspace (with its tests): features are
 # resolved for the packages a command selects, and `-p one` resolves a smaller set, which rebuilt
 # nearly the whole dependency tree once per selection (syn, serde, tokio, k8s-openapi, kube ...).
 WORKSPACE := --workspace --locked
 # The integration suites: the test targets under tests/tests/.
 E2E_SUITES := $(patsubst tests/tests/%.rs,--test %,$(sort $(wildcard tests/tests/*.rs)))
-STRESS_HOGS ?= 2
+# Every integration suite, whatever fails (tests/run-suites.sh), on the control plane in KUBECONFIG.
+RUN_SUITES = CARGO="$(CARGO)" tests/run-suites.sh $(WORKSPACE) $(E2E_SUITES) -- --test-threads 16
 
 .PHONY: help test-stress build-all krew-install monitoring-rules demo-smoke chaos fuzz bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
 
@@ -75,16 +77,15 @@ cluster-stop: ## stop the test control plane started by cluster-start
 integration: build-all cluster-install ## tests against a real control plane, started and stopped here: every suite runs whatever fails; a table and 'integration: N passed, N failed' end it (log in target/integration.log)
 	@trap 'tests/cluster.sh stop' EXIT; \
 	eval "$$(tests/cluster.sh start)"; \
-	CARGO="$(CARGO)" tests/run-suites.sh $(WORKSPACE) $(E2E_SUITES) -- --test-threads 16
+	$(RUN_SUITES)
 
 test-stress: build-all cluster-install ## the integration suites STRESS_RUNS (3) times in a row, each beside STRESS_HOGS (2) CPU-bound processes, as a busy CI machine runs them; green only if every run is (logs in target/stress-N.log)
-	$(CARGO) build --workspace --locked --tests --bins
 	@hogs=(); trap 'kill $${hogs[@]} 2>/dev/null; tests/cluster.sh stop' EXIT; \
 	eval "$$(tests/cluster.sh start)"; \
 	for i in $$(seq $(STRESS_HOGS)); do yes >/dev/null & hogs+=($$!); done; \
 	for run in $$(seq $(STRESS_RUNS)); do \
 	  echo "test-stress: run $$run of $(STRESS_RUNS), beside $(STRESS_HOGS) CPU hogs (pids $${hogs[*]})"; \
-	  SUITES_QUIET=1 SUITES_LOG=target/stress-$$run.log CARGO="$(CARGO)" tests/run-suites.sh $(WORKSPACE) $(E2E_SUITES) -- --test-threads 16 \
+	  SUITES_QUIET=1 SUITES_LOG=target/stress-$$run.log $(RUN_SUITES) \
 	    || { grep -E '^(test .* FAILED|thread .* panicked)' target/stress-$$run.log; echo "test-stress: run $$run of $(STRESS_RUNS) failed (target/stress-$$run.log)" >&2; exit 1; }; \
 	done; \
 	echo "test-stress: $(STRESS_RUNS) runs in a row green beside $(STRESS_HOGS) CPU hogs"

@@ -22,7 +22,7 @@ if [[ $target == "$host" ]]; then
   cargo build --profile "$profile" "${selection[@]}"
   out="target/$dir"
 else
-  cargo build --profile "$profile" --locked -p kubectl-upgradeplan --target "$target"
+  cargo build --profile "$profile" "${selection[@]}" --target "$target"
   out="target/$target/$dir"
 fi
 stage="$(mktemp -d)"; mkdir -p dist
