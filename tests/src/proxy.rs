@@ -158,6 +158,22 @@ impl Shared {
     }
 }
 
+/// One request counted in [`Shared::holding`] for as long as this lives.
+struct Holding<'a>(&'a AtomicU64);
+
+impl<'a> Holding<'a> {
+    fn count(counter: &'a AtomicU64) -> Self {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Holding(counter)
+    }
+}
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 fn full(status: u16, body: String) -> http::Response<ProxyBody> {
     let mut resp = http::Response::new(
         Full::new(Bytes::from(body))
@@ -215,9 +231,9 @@ async fn handle(shared: Arc<Shared>, req: http::Request<Incoming>) -> Result<htt
         return Ok(full(code, status_body(code, reason)));
     }
     if hit(faults.hold_one_in, 1) {
-        shared.holding.fetch_add(1, Ordering::SeqCst);
+        // Counted while held, also when the client goes away first and this future is dropped.
+        let _held = Holding::count(&shared.holding);
         tokio::time::sleep(faults.hold).await;
-        shared.holding.fetch_sub(1, Ordering::SeqCst);
         log(record);
         return Err("held by the fault proxy until the client gave up".into());
     }
