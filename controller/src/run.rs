@@ -785,12 +785,8 @@ async fn patch_binding(
     let request = kube::core::Request::new(url)
         .patch(&action.resource.binding, &pp, &Patch::Merge(body))
         .map_err(kube::Error::BuildRequest)?;
-    let sent = std::time::Instant::now();
     match ctx.client.request_text(request).await {
-        Ok(_) => {
-            tracing::debug!(binding = %action.resource.display_name(), elapsed = ?sent.elapsed(), "binding patched");
-            Ok(false)
-        }
+        Ok(_) => Ok(false),
         Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
             tracing::debug!(binding = %action.resource.display_name(), code = e.code, "binding changed or gone since the cache saw it; the next pass decides again");
             Ok(true)
