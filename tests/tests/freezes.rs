@@ -11,7 +11,7 @@ use serde_json::json;
 use upgradeplan::api::{
     find_condition, reasons, ConditionStatus, RunState, UpgradeFreeze, UpgradeRun, UPGRADE_STARTED_AT_ANNOTATION,
 };
-use upgradeplan_e2e::harness::{free_port, http_get, run_plugin, run_state, TestEnv};
+use upgradeplan_e2e::harness::{free_port, http_get, run_ended, run_plugin, run_state, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(120);
@@ -166,7 +166,7 @@ async fn a_freeze_holds_new_starts_while_in_flight_upgrades_finish_and_the_run_r
     }
 
     let done = env
-        .wait_run(&run, WAIT, "completed", |r| run_state(r).is_terminal())
+        .wait_run(&run, WAIT, "completed", run_ended)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
     assert_eq!(run_state(&done), RunState::Completed);
@@ -253,7 +253,7 @@ async fn a_freeze_holds_the_plans_it_selects_and_no_other() {
         .unwrap();
     let free = env.create_run(&format!("{other}-1"), &other, false).await.unwrap();
     let done = env
-        .wait_run(&free, WAIT, "completed", |r| run_state(r).is_terminal())
+        .wait_run(&free, WAIT, "completed", run_ended)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
     assert_eq!(run_state(&done), RunState::Completed);
@@ -283,9 +283,7 @@ async fn a_freeze_holds_the_plans_it_selects_and_no_other() {
 
     freezes(&env).delete(&freeze, &DeleteParams::default()).await.unwrap();
     let done = env
-        .wait_run(&held, Duration::from_secs(30), "released", |r| {
-            run_state(r).is_terminal()
-        })
+        .wait_run(&held, Duration::from_secs(30), "released", run_ended)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
     assert_eq!(run_state(&done), RunState::Completed);
@@ -337,7 +335,7 @@ async fn a_recurring_freeze_in_a_daylight_saving_zone_holds_where_the_resolver_s
         format!("UpgradeFreeze \"{freeze}\" until 2026-03-29T01:01:00Z: nightly backups")
     );
     let done = env
-        .wait_run(&run, WAIT, "completed", |r| run_state(r).is_terminal())
+        .wait_run(&run, WAIT, "completed", run_ended)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
     assert_eq!(run_state(&done), RunState::Completed);
