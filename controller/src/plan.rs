@@ -33,11 +33,17 @@ pub async fn reconcile(plan: Arc<UpgradePlan>, ctx: Arc<Ctx>) -> Result<Action> 
     let step = lifecycle::plan::step(&plan, &runs, promise_found, ctx.as_ref(), crate::clock::now());
 
     if let Some(run) = &step.create_run {
-        // Refused, the trigger is retried under backoff (the status, which would mark it
-        // serviced, is not written); the gauge and a Warning event say so meanwhile.
+        // Refused, the trigger is retried under backoff: the status written leaves it unserviced
+        // and names it as nextRunAt; the gauge and a Warning event say so meanwhile.
         if let Err(e) = create_scheduled_run(&plan, run, &ctx).await {
             ctx.metrics.set_run_create_failing(&name, true);
             publish(&ctx, &plan, PlanEvent::run_create_failed(run, &e.short())).await;
+            let refused = step.status_when_refused(plan.status.as_ref());
+            if plan.status.as_ref() != Some(&refused) {
+                if let Err(write) = apply_status::<UpgradePlan>(&ctx.client, &name, &refused).await {
+                    tracing::warn!(plan = %name, error = %write, "status of a refused trigger not written");
+                }
+            }
             return Err(e);
         }
     }

@@ -135,6 +135,21 @@ pub struct PlanStep {
     pub wake_at: Option<DateTime<Utc>>,
 }
 
+impl PlanStep {
+    /// The status to write when the API server refuses `create_run`: the trigger is not serviced
+    /// (`lastScheduledAt` stays) and `nextRunAt` names it until a retry creates its run, so that
+    /// a trigger refused from the plan's first one on is still visible and `UpgradeScheduleMissed`
+    /// can fire. Without a refused run, the step's status.
+    pub fn status_when_refused(&self, previous: Option<&UpgradePlanStatus>) -> UpgradePlanStatus {
+        let mut status = self.status.clone();
+        if let Some(run) = &self.create_run {
+            status.last_scheduled_at = previous.and_then(|p| p.last_scheduled_at);
+            status.next_run_at = Some(run.at);
+        }
+        status
+    }
+}
+
 fn condition(type_: &str, ok: bool, reasons: (&str, &str), message: String, now: DateTime<Utc>) -> Condition {
     let (status, reason) = if ok {
         (ConditionStatus::True, reasons.0)

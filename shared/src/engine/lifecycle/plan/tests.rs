@@ -553,3 +553,37 @@ fn a_refused_scheduled_run_is_a_warning_that_says_it_is_retried() {
         )
     );
 }
+
+#[test]
+fn a_refused_trigger_stays_unserviced_and_named_as_next_run() {
+    // Refused from the plan's very first trigger (no status written yet), and refused again later.
+    let plan = a_plan(daily_at("10:30"));
+    let now = utc("2026-06-01T10:30:02Z");
+    let s = step(&plan, &[], true, &four(), now);
+    let trigger = utc("2026-06-01T10:30:00Z");
+    assert_eq!(s.create_run.as_ref().map(|r| r.at), Some(trigger));
+    assert_eq!(s.status.last_scheduled_at, Some(trigger), "serviced once created");
+    let refused = s.status_when_refused(plan.status.as_ref());
+    assert_eq!((refused.last_scheduled_at, refused.next_run_at), (None, Some(trigger)));
+    // Written, the retry still asks for the same run, and the conditions are there meanwhile.
+    let mut written = plan.clone();
+    written.status = Some(refused.clone());
+    assert!(find_condition(&refused.conditions, reasons::READY).is_some());
+    let retry = step(&written, &[], true, &four(), now + Duration::seconds(30));
+    assert_eq!(retry.create_run.as_ref().map(|r| r.at), Some(trigger));
+    assert_eq!(retry.status_when_refused(written.status.as_ref()), refused);
+    // The next day's trigger refused: yesterday's stays lastScheduledAt.
+    let mut served = plan.clone();
+    served.status = Some(s.status.clone());
+    let next_day = utc("2026-06-02T10:30:00Z");
+    let s = step(&served, &[], true, &four(), next_day + Duration::seconds(1));
+    let refused = s.status_when_refused(served.status.as_ref());
+    assert_eq!(
+        (refused.last_scheduled_at, refused.next_run_at),
+        (Some(trigger), Some(next_day))
+    );
+    // Nothing to create: the step's status as it is.
+    let idle = step(&served, &[], true, &four(), utc("2026-06-01T12:00:00Z"));
+    assert!(idle.create_run.is_none());
+    assert_eq!(idle.status_when_refused(served.status.as_ref()), idle.status);
+}
