@@ -633,11 +633,13 @@ async fn patch_bindings(
     to: &str,
 ) -> Result<bool> {
     let run_name = run.name_any();
-    // A retry is a new attempt: its progressDeadline counts from now, not from the first start.
+    // A retry is a new attempt by this run (spec §13.1): it names the run as the upgrade's
+    // author, and its progressDeadline counts from now, not from the first start.
     let retry_meta = json!({
         "labels": {MANUAL_RECONCILIATION_LABEL: "true"},
         "annotations": {
             RETRY_REQUESTED_BY_ANNOTATION: run_name,
+            UPGRADED_BY_ANNOTATION: run_name,
             UPGRADE_STARTED_AT_ANNOTATION: upgradeplan::time::rfc3339(crate::clock::now()),
         },
     });

@@ -397,7 +397,11 @@ fn outcome_words(o: &Outcome) -> (&'static str, String) {
         Outcome::Succeeded => ("Succeeded", String::new()),
         Outcome::Skipped(why) => ("Skipped", why.to_string()),
         Outcome::Failed { message } => ("Failed", message.clone()),
-        Outcome::InFlight { .. } => ("in flight", String::new()),
+        Outcome::InFlight => ("in flight", String::new()),
+        Outcome::NeedsRetry => (
+            "needs retry",
+            "failed before this run; Kratix is asked to retry when a slot is free".to_string(),
+        ),
         Outcome::Verifying { until } => ("verifying", format!("health check times out at {}", until.to_rfc3339())),
         Outcome::NotStarted => ("not started", String::new()),
     }
@@ -788,7 +792,7 @@ pub fn status(
             .filter(|e| e.blocked == Some(Blocked::WindowClosed))
             .and_then(|e| e.gate)
             .and_then(|g| g.next_open),
-        in_flight_resources: current_resources(eval.as_ref(), frozen, |o| matches!(o, Outcome::InFlight { .. })),
+        in_flight_resources: current_resources(eval.as_ref(), frozen, |o| matches!(o, Outcome::InFlight)),
         verifying_resources: current_resources(eval.as_ref(), frozen, |o| matches!(o, Outcome::Verifying { .. })),
         // Failures that failed the run, or that a budget tolerated (in any state).
         failed_resources: match frozen {

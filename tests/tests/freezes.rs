@@ -358,3 +358,163 @@ async fn a_recurring_freeze_in_a_daylight_saving_zone_holds_where_the_resolver_s
     assert_eq!(status.next_start, Some(utc("2026-03-30T00:30:00Z")), "{status:?}");
     env.teardown().await.unwrap();
 }
+
+/// Issue 36 D1 and D11 (spec §5.5, §13.1, §14.1): asking Kratix to retry a failure from before the run is a
+/// start. Three resources whose upgrades to v2.0.0 failed before the run, a group of limit 1,
+/// a freeze holding the plan: while the freeze holds, nothing is asked; when it ends, one retry
+/// is asked, and the next only once it has finished.
+#[tokio::test]
+async fn retries_of_earlier_failures_wait_for_the_freeze_and_a_slot_like_any_start() {
+    use upgradeplan::api::kratix::{BindingFacts, MANUAL_RECONCILIATION_LABEL};
+    use upgradeplan::api::{RETRY_REQUESTED_BY_ANNOTATION, UPGRADED_BY_ANNOTATION};
+    use upgradeplan_e2e::sim::{FAIL_VERSION_ANNOTATION, HOLD_ANNOTATION};
+    let mut env = TestEnv::new("freeze-retry").await.unwrap();
+    let names = ["r0", "r1", "r2"];
+    let bindings: Vec<(&str, &str)> = names.iter().map(|n| (*n, "all")).collect();
+    let ns = env.upgrade_world(&bindings, SIM, &[]).await.unwrap();
+    let promise = env.promise.clone();
+    let binding = |n: &str| format!("{n}-{promise}");
+    // The earlier failures: each upgrade to v2.0.0 fails in Kratix, before the run exists.
+    for n in names {
+        env.patch_binding(
+            &ns,
+            &binding(n),
+            json!({"metadata": {"annotations": {FAIL_VERSION_ANNOTATION: "v2.0.0"}}, "spec": {"version": "v2.0.0"}}),
+        )
+        .await
+        .unwrap();
+    }
+    let mut failed_at = Vec::new();
+    for n in names {
+        let failed = env
+            .wait_binding(&ns, &binding(n), WAIT, "its upgrade to fail", |b| {
+                b.failed_version() == Some("v2.0.0")
+            })
+            .await
+            .unwrap();
+        failed_at.extend(failed.upgrade_condition().and_then(|c| c.last_transition_time));
+        // Retried, it would now succeed, but only when released.
+        env.patch_binding(
+            &ns,
+            &binding(n),
+            json!({"metadata": {"annotations": {FAIL_VERSION_ANNOTATION: null, HOLD_ANNOTATION: "true"}}}),
+        )
+        .await
+        .unwrap();
+    }
+    // Condition times have whole seconds: a failure in the run's own second would count as the
+    // run's. The run is created in a later second than every failure.
+    let last_failure = failed_at.into_iter().max().expect("failure times");
+    let wait = (last_failure + chrono::Duration::seconds(1) - Utc::now())
+        .to_std()
+        .unwrap_or_default();
+    tokio::time::sleep(wait).await;
+    let controller = env.start_controller(&[]).await.unwrap();
+    let plan = env
+        .create_plan(
+            "plan",
+            json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
+                   "rolloutGroups": [{"name": "all", "selectors": {"matchLabels": {"env": "all"}}, "maxConcurrent": 1}]}),
+        )
+        .await
+        .unwrap();
+    let (k, v) = env.selector();
+    let freeze = create_freeze(
+        &env,
+        "hold",
+        "change freeze",
+        json!([{"start": "2020-01-01T00:00", "end": "2099-01-01T00:00"}]),
+        json!({"matchLabels": {k: v}}),
+    )
+    .await;
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    let asked = || async {
+        let mut out = Vec::new();
+        for n in names {
+            let b = env.bindings_api(&ns).get(&binding(n)).await.unwrap();
+            let labelled = b
+                .metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(MANUAL_RECONCILIATION_LABEL));
+            let annotated = b
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(RETRY_REQUESTED_BY_ANNOTATION))
+                .is_some_and(|by| *by == run);
+            if labelled || annotated {
+                out.push(n);
+            }
+        }
+        out
+    };
+
+    env.wait_run(&run, WAIT, "its snapshot", |r| run_state(r) == RunState::InProgress)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    env.settle_run(&controller, &run).await.unwrap();
+    assert_eq!(asked().await, Vec::<&str>::new(), "a retry was asked during the freeze");
+    let held = env.runs().get(&run).await.unwrap();
+    assert_eq!(
+        frozen(&held).map(|(s, reason, _)| (s, reason)),
+        Some((ConditionStatus::True, "FreezeActive".to_string())),
+        "the retries wait for the freeze, and the run says so"
+    );
+
+    // The freeze ends: one retry, in snapshot order, and it takes the only slot while it lasts.
+    let ended = json!([{"op": "replace", "path": "/spec/periods/0/end", "value": "2020-01-02T00:00"}]);
+    freezes(&env)
+        .patch(
+            &freeze,
+            &Default::default(),
+            &kube::api::Patch::<()>::Json(serde_json::from_value(ended).unwrap()),
+        )
+        .await
+        .unwrap();
+    env.wait_binding(&ns, &binding("r0"), WAIT, "its retry to be asked", |b| {
+        b.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(RETRY_REQUESTED_BY_ANNOTATION))
+            .is_some_and(|by| *by == run)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    env.settle_run(&controller, &run).await.unwrap();
+    assert_eq!(asked().await, vec!["r0"], "more retries than the group's limit");
+
+    // Released one by one, each retry succeeds and the next is asked.
+    for n in names {
+        env.wait_binding(&ns, &binding(n), WAIT, "its retry to be asked", |b| {
+            b.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(RETRY_REQUESTED_BY_ANNOTATION))
+                .is_some_and(|by| *by == run)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+        env.patch_binding(
+            &ns,
+            &binding(n),
+            json!({"metadata": {"annotations": {HOLD_ANNOTATION: null}}}),
+        )
+        .await
+        .unwrap();
+    }
+    let done = env.wait_ended(&run).await.unwrap();
+    assert_eq!((run_state(&done), succeeded(&done)), (RunState::Completed, 3));
+    // D11: a retry is this run's attempt: `upgraded-by` names it, as `history RUN` reads it.
+    for n in names {
+        let b = env.bindings_api(&ns).get(&binding(n)).await.unwrap();
+        let by = b
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(UPGRADED_BY_ANNOTATION));
+        assert_eq!(by, Some(&run), "{n}: upgraded-by");
+    }
+    freezes(&env).delete(&freeze, &DeleteParams::default()).await.unwrap();
+    env.teardown().await.unwrap();
+}

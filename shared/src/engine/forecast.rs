@@ -18,11 +18,11 @@ use serde::Serialize;
 use super::freeze::Freeze;
 use super::gate::{GateReading, Reading};
 use super::health::HealthRecords;
-use super::run::{evaluate, Blocked, RunContext, Verdict};
+use super::run::{evaluate, Blocked, Outcome, RunContext, Verdict};
 use super::snapshot::{assign, Snapshot};
 use super::stage::{requires_approval, ApprovalFact};
 use super::version::VersionMatcher;
-use crate::api::kratix::{BindingFacts, ResourceBinding};
+use crate::api::kratix::{BindingFacts, ResourceBinding, MANUAL_RECONCILIATION_LABEL};
 use crate::api::{GroupPhase, GroupStatus, UpgradePlanSpec, UPGRADE_STARTED_AT_ANNOTATION};
 
 /// How long a wait must be before it is reported as one.
@@ -157,6 +157,8 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
     let mut recorded: Vec<GroupStatus> = snapshot.initial_counts();
     // (when, index into `live`) of each upgrade in flight.
     let mut completions: BinaryHeap<Reverse<(DateTime<Utc>, usize)>> = BinaryHeap::new();
+    // Whether a completion is already due for `live[i]`.
+    let mut completing = vec![false; live.len()];
     let mut starts = Vec::new();
     let mut warnings = Vec::new();
     let mut finish = None;
@@ -193,23 +195,44 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
             .groups
             .iter()
             .position(|g| !matches!(g.phase, Some(GroupPhase::Completed | GroupPhase::Soaking)));
-        if let (Some(i), false) = (waiting, eval.start.is_empty()) {
+        if let (Some(i), false) = (waiting, eval.start.is_empty() && eval.retry.is_empty()) {
             if let Some(g) = groups.get_mut(i) {
                 g.start.get_or_insert(now);
             }
         }
-        for action in &eval.start {
+        // Upgrades already under way when the forecast begins (a resource whose `spec.version`
+        // is `to` already) complete like the ones it starts.
+        for (g, outcomes) in &eval.outcomes {
+            for (r, o) in snapshot.groups[*g].resources.iter().zip(outcomes) {
+                if let (Outcome::InFlight, Some(&i)) = (o, index.get(&(r.namespace.as_str(), r.binding.as_str()))) {
+                    if !completing[i] {
+                        completing[i] = true;
+                        completions.push(Reverse((now + input.per_resource, i)));
+                    }
+                }
+            }
+        }
+        let retries = eval.retry.iter().map(|a| (a, true));
+        for (action, retry) in eval.start.iter().map(|a| (a, false)).chain(retries) {
             let r = &action.resource;
             let Some(&i) = index.get(&(r.namespace.as_str(), r.binding.as_str())) else {
                 continue;
             };
             let b = &mut live[i];
-            b.spec.version = to.clone();
+            if retry {
+                b.metadata
+                    .labels
+                    .get_or_insert_with(Default::default)
+                    .insert(MANUAL_RECONCILIATION_LABEL.into(), "true".into());
+            } else {
+                b.spec.version = to.clone();
+            }
             b.metadata
                 .annotations
                 .get_or_insert_with(Default::default)
                 .insert(UPGRADE_STARTED_AT_ANNOTATION.into(), crate::time::rfc3339(now));
             starts.push((now, format!("{}/{}", r.namespace, r.binding)));
+            completing[i] = true;
             completions.push(Reverse((now + input.per_resource, i)));
         }
         for (i, g) in eval.groups.iter().enumerate() {
@@ -459,6 +482,37 @@ mod tests {
                 "ns/prod1-binding"
             ]
         );
+    }
+
+    /// Issue 40 item 1 and D1: a resource already at `spec.version == to` completes like the
+    /// ones the forecast starts, and one whose failure predates the run is retried in its turn.
+    #[test]
+    fn upgrades_under_way_complete_and_old_failures_are_retried_in_turn() {
+        use crate::api::kratix::UPGRADE_FAILED;
+        use crate::engine::run::tests::with_condition;
+        let p = plan(&["v1"], "v2", vec![group("dev", 1)]);
+        let mut b = bindings(&[("dev", 3)]);
+        b[0].spec.version = "v2".into();
+        b[1].spec.version = "v2".into();
+        b[1] = with_condition(
+            b[1].clone(),
+            "False",
+            UPGRADE_FAILED,
+            "2026-05-01T00:00:00Z",
+            Some("v2"),
+        );
+        let f = forecast(&input(&p, &b, "2026-06-01T20:00:00Z", 10));
+        let order: Vec<(DateTime<Utc>, &str)> = f.starts.iter().map(|(t, r)| (*t, r.as_str())).collect();
+        assert_eq!(
+            order,
+            [
+                (utc("2026-06-01T20:10:00Z"), "ns/dev1-binding"),
+                (utc("2026-06-01T20:20:00Z"), "ns/dev2-binding")
+            ],
+            "dev0 holds the only slot until it completes; then the retry; then the start"
+        );
+        assert_eq!(f.finish, Some(utc("2026-06-01T20:30:00Z")));
+        assert_eq!(f.warnings, Vec::<String>::new());
     }
 
     #[test]

@@ -360,7 +360,7 @@ pub(crate) mod tests {
         let unhealthy = vec![record("web", "unhealthy", Some("v2"), None)];
         for outcome in [
             Outcome::NotStarted,
-            Outcome::InFlight { request_retry: false },
+            Outcome::InFlight,
             failed("workflow failed"),
             Outcome::Skipped(crate::engine::run::SkipReason::BindingGone),
         ] {

@@ -53,11 +53,12 @@ pub enum Outcome {
     Failed {
         message: String,
     },
-    /// Upgrading. `request_retry`: its only failure predates this run, so Kratix must be asked to
-    /// try again (once).
-    InFlight {
-        request_retry: bool,
-    },
+    /// Upgrading: Kratix works on it (`spec.version == to`), also after a retry was asked.
+    InFlight,
+    /// `spec.version == to`, but its only failure predates this run: Kratix must be asked to try
+    /// again (the retry label). Asking is a start like any other (spec §5.5, §14.1): it waits for
+    /// a slot and an open gate, and takes no slot until asked.
+    NeedsRetry,
     /// Upgraded; its health check has not concluded and times out at `until` (spec §13.2). It
     /// counts as in flight.
     Verifying {
@@ -78,7 +79,7 @@ impl Outcome {
 
     /// Takes a slot of the group's `maxConcurrent`: upgrading or verifying.
     pub fn is_in_flight(&self) -> bool {
-        matches!(self, Outcome::InFlight { .. } | Outcome::Verifying { .. })
+        matches!(self, Outcome::InFlight | Outcome::Verifying { .. })
     }
 }
 
@@ -123,8 +124,10 @@ pub fn evaluate_resource(
     if spec_version == to {
         let already_asked = b.label(MANUAL_RECONCILIATION_LABEL).is_some()
             || b.annotation(RETRY_REQUESTED_BY_ANNOTATION) == Some(run_name);
-        return Outcome::InFlight {
-            request_retry: failure.is_some() && !already_asked,
+        return if failure.is_some() && !already_asked {
+            Outcome::NeedsRetry
+        } else {
+            Outcome::InFlight
         };
     }
     Outcome::NotStarted
@@ -167,11 +170,9 @@ pub fn apply_deadline(
     now: DateTime<Utc>,
 ) -> Outcome {
     match (&outcome, live, deadline) {
-        (Outcome::InFlight { request_retry: false }, Some(b), Some(d)) if d.expires(b).is_some_and(|at| at <= now) => {
-            Outcome::Failed {
-                message: texts::deadline_passed(&d.written),
-            }
-        }
+        (Outcome::InFlight, Some(b), Some(d)) if d.expires(b).is_some_and(|at| at <= now) => Outcome::Failed {
+            message: texts::deadline_passed(&d.written),
+        },
         _ => outcome,
     }
 }
@@ -547,27 +548,21 @@ fn evaluate_groups<'b>(
                 .map(|b| b.last_applied_version().to_string())
                 .unwrap_or_default(),
         };
-        let mut in_flight = 0;
-        let mut not_started = Vec::new();
-        for (i, o) in outcomes.iter().enumerate() {
-            match o {
-                Outcome::InFlight { request_retry } => {
-                    in_flight += 1;
-                    if *request_retry && !ctx.suspended {
-                        eval.retry.push(action(i));
-                    }
-                }
-                Outcome::Verifying { .. } => in_flight += 1,
-                Outcome::NotStarted => not_started.push(i),
-                _ => {}
-            }
-        }
+        // Starts in snapshot order: the version patch of a resource not started, the retry label
+        // of one whose failure predates the run. Both pass the one admission below.
+        let in_flight = outcomes.iter().filter(|o| o.is_in_flight()).count();
+        let not_started: Vec<usize> = outcomes
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| matches!(o, Outcome::NotStarted | Outcome::NeedsRetry))
+            .map(|(i, _)| i)
+            .collect();
         // Wake when the first in-flight upgrade or health check runs out of time.
         let upgrade_expiry = rules.deadline.as_ref().and_then(|d| {
             outcomes
                 .iter()
                 .zip(&live)
-                .filter(|(o, _)| matches!(o, Outcome::InFlight { .. }))
+                .filter(|(o, _)| matches!(o, Outcome::InFlight))
                 .filter_map(|(_, b)| d.expires((*b)?))
                 .min()
         });
@@ -604,7 +599,12 @@ fn evaluate_groups<'b>(
                 None
             };
             if eval.blocked.is_none() {
-                eval.start = not_started.iter().take(slots).map(|&i| action(i)).collect();
+                for &i in not_started.iter().take(slots) {
+                    match outcomes[i] {
+                        Outcome::NeedsRetry => eval.retry.push(action(i)),
+                        _ => eval.start.push(action(i)),
+                    }
+                }
             }
             eval.wake_at = if gate_state.open {
                 gate_state.next_close
@@ -731,10 +731,11 @@ pub mod texts {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::api::kratix::{BindingCondition, HealthRecord, ResourceBinding, UPGRADE_IN_PROGRESS, UPGRADE_SUCCEEDED};
     use crate::api::{UpgradeWindow, WindowKind};
+    use crate::engine::gate::Reading;
     use crate::engine::snapshot::assign;
     use crate::engine::snapshot::tests::{binding, group, match_all, plan};
     use crate::engine::version::VersionMatcher;
@@ -747,7 +748,7 @@ mod tests {
 
     const CREATED: &str = "2026-06-01T10:00:00Z";
 
-    fn with_condition(
+    pub(crate) fn with_condition(
         mut b: ResourceBinding,
         status: &str,
         reason: &str,
@@ -815,7 +816,7 @@ mod tests {
                 "in flight",
                 &snap,
                 Some(binding("ns", "r", &[], "v1", "v2")),
-                Outcome::InFlight { request_retry: false },
+                Outcome::InFlight,
             ),
             (
                 "drift: spec changed by someone",
@@ -883,7 +884,7 @@ mod tests {
                     "2026-06-01T11:00:00Z",
                     Some("v1.9"),
                 )),
-                Outcome::InFlight { request_retry: false },
+                Outcome::InFlight,
             ),
             (
                 "failure before the run: in flight, ask for a retry",
@@ -895,13 +896,13 @@ mod tests {
                     "2026-05-01T00:00:00Z",
                     Some("v2"),
                 )),
-                Outcome::InFlight { request_retry: true },
+                Outcome::NeedsRetry,
             ),
             (
                 "retry already asked (label present)",
                 &snap,
                 Some(relabelled),
-                Outcome::InFlight { request_retry: false },
+                Outcome::InFlight,
             ),
             (
                 "old failure, not yet re-pinned: not started",
@@ -925,7 +926,7 @@ mod tests {
                     "2026-06-01T10:05:00Z",
                     Some("v2"),
                 )),
-                Outcome::InFlight { request_retry: false },
+                Outcome::InFlight,
             ),
             (
                 "floating binding not started",
@@ -937,7 +938,7 @@ mod tests {
                 "floating binding pinned: in flight",
                 &snap_floating,
                 Some(binding("ns", "r", &[], "v1", "v2")),
-                Outcome::InFlight { request_retry: false },
+                Outcome::InFlight,
             ),
         ];
         for (name, snapshot, live, want) in cases {
@@ -958,11 +959,11 @@ mod tests {
         asked.metadata.annotations = Some([(RETRY_REQUESTED_BY_ANNOTATION.to_string(), "run-1".to_string())].into());
         assert_eq!(
             evaluate_resource(&snap, Some(&asked), "v2", "run-1", created),
-            Outcome::InFlight { request_retry: false }
+            Outcome::InFlight
         );
         assert_eq!(
             evaluate_resource(&snap, Some(&asked), "v2", "run-2", created),
-            Outcome::InFlight { request_retry: true }
+            Outcome::NeedsRetry
         );
     }
 
@@ -1464,11 +1465,114 @@ mod tests {
         w.fail("x", "2026-05-01T00:00:00Z");
         let e = w.eval(&[], false, "2026-06-01T10:03:00Z");
         assert_eq!(e.retry.len(), 1);
-        assert_eq!(e.in_flight, 1);
+        assert_eq!(e.in_flight, 0, "a retry not yet asked takes no slot");
         assert!(
             w.eval(&[], true, "2026-06-01T10:03:00Z").retry.is_empty(),
             "suspended runs do not retry"
         );
+    }
+
+    /// D1 (spec §5.5, §14.1): asking Kratix for a retry is a start. Three resources whose failures
+    /// predate the run, in a group of limit 1 with a window, a freeze and a signal gate: a retry
+    /// goes out only when nothing holds the group, one slot at a time, in snapshot order, and
+    /// a retry asked (label present) takes its slot.
+    #[test]
+    fn retries_pass_the_same_admission_as_starts() {
+        let mut g = match_all("all");
+        g.max_concurrent = Some(IntOrString::Int(1));
+        g.resource_upgrade_windows = Some(vec![UpgradeWindow {
+            kind: WindowKind::Allow,
+            schedule: "0 12 * * *".into(),
+            duration: "6h".into(),
+            time_zone: None,
+        }]);
+        let mut spec = plan(&["v1"], "v2", vec![g]);
+        spec.gates = Some(vec![crate::api::Gate {
+            name: "alerts".into(),
+            prometheus: crate::api::PrometheusGate { query: "ALERTS".into() },
+            ..Default::default()
+        }]);
+        let names = ["x", "y", "z"];
+        let mut w = World::new(spec, names.iter().map(|n| binding("a", n, &[], "v1", "v1")).collect());
+        for n in names {
+            w.set(n, "v1", "v2");
+            w.fail(n, "2026-05-01T00:00:00Z");
+        }
+        w.freezes = vec![freeze("eoy", &[("2026-06-01T13:00", "2026-06-01T14:00")])];
+        let reading = |open: bool| GateReading {
+            gate: "alerts".into(),
+            reading: if open {
+                Reading::Open
+            } else {
+                Reading::Firing {
+                    series: 1,
+                    first: "ALERTS{severity=\"critical\"}".into(),
+                }
+            },
+            next_check: utc("2026-06-02T00:00:00Z"),
+        };
+        let retried = |e: &Evaluation| e.retry.iter().map(|a| a.resource.name.clone()).collect::<Vec<_>>();
+        // (what, now, gate open, suspended, blocked, retries asked)
+        type Row<'a> = (&'a str, &'a str, bool, bool, Option<Blocked>, Vec<&'a str>);
+        let table: Vec<Row> = vec![
+            (
+                "window closed",
+                "2026-06-01T11:00:00Z",
+                true,
+                false,
+                Some(Blocked::WindowClosed),
+                vec![],
+            ),
+            (
+                "frozen",
+                "2026-06-01T13:30:00Z",
+                true,
+                false,
+                Some(Blocked::Frozen),
+                vec![],
+            ),
+            (
+                "gate closed",
+                "2026-06-01T12:30:00Z",
+                false,
+                false,
+                Some(Blocked::GateClosed),
+                vec![],
+            ),
+            (
+                "suspended",
+                "2026-06-01T12:30:00Z",
+                true,
+                true,
+                Some(Blocked::Suspended),
+                vec![],
+            ),
+            ("open: one slot", "2026-06-01T12:30:00Z", true, false, None, vec!["x"]),
+        ];
+        for (what, now, open, suspended, blocked, want) in table {
+            w.gates = vec![reading(open)];
+            let e = w.eval(&[], suspended, now);
+            assert_eq!(e.blocked, blocked, "{what}");
+            assert_eq!(retried(&e), want, "{what}");
+            assert!(e.start.is_empty(), "{what}: nothing is patched to a version");
+        }
+        // Asked: x takes the slot until it ends, then y is asked.
+        w.gates = vec![reading(true)];
+        let ask = |w: &mut World, n: &str| {
+            let b = w.live.iter_mut().find(|b| b.spec.resource_ref.name == n).unwrap();
+            b.metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .insert(MANUAL_RECONCILIATION_LABEL.into(), "true".into());
+        };
+        ask(&mut w, "x");
+        let e = w.eval(&[], false, "2026-06-01T12:31:00Z");
+        assert_eq!((e.in_flight, e.blocked), (1, Some(Blocked::ConcurrencyLimit)));
+        assert!(retried(&e).is_empty());
+        w.set("x", "v2", "v2");
+        let e = w.eval(&[], false, "2026-06-01T12:32:00Z");
+        assert_eq!(retried(&e), vec!["y"]);
+        assert_eq!(e.groups[0].succeeded, 1);
     }
 
     #[test]
@@ -1736,21 +1840,11 @@ mod tests {
         let now = utc("2026-06-01T10:00:00Z");
         // The first attempt is an hour old: about to be retried, it is not failed on that clock.
         assert_eq!(
-            apply_deadline(
-                Outcome::InFlight { request_retry: true },
-                Some(&b),
-                Some(&deadline),
-                now
-            ),
-            Outcome::InFlight { request_retry: true }
+            apply_deadline(Outcome::NeedsRetry, Some(&b), Some(&deadline), now),
+            Outcome::NeedsRetry
         );
         assert_eq!(
-            apply_deadline(
-                Outcome::InFlight { request_retry: false },
-                Some(&b),
-                Some(&deadline),
-                now
-            ),
+            apply_deadline(Outcome::InFlight, Some(&b), Some(&deadline), now),
             Outcome::Failed {
                 message: "did not finish within 30m".into()
             }
@@ -1758,13 +1852,8 @@ mod tests {
         // No start recorded (started before this controller wrote the annotation): no deadline.
         b.metadata.annotations = None;
         assert_eq!(
-            apply_deadline(
-                Outcome::InFlight { request_retry: false },
-                Some(&b),
-                Some(&deadline),
-                now
-            ),
-            Outcome::InFlight { request_retry: false }
+            apply_deadline(Outcome::InFlight, Some(&b), Some(&deadline), now),
+            Outcome::InFlight
         );
     }
 }
