@@ -205,9 +205,9 @@ pub enum Command {
         #[arg(long, value_name = "NAME")]
         name: Option<String>,
     },
-    /// Progress of a run by group, and what it waits for. With -w, follow it: exit 0 when it
-    /// completes, 1 when it fails, 2 when it is cancelled, 3 on --timeout, 5 when it is
-    /// superseded (4: any error).
+    /// Progress of a run by group, and what it waits for; with -w, follow it until it ends. Exit
+    /// 0 when it completed (or, without -w, still goes on), 1 when it failed, 2 when it was
+    /// cancelled, 3 on --timeout, 5 when it was superseded (4: any error).
     #[command(
         after_help = "Examples:\n  kubectl upgradeplan status redis-v1-to-v2-demo\n  kubectl upgradeplan status redis-v1-to-v2-demo -w --timeout 2h   # in a pipeline\n  kubectl upgradeplan status redis-v1-to-v2-demo -w --fail-on-tolerated   # also fail on failures within maxFailures"
     )]
@@ -220,8 +220,8 @@ pub enum Command {
         /// With -w, give up after this long (e.g. 30m).
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         timeout: Option<std::time::Duration>,
-        /// With -w, exit 1 also when the run completed with failures its groups' maxFailures
-        /// tolerated (RunCompletedWithFailures; by default that is a completion, exit 0).
+        /// Exit 1 also when the run completed with failures its groups' maxFailures tolerated
+        /// (RunCompletedWithFailures; by default that is a completion, exit 0).
         #[arg(long)]
         fail_on_tolerated: bool,
     },

@@ -424,6 +424,24 @@ async fn render_status(
     })
 }
 
+/// The exit code of `status` for the run as it is (spec §10), with or without `-w`: `Some` once
+/// it has ended (`--fail-on-tolerated` also fails a run that completed with tolerated failures),
+/// [`EXIT_SUPERSEDED`] for a run a newer one superseded (its name returned too), `None` while it
+/// goes on.
+pub fn status_exit_code(run: &UpgradeRun, fail_on_tolerated: bool) -> Option<(u8, Option<&str>)> {
+    let status = run.status.as_ref()?;
+    let tolerated = find_condition(&status.conditions, reasons::RUN_SUCCEEDED)
+        .is_some_and(|c| c.reason == reasons::RUN_COMPLETED_WITH_FAILURES);
+    match (status.state, status.superseded_by.as_deref()) {
+        (RunState::Completed, _) if fail_on_tolerated && tolerated => Some((EXIT_FAILED, None)),
+        (RunState::Completed, _) => Some((0, None)),
+        (RunState::Failed, _) => Some((EXIT_FAILED, None)),
+        (RunState::Cancelled, _) => Some((EXIT_CANCELLED, None)),
+        (_, Some(newer)) => Some((EXIT_SUPERSEDED, Some(newer))),
+        _ => None,
+    }
+}
+
 /// `status`: returns the exit code.
 pub async fn status(
     client: &Client,
@@ -440,29 +458,19 @@ pub async fn status(
     // On a terminal the view is redrawn in place (its clocks tick); elsewhere a new block is
     // appended only when something changed, never the same block again and again.
     let redraw = crate::output::redraws_in_place(g);
-    if !watch {
-        return Ok(0);
-    }
     // The watch ends with the run, or when a newer run supersedes it (which it names).
-    let tolerated = |r: &UpgradeRun| {
-        r.status
-            .as_ref()
-            .and_then(|s| find_condition(&s.conditions, reasons::RUN_SUCCEEDED))
-            .is_some_and(|c| c.reason == reasons::RUN_COMPLETED_WITH_FAILURES)
-    };
-    let exit_code = |r: &UpgradeRun| match r.status.as_ref().map(|s| (s.state, s.superseded_by.as_deref())) {
-        Some((RunState::Completed, _)) if fail_on_tolerated && tolerated(r) => Some(EXIT_FAILED),
-        Some((RunState::Completed, _)) => Some(0),
-        Some((RunState::Failed, _)) => Some(EXIT_FAILED),
-        Some((RunState::Cancelled, _)) => Some(EXIT_CANCELLED),
-        Some((_, Some(newer))) => {
+    let exit_code = |r: &UpgradeRun| {
+        let (code, newer) = status_exit_code(r, fail_on_tolerated)?;
+        if let Some(newer) = newer {
             eprintln!("upgraderun/{name} was superseded by upgraderun/{newer}: follow that one");
-            Some(EXIT_SUPERSEDED)
         }
-        _ => None,
+        Some(code)
     };
     if let Some(code) = exit_code(&run) {
         return Ok(code);
+    }
+    if !watch {
+        return Ok(0);
     }
     let follow = async {
         let api: Api<UpgradeRun> = Api::all(client.clone());
@@ -543,5 +551,97 @@ pub async fn version(g: &Global) -> anyhow::Result<()> {
                 Err(why) => why.clone(),
             }
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use upgradeplan::api::{Condition, ConditionStatus, UpgradePlanRef, UpgradeRunSpec, UpgradeRunStatus};
+
+    fn run(state: RunState, reason: Option<&str>, superseded_by: Option<&str>) -> UpgradeRun {
+        let mut r = UpgradeRun::new(
+            "r",
+            UpgradeRunSpec {
+                upgrade_plan_ref: UpgradePlanRef { name: "p".into() },
+                suspend: false,
+            },
+        );
+        r.status = Some(UpgradeRunStatus {
+            state,
+            superseded_by: superseded_by.map(Into::into),
+            conditions: reason
+                .map(|reason| {
+                    vec![Condition::new(
+                        reasons::RUN_SUCCEEDED,
+                        ConditionStatus::True,
+                        reason,
+                        String::new(),
+                        Utc::now(),
+                    )]
+                })
+                .unwrap_or_default(),
+            ..Default::default()
+        });
+        r
+    }
+
+    /// Issue 36 D12 (spec §10): the same codes with or without `-w`.
+    #[test]
+    fn status_exit_codes_follow_the_run() {
+        let tolerated = Some(reasons::RUN_COMPLETED_WITH_FAILURES);
+        // (what, run, --fail-on-tolerated, code)
+        let table: Vec<(&str, UpgradeRun, bool, Option<(u8, Option<&str>)>)> = vec![
+            (
+                "completed",
+                run(RunState::Completed, Some(reasons::RUN_COMPLETED), None),
+                true,
+                Some((0, None)),
+            ),
+            (
+                "tolerated failures",
+                run(RunState::Completed, tolerated, None),
+                false,
+                Some((0, None)),
+            ),
+            (
+                "tolerated, failing on them",
+                run(RunState::Completed, tolerated, None),
+                true,
+                Some((EXIT_FAILED, None)),
+            ),
+            (
+                "failed",
+                run(RunState::Failed, None, None),
+                false,
+                Some((EXIT_FAILED, None)),
+            ),
+            (
+                "cancelled",
+                run(RunState::Cancelled, None, None),
+                false,
+                Some((EXIT_CANCELLED, None)),
+            ),
+            (
+                "superseded",
+                run(RunState::InProgress, None, Some("r2")),
+                false,
+                Some((EXIT_SUPERSEDED, Some("r2"))),
+            ),
+            (
+                "superseded, then failed",
+                run(RunState::Failed, None, Some("r2")),
+                false,
+                Some((EXIT_FAILED, None)),
+            ),
+            ("in progress", run(RunState::InProgress, None, None), false, None),
+            ("pending", run(RunState::Pending, None, None), true, None),
+        ];
+        for (what, r, fail_on_tolerated, want) in &table {
+            assert_eq!(status_exit_code(r, *fail_on_tolerated), *want, "{what}");
+        }
+        let mut fresh = run(RunState::Pending, None, None);
+        fresh.status = None;
+        assert_eq!(status_exit_code(&fresh, false), None, "no status yet");
     }
 }
