@@ -50,6 +50,10 @@ if [[ -z $out ]]; then
   exit 0
 fi
 mkdir -p "$out"
+if [[ $(cd "$out" && pwd -P) == "$(cd deploy/monitoring && pwd -P)" ]]; then
+  echo "OUT_DIR is deploy/monitoring, where rules.yaml is the source: give another directory (or none, to rewrite prometheusrule.yaml)" >&2
+  exit 2
+fi
 rules > "$out/rules.yaml"
 operator > "$out/prometheusrule.yaml"
 echo "wrote $out/rules.yaml and $out/prometheusrule.yaml (runbooks at $base, UpgradeRunFailed kept $failed_for)"
