@@ -613,7 +613,8 @@ async fn a_newer_run_supersedes_the_active_one() {
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
-    // Deleting the old superseded run cancels it but leaves the plan's lastRun alone (spec §3.2).
+    // Deleting the old superseded run is a quiet clean-up (spec §5.2, issue 36 D9): it is not
+    // cancelled, announces nothing, and leaves the plan's lastRun alone (spec §3.2).
     env.runs().delete(&first, &Default::default()).await.unwrap();
     wait_gone(env.runs(), &first, WAIT).await.unwrap();
     let p = env.plans().get(&plan).await.unwrap().status.unwrap();
@@ -621,6 +622,12 @@ async fn a_newer_run_supersedes_the_active_one() {
         p.last_run.as_ref().map(|l| (l.name.as_str(), l.result)),
         Some((second.as_str(), RunResult::Completed)),
         "deleting a superseded run rewrote lastRun"
+    );
+    // Its events are written before its finalizer goes: all there is, once it is gone.
+    let events = env.events_of(&first).await.unwrap();
+    assert!(
+        !events.iter().any(|(_, reason, _)| reason == "UpgradeRunCancelled"),
+        "a superseded run was cancelled when deleted: {events:#?}"
     );
     env.teardown().await.unwrap();
 }

@@ -357,15 +357,21 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
         return out;
     }
     if deleting {
+        // A dormant run (superseded, or a preview never resumed; spec §5.2) did nothing it could
+        // be cancelled from: deleting it is a quiet clean-up — no Cancelled state, event,
+        // runs_total or duration sample, and lastRun is untouched. Its snapshot goes.
+        if superseded_by(run).is_some() || is_preview(run) {
+            out.release = true;
+            return out;
+        }
         // Cancel = delete (spec §5.10). The finalizer goes on a later pass, once the plan recorded it.
         let to = match &facts.snapshot {
             SnapshotFact::Found { frozen, .. } => frozen.plan.upgrade_path.to.clone(),
             _ => String::new(),
         };
-        let owns_gauges = superseded_by(run).is_none() && !is_preview(run);
         finish(
             &mut out,
-            owns_gauges,
+            true,
             RunState::Cancelled,
             reasons::RUN_CANCELLED,
             texts::run_cancelled(),

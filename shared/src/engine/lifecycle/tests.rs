@@ -682,20 +682,51 @@ fn deleting_cancels_and_lets_go_once_the_plan_recorded_it() {
         ..Default::default()
     });
     assert!(pass(&run, Some(&plan), &[], &world, t(2) + Duration::seconds(3)).release);
+}
 
-    // A superseded run never writes lastRun: it lets go at once after cancelling.
-    let mut old = a_run("old", t(0), true);
-    old.metadata.annotations = Some([(SUPERSEDED_BY_ANNOTATION.to_string(), "r".to_string())].into());
-    old.status = Some(UpgradeRunStatus {
+/// Issue 36 D9 (spec §5.2): deleting a dormant run — superseded (by status or by the newer
+/// run's request), or a preview never resumed — is a quiet clean-up: it lets go at once, with no
+/// Cancelled state, event, counter, duration or gauge change.
+#[test]
+fn deleting_a_dormant_run_is_a_quiet_clean_up() {
+    let plan = valid_plan(1);
+    let world = World::with(2);
+    let gone = |mut run: UpgradeRun| {
+        run.metadata.deletion_timestamp = Some(Time(crate::time::to_jiff(t(4))));
+        run
+    };
+    let mut recorded = a_run("old", t(0), true);
+    recorded.status = Some(UpgradeRunStatus {
         state: RunState::InProgress,
         superseded_by: Some("r".into()),
         ..Default::default()
     });
-    old.metadata.deletion_timestamp = Some(Time(crate::time::to_jiff(t(4))));
-    let s = pass(&old, Some(&plan), &[], &world, t(4));
-    assert_eq!((s.status.state, s.gauges.clone()), (RunState::Cancelled, Gauges::Keep));
-    old.status = Some(s.status);
-    assert!(pass(&old, Some(&plan), &[], &world, t(4)).release);
+    let mut requested = a_run("asked", t(0), false);
+    requested.metadata.annotations = Some([(SUPERSEDED_BY_ANNOTATION.to_string(), "r".to_string())].into());
+    requested.status = Some(UpgradeRunStatus {
+        state: RunState::InProgress,
+        ..Default::default()
+    });
+    let mut preview = a_run("preview", t(0), true);
+    let s = pass(&preview, Some(&plan), &[], &world, t(1));
+    let mut w = world.clone();
+    apply(&mut preview, &s, &mut w, &plan);
+    assert!(is_preview(&preview), "a preview, snapshotted, not resumed");
+    for (what, run) in [
+        ("superseded", recorded),
+        ("asked to stand down", requested),
+        ("preview", preview),
+    ] {
+        let before = run.status.clone().unwrap_or_default();
+        let s = pass(&gone(run), Some(&plan), &[], &w, t(4));
+        assert!(s.release, "{what}: lets go at once");
+        assert_eq!(s.status, before, "{what}: its status is left as it was");
+        assert!(
+            s.announce.is_empty() && s.finished.is_none(),
+            "{what}: nothing announced or counted"
+        );
+        assert_eq!(s.gauges, Gauges::Keep, "{what}: the plan's gauges are the active run's");
+    }
 }
 
 #[test]
