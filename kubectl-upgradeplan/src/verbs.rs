@@ -591,7 +591,8 @@ mod tests {
     fn status_exit_codes_follow_the_run() {
         let tolerated = Some(reasons::RUN_COMPLETED_WITH_FAILURES);
         // (what, run, --fail-on-tolerated, code)
-        let table: Vec<(&str, UpgradeRun, bool, Option<(u8, Option<&str>)>)> = vec![
+        type Row<'a> = (&'a str, UpgradeRun, bool, Option<(u8, Option<&'a str>)>);
+        let table: Vec<Row> = vec![
             (
                 "completed",
                 run(RunState::Completed, Some(reasons::RUN_COMPLETED), None),
