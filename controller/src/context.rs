@@ -200,6 +200,17 @@ impl Ctx {
         self.plans.get(&ObjectRef::new(name))
     }
 
+    /// The Promise `run` works on: its frozen plan's once this process has read its snapshot
+    /// (a promiseRef edited mid-run changes nothing of the run, spec §14.2), else its live
+    /// plan's; `None` without either.
+    pub fn promise_of_run(&self, run: &UpgradeRun) -> Option<String> {
+        let frozen = run
+            .uid()
+            .and_then(|uid| self.frozen.lock().ok()?.get(&uid).cloned())
+            .map(|v| v.frozen.plan.promise_ref.name.clone());
+        frozen.or_else(|| self.plan(run.plan_name()).map(|p| p.spec.promise_ref.name.clone()))
+    }
+
     /// Runs of `plan` (by label or, for runs not yet labelled, by reference).
     pub fn runs_of(&self, plan: &str) -> Vec<Arc<UpgradeRun>> {
         self.runs

@@ -625,37 +625,35 @@ async fn run_controllers<F, Fut>(
     // Reconciles of one object never overlap; a little debounce merges bursts of binding events.
     let config = ControllerConfig::default().debounce(Duration::from_millis(50));
 
-    // Active runs of the plans of a Promise.
-    let active_runs_of_promise = {
-        let (plans, runs) = (plans.clone(), runs.clone());
-        move |promise: &str| -> Vec<ObjectRef<UpgradeRun>> {
-            let plan_names: Vec<String> = plans
-                .state()
-                .iter()
-                .filter(|p| p.spec.promise_ref.name == promise)
-                .map(|p| p.name_any())
-                .collect();
+    // Unfinished runs working on a Promise (their frozen plan's, spec §14.2); `dormant_too`:
+    // also superseded runs and previews not resumed, which only a revision concerns (a
+    // preview's snapshot waits for it).
+    let runs_of_promise = {
+        let (ctx, runs) = (Arc::downgrade(&ctx), runs.clone());
+        move |promise: &str, dormant_too: bool| -> Vec<ObjectRef<UpgradeRun>> {
+            let Some(ctx) = ctx.upgrade() else { return Vec::new() };
             runs.state()
                 .iter()
-                .filter(|r| plan_names.iter().any(|p| p == r.plan_name()))
                 .filter(|r| !r.status.as_ref().is_some_and(|s| s.state.is_terminal()))
+                .filter(|r| dormant_too || !run::is_dormant(r))
+                .filter(|r| ctx.promise_of_run(r).as_deref() == Some(promise))
                 .map(|r| ObjectRef::from_obj(&**r))
                 .collect()
         }
     };
     let binding_to_runs = {
-        let f = active_runs_of_promise.clone();
-        move |b: Arc<CachedBinding>| f(b.promise())
+        let f = runs_of_promise.clone();
+        move |b: Arc<CachedBinding>| f(b.promise(), false)
     };
     let revision_to_runs = {
-        let f = active_runs_of_promise.clone();
-        move |r: PromiseRevision| f(r.promise())
+        let f = runs_of_promise.clone();
+        move |r: PromiseRevision| f(r.promise(), true)
     };
     let health_to_runs = {
-        let f = active_runs_of_promise.clone();
-        move |h: HealthRecord| f(&h.data.promise_ref.name)
+        let f = runs_of_promise.clone();
+        move |h: HealthRecord| f(&h.data.promise_ref.name, false)
     };
-    // A freeze can hold any run: every active run looks again.
+    // A freeze can hold any run: every unfinished run that can act looks again.
     let freeze_to_runs = {
         let (plans, runs) = (plans.clone(), runs.clone());
         move |_: UpgradeFreeze| -> Vec<ObjectRef<UpgradeRun>> {
@@ -663,6 +661,7 @@ async fn run_controllers<F, Fut>(
                 .iter()
                 .filter(|r| plans.get(&ObjectRef::new(r.plan_name())).is_some())
                 .filter(|r| !r.status.as_ref().is_some_and(|s| s.state.is_terminal()))
+                .filter(|r| !run::is_dormant(r))
                 .map(|r| ObjectRef::from_obj(&**r))
                 .collect()
         }

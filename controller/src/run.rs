@@ -19,7 +19,7 @@ use upgradeplan::api::{
     RETRY_REQUESTED_BY_ANNOTATION, RUN_FINALIZER, RUN_LABEL, SUPERSEDED_BY_ANNOTATION, UPGRADED_BY_ANNOTATION,
     UPGRADE_STARTED_AT_ANNOTATION,
 };
-use upgradeplan::engine::admission::{RunFacts, TriggerKind};
+use upgradeplan::engine::admission::{is_preview, superseded_by, RunFacts, TriggerKind};
 use upgradeplan::engine::lifecycle::{self, events, Gauges, SnapshotFact, Step};
 use upgradeplan::engine::naming;
 use upgradeplan::engine::run::{texts, BindingAction};
@@ -76,6 +76,21 @@ impl lifecycle::Cluster for Ctx {
     }
 }
 
+/// A superseded run, or a preview not resumed (spec §5.2): it never acts again (a preview until
+/// resumed), so changes of bindings, health records and freezes need not wake it. A preview
+/// whose `suspend` was just cleared is being admitted: not dormant.
+pub fn is_dormant(run: &UpgradeRun) -> bool {
+    superseded_by(run).is_some() || (is_preview(run) && run.spec.suspend)
+}
+
+/// Whether `run` asks Prometheus for its plan's signal gates (spec §13.3): only a run that could
+/// start something now — not one that ended, is suspended, or is dormant. Their gauges go with
+/// the plan's active run.
+pub fn reads_gates(run: &UpgradeRun) -> bool {
+    let ended = run.status.as_ref().is_some_and(|s| s.state.is_terminal());
+    !ended && !run.spec.suspend && !is_dormant(run)
+}
+
 /// Gathers the facts, takes the engine's step and applies it.
 async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
     let status = run.status.clone().unwrap_or_default();
@@ -120,9 +135,10 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         tracing::debug!(run = %run.name_any(), "waiting for the UpgradeFreeze cache");
         return Ok(Action::requeue(crate::context::CACHE_WAIT));
     }
-    // Signal gates of the run's plan, read unless it ended.
+    // Signal gates of the run's plan, read only by the run that could start something now: not
+    // one that ended, is suspended, or is dormant (spec §5.2, §13.3).
     let gates = match run_plan.and_then(|p| p.gates.as_deref()) {
-        Some(gates) if !gates.is_empty() && !status.state.is_terminal() => {
+        Some(gates) if !gates.is_empty() && reads_gates(run) => {
             ctx.gates
                 .read(run.plan_name(), gates, crate::clock::now(), &ctx.metrics)
                 .await
@@ -806,4 +822,84 @@ pub fn error_policy(run: Arc<UpgradeRun>, err: &Error, ctx: Arc<Ctx>) -> Action 
     let delay = ctx.retries.next_delay(&retry_key(&run));
     tracing::warn!(run = %run.name_any(), error = %err, kind = err.metric_label(), retry_in = ?delay, "run reconcile failed; retrying");
     Action::requeue(delay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use upgradeplan::api::{UpgradePlanRef, UpgradeRunSpec, ADMITTED_AT_ANNOTATION, PREVIEW_ANNOTATION};
+
+    fn run(suspend: bool, state: RunState, annotations: &[(&str, &str)], superseded_by: Option<&str>) -> UpgradeRun {
+        let mut r = UpgradeRun::new(
+            "r",
+            UpgradeRunSpec {
+                upgrade_plan_ref: UpgradePlanRef { name: "p".into() },
+                suspend,
+            },
+        );
+        r.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        r.status = Some(UpgradeRunStatus {
+            state,
+            superseded_by: superseded_by.map(Into::into),
+            ..Default::default()
+        });
+        r
+    }
+
+    /// Issue 36 D8 (spec §5.2, §13.3): dormant runs are not woken by the Promise's changes and
+    /// never query Prometheus; only a run that could start something reads its gates.
+    #[test]
+    fn only_a_run_that_could_start_something_reads_gates_and_dormant_ones_sleep() {
+        let preview = [(PREVIEW_ANNOTATION, "true")];
+        let resumed = [
+            (PREVIEW_ANNOTATION, "true"),
+            (ADMITTED_AT_ANNOTATION, "2026-06-01T10:00:00Z"),
+        ];
+        let asked = [(SUPERSEDED_BY_ANNOTATION, "newer")];
+        // (what, run, dormant, reads gates)
+        let table = [
+            ("active", run(false, RunState::InProgress, &[], None), false, true),
+            ("pending", run(false, RunState::Pending, &[], None), false, true),
+            (
+                "suspended by its user",
+                run(true, RunState::InProgress, &[], None),
+                false,
+                false,
+            ),
+            ("ended", run(false, RunState::Completed, &[], None), false, false),
+            (
+                "superseded",
+                run(true, RunState::InProgress, &[], Some("newer")),
+                true,
+                false,
+            ),
+            (
+                "asked to stand down",
+                run(false, RunState::InProgress, &asked, None),
+                true,
+                false,
+            ),
+            ("preview", run(true, RunState::InProgress, &preview, None), true, false),
+            (
+                "preview, resumed",
+                run(false, RunState::InProgress, &resumed, None),
+                false,
+                true,
+            ),
+            (
+                "preview, being resumed",
+                run(false, RunState::InProgress, &preview, None),
+                false,
+                true,
+            ),
+        ];
+        for (what, r, dormant, reads) in &table {
+            assert_eq!((is_dormant(r), reads_gates(r)), (*dormant, *reads), "{what}");
+        }
+    }
 }

@@ -632,6 +632,40 @@ async fn a_newer_run_supersedes_the_active_one() {
     env.teardown().await.unwrap();
 }
 
+/// Issue 36 D2 (spec §14.2): after its snapshot a run follows its frozen plan, Promise included.
+/// The plan's promiseRef edited mid-run (to a Promise without the target revision) neither
+/// fails the run (PromiseRevisionNotFound) nor stops it: its bindings' changes still wake it.
+#[tokio::test]
+async fn a_promise_ref_edited_mid_run_changes_nothing_of_the_run() {
+    let (env, controller, _) = world("e2e-repromise", &[("dev", 3)], "1s").await;
+    let spec = json!({
+        "upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
+        "rolloutGroups": [{"name": "dev", "selectors": {"matchLabels": {"env": "dev"}}, "maxConcurrent": 1}]
+    });
+    let plan = env.create_plan("plan", spec).await.unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    env.wait_run(&run, WAIT, "one upgraded", |r| {
+        r.status.as_ref().is_some_and(|s| s.completed_resources >= 1)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    let other = json!({"spec": {"promiseRef": {"name": format!("{}-other", env.promise)}}});
+    env.plans()
+        .patch(&plan, &Default::default(), &kube::api::Patch::Merge(other))
+        .await
+        .unwrap();
+    let done = env.wait_ended(&run).await.unwrap();
+    let status = done.status.as_ref().unwrap();
+    assert_eq!(
+        (status.state, status.completed_resources),
+        (RunState::Completed, 3),
+        "{:?}\n{}",
+        status.conditions,
+        controller.log_text()
+    );
+    env.teardown().await.unwrap();
+}
+
 #[tokio::test]
 async fn deleting_a_run_cancels_it_and_deleting_the_plan_removes_its_runs() {
     let (env, controller, _) = world("e2e-cancel", &[("dev", 3)], "3s").await;
@@ -1399,10 +1433,12 @@ async fn a_world_dropped_without_teardown_is_removed() {
 
 #[tokio::test]
 async fn a_lost_snapshot_fails_the_run_once() {
-    let (mut env, mut controller, _) = world("e2e-lost", &[("dev", 2)], "0s").await;
+    let (mut env, mut controller, bindings) = world("e2e-lost", &[("dev", 2)], "0s").await;
     let plan = env.create_plan("plan", two_groups()).await.unwrap();
-    // A preview holds its snapshot and patches nothing: a run that stays InProgress.
-    let run = env.create_run(&format!("{plan}-1"), &plan, true).await.unwrap();
+    // Upgrades held in kratix-sim: a run that stays InProgress. (Not a preview: a preview is
+    // dormant until resumed and cannot fail, spec §5.2.)
+    env.hold(bindings.keys(), true).await.unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
     env.wait_run(&run, WAIT, "snapshot taken", |r| run_state(r) == RunState::InProgress)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));

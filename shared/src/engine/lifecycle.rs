@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 
-use super::admission::{admit, is_preview, last_run_of, superseded_by, Admission, RunFacts};
+use super::admission::{admit, admitted_at, is_preview, last_run_of, superseded_by, Admission, RunFacts};
 use super::freeze::holding;
 use super::gate::{self, GateCheck, GateReading};
 use super::health::HealthRecords;
@@ -466,6 +466,7 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
     let c = suspended_condition(run, &out.status, now);
     set_condition(&mut out.status.conditions, c);
     let owns_gauges = !is_preview(run) || resumed;
+    let dormant_preview = me.preview;
 
     if out.status.state == RunState::Pending {
         if let Some(message) = invalid {
@@ -529,7 +530,16 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
         out.status.completed_resources = 0;
         out.status.started_at = Some(now);
         out.status.state = RunState::InProgress;
+        if dormant_preview {
+            out.frozen = Some(frozen);
+            return out;
+        }
         return progress(run, plan, out, frozen, owns_gauges, cluster, facts);
+    }
+    // A preview not resumed is dormant (spec §5.2): nothing but its snapshot is computed, so
+    // it cannot fail, start, announce or count anything.
+    if dormant_preview {
+        return out;
     }
 
     // InProgress.
@@ -612,7 +622,16 @@ fn progress(
     facts: &Facts,
 ) -> Step {
     let now = facts.now;
-    let promise = plan.spec.promise_ref.name.as_str();
+    // Every "since the run began" rule counts from the run's admission (spec §5.2). A dormant
+    // preview never gets here, so a preview here is being resumed in this very pass.
+    let admitted = if is_preview(run) {
+        crate::time::whole_seconds(now)
+    } else {
+        admitted_at(run)
+    };
+    // The frozen plan's Promise, not the live plan's: a promiseRef edited mid-run changes nothing
+    // of this run (spec §14.2) — its revisions, health records and freezes stay those it began with.
+    let promise = frozen.plan.promise_ref.name.as_str();
     let to = frozen.plan.upgrade_path.to.clone();
     out.to = to.clone();
     let previous = out.status.rollout_groups.clone();
@@ -636,7 +655,7 @@ fn progress(
     let eval = evaluate(
         &RunContext {
             run_name: run_name(run),
-            run_created: crate::time::created_at(&run.metadata),
+            run_created: admitted,
             suspended: run.spec.suspend,
             plan: &frozen.plan,
             snapshot: &frozen.snapshot,

@@ -1215,3 +1215,62 @@ fn results_and_resource_warnings_are_listed_by_the_passes_that_move_a_groups_cou
     apply(&mut run, &s, &mut world, &plan);
     assert_eq!(listed(&pass(&run, Some(&plan), &[], &world, t(7))).len(), 0);
 }
+
+/// Issue 36 D5 (spec §5.2): a preview not resumed is dormant — nothing but its snapshot is
+/// computed, so a failure in Kratix meanwhile neither fails it nor is announced — and once
+/// resumed, "since the run began" counts from its admission: a failure from before the resume
+/// is an old failure (a retry), not the run's.
+#[test]
+fn a_preview_is_dormant_until_resumed_and_judges_failures_from_its_admission() {
+    let plan = valid_plan(2);
+    let mut world = World::with(2);
+    let mut preview = a_run("preview", t(0), true);
+    let s = pass(&preview, Some(&plan), &[], &world, t(1));
+    assert_eq!(s.status.state, RunState::InProgress, "its snapshot is taken");
+    assert!(s.evaluation.is_none() && s.frozen.is_some());
+    apply(&mut preview, &s, &mut world, &plan);
+
+    // Someone upgrades r0 by hand and it fails, after the preview's creation.
+    Arc::make_mut(&mut world.bindings[0]).spec.version = "v2".into();
+    world.kratix_fails(0, t(2));
+    let s = pass(&preview, Some(&plan), &[], &world, t(3));
+    assert_eq!(s.status.state, RunState::InProgress, "a dormant preview cannot fail");
+    assert!(s.evaluation.is_none() && s.announce.is_empty() && s.results.is_empty());
+    assert!(s.finished.is_none() && s.gauges == Gauges::Keep && s.wake_at.is_none());
+
+    // Resumed at t(5): the failure at t(2) predates its admission, so r0 is retried in its turn
+    // and r1 started; nothing failed.
+    preview.spec.suspend = false;
+    let s = pass(&preview, Some(&plan), &[], &world, t(5));
+    assert_eq!(s.status.state, RunState::InProgress);
+    let eval = s.evaluation.as_ref().expect("evaluated once admitted");
+    let names = |v: &[crate::engine::run::BindingAction]| v.iter().map(|a| a.resource.name.clone()).collect::<Vec<_>>();
+    assert_eq!(
+        (names(&eval.retry), names(&eval.start)),
+        (vec!["r0".to_string()], vec!["r1".to_string()])
+    );
+    assert_eq!(s.status.rollout_groups[0].failed, 0);
+}
+
+/// Issue 36 D2 (spec §14.2): after its snapshot a run follows its frozen plan, Promise
+/// included. The live plan's promiseRef edited mid-run (to a Promise without the target
+/// revision) neither fails the run nor stops it.
+#[test]
+fn a_promise_ref_edited_mid_run_changes_nothing_of_the_run() {
+    let mut plan = valid_plan(1);
+    let mut world = World::with(2);
+    let mut run = a_run("r", t(0), false);
+    let s = pass(&run, Some(&plan), &[], &world, t(1));
+    assert_eq!(started(&s), 1);
+    apply(&mut run, &s, &mut world, &plan);
+    world.kratix_applies();
+
+    plan.spec.promise_ref.name = "postgres".into();
+    let s = pass(&run, Some(&plan), &[], &world, t(2));
+    assert_eq!(s.status.state, RunState::InProgress, "{:?}", s.status.conditions);
+    assert_eq!((s.status.completed_resources, started(&s)), (1, 1));
+    apply(&mut run, &s, &mut world, &plan);
+    world.kratix_applies();
+    let s = pass(&run, Some(&plan), &[], &world, t(3));
+    assert_eq!((s.status.state, s.status.completed_resources), (RunState::Completed, 2));
+}
