@@ -245,8 +245,13 @@ pub async fn set_suspend(client: &Client, target: &str, suspend: bool) -> anyhow
                     if suspend { "suspend" } else { "resume" }
                 );
             }
-            if !suspend && run.status.as_ref().is_some_and(|s| s.superseded_by.is_some()) {
-                bail!("upgraderun/{n} was superseded by a newer run and cannot be resumed; start a new run instead");
+            // A superseded run is dormant for good (spec §5.2): the newer run carries on.
+            if let (false, Some(newer)) = (suspend, upgradeplan::engine::admission::superseded_by(&run)) {
+                bail!(
+                    "upgraderun/{n} was superseded by upgraderun/{newer} and never runs again: follow that one \
+                     (kubectl upgradeplan status {newer}), or start a new run (kubectl upgradeplan run {})",
+                    run.plan_name()
+                );
             }
             Api::<UpgradeRun>::all(client.clone())
                 .patch(&n, &PatchParams::default(), &patch)

@@ -11,7 +11,7 @@ use serde_json::json;
 use upgradeplan::api::kratix::{ResourceBinding, PROMISE_NAME_LABEL};
 use upgradeplan::api::{find_condition, reasons, ConditionStatus, PlanPhase, RunResult, RunState, UpgradeRun};
 use upgradeplan_e2e::harness::{
-    group_counts, group_row, http_get, observe_bindings, run_ended, run_state, wait_gone, wait_in_flight,
+    group_counts, group_row, http_get, observe_bindings, run_ended, run_plugin, run_state, wait_gone, wait_in_flight,
     ControllerProcess, TestEnv,
 };
 use upgradeplan_e2e::proxy::{FaultProxy, Faults};
@@ -592,6 +592,14 @@ async fn a_newer_run_supersedes_the_active_one() {
     assert_eq!(
         (s.status, s.reason.as_str()),
         (ConditionStatus::True, reasons::SUPERSEDED)
+    );
+    // Dormant for good (spec §5.2): resume refuses it and names the run that carries on.
+    let refused = run_plugin(None, &["resume", &first]).await.unwrap();
+    assert_eq!(refused.code, Some(4), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains(&format!("superseded by upgraderun/{second}")),
+        "{}",
+        refused.stderr
     );
     let done = env
         .wait_run(&second, WAIT, "the newer run completes", run_ended)
