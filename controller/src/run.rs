@@ -83,12 +83,13 @@ pub fn is_dormant(run: &UpgradeRun) -> bool {
     superseded_by(run).is_some() || (is_preview(run) && run.spec.suspend)
 }
 
-/// Whether `run` asks Prometheus for its plan's signal gates (spec §13.3): only a run that could
-/// start something now — not one that ended, is suspended, or is dormant. Their gauges go with
-/// the plan's active run.
+/// Whether `run` asks Prometheus for its plan's signal gates (spec §13.3): the plan's active run
+/// — also while something else holds it (suspended, frozen), so that its gates' recorded state
+/// and failAfter clocks stay current — never one that ended or is dormant. Their gauges go with
+/// the active run.
 pub fn reads_gates(run: &UpgradeRun) -> bool {
     let ended = run.status.as_ref().is_some_and(|s| s.state.is_terminal());
-    !ended && !run.spec.suspend && !is_dormant(run)
+    !ended && !is_dormant(run)
 }
 
 /// Gathers the facts, takes the engine's step and applies it.
@@ -852,9 +853,9 @@ mod tests {
     }
 
     /// Issue 36 D8 (spec §5.2, §13.3): dormant runs are not woken by the Promise's changes and
-    /// never query Prometheus; only a run that could start something reads its gates.
+    /// never query Prometheus; the active run reads its gates, also while suspended.
     #[test]
-    fn only_a_run_that_could_start_something_reads_gates_and_dormant_ones_sleep() {
+    fn only_the_active_run_reads_gates_and_dormant_ones_sleep() {
         let preview = [(PREVIEW_ANNOTATION, "true")];
         let resumed = [
             (PREVIEW_ANNOTATION, "true"),
@@ -869,7 +870,7 @@ mod tests {
                 "suspended by its user",
                 run(true, RunState::InProgress, &[], None),
                 false,
-                false,
+                true,
             ),
             ("ended", run(false, RunState::Completed, &[], None), false, false),
             (

@@ -180,6 +180,12 @@ fn created(run: &UpgradeRun) -> DateTime<Utc> {
     upgradeplan::time::created_at(&run.metadata)
 }
 
+/// When the run began for "since the run began" rules: its admission (a resumed preview's is
+/// the moment it was resumed), as the controller judges it (spec §5.2).
+fn admitted(run: &UpgradeRun) -> DateTime<Utc> {
+    upgradeplan::engine::admission::admitted_at(run)
+}
+
 fn groups_words(groups: &[GroupStatus]) -> String {
     groups
         .iter()
@@ -428,7 +434,7 @@ pub fn run_resources(
                 &live.health,
                 &frozen.plan,
                 &g.name,
-                (&name, created(run)),
+                (&name, admitted(run)),
                 chrono::Utc::now(),
             );
             let (word, mut detail) = outcome_words(&outcome);
@@ -526,6 +532,10 @@ pub struct StatusJson {
     /// Groups with a failure budget (`maxFailures`): how many failed of how many allowed.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub failure_budgets: Vec<BudgetUse>,
+    /// The signal gates of the current group as the controller last read them (`status.gates`),
+    /// while the run goes on.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<upgradeplan::api::GateStatus>,
 }
 
 #[derive(Serialize, Debug, Clone, PartialEq, Eq)]
@@ -746,14 +756,14 @@ pub fn status(
         evaluate(
             &RunContext {
                 run_name: &name,
-                run_created: created(run),
+                run_created: admitted(run),
                 suspended: run.spec.suspend || s.superseded_by.is_some(),
                 plan: &f.plan,
                 snapshot: &f.snapshot,
                 recorded: &s.rollout_groups,
                 health: &live.health,
-                // The controller's last reading, as the run's Gated condition records it.
-                gates: &gate::readings_from_condition(&f.plan, &s.conditions, now),
+                // The controller's last reading of each gate, as the run records it.
+                gates: &gate::readings_recorded(&f.plan, &s, now),
                 // The approvals the controller recorded.
                 approvals: &recorded_approvals(&s.rollout_groups),
                 freezes: &live.freezes,
@@ -802,6 +812,11 @@ pub fn status(
             _ => Vec::new(),
         },
         failure_budgets: frozen.map(|f| failure_budgets(f, &groups)).unwrap_or_default(),
+        gates: if s.state.is_terminal() {
+            Vec::new()
+        } else {
+            s.gates.clone()
+        },
     };
     let mut out = format!(
         "{} {} (plan {}) — {}\n",
@@ -875,6 +890,22 @@ pub fn status(
             .map(|b| format!("{}: {}", b.group, b.words()))
             .collect();
         out.push_str(&format!("\n{} {}\n", style.bold("Failure budget:"), words.join("; ")));
+    }
+    if !json.gates.is_empty() {
+        let words: Vec<String> = json
+            .gates
+            .iter()
+            .map(|g| {
+                let state = if g.open { "open" } else { "closed" };
+                let what = g
+                    .message
+                    .strip_prefix(&format!("gate {:?}: ", g.name))
+                    .unwrap_or(&g.message);
+                let said = if g.open { String::new() } else { format!(": {what}") };
+                format!("{} {state} for {}{said}", g.name, duration(now - g.since))
+            })
+            .collect();
+        out.push_str(&format!("\n{} {}\n", style.bold("Gates:"), words.join("; ")));
     }
     if !json.in_flight_resources.is_empty() {
         out.push_str(&format!(
@@ -960,7 +991,7 @@ fn failed_resources(run: &UpgradeRun, f: &Frozen, live: &Live) -> Vec<FailedReso
                 &live.health,
                 &f.plan,
                 &g.name,
-                (&name, created(run)),
+                (&name, admitted(run)),
                 chrono::Utc::now(),
             ) {
                 Outcome::Failed { message } => Some(FailedResource {

@@ -172,6 +172,26 @@ async fn a_firing_gate_holds_new_starts_and_an_unreachable_prometheus_closes_it(
     assert!(page.contains(&format!(
         "upgradeplan_gate_evaluations_total{{gate=\"signal\",plan=\"{plan}\",result=\"closed\"}}"
     )));
+    // Each gate's state is recorded, with its own clock (spec §13.3), and `status` shows it.
+    let recorded = &run_now.status.as_ref().unwrap().gates;
+    assert_eq!(
+        recorded.iter().map(|g| (g.name.as_str(), g.open)).collect::<Vec<_>>(),
+        vec![("signal", false)],
+        "{recorded:?}"
+    );
+    assert_eq!(recorded[0].since, closed_at, "the gate's clock starts when it closed");
+    let shown = run_plugin(
+        None,
+        &["status", &run, "--snapshot-namespace", &env.snapshot_namespace()],
+    )
+    .await
+    .unwrap();
+    assert!(
+        shown.stdout.contains("Gates: signal closed for ")
+            && shown.stdout.contains(": 1 series, first test_gate_signal{"),
+        "{}",
+        shown.stdout
+    );
 
     // Cleared: starts resume.
     signal.set(0);

@@ -80,10 +80,30 @@ pub struct UpgradeRunStatus {
     /// The newer run of the same plan that superseded this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub superseded_by: Option<String>,
+    /// Each signal gate of the plan that holds the current group, as last evaluated (spec §13.3):
+    /// its own clock for `failAfter`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    pub gates: Vec<GateStatus>,
     /// PlanResolved, TargetRevisionReady, RunSucceeded, Suspended.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+}
+
+/// A signal gate as the run last evaluated it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GateStatus {
+    /// The gate's name, as in the plan.
+    pub name: String,
+    /// Whether the gate was open (its query returned nothing).
+    pub open: bool,
+    /// When the gate last changed between open and closed: a closed gate's `failAfter` counts
+    /// from it.
+    pub since: DateTime<Utc>,
+    /// What the gate said: `gate "<name>": open`, the series that close it, or the error.
+    pub message: String,
 }
 
 /// A snapshot ConfigMap.

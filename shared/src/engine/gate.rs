@@ -10,7 +10,7 @@ use chrono::{DateTime, Duration, Utc};
 use serde_json::Value;
 
 use super::window::parse_go_duration;
-use crate::api::{find_condition, reasons, Condition, ConditionStatus, Gate, UpgradePlanSpec};
+use crate::api::{find_condition, reasons, Condition, ConditionStatus, Gate, UpgradePlanSpec, UpgradeRunStatus};
 
 /// What one evaluation of a gate said.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,31 +142,50 @@ pub enum GateCheck {
     Closed { gate: Gate, reading: GateReading },
 }
 
+/// Each gate of `plan` that holds `group`, in plan order, with its reading in `readings`; a gate
+/// without one is closed (fail safe: not evaluated yet).
+pub fn readings_of<'a>(
+    plan: &'a UpgradePlanSpec,
+    group: &'a str,
+    readings: &[GateReading],
+    now: DateTime<Utc>,
+) -> Vec<(&'a Gate, GateReading)> {
+    gates_of(plan, group)
+        .map(|gate| {
+            let reading = readings
+                .iter()
+                .find(|r| r.gate == gate.name)
+                .cloned()
+                .unwrap_or(GateReading {
+                    gate: gate.name.clone(),
+                    reading: Reading::Error("not evaluated yet".into()),
+                    next_check: now,
+                });
+            (gate, reading)
+        })
+        .collect()
+}
+
 /// Checks the gates of `group` against `readings`, now.
 pub fn check(plan: &UpgradePlanSpec, group: &str, readings: &[GateReading], now: DateTime<Utc>) -> GateCheck {
-    let mut any = false;
-    for gate in gates_of(plan, group) {
-        any = true;
-        let reading = readings
-            .iter()
-            .find(|r| r.gate == gate.name)
-            .cloned()
-            .unwrap_or(GateReading {
-                gate: gate.name.clone(),
-                reading: Reading::Error("not evaluated yet".into()),
-                next_check: now,
-            });
-        if !reading.reading.is_open() {
-            return GateCheck::Closed {
-                gate: gate.clone(),
-                reading,
-            };
-        }
+    let gates = readings_of(plan, group, readings, now);
+    if gates.is_empty() {
+        return GateCheck::NotChecked;
     }
-    if any {
-        GateCheck::Open
-    } else {
-        GateCheck::NotChecked
+    match gates.into_iter().find(|(_, r)| !r.reading.is_open()) {
+        Some((gate, reading)) => GateCheck::Closed {
+            gate: gate.clone(),
+            reading,
+        },
+        None => GateCheck::Open,
+    }
+}
+
+/// What one gate says, as a run records it (`status.gates[].message`).
+pub fn message(gate: &str, reading: &Reading) -> String {
+    match reading {
+        Reading::Open => texts::gate_open(gate),
+        closed => closed_condition(gate, closed).1,
     }
 }
 
@@ -183,6 +202,40 @@ pub fn closed_condition(gate: &str, reading: &Reading) -> (&'static str, String)
 pub fn fails_at(gate: &Gate, closed_since: DateTime<Utc>) -> Option<DateTime<Utc>> {
     let after: Duration = parse_go_duration(gate.fail_after.as_deref()?).ok()?;
     closed_since.checked_add_signed(after)
+}
+
+/// The gates' readings as the run recorded them (`status.gates[]`), for views that do not query
+/// Prometheus themselves: a closed gate reads as what it said (its recorded message), an open one
+/// as open. Runs recorded before `status.gates` existed: [`readings_from_condition`].
+pub fn readings_recorded(plan: &UpgradePlanSpec, status: &UpgradeRunStatus, now: DateTime<Utc>) -> Vec<GateReading> {
+    if status.gates.is_empty() {
+        return readings_from_condition(plan, &status.conditions, now);
+    }
+    plan.gates
+        .iter()
+        .flatten()
+        .map(|g| {
+            let recorded = status.gates.iter().find(|r| r.name == g.name);
+            let reading = match recorded {
+                Some(r) if r.open => Reading::Open,
+                // The message is `gate "<name>": <what it said>`; an Error of what it said
+                // renders as the same message (closed_condition).
+                Some(r) => Reading::Error(
+                    r.message
+                        .strip_prefix(&format!("gate {:?}: ", g.name))
+                        .unwrap_or(&r.message)
+                        .to_string(),
+                ),
+                // Not recorded: it does not hold the current group.
+                None => Reading::Open,
+            };
+            GateReading {
+                gate: g.name.clone(),
+                reading,
+                next_check: now,
+            }
+        })
+        .collect()
 }
 
 /// The gates' readings as a run's recorded `Gated` condition tells them, for views that do not
@@ -240,6 +293,15 @@ pub mod texts {
 
     pub fn gates_opened(group: &str) -> String {
         format!("every gate of rollout group {group:?} is open: upgrades resume")
+    }
+
+    pub fn gate_open(gate: &str) -> String {
+        format!("gate {gate:?}: open")
+    }
+
+    /// The Normal `GateOpened` event of one gate (spec §13.3: per gate).
+    pub fn gate_opened(gate: &str, group: &str) -> String {
+        format!("gate {gate:?} of rollout group {group:?} is open")
     }
 }
 

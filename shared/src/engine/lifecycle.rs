@@ -33,9 +33,9 @@ use super::validate::{summarize as summarize_problems, validate_plan};
 use super::version::VersionMatcher;
 use crate::api::kratix::{BindingFacts, HealthRecord};
 use crate::api::{
-    find_condition, reasons, set_condition, Condition, ConditionStatus, GroupPhase, GroupStatus, ResourceListRef,
-    RunState, UpgradeFreeze, UpgradePlan, UpgradeRun, UpgradeRunStatus, ADMITTED_AT_ANNOTATION, PLAN_LABEL,
-    PREVIEW_ANNOTATION, UPGRADED_BY_ANNOTATION,
+    find_condition, reasons, set_condition, Condition, ConditionStatus, GateStatus, GroupPhase, GroupStatus,
+    ResourceListRef, RunState, UpgradeFreeze, UpgradePlan, UpgradeRun, UpgradeRunStatus, ADMITTED_AT_ANNOTATION,
+    PLAN_LABEL, PREVIEW_ANNOTATION, UPGRADED_BY_ANNOTATION,
 };
 
 /// How long a deleted run waits for its plan to record its result before the finalizer is
@@ -679,7 +679,7 @@ fn progress(
         out.gauges = Gauges::Set(run_gauges(&eval, &frozen.snapshot));
     }
     out.wake_at = eval.wake_at;
-    let gate_failure = gate_transition(&mut out, &eval, &frozen.snapshot, now);
+    let gate_failure = gate_transition(&mut out, &eval, &frozen, facts.gates, now);
     approval_transition(&mut out, &eval, &previous, now);
     freeze_transition(&mut out, &eval, now);
     out.adopt_approvals = facts
@@ -832,65 +832,82 @@ fn freeze_transition(out: &mut Step, eval: &Evaluation, now: DateTime<Utc>) {
     set_condition(&mut out.status.conditions, condition);
 }
 
-/// The signal gates' part of a step (spec §13.3), from what the current group's gates said:
-/// the `Gated` condition, a Warning `GateClosed` / Normal `GateOpened` event on each change, and
-/// the `failAfter` verdict (`Some(message)`: the run fails) with a wake-up for it. Gates not
-/// checked (no gate, or nothing about to start) change nothing.
-fn gate_transition(out: &mut Step, eval: &Evaluation, snapshot: &Snapshot, now: DateTime<Utc>) -> Option<String> {
-    let previous = find_condition(&out.status.conditions, reasons::GATED).cloned();
-    let was_closed = previous.as_ref().is_some_and(|c| c.status == ConditionStatus::True);
-    // Each change is its own event, also when it says what an earlier one said.
-    let key = now.to_rfc3339();
+/// The signal gates of the current group (spec §13.3), each on its own: its state recorded in
+/// `status.gates[]` with `since` its own last change, a `GateClosed` (Warning) or `GateOpened`
+/// event whenever it turns, and its `failAfter` measured from its own `since`. The `Gated`
+/// condition names the first closed gate in plan order. Returns the failure message when a gate
+/// has been closed for its `failAfter`. Untouched when the gates were not read (nothing to start).
+fn gate_transition(
+    out: &mut Step,
+    eval: &Evaluation,
+    frozen: &Frozen,
+    readings: &[GateReading],
+    now: DateTime<Utc>,
+) -> Option<String> {
+    let group = match eval.verdict {
+        Verdict::InProgress { group } => frozen.snapshot.groups.get(group).map(|g| g.name.as_str()),
+        _ => None,
+    }?;
     match &eval.gate_check {
-        GateCheck::NotChecked => None,
-        GateCheck::Open => {
-            if was_closed {
-                let group = match eval.verdict {
-                    Verdict::InProgress { group } => snapshot.groups.get(group).map(|g| g.name.as_str()),
-                    _ => None,
-                };
-                out.announce.push(
-                    Announcement::normal(
-                        events::GATE_OPENED,
-                        gate::texts::gates_opened(group.unwrap_or_default()),
-                    )
-                    .keyed(key),
-                );
-            }
-            set_condition(
-                &mut out.status.conditions,
-                cond(
-                    reasons::GATED,
-                    ConditionStatus::False,
-                    reasons::GATES_OPEN,
-                    gate::texts::gates_open(),
-                    now,
-                ),
-            );
-            None
-        }
+        GateCheck::NotChecked => return None,
+        GateCheck::Open => set_condition(
+            &mut out.status.conditions,
+            cond(
+                reasons::GATED,
+                ConditionStatus::False,
+                reasons::GATES_OPEN,
+                gate::texts::gates_open(),
+                now,
+            ),
+        ),
         GateCheck::Closed { gate: g, reading } => {
             let (reason, message) = gate::closed_condition(&g.name, &reading.reading);
-            if !was_closed {
-                out.announce
-                    .push(Announcement::warning(events::GATE_CLOSED, message.clone()).keyed(key));
-            }
-            let since = previous.filter(|_| was_closed).map_or(now, |c| c.last_transition_time);
             set_condition(
                 &mut out.status.conditions,
                 cond(reasons::GATED, ConditionStatus::True, reason, message, now),
             );
-            let fails_at = gate::fails_at(g, since)?;
-            if fails_at <= now {
-                return Some(gate::texts::gate_failed(
-                    &g.name,
-                    g.fail_after.as_deref().unwrap_or_default(),
-                ));
-            }
-            out.wake_at = out.wake_at.into_iter().chain([fails_at]).min();
-            None
         }
     }
+    let previous = std::mem::take(&mut out.status.gates);
+    let mut failure = None;
+    for (g, reading) in gate::readings_of(&frozen.plan, group, readings, now) {
+        let open = reading.reading.is_open();
+        let message = gate::message(&g.name, &reading.reading);
+        let before = previous.iter().find(|p| p.name == g.name);
+        let since = match before {
+            Some(b) if b.open == open => b.since,
+            _ => now,
+        };
+        // Each change is its own event, also when it says what an earlier one said.
+        let key = format!("{}/{}", g.name, crate::time::rfc3339(now));
+        match (before.map(|b| b.open), open) {
+            (None | Some(true), false) => out
+                .announce
+                .push(Announcement::warning(events::GATE_CLOSED, message.clone()).keyed(key)),
+            (Some(false), true) => out
+                .announce
+                .push(Announcement::normal(events::GATE_OPENED, gate::texts::gate_opened(&g.name, group)).keyed(key)),
+            _ => {}
+        }
+        if !open {
+            match gate::fails_at(g, since) {
+                Some(at) if at <= now => {
+                    failure.get_or_insert_with(|| {
+                        gate::texts::gate_failed(&g.name, g.fail_after.as_deref().unwrap_or_default())
+                    });
+                }
+                Some(at) => out.wake_at = out.wake_at.into_iter().chain([at]).min(),
+                None => {}
+            }
+        }
+        out.status.gates.push(GateStatus {
+            name: g.name.clone(),
+            open,
+            since,
+            message,
+        });
+    }
+    failure
 }
 
 /// Moves the run to a terminal state (spec §5.9): `RunSucceeded`, `finishedAt`, the terminal

@@ -575,9 +575,10 @@ fn evaluate_groups<'b>(
             .min();
         let expiry = upgrade_expiry.into_iter().chain(health_expiry).min();
         let slots = limit.saturating_sub(in_flight);
-        // Gates are checked before a batch of starts, so only when one could otherwise happen.
+        // Gates are read while the group has starts left, whatever else holds it (spec §13.3):
+        // each gate's recorded state stays current, and its failAfter clock is its own.
         let mut gate_recheck = None;
-        if !not_started.is_empty() && !ctx.suspended && gate_state.open {
+        if !not_started.is_empty() {
             eval.gate_check = gate::check(ctx.plan, &group.name, ctx.gates, ctx.now);
             if let GateCheck::Closed { reading, .. } = &eval.gate_check {
                 gate_recheck = Some(reading.next_check.max(ctx.now));

@@ -1274,3 +1274,93 @@ fn a_promise_ref_edited_mid_run_changes_nothing_of_the_run() {
     let s = pass(&run, Some(&plan), &[], &world, t(3));
     assert_eq!((s.status.state, s.status.completed_resources), (RunState::Completed, 2));
 }
+
+/// Issue 36 D4 (spec §13.3): each gate has its own clock. With `calm` (no failAfter) closed
+/// first and `alerts` (failAfter 10m) closed later, `alerts` fails the run 10 minutes after *it*
+/// closed — not after `calm` did, and not never because `calm` comes first. Each closing and
+/// opening is announced per gate, and the run records every gate's state.
+#[test]
+fn each_gate_has_its_own_clock_and_its_own_announcements() {
+    use crate::api::{Gate, PrometheusGate};
+    use crate::engine::gate::{GateReading, Reading};
+    let gate = |name: &str, fail_after: Option<&str>| Gate {
+        name: name.into(),
+        prometheus: PrometheusGate { query: "up".into() },
+        groups: None,
+        fail_after: fail_after.map(Into::into),
+    };
+    let mut plan = valid_plan(5);
+    plan.spec.gates = Some(vec![gate("calm", None), gate("alerts", Some("10m"))]);
+    let firing = Reading::Firing {
+        series: 1,
+        first: "up{}".into(),
+    };
+    let readings = |calm: &Reading, alerts: &Reading, at: DateTime<Utc>| {
+        vec![
+            GateReading {
+                gate: "calm".into(),
+                reading: calm.clone(),
+                next_check: at + Duration::seconds(30),
+            },
+            GateReading {
+                gate: "alerts".into(),
+                reading: alerts.clone(),
+                next_check: at + Duration::seconds(30),
+            },
+        ]
+    };
+    let gates_of = |s: &Step| {
+        s.status
+            .gates
+            .iter()
+            .map(|g| (g.name.clone(), g.open, g.since))
+            .collect::<Vec<_>>()
+    };
+    let mut world = World::with(2);
+    let mut run = a_run("r", t(0), false);
+    // t1: calm closes.
+    world.gates = readings(&firing, &Reading::Open, t(1));
+    let s = pass(&run, Some(&plan), &[], &world, t(1));
+    assert_eq!(
+        gates_of(&s),
+        vec![("calm".into(), false, t(1)), ("alerts".into(), true, t(1))]
+    );
+    assert_eq!(reasons_announced(&s), vec!["GateClosed"]);
+    apply(&mut run, &s, &mut world, &plan);
+    // t5: alerts closes too: announced, with its own clock.
+    world.gates = readings(&firing, &firing, t(5));
+    let s = pass(&run, Some(&plan), &[], &world, t(5));
+    assert_eq!(
+        gates_of(&s),
+        vec![("calm".into(), false, t(1)), ("alerts".into(), false, t(5))]
+    );
+    let closed: Vec<&str> = s
+        .announce
+        .iter()
+        .filter(|a| a.reason == "GateClosed")
+        .map(|a| a.note.as_str())
+        .collect();
+    assert_eq!(closed, vec![r#"gate "alerts": 1 series, first up{}"#]);
+    assert_eq!(s.wake_at.map(|w| w.min(t(15))), Some(t(5) + Duration::seconds(30)));
+    apply(&mut run, &s, &mut world, &plan);
+    // t12: alerts closed 7 minutes: not failed (calm's clock would say 11).
+    let s = pass(&run, Some(&plan), &[], &world, t(12));
+    assert_eq!(s.status.state, RunState::InProgress);
+    assert!(s.announce.is_empty(), "nothing changed: {:?}", s.announce);
+    apply(&mut run, &s, &mut world, &plan);
+    // calm opens at t13: announced per gate; the run is still held by alerts.
+    world.gates = readings(&Reading::Open, &firing, t(13));
+    let s = pass(&run, Some(&plan), &[], &world, t(13));
+    assert_eq!(reasons_announced(&s), vec!["GateOpened"]);
+    assert_eq!(started(&s), 0);
+    apply(&mut run, &s, &mut world, &plan);
+    // t15: alerts closed for 10 minutes: the run fails, naming it.
+    let s = pass(&run, Some(&plan), &[], &world, t(15));
+    assert_eq!(s.status.state, RunState::Failed);
+    assert_eq!(
+        find_condition(&s.status.conditions, reasons::RUN_SUCCEEDED)
+            .unwrap()
+            .message,
+        r#"gate "alerts" closed for 10m"#
+    );
+}
