@@ -211,29 +211,30 @@ pub fn readings_recorded(plan: &UpgradePlanSpec, status: &UpgradeRunStatus, now:
     if status.gates.is_empty() {
         return readings_from_condition(plan, &status.conditions, now);
     }
+    every_gate(plan, now, |g| match status.gates.iter().find(|r| r.name == g.name) {
+        Some(r) if r.open => Reading::Open,
+        // The message is `gate "<name>": <what it said>`; an Error of what it said renders as
+        // the same message (closed_condition).
+        Some(r) => Reading::Error(
+            r.message
+                .strip_prefix(&format!("gate {:?}: ", g.name))
+                .unwrap_or(&r.message)
+                .to_string(),
+        ),
+        // Not recorded: it does not hold the current group.
+        None => Reading::Open,
+    })
+}
+
+/// A reading of every gate of `plan`, in plan order, as `reading` gives it.
+fn every_gate(plan: &UpgradePlanSpec, now: DateTime<Utc>, reading: impl Fn(&Gate) -> Reading) -> Vec<GateReading> {
     plan.gates
         .iter()
         .flatten()
-        .map(|g| {
-            let recorded = status.gates.iter().find(|r| r.name == g.name);
-            let reading = match recorded {
-                Some(r) if r.open => Reading::Open,
-                // The message is `gate "<name>": <what it said>`; an Error of what it said
-                // renders as the same message (closed_condition).
-                Some(r) => Reading::Error(
-                    r.message
-                        .strip_prefix(&format!("gate {:?}: ", g.name))
-                        .unwrap_or(&r.message)
-                        .to_string(),
-                ),
-                // Not recorded: it does not hold the current group.
-                None => Reading::Open,
-            };
-            GateReading {
-                gate: g.name.clone(),
-                reading,
-                next_check: now,
-            }
+        .map(|g| GateReading {
+            gate: g.name.clone(),
+            reading: reading(g),
+            next_check: now,
         })
         .collect()
 }
@@ -247,30 +248,21 @@ pub fn readings_from_condition(
     now: DateTime<Utc>,
 ) -> Vec<GateReading> {
     let closed = find_condition(conditions, reasons::GATED).filter(|c| c.status == ConditionStatus::True);
-    plan.gates
-        .iter()
-        .flatten()
-        .map(|g| {
-            let prefix = format!("gate {:?}: ", g.name);
-            let reading = match closed.filter(|c| c.message.starts_with(&prefix)) {
-                Some(c) if c.reason == reasons::GATE_ERROR => Reading::Error(c.message[prefix.len()..].to_string()),
-                Some(c) => {
-                    let said = &c.message[prefix.len()..];
-                    let (series, first) = said
-                        .split_once(" series, first ")
-                        .and_then(|(n, first)| Some((n.parse().ok()?, first.to_string())))
-                        .unwrap_or((1, said.to_string()));
-                    Reading::Firing { series, first }
-                }
-                None => Reading::Open,
-            };
-            GateReading {
-                gate: g.name.clone(),
-                reading,
-                next_check: now,
+    every_gate(plan, now, |g| {
+        let prefix = format!("gate {:?}: ", g.name);
+        match closed.filter(|c| c.message.starts_with(&prefix)) {
+            Some(c) if c.reason == reasons::GATE_ERROR => Reading::Error(c.message[prefix.len()..].to_string()),
+            Some(c) => {
+                let said = &c.message[prefix.len()..];
+                let (series, first) = said
+                    .split_once(" series, first ")
+                    .and_then(|(n, first)| Some((n.parse().ok()?, first.to_string())))
+                    .unwrap_or((1, said.to_string()));
+                Reading::Firing { series, first }
             }
-        })
-        .collect()
+            None => Reading::Open,
+        }
+    })
 }
 
 /// Exact texts of the gate conditions and events (spec §13.3).
@@ -536,5 +528,36 @@ mod tests {
             message,
             "read back, it says the same"
         );
+
+        // Recorded per gate (status.gates): each gate as it was, without parsing a condition.
+        let status = crate::api::UpgradeRunStatus {
+            gates: vec![
+                crate::api::GateStatus {
+                    name: "alerts".into(),
+                    open: true,
+                    since: now,
+                    message: texts::gate_open("alerts"),
+                },
+                crate::api::GateStatus {
+                    name: "slo".into(),
+                    open: false,
+                    since: now,
+                    message: message.clone(),
+                },
+            ],
+            ..Default::default()
+        };
+        let views = readings_recorded(&plan, &status, now);
+        assert!(views[0].reading.is_open() && !views[1].reading.is_open());
+        assert_eq!(
+            closed_condition("slo", &views[1].reading).1,
+            message,
+            "it says the same"
+        );
+        assert_eq!(message_of(&views[1]), message);
+    }
+
+    fn message_of(r: &GateReading) -> String {
+        super::message(&r.gate, &r.reading)
     }
 }
