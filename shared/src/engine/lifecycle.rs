@@ -405,8 +405,10 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
     } else {
         None
     };
-    let was_invalid = find_condition(&out.status.conditions, reasons::PLAN_RESOLVED)
-        .is_some_and(|c| c.reason == reasons::PLAN_INVALID);
+    // The invalidity announced last: a different one is announced again (spec §14.2).
+    let announced_invalid = find_condition(&out.status.conditions, reasons::PLAN_RESOLVED)
+        .filter(|c| c.reason == reasons::PLAN_INVALID)
+        .map(|c| c.message.clone());
     set_condition(
         &mut out.status.conditions,
         match &invalid {
@@ -470,8 +472,11 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
 
     if out.status.state == RunState::Pending {
         if let Some(message) = invalid {
-            if !was_invalid {
-                out.announce.push(Announcement::warning(events::PLAN_INVALID, message));
+            if announced_invalid.as_ref() != Some(&message) {
+                // Keyed by the problem: once per problem, across restarts.
+                let key = message.clone();
+                out.announce
+                    .push(Announcement::warning(events::PLAN_INVALID, message).keyed(key));
             }
             return out;
         }

@@ -391,6 +391,11 @@ pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<
     for g in &mut eval.groups {
         g.phase.get_or_insert(GroupPhase::Pending);
     }
+    // A freeze holds the whole run while it goes on, whatever else holds it (a soak, an
+    // approval, upgrades in flight): `Frozen` says so, never stale (spec §14.2).
+    if matches!(eval.verdict, Verdict::InProgress { .. }) && eval.frozen.is_none() {
+        eval.frozen = hold_at(ctx.freezes, ctx.now);
+    }
     eval
 }
 
@@ -1371,6 +1376,13 @@ pub(crate) mod tests {
             (e.blocked, e.wake_at),
             (Some(Blocked::Soaking), Some(utc("2026-06-01T11:05:00Z")))
         );
+        // A freeze during the soak: the soak is what blocks first, and the run says it is
+        // frozen too (issue 36 D13: Frozen read False under an active freeze while soaking).
+        w.freezes = vec![freeze("eoy", &[("2026-06-01T10:30", "2026-06-01T12:00")])];
+        let e = w.eval(&recorded, false, "2026-06-01T10:45:00Z");
+        assert_eq!(e.blocked, Some(Blocked::Soaking));
+        assert_eq!(e.frozen.map(|h| h.freeze), Some("eoy".to_string()));
+        w.freezes.clear();
         // A pre-approval of prod, deleted before prod is reached, is revoked.
         w.approvals = vec![approval("early", "prod")];
         let e = w.eval(&recorded, false, "2026-06-01T11:05:00Z");

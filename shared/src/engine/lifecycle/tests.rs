@@ -395,6 +395,20 @@ fn the_pending_table() {
             .last_transition_time
     };
     assert_eq!(c(&again), t(1), "the transition time holds while nothing changes");
+    // A different problem is announced too (issue 36 D13: it never was), keyed by itself.
+    let mut other = valid_plan(1);
+    other.spec.upgrade_path.from = vec![];
+    let s = pass(&run, Some(&other), &[], &world, t(2));
+    assert_eq!(reasons_announced(&s), vec![events::PLAN_INVALID]);
+    assert_eq!(s.announce[0].key, s.announce[0].note);
+    assert!(
+        s.announce[0].note.contains("spec.upgradePath.from"),
+        "{}",
+        s.announce[0].note
+    );
+    let mut run2 = run.clone();
+    run2.status = Some(s.status.clone());
+    assert!(pass(&run2, Some(&other), &[], &world, t(3)).announce.is_empty(), "once");
     // Once valid, the same run proceeds.
     let fixed = pass(&run, Some(&plan), &[], &world, t(3));
     assert_eq!(fixed.status.state, RunState::InProgress);
