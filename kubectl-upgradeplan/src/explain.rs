@@ -230,6 +230,9 @@ pub fn explain(
         (Some(b), Ok(m)) => Some(assign(spec, &m, b).snapshot),
         _ => None,
     };
+    if let Some(snapshot) = &membership {
+        warnings.extend(upgradeplan::engine::budget::overlap_warnings(spec, snapshot));
+    }
 
     let mut out = String::new();
     let mut line = |s: String| {

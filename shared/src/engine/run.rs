@@ -1588,6 +1588,37 @@ pub(crate) mod tests {
         assert_eq!(e.groups[0].succeeded, 1);
     }
 
+    /// Spec §13.1 (issue 36 D6): a resource in two groups is upgraded once, in the first; its
+    /// failure, tolerated by `dev`'s budget, counts against `prod` (budget 0) when `prod` becomes
+    /// current, and fails the run naming `prod`.
+    #[test]
+    fn a_failure_tolerated_by_an_earlier_group_fails_a_later_group_without_budget() {
+        let mut dev = group("dev", &[("env", "dev")]);
+        dev.max_failures = Some(IntOrString::Int(1));
+        let prod = group("prod", &[("tier", "prod")]);
+        let mut w = World::new(
+            plan(&["v1"], "v2", vec![dev, prod]),
+            vec![
+                binding("a", "shared", &[("env", "dev"), ("tier", "prod")], "v1", "v1"),
+                binding("a", "d1", &[("env", "dev")], "v1", "v1"),
+                binding("a", "p1", &[("tier", "prod")], "v1", "v1"),
+            ],
+        );
+        let e = w.eval(&[], false, "2026-06-01T10:01:00Z");
+        assert_eq!(started(&e), vec!["d1", "shared"]);
+        w.set("shared", "v1", "v2");
+        w.fail("shared", "2026-06-01T10:02:00Z");
+        w.set("d1", "v2", "v2");
+        let e = w.eval(&e.groups, false, "2026-06-01T10:03:00Z");
+        assert_eq!(e.groups[0].phase, Some(GroupPhase::Completed), "dev tolerates it");
+        assert_eq!(e.verdict, Verdict::Failed { group: 1, failed: 1 });
+        assert!(e.start.is_empty(), "p1 never starts");
+        assert_eq!(
+            texts::group_failed(1, "prod"),
+            "1 resource(s) failed to upgrade in rollout group \"prod\""
+        );
+    }
+
     #[test]
     fn event_texts() {
         assert_eq!(

@@ -75,6 +75,18 @@ pub fn plan_warnings(spec: &UpgradePlanSpec, now: DateTime<Utc>) -> Vec<Problem>
             message: format!("{} has passed: it fires no more", t.to_rfc3339()),
         });
     }
+    // A soak holds the group after it (spec §14.2).
+    if let Some((i, last)) = spec.rollout_groups.iter().enumerate().next_back() {
+        if last.soak_duration.is_some() {
+            warnings.push(Problem {
+                field: format!("spec.rolloutGroups[{i}].soakDuration"),
+                message: format!(
+                    "has no effect: {:?} is the last group, and a soak holds the group after it",
+                    last.name
+                ),
+            });
+        }
+    }
     warnings
 }
 
@@ -533,6 +545,32 @@ spec:
         assert_eq!(
             validate_plan("p", &parse(&deny_all_day("Europe/London")).spec, now()),
             vec![]
+        );
+    }
+}
+
+#[cfg(test)]
+mod soak_warning_tests {
+    use super::*;
+    use crate::engine::snapshot::tests::{match_all, plan};
+
+    /// Spec §14.2: a soak after the last group has no effect; explain warns.
+    #[test]
+    fn a_soak_on_the_last_group_is_warned_about() {
+        let now = chrono::Utc::now();
+        let mut first = match_all("dev");
+        first.soak_duration = Some("1h".into());
+        let mut last = match_all("prod");
+        assert!(plan_warnings(&plan(&["v1"], "v2", vec![first.clone(), last.clone()]), now).is_empty());
+        last.soak_duration = Some("30m".into());
+        let w = plan_warnings(&plan(&["v1"], "v2", vec![first, last]), now);
+        assert_eq!(w.len(), 1);
+        assert_eq!(
+            (w[0].field.as_str(), w[0].message.as_str()),
+            (
+                "spec.rolloutGroups[1].soakDuration",
+                "has no effect: \"prod\" is the last group, and a soak holds the group after it"
+            )
         );
     }
 }
