@@ -110,6 +110,10 @@ pub struct Ctx {
     pub freezes_synced: Arc<std::sync::atomic::AtomicBool>,
     /// The API server answered the freezes' list with 404: the kind is not installed.
     pub freezes_not_served: Arc<std::sync::atomic::AtomicBool>,
+    /// The same for HealthRecords and UpgradeApprovals: a run that needs one waits, saying so
+    /// (`KindsServed`), instead of waiting for a list that never comes.
+    pub health_not_served: Arc<std::sync::atomic::AtomicBool>,
+    pub approvals_not_served: Arc<std::sync::atomic::AtomicBool>,
     /// Whether every cache above but `health`, `approvals` and `freezes` has its initial list.
     pub synced: Synced,
     /// Snapshots by run UID, verified against their digests, with the resourceVersions of the

@@ -499,8 +499,17 @@ async fn run_controllers<F, Fut>(
             let stream =
                 reflector::reflector($writer, watch::watch_all::<$kind>(client.clone(), $config)).inspect(move |ev| {
                     match ev {
-                        Ok(watcher::Event::InitDone) => flag.store(true, Ordering::SeqCst),
-                        Err(watcher::Error::InitialListFailed(kube::Error::Api(e))) if e.is_not_found() => {
+                        Ok(watcher::Event::InitDone) => {
+                            flag.store(true, Ordering::SeqCst);
+                            // Installed since: served now.
+                            if let Some(n) = &not_served {
+                                n.store(false, Ordering::SeqCst);
+                            }
+                        }
+                        // A 404 to the list: the kind is not served. Code, not reason: a group
+                        // that exists without this kind answers a plain-text "404 page not found",
+                        // which carries no reason (Status::is_not_found misses it).
+                        Err(watcher::Error::InitialListFailed(kube::Error::Api(e))) if e.code == 404 => {
                             if let Some(n) = &not_served {
                                 n.store(true, Ordering::SeqCst);
                             }
@@ -534,9 +543,24 @@ async fn run_controllers<F, Fut>(
     // the runs that need one wait for it (see `run::pass`).
     let health_synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let approvals_synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (drive_health, mut health_triggers) = cached!(health_w, HealthRecord, all(), 1, health_synced.clone());
-    let (drive_approvals, mut approval_triggers) =
-        cached!(approvals_w, UpgradeApproval, all(), 1, approvals_synced.clone());
+    let health_not_served = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let approvals_not_served = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (drive_health, mut health_triggers) = cached!(
+        health_w,
+        HealthRecord,
+        all(),
+        1,
+        health_synced.clone(),
+        Some(health_not_served.clone())
+    );
+    let (drive_approvals, mut approval_triggers) = cached!(
+        approvals_w,
+        UpgradeApproval,
+        all(),
+        1,
+        approvals_synced.clone(),
+        Some(approvals_not_served.clone())
+    );
     // Freezes hold every run: a run starts nothing until their list is in, unless the API server
     // does not serve the kind (no freeze can exist then; see `Ctx::freezes_known`).
     let freezes_synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -600,6 +624,8 @@ async fn run_controllers<F, Fut>(
         approvals_synced,
         freezes_synced,
         freezes_not_served,
+        health_not_served,
+        approvals_not_served,
         synced,
         metrics: metrics.clone(),
         resources: Default::default(),

@@ -109,24 +109,38 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         _ => plan.as_deref().map(|p| &p.spec),
     };
     // Caches a run may need that are apart from `synced` (see `Ctx::health`, `Ctx::approvals`):
-    // without their list, resources would look unreported and groups unapproved.
-    let needs =
-        |f: fn(&upgradeplan::api::RolloutGroup) -> bool| run_plan.is_some_and(|p| p.rollout_groups.iter().any(f));
-    let synced = |flag: &std::sync::atomic::AtomicBool| flag.load(std::sync::atomic::Ordering::SeqCst);
-    for (needed, cache_synced, waiting_for) in [
+    // without their list, resources would look unreported and groups unapproved. A kind the API
+    // server does not serve is a fact for the step (KindsServed, spec §14.2); a list still to
+    // come is a short wait. Neither holds a deleted run: its cancel needs neither.
+    let needs = |f: fn(&upgradeplan::api::RolloutGroup) -> bool| {
+        run_plan.and_then(|p| p.rollout_groups.iter().find(|g| f(g)).map(|g| g.name.clone()))
+    };
+    let flag = |f: &std::sync::atomic::AtomicBool| f.load(std::sync::atomic::Ordering::SeqCst);
+    let mut missing_kinds = Vec::new();
+    let waits = !status.state.is_terminal() && run.meta().deletion_timestamp.is_none();
+    for (needed, cache_synced, not_served, resource, field) in [
         (
             needs(|g| g.health_check.is_some()),
-            synced(&ctx.health_synced),
-            "the HealthRecord cache (is Kratix's HealthRecord CRD installed?)",
+            flag(&ctx.health_synced),
+            flag(&ctx.health_not_served),
+            "healthrecords.platform.kratix.io",
+            "healthCheck",
         ),
         (
             needs(upgradeplan::engine::stage::requires_approval),
-            synced(&ctx.approvals_synced),
-            "the UpgradeApproval cache (is the upgradeapprovals CRD of deploy/crds applied?)",
+            flag(&ctx.approvals_synced),
+            flag(&ctx.approvals_not_served),
+            "upgradeapprovals.platform.syntasso.io",
+            "requireApproval",
         ),
     ] {
-        if needed && !cache_synced && !status.state.is_terminal() {
-            tracing::warn!(run = %run.name_any(), "waiting for {waiting_for}");
+        let Some(group) = needed.filter(|_| waits && !cache_synced) else {
+            continue;
+        };
+        if not_served {
+            missing_kinds.push(lifecycle::MissingKind { resource, group, field });
+        } else {
+            tracing::debug!(run = %run.name_any(), "waiting for the {resource} cache");
             return Ok(Action::requeue(std::time::Duration::from_secs(5)));
         }
     }
@@ -153,6 +167,7 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         snapshot,
         gates: &gates,
         approvals: &approvals,
+        missing_kinds: &missing_kinds,
         now: crate::clock::now(),
     };
     let step = lifecycle::step(run, &facts, ctx);

@@ -140,3 +140,68 @@ async fn upgrades_count_only_once_their_health_records_say_healthy() {
         );
     }
 }
+
+/// Issue 36 D3 (spec §14.2): on a cluster that does not serve HealthRecords, a run of a plan
+/// with a `healthCheck` waits with `KindsServed=False/KindNotServed` and one Warning event that
+/// says what to install — and deleting it cancels it (its finalizer is not held by the wait).
+#[tokio::test]
+async fn a_health_checked_run_on_a_cluster_without_health_records_waits_says_why_and_can_be_cancelled() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use upgradeplan_e2e::harness::{wait_gone, OwnControlPlane};
+    // Its own control plane: the HealthRecord CRD is removed from it.
+    let plane = OwnControlPlane::start("kinds").await.unwrap();
+    let mut env = TestEnv::on("kinds", &plane).await.unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+    let health_crd = "healthrecords.platform.kratix.io";
+    crds.delete(health_crd, &Default::default()).await.unwrap();
+    wait_gone(crds, health_crd, WAIT).await.unwrap();
+    env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
+        .await
+        .unwrap();
+    let ns = env.namespace("apps").await.unwrap();
+    env.binding(&ns, "r0", &[], "v1.0.0", Some("v1.0.0")).await.unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
+    let plan = env
+        .create_plan(
+            "plan",
+            json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
+                   "rolloutGroups": [{"name": "checked", "selectors": {"matchAll": true}, "healthCheck": {"timeout": "5m"}}]}),
+        )
+        .await
+        .unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    let message = format!(
+        "the cluster does not serve {health_crd}, which group \"checked\" needs (healthCheck); install its CRD"
+    );
+    let waiting = env
+        .wait_run(&run, WAIT, "KindsServed=False", |r| {
+            r.status
+                .as_ref()
+                .and_then(|s| find_condition(&s.conditions, "KindsServed"))
+                .is_some_and(|c| c.status == ConditionStatus::False)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    let c = find_condition(&waiting.status.as_ref().unwrap().conditions, "KindsServed").unwrap();
+    assert_eq!(
+        (c.reason.as_str(), c.message.as_str()),
+        ("KindNotServed", message.as_str())
+    );
+    let events = env
+        .events_when(&run, |(t, r, _)| t == "Warning" && r == "KindNotServed")
+        .await
+        .unwrap();
+    assert!(
+        events.iter().any(|(_, r, m)| r == "KindNotServed" && *m == message),
+        "{events:?}"
+    );
+    // Nothing was upgraded while it waited.
+    let b = env.bindings_api(&ns).get(&format!("r0-{}", env.promise)).await.unwrap();
+    assert_eq!(b.spec.version, "v1.0.0");
+
+    env.runs().delete(&run, &Default::default()).await.unwrap();
+    wait_gone(env.runs(), &run, WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("the finalizer was held: {e}\n{}", controller.log_text()));
+    env.teardown().await.unwrap();
+}

@@ -278,4 +278,7 @@ pub mod reasons {
     pub const FROZEN: &str = "Frozen";
     pub const FREEZE_ACTIVE: &str = "FreezeActive";
     pub const NOT_FROZEN: &str = "NotFrozen";
+    /// A kind the run's plan needs is served by the API server (spec §14.2).
+    pub const KINDS_SERVED: &str = "KindsServed";
+    pub const KIND_NOT_SERVED: &str = "KindNotServed";
 }

@@ -38,6 +38,10 @@ use crate::api::{
     PLAN_LABEL, PREVIEW_ANNOTATION, UPGRADED_BY_ANNOTATION,
 };
 
+/// How often a run waiting for a kind the cluster does not serve looks again (a CRD installed
+/// later is found by the watch, which wakes nothing by itself).
+pub const KIND_POLL: chrono::Duration = chrono::Duration::seconds(30);
+
 /// How long a deleted run waits for its plan to record its result before the finalizer is
 /// released anyway (a plan whose reconcile keeps failing must not pin the run for ever).
 pub const RECORD_GRACE: Duration = Duration::seconds(60);
@@ -89,7 +93,30 @@ pub struct Facts<'a> {
     pub gates: &'a [GateReading],
     /// The run's UpgradeApprovals (spec §13.4).
     pub approvals: &'a [ApprovalFact],
+    /// Kinds the run's plan needs that the API server does not serve (spec §14.2).
+    pub missing_kinds: &'a [MissingKind],
     pub now: DateTime<Utc>,
+}
+
+/// A kind a run's plan needs that the cluster does not serve: the run waits, saying so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingKind {
+    /// `<plural>.<group>`, as `kubectl get` names it: `healthrecords.platform.kratix.io`.
+    pub resource: &'static str,
+    /// The first rollout group that needs it.
+    pub group: String,
+    /// The field of that group that needs it: `healthCheck`, `requireApproval`.
+    pub field: &'static str,
+}
+
+impl MissingKind {
+    /// The `KindsServed=False/KindNotServed` message and event (spec §14.2).
+    pub fn message(&self) -> String {
+        format!(
+            "the cluster does not serve {}, which group {:?} needs ({}); install its CRD",
+            self.resource, self.group, self.field
+        )
+    }
 }
 
 /// An event to publish on the run.
@@ -150,6 +177,8 @@ pub mod events {
     pub const RESOURCE_SKIPPED: &str = "ResourceSkipped";
     pub const SUPERSEDED: &str = "Superseded";
     pub const PLAN_INVALID: &str = "PlanInvalid";
+    /// A kind the plan needs is not served (spec §14.2).
+    pub const KIND_NOT_SERVED: &str = "KindNotServed";
     pub const UPGRADE_RUN_COMPLETED: &str = "UpgradeRunCompleted";
     pub const UPGRADE_RUN_FAILED: &str = "UpgradeRunFailed";
     pub const UPGRADE_RUN_CANCELLED: &str = "UpgradeRunCancelled";
@@ -469,6 +498,37 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
     set_condition(&mut out.status.conditions, c);
     let owns_gauges = !is_preview(run) || resumed;
     let dormant_preview = me.preview;
+    // A kind the plan needs is not served (spec §14.2): wait, saying so once; deleting the run
+    // still cancels it. Served again (its CRD installed), the condition says so.
+    if let (Some(missing), false) = (facts.missing_kinds.first(), dormant_preview) {
+        let message = missing.message();
+        out.announce
+            .push(Announcement::warning(events::KIND_NOT_SERVED, message.clone()).keyed(message.clone()));
+        set_condition(
+            &mut out.status.conditions,
+            cond(
+                reasons::KINDS_SERVED,
+                ConditionStatus::False,
+                reasons::KIND_NOT_SERVED,
+                message,
+                now,
+            ),
+        );
+        out.wake_at = Some(now + KIND_POLL);
+        return out;
+    }
+    if find_condition(&out.status.conditions, reasons::KINDS_SERVED).is_some() {
+        set_condition(
+            &mut out.status.conditions,
+            cond(
+                reasons::KINDS_SERVED,
+                ConditionStatus::True,
+                reasons::KINDS_SERVED,
+                "every kind the plan needs is served".to_string(),
+                now,
+            ),
+        );
+    }
 
     if out.status.state == RunState::Pending {
         if let Some(message) = invalid {

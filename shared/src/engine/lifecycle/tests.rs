@@ -247,6 +247,7 @@ fn facts<'a>(
     now: DateTime<Utc>,
 ) -> Facts<'a> {
     Facts {
+        missing_kinds: &[],
         plan,
         others,
         snapshot: world.snapshot_of(run),
@@ -1100,6 +1101,7 @@ fn a_tampered_shard_fails_the_run_and_nothing_more_starts() {
     let s = step(
         &run,
         &Facts {
+            missing_kinds: &[],
             snapshot: tampered,
             ..facts(Some(&plan), &[], &world, &run, t(2))
         },
@@ -1376,5 +1378,49 @@ fn each_gate_has_its_own_clock_and_its_own_announcements() {
             .unwrap()
             .message,
         r#"gate "alerts" closed for 10m"#
+    );
+}
+
+/// Issue 36 D3 (spec §14.2): a run whose plan needs a kind the cluster does not serve waits
+/// with KindsServed=False/KindNotServed and one Warning event, can still be cancelled, and goes
+/// on once the kind is served.
+#[test]
+fn a_run_needing_a_kind_not_served_waits_says_why_and_can_be_cancelled() {
+    let plan = valid_plan(1);
+    let mut world = World::with(1);
+    let mut run = a_run("r", t(0), false);
+    let missing = [MissingKind {
+        resource: "healthrecords.platform.kratix.io",
+        group: "all".into(),
+        field: "healthCheck",
+    }];
+    let waiting = |run: &UpgradeRun, world: &World, now| {
+        let mut f = facts(Some(&plan), &[], world, run, now);
+        f.missing_kinds = &missing;
+        step(run, &f, world)
+    };
+    let s = waiting(&run, &world, t(1));
+    let message = "the cluster does not serve healthrecords.platform.kratix.io, which group \"all\" needs (healthCheck); install its CRD";
+    let c = find_condition(&s.status.conditions, reasons::KINDS_SERVED).unwrap();
+    assert_eq!(
+        (c.status, c.reason.as_str(), c.message.as_str()),
+        (ConditionStatus::False, reasons::KIND_NOT_SERVED, message)
+    );
+    assert_eq!(reasons_announced(&s), vec![events::KIND_NOT_SERVED]);
+    assert!(s.write_snapshot.is_empty() && s.evaluation.is_none() && started(&s) == 0);
+    assert_eq!(s.wake_at, Some(t(1) + KIND_POLL));
+    apply(&mut run, &s, &mut world, &plan);
+
+    // Deleting it cancels it: the wait does not hold the finalizer.
+    let mut gone = run.clone();
+    gone.metadata.deletion_timestamp = Some(Time(crate::time::to_jiff(t(2))));
+    assert_eq!(waiting(&gone, &world, t(2)).status.state, RunState::Cancelled);
+
+    // Served: it goes on, and says so.
+    let s = pass(&run, Some(&plan), &[], &world, t(3));
+    assert_eq!(s.status.state, RunState::InProgress);
+    assert_eq!(
+        condition(&s, reasons::KINDS_SERVED),
+        (reasons::KINDS_SERVED, ConditionStatus::True)
     );
 }
