@@ -150,8 +150,7 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         tracing::debug!(run = %run.name_any(), "waiting for the UpgradeFreeze cache");
         return Ok(Action::requeue(crate::context::CACHE_WAIT));
     }
-    // Signal gates of the run's plan, read only by the run that could start something now: not
-    // one that ended, is suspended, or is dormant (spec §5.2, §13.3).
+    // Signal gates of the run's plan, read by the plan's active run only (see `reads_gates`).
     let gates = match run_plan.and_then(|p| p.gates.as_deref()) {
         Some(gates) if !gates.is_empty() && reads_gates(run) => {
             ctx.gates
