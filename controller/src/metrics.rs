@@ -274,6 +274,7 @@ type CountedSeries = (Counted, Vec<String>);
 enum Counted {
     Runs,
     RunsSuperseded,
+    TriggersMissed,
     ResourceUpgrades,
     RunDuration,
     ResourceUpgradeDuration,
@@ -289,6 +290,7 @@ struct PlanCounters {
     resource_upgrades_total: IntCounterVec,
     resource_upgrade_duration: HistogramVec,
     gate_evaluations_total: IntCounterVec,
+    triggers_missed_total: IntCounterVec,
 }
 
 impl PlanCounters {
@@ -305,6 +307,11 @@ impl PlanCounters {
             runs_superseded_total: counter(
                 &n("runs_superseded_total"),
                 "Runs superseded by a newer run of the same plan.",
+                &["plan"],
+            ),
+            triggers_missed_total: counter(
+                &n("triggers_missed_total"),
+                "Triggers found past the plan's startingDeadline: recorded, not run.",
                 &["plan"],
             ),
             run_duration: histogram(
@@ -332,10 +339,11 @@ impl PlanCounters {
         }
     }
 
-    fn collectors(&self) -> [&dyn Collector; 6] {
+    fn collectors(&self) -> [&dyn Collector; 7] {
         [
             &self.runs_total,
             &self.runs_superseded_total,
+            &self.triggers_missed_total,
             &self.run_duration,
             &self.resource_upgrades_total,
             &self.resource_upgrade_duration,
@@ -348,6 +356,7 @@ impl PlanCounters {
         match c {
             Counted::Runs => Ok(&self.runs_total),
             Counted::RunsSuperseded => Ok(&self.runs_superseded_total),
+            Counted::TriggersMissed => Ok(&self.triggers_missed_total),
             Counted::ResourceUpgrades => Ok(&self.resource_upgrades_total),
             Counted::RunDuration => Err(&self.run_duration),
             Counted::ResourceUpgradeDuration => Err(&self.resource_upgrade_duration),
@@ -442,7 +451,10 @@ impl PlanSeries {
     fn init_counters<'a>(&self, plan: &str, groups: impl Iterator<Item = &'a str>) {
         let mut counted = lock(&self.counted);
         let known = counted.entry(plan.to_string()).or_default();
-        let mut wanted: Vec<CountedSeries> = vec![(Counted::RunsSuperseded, vec![plan.to_string()])];
+        let mut wanted: Vec<CountedSeries> = vec![
+            (Counted::RunsSuperseded, vec![plan.to_string()]),
+            (Counted::TriggersMissed, vec![plan.to_string()]),
+        ];
         for trigger in TRIGGERS {
             for result in RESULTS {
                 wanted.push((Counted::Runs, vec![plan.into(), trigger.into(), result.into()]));
@@ -515,6 +527,7 @@ pub struct Metrics {
     build_info: IntGaugeVec,
     pub runs_total: IntCounterVec,
     pub runs_superseded_total: IntCounterVec,
+    pub triggers_missed_total: IntCounterVec,
     pub run_duration: HistogramVec,
     pub resource_upgrades_total: IntCounterVec,
     pub resource_upgrade_duration: HistogramVec,
@@ -544,6 +557,7 @@ impl Metrics {
             build_info: register(&r, gauge(&n("build_info"), "Always 1; the controller's version.", &["version"])),
             runs_total: counters.runs_total,
             runs_superseded_total: counters.runs_superseded_total,
+            triggers_missed_total: counters.triggers_missed_total,
             run_duration: counters.run_duration,
             resource_upgrades_total: counters.resource_upgrades_total,
             resource_upgrade_duration: counters.resource_upgrade_duration,
@@ -808,6 +822,7 @@ mod tests {
             "plan_last_run_finished_timestamp_seconds",
             "runs_total",
             "runs_superseded_total",
+            "triggers_missed_total",
             "run_duration_seconds",
             "run_resources",
             "resource_upgrades_total",
@@ -942,6 +957,7 @@ mod tests {
             r#"upgradeplan_runs_total{plan="p",result="Failed",trigger="scheduled"} 0"#,
             r#"upgradeplan_runs_total{plan="p",result="Cancelled",trigger="manual"} 0"#,
             r#"upgradeplan_runs_superseded_total{plan="p"} 0"#,
+            r#"upgradeplan_triggers_missed_total{plan="p"} 0"#,
             r#"upgradeplan_resource_upgrades_total{group="dev",plan="p",result="failed"} 0"#,
             r#"upgradeplan_resource_upgrade_duration_seconds_count{group="dev",plan="p"} 0"#,
             r#"upgradeplan_run_duration_seconds_count{plan="p",result="Failed"} 0"#,

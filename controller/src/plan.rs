@@ -62,6 +62,9 @@ pub async fn reconcile(plan: Arc<UpgradePlan>, ctx: Arc<Ctx>) -> Result<Action> 
         apply_status::<UpgradePlan>(&ctx.client, &name, &step.status).await?;
     }
     for e in step.events {
+        if e.reason == lifecycle::plan::events::TRIGGER_MISSED {
+            ctx.metrics.triggers_missed_total.with_label_values(&[&name]).inc();
+        }
         publish(&ctx, &plan, e).await;
     }
     Ok(match step.wake_at {

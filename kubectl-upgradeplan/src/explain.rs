@@ -286,6 +286,11 @@ pub fn explain(
                 parts.push(format!("once at {a}"));
             }
             line(format!("{} {} ({zone_name})", style.bold("When:"), parts.join(" and ")));
+            if let Some(d) = &p.starting_deadline {
+                line(format!(
+                    "      a trigger found more than {d} late (an outage, a plan fixed later) is missed, not run"
+                ));
+            }
             if spec.suspend {
                 line("      suspended: triggers are skipped until the plan is resumed".to_string());
             }

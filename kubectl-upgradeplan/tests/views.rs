@@ -872,3 +872,36 @@ fn a_server_that_never_answers_is_given_up_on_after_the_request_timeout() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Spec §6: `explain` says what `startingDeadline` does, and the lint names a bad one.
+#[test]
+fn explain_tells_the_starting_deadline_and_lints_a_bad_one() {
+    let dir = std::env::temp_dir().join(format!("upgradeplan-deadline-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plan = |deadline: &str| {
+        let path = dir.join(format!("plan-{}.yaml", deadline.replace(' ', "-")));
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: platform.syntasso.io/v1alpha1\nkind: UpgradePlan\nmetadata: {{name: nightly}}\nspec:\n  promiseRef: {{name: redis}}\n  upgradePath: {{from: [v1.0.0], to: v2.0.0}}\n  upgradeExecutionPolicy: {{repeatSchedule: \"0 23 * * *\", startingDeadline: \"{deadline}\"}}\n  rolloutGroups:\n  - name: all\n    selectors: {{matchAll: true}}\n"
+            ),
+        )
+        .unwrap();
+        path.display().to_string()
+    };
+    let o = plugin(&["explain", "-f", &plan("1h"), "--now", NOW]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        stdout(&o).contains("a trigger found more than 1h late (an outage, a plan fixed later) is missed, not run"),
+        "{}",
+        stdout(&o)
+    );
+    let o = plugin(&["explain", "-f", &plan("an hour"), "--now", NOW]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(
+        stdout(&o).contains("spec.upgradeExecutionPolicy.startingDeadline"),
+        "{}",
+        stdout(&o)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

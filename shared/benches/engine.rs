@@ -226,6 +226,7 @@ fn triggers() -> Triggers {
         repeat_schedule: Some("30 1 * * 1-5".into()),
         execute_at: Some("2026-10-25T01:30".into()),
         time_zone: Some("Europe/London".into()),
+        starting_deadline: None,
     })
     .unwrap_or_else(|| panic!("valid policy"))
 }

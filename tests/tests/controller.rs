@@ -674,6 +674,74 @@ async fn a_promise_ref_edited_mid_run_changes_nothing_of_the_run() {
     env.teardown().await.unwrap();
 }
 
+/// Spec §6: a trigger the controller finds later than the plan's startingDeadline is recorded
+/// as missed, not run. The controller's clock starts at HH:30 a couple of hours ahead, so the
+/// hourly trigger at HH:00 (after the plan's creation) is found 30 minutes late: past 10m.
+#[tokio::test]
+async fn a_trigger_found_past_the_starting_deadline_is_missed_not_run() {
+    use chrono::Timelike;
+    let metrics_addr = format!("127.0.0.1:{}", upgradeplan_e2e::harness::free_port().unwrap());
+    let ahead = chrono::Utc::now() + chrono::Duration::hours(2);
+    let clock_start = ahead
+        .with_minute(30)
+        .unwrap()
+        .with_second(0)
+        .unwrap()
+        .with_nanosecond(0)
+        .unwrap();
+    let trigger = clock_start - chrono::Duration::minutes(30);
+    let (env, controller, _) = world_with(
+        "e2e-deadline",
+        &[("dev", 1)],
+        "0s",
+        &[
+            "--clock-start",
+            &upgradeplan::time::rfc3339(clock_start),
+            "--metrics-addr",
+            &metrics_addr,
+        ],
+    )
+    .await;
+    let mut spec = two_groups();
+    spec["upgradeExecutionPolicy"] = json!({"repeatSchedule": "0 * * * *", "startingDeadline": "10m"});
+    let plan = env.create_plan("plan", spec).await.unwrap();
+    let p = env
+        .wait_plan(&plan, WAIT, "the trigger recorded", |p| {
+            p.status.as_ref().and_then(|s| s.last_scheduled_at).is_some()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    assert_eq!(p.status.as_ref().unwrap().last_scheduled_at, Some(trigger));
+    let events = env.events_when(&plan, |(_, r, _)| r == "TriggerMissed").await.unwrap();
+    let prefix = format!("trigger {} missed by 30m", upgradeplan::time::rfc3339(trigger));
+    assert!(
+        events.iter().any(|(t, r, m)| t == "Warning"
+            && r == "TriggerMissed"
+            && m.starts_with(&prefix)
+            && m.ends_with("(startingDeadline 10m)")),
+        "{events:?}"
+    );
+    // Recorded as serviced without a run (the plan's reconcile that recorded it is done).
+    env.settle_plan(&controller, &plan).await.unwrap();
+    let runs: Vec<String> = env
+        .runs()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|r| r.spec.upgrade_plan_ref.name == plan)
+        .map(|r| r.name_any())
+        .collect();
+    assert!(runs.is_empty(), "a missed trigger created {runs:?}");
+    let (_, text) = http_get(&metrics_addr, "/metrics").await.unwrap();
+    assert!(
+        text.contains(&format!("upgradeplan_triggers_missed_total{{plan=\"{plan}\"}} 1")),
+        "{text}"
+    );
+    env.teardown().await.unwrap();
+}
+
 #[tokio::test]
 async fn deleting_a_run_cancels_it_and_deleting_the_plan_removes_its_runs() {
     let (env, controller, _) = world("e2e-cancel", &[("dev", 3)], "3s").await;

@@ -153,6 +153,13 @@ pub struct UpgradeExecutionPolicy {
     /// IANA time zone (e.g. `Europe/London`) for both repeatSchedule and executeAt. Default `UTC`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_zone: Option<String>,
+    /// A trigger found more than this late (after a controller outage, or a plan fixed days
+    /// later) is not run: it is recorded as missed (Warning event TriggerMissed), as CronJob's
+    /// startingDeadlineSeconds. A Go duration (`2h`). Omitted: the latest missed trigger runs
+    /// however late (SKE's behaviour).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("must be greater than zero"))]
+    pub starting_deadline: Option<String>,
 }
 
 /// A named set of resources, chosen by labels, upgraded together.

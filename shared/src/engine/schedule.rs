@@ -15,6 +15,8 @@ pub struct Triggers {
     pub zone: Tz,
     pub execute_at: Option<DateTime<Utc>>,
     pub repeat: Option<CronSchedule>,
+    /// `startingDeadline`: a trigger found later than this is missed, not run.
+    pub starting_deadline: Option<chrono::Duration>,
 }
 
 /// What the controller should do about triggers now.
@@ -26,6 +28,9 @@ pub enum TriggerAction {
     CreateRun(DateTime<Utc>),
     /// The plan is suspended: record this trigger as serviced without a run (no back-fill later).
     Skip(DateTime<Utc>),
+    /// Found `late` after it was due, past `startingDeadline`: record it as serviced without a
+    /// run, and say so (spec §6).
+    Missed { at: DateTime<Utc>, late: chrono::Duration },
 }
 
 impl Triggers {
@@ -41,10 +46,15 @@ impl Triggers {
             Some(s) => Some(s.parse().ok()?),
             None => None,
         };
+        let starting_deadline = match &policy.starting_deadline {
+            Some(d) => Some(super::window::parse_go_duration(d).ok()?),
+            None => None,
+        };
         Some(Triggers {
             zone,
             execute_at,
             repeat,
+            starting_deadline,
         })
     }
 
@@ -100,9 +110,12 @@ impl Triggers {
             return TriggerAction::None;
         }
         if suspended {
-            TriggerAction::Skip(t)
-        } else {
-            TriggerAction::CreateRun(t)
+            return TriggerAction::Skip(t);
+        }
+        let late = now - t;
+        match self.starting_deadline {
+            Some(deadline) if late > deadline => TriggerAction::Missed { at: t, late },
+            _ => TriggerAction::CreateRun(t),
         }
     }
 
@@ -110,6 +123,23 @@ impl Triggers {
     pub fn execute_at_before_creation(&self, created: DateTime<Utc>) -> bool {
         self.execute_at.is_some_and(|t| t < created)
     }
+}
+
+/// A duration as Go writes one, to the second: `2h13m5s`, `45s`, `0s`.
+pub fn go_duration(d: chrono::Duration) -> String {
+    let s = d.num_seconds().max(0);
+    let (h, m, sec) = (s / 3600, (s % 3600) / 60, s % 60);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if sec > 0 || out.is_empty() {
+        out.push_str(&format!("{sec}s"));
+    }
+    out
 }
 
 /// Name of the scheduled run for trigger `t`: `<plan>-YYYYMMDD-HHMM` in UTC.
@@ -130,6 +160,7 @@ mod tests {
             repeat_schedule: Some("0 23 * * 6".into()),
             execute_at: Some("2026-05-01T23:00".into()),
             time_zone: Some("Europe/London".into()),
+            starting_deadline: None,
         }
     }
 
@@ -212,6 +243,7 @@ mod tests {
             repeat_schedule: None,
             execute_at: Some("2026-01-01T00:00".into()),
             time_zone: None,
+            starting_deadline: None,
         })
         .unwrap();
         let created = utc("2026-02-01T00:00:00Z");
@@ -251,5 +283,66 @@ mod tests {
         );
         let longest = "p".repeat(MAX_SCHEDULED_PLAN_NAME);
         assert!(scheduled_run_name(&longest, utc("2026-05-02T22:00:00Z")).len() <= 253);
+    }
+
+    /// Spec §6 (issue 36): with `startingDeadline`, a trigger found later than it is missed —
+    /// recorded, not run; within it, or without one (SKE), the latest due trigger runs.
+    #[test]
+    fn a_trigger_found_past_the_starting_deadline_is_missed() {
+        let policy = |deadline: Option<&str>| UpgradeExecutionPolicy {
+            repeat_schedule: Some("0 22 * * *".into()),
+            starting_deadline: deadline.map(Into::into),
+            ..Default::default()
+        };
+        let created = utc("2026-06-01T00:00:00Z");
+        let at = utc("2026-06-01T22:00:00Z");
+        // (what, deadline, now, suspended, action)
+        let table = [
+            (
+                "on time",
+                Some("1h"),
+                "2026-06-01T22:00:05Z",
+                false,
+                TriggerAction::CreateRun(at),
+            ),
+            (
+                "late, within",
+                Some("1h"),
+                "2026-06-01T23:00:00Z",
+                false,
+                TriggerAction::CreateRun(at),
+            ),
+            (
+                "past it",
+                Some("1h"),
+                "2026-06-01T23:00:01Z",
+                false,
+                TriggerAction::Missed {
+                    at,
+                    late: chrono::Duration::seconds(3601),
+                },
+            ),
+            (
+                "no deadline: SKE",
+                None,
+                "2026-06-01T23:59:00Z",
+                false,
+                TriggerAction::CreateRun(at),
+            ),
+            (
+                "suspended: skipped",
+                Some("1h"),
+                "2026-06-01T23:30:00Z",
+                true,
+                TriggerAction::Skip(at),
+            ),
+        ];
+        for (what, deadline, now, suspended, want) in table {
+            let t = Triggers::compile(&policy(deadline)).unwrap();
+            assert_eq!(t.due(utc(now), created, None, suspended), want, "{what}");
+        }
+        assert_eq!(go_duration(chrono::Duration::seconds(3601)), "1h1s");
+        assert_eq!(go_duration(chrono::Duration::seconds(7980)), "2h13m");
+        assert_eq!(go_duration(chrono::Duration::zero()), "0s");
     }
 }

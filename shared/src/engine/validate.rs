@@ -167,6 +167,14 @@ pub fn validate_plan(name: &str, spec: &UpgradePlanSpec, now: DateTime<Utc>) -> 
                 add("spec.upgradeExecutionPolicy.executeAt".into(), e.to_string());
             }
         }
+        match policy.starting_deadline.as_deref().map(parse_go_duration) {
+            Some(Err(e)) => add("spec.upgradeExecutionPolicy.startingDeadline".into(), e),
+            Some(Ok(d)) if d <= chrono::Duration::zero() => add(
+                "spec.upgradeExecutionPolicy.startingDeadline".into(),
+                "must be greater than zero (omit it to run the latest missed trigger however late)".into(),
+            ),
+            _ => {}
+        }
     }
 
     if spec.rollout_groups.is_empty() {
@@ -406,6 +414,22 @@ spec:
                 "bad executeAt",
                 SEED.replace("2026-05-01T23:00", "2026-05-01 23:00"),
                 vec!["spec.upgradeExecutionPolicy.executeAt"],
+            ),
+            (
+                "bad startingDeadline",
+                SEED.replace(
+                    "executeAt: \"2026-05-01T23:00\"",
+                    "executeAt: \"2026-05-01T23:00\"\n    startingDeadline: 2 hours",
+                ),
+                vec!["spec.upgradeExecutionPolicy.startingDeadline"],
+            ),
+            (
+                "zero startingDeadline",
+                SEED.replace(
+                    "executeAt: \"2026-05-01T23:00\"",
+                    "executeAt: \"2026-05-01T23:00\"\n    startingDeadline: 0s",
+                ),
+                vec!["spec.upgradeExecutionPolicy.startingDeadline"],
             ),
             (
                 "bad zone",

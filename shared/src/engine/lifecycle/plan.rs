@@ -31,6 +31,8 @@ pub mod events {
     /// Published by the controller when the API server refuses the run a trigger asks for.
     pub const RUN_CREATE_FAILED: &str = "RunCreateFailed";
     pub const TRIGGER_SKIPPED: &str = "TriggerSkipped";
+    /// A trigger found past its plan's `startingDeadline` (spec §6).
+    pub const TRIGGER_MISSED: &str = "TriggerMissed";
     pub const EXECUTE_AT_IN_PAST: &str = "ExecuteAtInPast";
     pub const INVALID_SPEC: &str = crate::api::reasons::INVALID_SPEC;
     /// A finished run deleted because it is beyond the plan's `runHistoryLimit`.
@@ -245,6 +247,24 @@ pub fn step(
                     warning: false,
                     reason: events::TRIGGER_SKIPPED,
                     note: format!("Trigger {} skipped: the plan is suspended", at.to_rfc3339()),
+                });
+            }
+            TriggerAction::Missed { at, late } => {
+                status.last_scheduled_at = Some(at);
+                let deadline = plan
+                    .spec
+                    .upgrade_execution_policy
+                    .as_ref()
+                    .and_then(|p| p.starting_deadline.clone())
+                    .unwrap_or_default();
+                events.push(PlanEvent {
+                    warning: true,
+                    reason: events::TRIGGER_MISSED,
+                    note: format!(
+                        "trigger {} missed by {} (startingDeadline {deadline})",
+                        crate::time::rfc3339(at),
+                        crate::engine::schedule::go_duration(late)
+                    ),
                 });
             }
             TriggerAction::None => {}

@@ -587,3 +587,35 @@ fn a_refused_trigger_stays_unserviced_and_named_as_next_run() {
     assert!(idle.create_run.is_none());
     assert_eq!(idle.status_when_refused(served.status.as_ref()), idle.status);
 }
+
+/// Spec §6: a trigger found past `startingDeadline` (a controller outage, say) is recorded and
+/// announced as missed, and no run is created; the next trigger runs as usual.
+#[test]
+fn a_trigger_found_past_its_starting_deadline_is_missed_and_said_so() {
+    let mut policy = daily_at("10:30").unwrap();
+    policy.starting_deadline = Some("15m".into());
+    let plan = a_plan(Some(policy));
+    let s = step(&plan, &[], true, &four(), utc("2026-06-01T12:43:07Z"));
+    assert!(s.create_run.is_none());
+    assert_eq!(s.status.last_scheduled_at, Some(utc("2026-06-01T10:30:00Z")));
+    assert_eq!(s.status.next_run_at, Some(utc("2026-06-02T10:30:00Z")));
+    assert_eq!(
+        s.events
+            .iter()
+            .map(|e| (e.warning, e.reason, e.note.as_str()))
+            .collect::<Vec<_>>(),
+        vec![(
+            true,
+            "TriggerMissed",
+            "trigger 2026-06-01T10:30:00Z missed by 2h13m7s (startingDeadline 15m)"
+        )]
+    );
+    // Recorded: not missed again.
+    let mut p = plan.clone();
+    p.status = Some(s.status);
+    let again = step(&p, &[], true, &four(), utc("2026-06-01T12:44:00Z"));
+    assert!(again.events.is_empty() && again.create_run.is_none());
+    // Within the deadline, the run is created.
+    let on_time = step(&p, &[], true, &four(), utc("2026-06-02T10:40:00Z"));
+    assert_eq!(on_time.create_run.map(|r| r.at), Some(utc("2026-06-02T10:30:00Z")));
+}
