@@ -187,5 +187,49 @@ async fn binding_printer_columns_match_kratix() {
     let next = names.iter().position(|n| *n == "Next Run").unwrap();
     assert_eq!(table["rows"][0]["cells"][next], "2099-01-02T03:04:00Z", "{table:#}");
     env.plans().delete(&plan, &Default::default()).await.unwrap();
+
+    // The same for `kubectl get upgradefreezes` (issue 40: it printed <invalid> for both).
+    let freezes: kube::Api<upgradeplan::api::UpgradeFreeze> = kube::Api::all(env.client.clone());
+    let name = format!("{}-cols", env.id);
+    let freeze = serde_json::from_value(json!({
+        "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeFreeze",
+        "metadata": {"name": name},
+        "spec": {"reason": "columns", "planSelector": {"matchLabels": {"none": "none"}},
+                 "periods": [{"start": "2099-01-02T00:00", "end": "2099-01-03T00:00"}]}
+    }))
+    .unwrap();
+    freezes.create(&Default::default(), &freeze).await.unwrap();
+    freezes
+        .patch_status(
+            &name,
+            &Default::default(),
+            &kube::api::Patch::Merge(
+                json!({"status": {"nextStart": "2099-01-02T00:00:00Z", "nextEnd": "2099-01-03T00:00:00Z"}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let request = http::Request::get(format!("/apis/platform.syntasso.io/v1alpha1/upgradefreezes/{name}"))
+        .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+        .body(Vec::new())
+        .unwrap();
+    let table: serde_json::Value = env.client.request(request).await.unwrap();
+    let column = |wanted: &str| {
+        table["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|c| c["name"] == wanted)
+            .unwrap()
+    };
+    assert_eq!(
+        (
+            &table["rows"][0]["cells"][column("Next Start")],
+            &table["rows"][0]["cells"][column("Next End")]
+        ),
+        (&json!("2099-01-02T00:00:00Z"), &json!("2099-01-03T00:00:00Z")),
+        "{table:#}"
+    );
+    freezes.delete(&name, &Default::default()).await.unwrap();
     env.teardown().await.unwrap();
 }

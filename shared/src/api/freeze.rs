@@ -19,8 +19,8 @@ use super::{Condition, SelectorRequirement};
     doc = "An UpgradeFreeze is a platform-wide blackout: while one of its periods is active, the matching UpgradePlans start no new resource upgrades (upgrades in flight finish).",
     category = "kratix",
     printcolumn = r#"{"name":"Active","type":"boolean","jsonPath":".status.active"}"#,
-    printcolumn = r#"{"name":"Next Start","type":"date","jsonPath":".status.nextStart"}"#,
-    printcolumn = r#"{"name":"Next End","type":"date","jsonPath":".status.nextEnd"}"#,
+    printcolumn = r#"{"name":"Next Start","type":"string","description":"The next frozen stretch's start, RFC 3339 UTC (a date column would print <invalid> for a future time)","jsonPath":".status.nextStart"}"#,
+    printcolumn = r#"{"name":"Next End","type":"string","description":"When the current or next frozen stretch ends, RFC 3339 UTC","jsonPath":".status.nextEnd"}"#,
     printcolumn = r#"{"name":"Plans","type":"integer","jsonPath":".status.matchingPlans"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".spec.reason"}"#
 )]
