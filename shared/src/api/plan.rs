@@ -88,7 +88,8 @@ pub struct Gate {
 pub struct PrometheusGate {
     /// A PromQL instant query. The gate is closed while it returns any series (or a non-zero
     /// scalar), and whenever it cannot be evaluated. Typical:
-    /// `ALERTS{alertstate="firing",severity="critical"}`.
+    /// `ALERTS{alertstate="firing",severity="critical",alertname!~"Upgrade.+"}` (without this
+    /// product's own alerts, which a failed run of any plan keeps firing for an hour).
     #[schemars(length(min = 1))]
     pub query: String,
 }
