@@ -54,7 +54,14 @@ pub fn is_preview(run: &UpgradeRun) -> bool {
     let annotated = annotation(run, PREVIEW_ANNOTATION) == Some("true");
     let resumed = annotation(run, ADMITTED_AT_ANNOTATION).is_some();
     let unadmitted = run.status.as_ref().map(|s| s.state).unwrap_or_default() == RunState::Unresolved;
-    (annotated && !resumed) || (unadmitted && run.spec.suspend)
+    (annotated && !resumed) || (unadmitted && created_suspended(run))
+}
+
+/// Whether the run was *created* with `suspend: true` (spec §5.10: only that makes a preview):
+/// its spec was never changed since (generation 1). A run suspended right after it was created,
+/// before the controller first saw it, is a suspended run, not a preview.
+pub fn created_suspended(run: &UpgradeRun) -> bool {
+    run.spec.suspend && run.metadata.generation.is_none_or(|g| g <= 1)
 }
 
 /// The run that superseded `run`: recorded in its status, or requested by the newer run's

@@ -19,7 +19,9 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 
-use super::admission::{admit, admitted_at, is_preview, last_run_of, superseded_by, Admission, RunFacts};
+use super::admission::{
+    admit, admitted_at, created_suspended, is_preview, last_run_of, superseded_by, Admission, RunFacts,
+};
 use super::freeze::holding;
 use super::gate::{self, GateCheck, GateReading};
 use super::health::HealthRecords;
@@ -325,7 +327,7 @@ fn metadata_patch(run: &UpgradeRun, plan: &UpgradePlan, resumed: bool, now: Date
     let (mut labels, mut annotations) = (BTreeMap::new(), BTreeMap::new());
     super::naming::put_name(&mut labels, &mut annotations, PLAN_LABEL, &plan_name);
     let unadmitted = run.status.as_ref().map(|s| s.state).unwrap_or_default() == RunState::Unresolved;
-    if unadmitted && run.spec.suspend {
+    if unadmitted && created_suspended(run) {
         annotations.insert(PREVIEW_ANNOTATION.to_string(), "true".to_string());
     }
     if resumed {

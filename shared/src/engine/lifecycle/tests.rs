@@ -1424,3 +1424,28 @@ fn a_run_needing_a_kind_not_served_waits_says_why_and_can_be_cancelled() {
         (reasons::KINDS_SERVED, ConditionStatus::True)
     );
 }
+
+/// Issue 40 item 7 (spec §5.10): a run suspended right after it was created (before the
+/// controller first saw it) is a suspended run — admitted, the plan's active run — not a preview.
+#[test]
+fn a_run_suspended_right_after_creation_is_suspended_not_a_preview() {
+    let plan = valid_plan(1);
+    let world = World::with(1);
+    let mut run = a_run("r", t(0), true);
+    run.metadata.generation = Some(2); // created with suspend: false, then suspended
+    assert!(!is_preview(&run));
+    let s = pass(&run, Some(&plan), &[], &world, t(1));
+    assert!(!s.metadata.annotations.contains_key(PREVIEW_ANNOTATION));
+    assert_eq!(
+        condition(&s, reasons::SUSPENDED),
+        (reasons::SUSPENDED, ConditionStatus::True)
+    );
+    assert!(
+        matches!(s.gauges, Gauges::Set(_)),
+        "the plan's active run owns its gauges"
+    );
+    assert_eq!(started(&s), 0);
+    // Created suspended (generation 1): a preview.
+    run.metadata.generation = Some(1);
+    assert!(is_preview(&run));
+}
