@@ -396,11 +396,44 @@ where
         + serde::de::DeserializeOwned
         + std::fmt::Debug,
 {
+    apply_status_at::<K>(client, name, status, None).await
+}
+
+/// [`apply_status`] on the object as it was at `resource_version` (a precondition: the API
+/// server answers 409 Conflict when the object changed since). A pass working from a stale copy
+/// then writes nothing, and counts nothing after the write (spec §14.2: counters once).
+pub async fn apply_status_at<K>(
+    client: &Client,
+    name: &str,
+    status: impl serde::Serialize,
+    resource_version: Option<&str>,
+) -> Result<()>
+where
+    K: Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
     let api: Api<K> = Api::all(client.clone());
-    let body = json!({"apiVersion": K::api_version(&()), "kind": K::kind(&()), "status": status});
+    let body = status_apply_body(&K::api_version(&()), &K::kind(&()), name, status, resource_version)?;
     api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(body))
         .await?;
     Ok(())
+}
+
+/// The server-side apply body of a status write, with the resourceVersion precondition when given.
+fn status_apply_body(
+    api_version: &str,
+    kind: &str,
+    name: &str,
+    status: impl serde::Serialize,
+    resource_version: Option<&str>,
+) -> Result<serde_json::Value> {
+    let mut body = json!({"apiVersion": api_version, "kind": kind, "status": status});
+    if let Some(rv) = resource_version {
+        body["metadata"] = json!({"name": name, "resourceVersion": rv});
+    }
+    Ok(body)
 }
 
 #[cfg(test)]
@@ -408,6 +441,27 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    /// Issue 36 D10: a run's status write names the resourceVersion it was computed from, so a
+    /// pass from a stale copy is refused (409) rather than counted twice.
+    #[test]
+    fn a_status_write_carries_its_precondition() {
+        let body = status_apply_body(
+            "platform.syntasso.io/v1alpha1",
+            "UpgradeRun",
+            "r",
+            json!({"state": "InProgress"}),
+            Some("42"),
+        )
+        .unwrap();
+        assert_eq!(
+            body,
+            json!({"apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeRun",
+                   "metadata": {"name": "r", "resourceVersion": "42"}, "status": {"state": "InProgress"}})
+        );
+        let plain = status_apply_body("v", "K", "r", json!({}), None).unwrap();
+        assert!(plain.get("metadata").is_none());
+    }
 
     #[test]
     fn retry_delays_double_up_to_the_cap_and_reset_on_success() {

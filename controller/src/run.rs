@@ -233,15 +233,22 @@ async fn gather_snapshot(ctx: &Ctx, run: &UpgradeRun, status: &UpgradeRunStatus)
 async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
     let run_name = run.name_any();
     let plan_name = run.plan_name().to_string();
-    patch_metadata(ctx, run, &step).await?;
+    // The run as this pass saw it; this pass's own writes to it move the version on. The status
+    // write is conditional on it (see `apply_status_at`).
+    let mut version = run.resource_version();
+    if let Some(v) = patch_metadata(ctx, run, &step).await? {
+        version = Some(v);
+    }
     if step.suspend_self {
         let api: Api<UpgradeRun> = Api::all(ctx.client.clone());
-        api.patch(
-            &run_name,
-            &field_manager(),
-            &Patch::Merge(json!({"spec": {"suspend": true}})),
-        )
-        .await?;
+        let patched = api
+            .patch(
+                &run_name,
+                &field_manager(),
+                &Patch::Merge(json!({"spec": {"suspend": true}})),
+            )
+            .await?;
+        version = patched.resource_version();
     }
     adopt_approvals(ctx, run, &step.adopt_approvals).await?;
     for older in &step.supersede {
@@ -282,7 +289,6 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
                 .await;
         }
     }
-    count_results(ctx, run, &step);
     match &step.gauges {
         Gauges::Keep => {}
         Gauges::Set(g) => ctx.metrics.set_run(&plan_name, Some(g)),
@@ -291,17 +297,31 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
             ctx.metrics.set_gates(&plan_name, &[]);
         }
     }
-    if step.newly_superseded {
-        ctx.metrics.runs_superseded_total.with_label_values(&[&plan_name]).inc();
-        tracing::info!(run = %run_name, by = ?step.status.superseded_by, "run superseded");
-    }
     if run.status.as_ref() != Some(&step.status) {
-        crate::context::apply_status::<UpgradeRun>(&ctx.client, &run_name, &step.status).await?;
+        let written =
+            crate::context::apply_status_at::<UpgradeRun>(&ctx.client, &run_name, &step.status, version.as_deref())
+                .await;
+        match written {
+            // Computed from a copy older than the run: nothing of it is counted; the next pass,
+            // from the current run, decides again.
+            Err(Error::Kube(kube::Error::Api(e))) if e.code == 409 => {
+                tracing::debug!(run = %run_name, "status computed from a stale copy of the run; looking again");
+                return Ok(Action::requeue(std::time::Duration::from_millis(200)));
+            }
+            other => other?,
+        }
         if step.status.state == RunState::InProgress
             && run.status.as_ref().map(|s| s.state) != Some(RunState::InProgress)
         {
             tracing::info!(run = %run_name, plan = %plan_name, resources = step.status.total_resources, "snapshot taken; run in progress");
         }
+    }
+    // Counted once the status that records them is written (spec §14.2: counters once, also
+    // when a pass replays a stale copy, or a new leader its predecessor's last pass).
+    count_results(ctx, run, &step);
+    if step.newly_superseded {
+        ctx.metrics.runs_superseded_total.with_label_values(&[&plan_name]).inc();
+        tracing::info!(run = %run_name, by = ?step.status.superseded_by, "run superseded");
     }
     if let Some(state) = step.finished {
         record_finished(ctx, run, &step.status, state);
@@ -373,7 +393,8 @@ fn field_manager() -> PatchParams {
 
 /// Adds the labels, annotations and ownerReference the step asks for, and the selector of this
 /// controller (so the run stays recognisably ours after its plan is gone).
-async fn patch_metadata(ctx: &Ctx, run: &UpgradeRun, step: &Step) -> Result<()> {
+/// Returns the run's new resourceVersion when it patched it.
+async fn patch_metadata(ctx: &Ctx, run: &UpgradeRun, step: &Step) -> Result<Option<String>> {
     let mut annotations = step.metadata.annotations.clone();
     if let Some(selector) = &ctx.selector {
         if run.annotations().get(SELECTOR_ANNOTATION) != Some(selector) {
@@ -400,16 +421,17 @@ async fn patch_metadata(ctx: &Ctx, run: &UpgradeRun, step: &Step) -> Result<()> 
         }
     }
     if patch.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let api: Api<UpgradeRun> = Api::all(ctx.client.clone());
-    api.patch(
-        &run.name_any(),
-        &field_manager(),
-        &Patch::Merge(json!({"metadata": patch})),
-    )
-    .await?;
-    Ok(())
+    let patched = api
+        .patch(
+            &run.name_any(),
+            &field_manager(),
+            &Patch::Merge(json!({"metadata": patch})),
+        )
+        .await?;
+    Ok(patched.resource_version())
 }
 
 /// Asks an older run to stand down: `spec.suspend=true` and the annotation naming the newer run.
