@@ -81,9 +81,11 @@ pub struct PlanSource {
     /// The UpgradePlan's name in the cluster.
     #[arg(value_name = "PLAN", required_unless_present = "filename")]
     pub plan: Option<String>,
-    /// Read the plan from a YAML or JSON file instead ("-" for stdin); works without a cluster.
-    #[arg(short = 'f', long = "filename", value_name = "FILE", conflicts_with = "plan")]
-    pub filename: Option<PathBuf>,
+    /// Read the plan from files instead ("-" for stdin; works without a cluster): YAML with one or
+    /// more documents, JSON, a List (`kubectl get -o yaml`), or a directory of them; other kinds
+    /// are skipped. Repeatable. explain takes every plan found; the other views take one.
+    #[arg(short = 'f', long = "filename", value_name = "FILE", conflicts_with = "plan", action = clap::ArgAction::Append)]
+    pub filename: Vec<PathBuf>,
     /// Evaluate as at this instant (RFC 3339, e.g. 2026-05-02T21:00:00Z) instead of now.
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
     pub now: Option<DateTime<Utc>>,

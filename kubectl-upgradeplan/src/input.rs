@@ -18,19 +18,106 @@ fn read(path: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }
 
-/// Reads one UpgradePlan, with its unknown fields (which the API server would reject).
-pub fn plan(path: &Path) -> anyhow::Result<(UpgradePlan, Vec<upgradeplan::engine::Problem>)> {
-    let text = read(path)?;
-    let value: serde_json::Value =
-        serde_saphyr::from_str(&text).with_context(|| format!("{} is not valid YAML or JSON", path.display()))?;
-    let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
-    if kind != "UpgradePlan" {
-        bail!("{}: expected kind UpgradePlan, found {kind:?}", path.display());
+/// A plan read from a file, with where it came from and its unknown fields (which the API
+/// server would reject).
+pub struct PlanFile {
+    /// `FILE`, or `FILE: document N` / `FILE: items[N]` when the file holds several.
+    pub source: String,
+    pub plan: UpgradePlan,
+    pub unknown: Vec<upgradeplan::engine::Problem>,
+}
+
+/// Reads the UpgradePlans of `paths` as `kubectl apply -f` takes them: files of one or more YAML
+/// documents (`---`), JSON, Lists (`kubectl get -o yaml`), and directories (their `.yaml`,
+/// `.yml` and `.json` files, in name order, not recursively). Other kinds are skipped, as a
+/// GitOps repository mixes them; finding no plan at all is an error naming the paths.
+pub fn plans(paths: &[std::path::PathBuf]) -> anyhow::Result<Vec<PlanFile>> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let mut entries: Vec<std::path::PathBuf> = std::fs::read_dir(path)
+                .with_context(|| format!("reading directory {}", path.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.is_file()
+                        && p.extension()
+                            .and_then(|e| e.to_str())
+                            .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
+                })
+                .collect();
+            entries.sort();
+            files.extend(entries);
+        } else {
+            files.push(path.clone());
+        }
     }
-    let unknown = upgradeplan::api::strict::unknown_plan_fields(&value);
-    let plan = serde_path_to_error::deserialize(value)
-        .with_context(|| format!("{} is not a valid UpgradePlan", path.display()))?;
-    Ok((plan, unknown))
+    let mut found = Vec::new();
+    let mut skipped = std::collections::BTreeSet::new();
+    for file in &files {
+        let text = read(file)?;
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
+            .with_context(|| format!("{} is not valid YAML or JSON", file.display()))?;
+        let several = docs.len() > 1;
+        for (d, doc) in docs.into_iter().enumerate() {
+            let at = if several {
+                format!("{}: document {}", file.display(), d + 1)
+            } else {
+                file.display().to_string()
+            };
+            let kind = doc.get("kind").and_then(|k| k.as_str()).unwrap_or_default();
+            let items = if kind.ends_with("List") {
+                let list: List = serde_json::from_value(doc).with_context(|| format!("{at} is not a valid List"))?;
+                list.items
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, item)| (format!("{at}: items[{i}]"), item))
+                    .collect()
+            } else {
+                vec![(at, doc)]
+            };
+            for (source, item) in items {
+                match item.get("kind").and_then(|k| k.as_str()) {
+                    Some("UpgradePlan") => {}
+                    other => {
+                        skipped.insert(other.unwrap_or("no kind").to_string());
+                        continue;
+                    }
+                }
+                let unknown = upgradeplan::api::strict::unknown_plan_fields(&item);
+                let plan = serde_path_to_error::deserialize(item)
+                    .with_context(|| format!("{source} is not a valid UpgradePlan"))?;
+                found.push(PlanFile { source, plan, unknown });
+            }
+        }
+    }
+    if found.is_empty() {
+        let named: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        let seen = if skipped.is_empty() {
+            "no manifests".to_string()
+        } else {
+            format!("only {}", skipped.into_iter().collect::<Vec<_>>().join(", "))
+        };
+        bail!("no UpgradePlan in {} ({seen})", named.join(", "));
+    }
+    Ok(found)
+}
+
+/// Reads the one UpgradePlan of `paths`, for the views that work on one plan.
+pub fn plan(paths: &[std::path::PathBuf]) -> anyhow::Result<(UpgradePlan, Vec<upgradeplan::engine::Problem>)> {
+    let mut plans = plans(paths)?;
+    if plans.len() > 1 {
+        let names: Vec<String> = plans
+            .iter()
+            .map(|p| format!("{} ({})", p.plan.metadata.name.as_deref().unwrap_or("?"), p.source))
+            .collect();
+        bail!(
+            "{} UpgradePlans found: {}; this view works on one plan (explain -f takes several)",
+            plans.len(),
+            names.join(", ")
+        );
+    }
+    let one = plans.remove(0);
+    Ok((one.plan, one.unknown))
 }
 
 #[derive(Deserialize)]

@@ -33,10 +33,25 @@ struct Sources {
 }
 
 async fn sources(g: &cli::Global, source: &PlanSource, need_bindings: bool) -> anyhow::Result<Sources> {
-    let offline = source.filename.is_some() && (source.bindings.is_some() || !need_bindings);
+    let from_file = if source.filename.is_empty() {
+        None
+    } else {
+        Some(input::plan(&source.filename)?)
+    };
+    sources_with(g, source, from_file, need_bindings).await
+}
+
+/// [`sources`] for a plan already read from a file (`None`: the plan PLAN names in the cluster).
+async fn sources_with(
+    g: &cli::Global,
+    source: &PlanSource,
+    from_file: Option<(upgradeplan::api::UpgradePlan, Vec<upgradeplan::engine::Problem>)>,
+    need_bindings: bool,
+) -> anyhow::Result<Sources> {
+    let offline = from_file.is_some() && (source.bindings.is_some() || !need_bindings);
     let client = if offline { None } else { Some(client::connect(g).await?) };
-    let (plan, unknown_fields) = match (&source.filename, &source.plan, &client) {
-        (Some(f), _, _) => input::plan(f)?,
+    let (plan, unknown_fields) = match (from_file, &source.plan, &client) {
+        (Some(read), _, _) => read,
         (None, Some(name), Some(c)) => (client::get_plan(c, name).await?, Vec::new()),
         _ => anyhow::bail!("name a plan, or pass -f FILE"),
     };
@@ -137,44 +152,62 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             prometheus_ca_file,
             prometheus_bearer_token_file,
         } => {
-            let Sources {
-                plan,
-                unknown_fields,
-                bindings,
-                freezes,
-            } = sources(g, source, false).await?;
-            let now = source.now.unwrap_or_else(Utc::now);
-            let gates = match prometheus_url {
-                Some(url) => Some(
-                    explain::read_gates(
-                        &plan.spec,
-                        url,
-                        prometheus_ca_file.as_deref(),
-                        prometheus_bearer_token_file.as_deref(),
-                    )
-                    .await?,
-                ),
-                None => None,
-            };
-            let (json, text) = explain::explain(
-                &plan,
-                &unknown_fields,
-                &explain::Found {
-                    bindings: bindings.as_deref(),
-                    gates: gates.as_deref(),
-                    freezes: &freezes,
-                },
-                (now, *runs),
-                output::viewer_zone(),
-                &style,
-            );
-            emit(g, &json, &text)?;
-            let warned = *strict && !json.warnings.is_empty();
-            return Ok(if json.valid && !warned {
-                ExitCode::SUCCESS
+            // Every plan the files hold (a GitOps repository, `kubectl get -o yaml`), or the one
+            // PLAN names in the cluster.
+            let read: Vec<Option<input::PlanFile>> = if source.filename.is_empty() {
+                vec![None]
             } else {
-                ExitCode::from(1)
-            });
+                input::plans(&source.filename)?.into_iter().map(Some).collect()
+            };
+            let several = read.len() > 1;
+            let (mut jsons, mut texts, mut passed) = (Vec::new(), Vec::new(), true);
+            for file in read {
+                let origin = file.as_ref().map(|f| f.source.clone());
+                let Sources {
+                    plan,
+                    unknown_fields,
+                    bindings,
+                    freezes,
+                } = sources_with(g, source, file.map(|f| (f.plan, f.unknown)), false).await?;
+                let now = source.now.unwrap_or_else(Utc::now);
+                let gates = match prometheus_url {
+                    Some(url) => Some(
+                        explain::read_gates(
+                            &plan.spec,
+                            url,
+                            prometheus_ca_file.as_deref(),
+                            prometheus_bearer_token_file.as_deref(),
+                        )
+                        .await?,
+                    ),
+                    None => None,
+                };
+                let (json, text) = explain::explain(
+                    &plan,
+                    &unknown_fields,
+                    &explain::Found {
+                        bindings: bindings.as_deref(),
+                        gates: gates.as_deref(),
+                        freezes: &freezes,
+                    },
+                    (now, *runs),
+                    output::viewer_zone(),
+                    &style,
+                );
+                let warned = *strict && !json.warnings.is_empty();
+                passed &= json.valid && !warned;
+                texts.push(match origin.filter(|_| several) {
+                    Some(origin) => format!("{}\n{text}", style.bold(&format!("# {origin}"))),
+                    None => text,
+                });
+                jsons.push(json);
+            }
+            // One plan: its object, as always; several: a list of them.
+            match jsons.as_slice() {
+                [one] => emit(g, one, &texts.join("\n"))?,
+                many => emit(g, &many, &texts.join("\n"))?,
+            }
+            return Ok(if passed { ExitCode::SUCCESS } else { ExitCode::from(1) });
         }
         Command::Match { source, resource, all } => {
             let Sources {

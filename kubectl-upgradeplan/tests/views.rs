@@ -546,7 +546,8 @@ fn bad_input_gets_a_message_that_names_the_file() {
     assert!(err.contains("expected a ResourceBinding or a List of them"), "{err}");
     let o = plugin(&["explain", "-f", &fixture("bindings.json")]);
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("expected kind UpgradePlan"),
+        String::from_utf8_lossy(&o.stderr).contains("no UpgradePlan in")
+            && String::from_utf8_lossy(&o.stderr).contains("(only ResourceBinding)"),
         "{o:?}"
     );
     let o = plugin(&[
@@ -902,6 +903,78 @@ fn explain_tells_the_starting_deadline_and_lints_a_bad_one() {
         stdout(&o).contains("spec.upgradeExecutionPolicy.startingDeadline"),
         "{}",
         stdout(&o)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Issue 40 item 2: the lint takes ordinary Kubernetes files — several documents (the repo's
+/// own demo file: a plan and a PromiseRevision), a List, a directory, several -f — and lints
+/// every plan in them; the views that work on one plan say which ones they found.
+#[test]
+fn explain_lints_every_plan_of_multi_document_files_lists_and_directories() {
+    let demo = root().join("../examples/demo").display().to_string();
+    let failing = format!("{demo}/failing-plan.yaml");
+    let o = plugin(&["explain", "-f", &failing, "--now", NOW]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(stdout(&o).contains("redis-v2-to-v3"), "{}", stdout(&o));
+
+    let dir = std::env::temp_dir().join(format!("upgradeplan-lint-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let seed = std::fs::read_to_string(root().join("../examples/plans/seed.yaml")).unwrap();
+    let broken = seed
+        .replace("to: \"v2.0.0\"", "to: latest")
+        .replace("redis-v1-to-v2", "broken");
+    std::fs::write(dir.join("a-seed.yaml"), &seed).unwrap();
+    std::fs::write(dir.join("b-broken.yaml"), &broken).unwrap();
+    std::fs::write(dir.join("notes.txt"), "not a manifest").unwrap();
+    // The directory: both plans, the invalid one fails the lint, each under its file's name.
+    let o = plugin(&["explain", "-f", dir.to_str().unwrap(), "--now", NOW]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let out = stdout(&o);
+    assert!(out.contains("a-seed.yaml") && out.contains("b-broken.yaml"), "{out}");
+    assert!(out.contains("spec.upgradePath.to"), "{out}");
+    // -o json: a list of the two.
+    let o = plugin(&["explain", "-f", dir.to_str().unwrap(), "--now", NOW, "-o", "json"]);
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(json.as_array().map(Vec::len), Some(2), "{json}");
+    // A List, as `kubectl get upgradeplans -o yaml` prints it; and -f twice.
+    let seed_doc: serde_json::Value = serde_saphyr::from_str(&seed).unwrap();
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [seed_doc]});
+    let list_file = dir.join("list.json");
+    std::fs::write(&list_file, list.to_string()).unwrap();
+    let o = plugin(&["explain", "-f", list_file.to_str().unwrap(), "--now", NOW]);
+    assert!(o.status.success(), "{o:?}");
+    let o = plugin(&[
+        "explain",
+        "-f",
+        list_file.to_str().unwrap(),
+        "-f",
+        &failing,
+        "--now",
+        NOW,
+    ]);
+    assert!(o.status.success() && stdout(&o).contains("redis-v2-to-v3"), "{o:?}");
+    // A view of one plan names what it found.
+    let o = plugin(&[
+        "match",
+        "-f",
+        dir.to_str().unwrap(),
+        "--bindings",
+        &fixture("bindings.json"),
+        "--now",
+        NOW,
+    ]);
+    assert_eq!(o.status.code(), Some(4), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("3 UpgradePlans found") && err.contains("broken"), "{err}");
+    // Nothing to lint.
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let o = plugin(&["explain", "-f", empty.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(4), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no UpgradePlan in"),
+        "{o:?}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
