@@ -93,6 +93,7 @@ async fn create_scheduled_run(plan: &UpgradePlan, run: &ScheduledRun, ctx: &Ctx)
                 name: plan_name.clone(),
             },
             suspend: false,
+            cancel: false,
         },
     );
     let mut labels = std::collections::BTreeMap::new();

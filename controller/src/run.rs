@@ -872,6 +872,7 @@ mod tests {
             UpgradeRunSpec {
                 upgrade_plan_ref: UpgradePlanRef { name: "p".into() },
                 suspend,
+                cancel: false,
             },
         );
         r.metadata.annotations = Some(

@@ -244,7 +244,9 @@ pub enum Command {
         /// A plan or a run: NAME, plan/NAME or run/NAME.
         target: String,
     },
-    /// Cancel a run (delete it: it ends Cancelled; upgrades already started are not rolled back).
+    /// Cancel a run: it ends Cancelled and stays as the record of what it did (spec.cancel); nothing
+    /// more starts, upgrades already started finish and are not rolled back. A preview never
+    /// resumed is deleted instead (it started nothing).
     #[command(
         after_help = "Examples:\n  kubectl upgradeplan cancel redis-v1-to-v2-demo\n  kubectl upgradeplan cancel redis-v1-to-v2-demo --yes   # without asking"
     )]

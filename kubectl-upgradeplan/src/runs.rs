@@ -1115,6 +1115,7 @@ mod tests {
             UpgradeRunSpec {
                 upgrade_plan_ref: UpgradePlanRef { name: "p".into() },
                 suspend: false,
+                cancel: false,
             },
         );
         r.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(

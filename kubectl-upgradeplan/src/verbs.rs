@@ -168,6 +168,7 @@ pub async fn run(client: &Client, plan_name: &str, preview: bool, name: Option<&
         UpgradeRunSpec {
             upgrade_plan_ref: UpgradePlanRef { name: plan_name.into() },
             suspend: preview,
+            cancel: false,
         },
     );
     if name.is_none() {
@@ -269,6 +270,12 @@ pub async fn cancel(client: &Client, name: &str, yes: bool) -> anyhow::Result<()
     if s.state.is_terminal() {
         bail!("upgraderun/{name} has already finished ({})", s.state.as_str());
     }
+    if let Some(newer) = upgradeplan::engine::admission::superseded_by(&run) {
+        bail!(
+            "upgraderun/{name} was superseded by upgraderun/{newer} and starts nothing more: cancel that one \
+             (kubectl upgradeplan cancel {newer})"
+        );
+    }
     if !yes {
         if !std::io::stdin().is_terminal() {
             bail!("refusing to cancel upgraderun/{name} without confirmation: pass --yes");
@@ -285,11 +292,30 @@ pub async fn cancel(client: &Client, name: &str, yes: bool) -> anyhow::Result<()
             bail!("not cancelled");
         }
     }
-    Api::<UpgradeRun>::all(client.clone())
-        .delete(name, &DeleteParams::default())
-        .await
-        .map_err(|e| explain_error(e, "delete", "upgraderuns", Some(name)))?;
-    crate::output::out(format!("upgraderun/{name} cancelled\n"))?;
+    let api = Api::<UpgradeRun>::all(client.clone());
+    // A preview never resumed did nothing: it goes (a quiet clean-up, spec §5.2).
+    if upgradeplan::engine::admission::is_preview(&run) && run.spec.suspend {
+        api.delete(name, &DeleteParams::default())
+            .await
+            .map_err(|e| explain_error(e, "delete", "upgraderuns", Some(name)))?;
+        crate::output::out(format!(
+            "upgraderun/{name} cancelled: a preview, it had started nothing and is deleted\n"
+        ))?;
+        return Ok(());
+    }
+    // spec.cancel: Cancelled, and the run stays as the record of what it did (spec §5.10).
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"cancel": true}})),
+    )
+    .await
+    .map_err(|e| explain_error(e, "patch", "upgraderuns", Some(name)))?;
+    crate::output::out(format!(
+        "upgraderun/{name} cancelled: nothing more starts, upgrades in flight finish; it stays as the record \
+         (kubectl upgradeplan history {} {name})\n",
+        run.plan_name()
+    ))?;
     Ok(())
 }
 
@@ -570,6 +596,7 @@ mod tests {
             UpgradeRunSpec {
                 upgrade_plan_ref: UpgradePlanRef { name: "p".into() },
                 suspend: false,
+                cancel: false,
             },
         );
         r.status = Some(UpgradeRunStatus {

@@ -742,6 +742,75 @@ async fn a_trigger_found_past_the_starting_deadline_is_missed_not_run() {
     env.teardown().await.unwrap();
 }
 
+/// Spec §5.10 (issue 40 item 4): `kubectl upgradeplan cancel` sets spec.cancel; the run ends
+/// Cancelled and stays as the record — its snapshot, its status and `history` — and the plan
+/// records it as its last run.
+#[tokio::test]
+async fn cancel_keeps_the_run_as_the_record_of_what_it_did() {
+    let (env, controller, bindings) = world("e2e-keep", &[("dev", 2)], "0s").await;
+    env.hold(bindings.keys(), true).await.unwrap();
+    let mut spec = two_groups();
+    spec["rolloutGroups"][0]["maxConcurrent"] = json!(1);
+    let plan = env.create_plan("plan", spec).await.unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    env.wait_run(&run, WAIT, "in progress", |r| run_state(r) == RunState::InProgress)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    let cancelled = run_plugin(None, &["cancel", &run, "--yes"]).await.unwrap();
+    assert_eq!(cancelled.code, Some(0), "{}", cancelled.stderr);
+    assert!(
+        cancelled.stdout.contains("it stays as the record"),
+        "{}",
+        cancelled.stdout
+    );
+    let done = env.wait_ended(&run).await.unwrap();
+    assert_eq!(run_state(&done), RunState::Cancelled);
+    let c = condition(&done, reasons::RUN_SUCCEEDED).unwrap();
+    assert_eq!(
+        (c.reason.as_str(), c.message.as_str()),
+        (
+            reasons::RUN_CANCELLED,
+            "UpgradeRun was cancelled before it finished (spec.cancel)"
+        )
+    );
+    env.wait_plan(&plan, WAIT, "lastRun Cancelled", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.last_run.as_ref())
+            .is_some_and(|l| l.name == run && l.result == RunResult::Cancelled)
+    })
+    .await
+    .unwrap();
+    let events = env
+        .events_when(&run, |(_, r, _)| r == "UpgradeRunCancelled")
+        .await
+        .unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|(t, r, _)| t == "Normal" && r == "UpgradeRunCancelled"),
+        "{events:#?}"
+    );
+    // The record stays: the run, its snapshot, its history; status exits 2 (Cancelled).
+    env.settle_run(&controller, &run).await.unwrap();
+    assert!(env.runs().get_opt(&run).await.unwrap().is_some(), "the run was deleted");
+    assert_eq!(
+        snapshot_config_maps(&env, &run).await.len(),
+        1,
+        "the snapshot was deleted"
+    );
+    let snap = env.snapshot_namespace();
+    let history = run_plugin(None, &["history", &plan, &run, "--snapshot-namespace", &snap])
+        .await
+        .unwrap();
+    assert_eq!(history.code, Some(0), "{}", history.stderr);
+    let status = run_plugin(None, &["status", &run, "--snapshot-namespace", &snap])
+        .await
+        .unwrap();
+    assert_eq!(status.code, Some(2), "{}", status.stdout);
+    env.teardown().await.unwrap();
+}
+
 #[tokio::test]
 async fn deleting_a_run_cancels_it_and_deleting_the_plan_removes_its_runs() {
     let (env, controller, _) = world("e2e-cancel", &[("dev", 3)], "3s").await;

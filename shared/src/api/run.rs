@@ -33,6 +33,11 @@ pub struct UpgradeRunSpec {
     /// suspend=true is a preview: it takes its snapshot and patches nothing.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+    /// Set to true to cancel the run (`kubectl upgradeplan cancel RUN`): it becomes Cancelled,
+    /// nothing more starts (upgrades in flight finish), and it stays as the record of what it
+    /// did. Deleting a run cancels it too, but the record goes with it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cancel: bool,
 }
 
 /// A reference to an UpgradePlan by name.

@@ -296,6 +296,7 @@ mod tests {
             UpgradeRunSpec {
                 upgrade_plan_ref: UpgradePlanRef { name: "p".into() },
                 suspend,
+                cancel: false,
             },
         );
         r.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(

@@ -387,6 +387,11 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
         }
         return out;
     }
+    // The target of the run's upgrades, for the text of its end.
+    let frozen_to = || match &facts.snapshot {
+        SnapshotFact::Found { frozen, .. } => frozen.plan.upgrade_path.to.clone(),
+        _ => String::new(),
+    };
     if deleting {
         // A dormant run (superseded, or a preview never resumed; spec §5.2) did nothing it could
         // be cancelled from: deleting it is a quiet clean-up — no Cancelled state, event,
@@ -396,20 +401,31 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
             return out;
         }
         // Cancel = delete (spec §5.10). The finalizer goes on a later pass, once the plan recorded it.
-        let to = match &facts.snapshot {
-            SnapshotFact::Found { frozen, .. } => frozen.plan.upgrade_path.to.clone(),
-            _ => String::new(),
-        };
         finish(
             &mut out,
             true,
             RunState::Cancelled,
             reasons::RUN_CANCELLED,
             texts::run_cancelled(),
-            &to,
+            &frozen_to(),
             now,
         );
         out.wake_at = Some(now);
+        return out;
+    }
+    // spec.cancel (spec §5.10): Cancelled, and the run stays as the record of what it did (its
+    // snapshot kept). A dormant run has nothing to cancel: it stays as it is.
+    let dormant = superseded_by(run).is_some() || (is_preview(run) && run.spec.suspend);
+    if run.spec.cancel && !dormant {
+        finish(
+            &mut out,
+            true,
+            RunState::Cancelled,
+            reasons::RUN_CANCELLED,
+            texts::run_cancelled_on_request(),
+            &frozen_to(),
+            now,
+        );
         return out;
     }
 

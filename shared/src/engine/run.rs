@@ -702,6 +702,10 @@ pub mod texts {
     pub fn run_cancelled() -> String {
         "UpgradeRun was deleted before it finished".to_string()
     }
+    /// Message of RunCancelled for a run cancelled by `spec.cancel` (it stays as the record).
+    pub fn run_cancelled_on_request() -> String {
+        "UpgradeRun was cancelled before it finished (spec.cancel)".to_string()
+    }
 
     /// The event a run announces as it ends (spec §4.4): `(warning, reason, note)`. Every path
     /// into Failed — a resource, a lost revision, a lost snapshot — announces UpgradeRunFailed.

@@ -172,6 +172,7 @@ fn a_run(name: &str, created: DateTime<Utc>, suspend: bool) -> UpgradeRun {
         UpgradeRunSpec {
             upgrade_plan_ref: UpgradePlanRef { name: "p".into() },
             suspend,
+            cancel: false,
         },
     );
     r.metadata.uid = Some(format!("{name}-uid"));
@@ -1448,4 +1449,56 @@ fn a_run_suspended_right_after_creation_is_suspended_not_a_preview() {
     // Created suspended (generation 1): a preview.
     run.metadata.generation = Some(1);
     assert!(is_preview(&run));
+}
+
+/// Spec §5.10 (issue 40 item 4): `spec.cancel` cancels a run and keeps it as the record: state
+/// Cancelled, RunCancelled, UpgradeRunCancelled, counted, nothing more starts, its snapshot kept
+/// (no release). A dormant run is not cancelled by it.
+#[test]
+fn spec_cancel_cancels_and_keeps_the_run_as_its_record() {
+    let plan = valid_plan(1);
+    let mut world = World::with(2);
+    let mut run = a_run("r", t(0), false);
+    let s = pass(&run, Some(&plan), &[], &world, t(1));
+    assert_eq!(started(&s), 1);
+    apply(&mut run, &s, &mut world, &plan);
+    run.spec.cancel = true;
+    let s = pass(&run, Some(&plan), &[], &world, t(2));
+    assert_eq!(s.status.state, RunState::Cancelled);
+    assert_eq!(
+        find_condition(&s.status.conditions, reasons::RUN_SUCCEEDED).map(|c| (c.reason.as_str(), c.message.as_str())),
+        Some((
+            reasons::RUN_CANCELLED,
+            "UpgradeRun was cancelled before it finished (spec.cancel)"
+        ))
+    );
+    assert_eq!(reasons_announced(&s), vec!["UpgradeRunCancelled"]);
+    assert_eq!(
+        (s.finished, s.release, started(&s)),
+        (Some(RunState::Cancelled), false, 0)
+    );
+    assert_eq!(s.status.finished_at, Some(t(2)));
+    assert_eq!(s.gauges, Gauges::Clear);
+    run.status = Some(s.status.clone());
+    assert_eq!(
+        last_run_of(&run).map(|l| l.result),
+        Some(RunResult::Cancelled),
+        "the plan records it"
+    );
+    // A later pass changes nothing: it is finished, and kept.
+    let again = pass(&run, Some(&plan), &[], &world, t(3));
+    assert!(again.announce.is_empty() && !again.release && again.status == s.status);
+
+    // A superseded run is not cancelled by it.
+    let mut old = a_run("old", t(0), true);
+    old.spec.cancel = true;
+    old.status = Some(UpgradeRunStatus {
+        state: RunState::InProgress,
+        superseded_by: Some("r".into()),
+        ..Default::default()
+    });
+    assert_eq!(
+        pass(&old, Some(&plan), &[], &world, t(4)).status.state,
+        RunState::InProgress
+    );
 }

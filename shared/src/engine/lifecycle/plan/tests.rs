@@ -90,6 +90,7 @@ fn a_run(name: &str, state: RunState) -> UpgradeRun {
         UpgradeRunSpec {
             upgrade_plan_ref: UpgradePlanRef { name: "p".into() },
             suspend: false,
+            cancel: false,
         },
     );
     r.metadata.creation_timestamp = Some(Time(crate::time::to_jiff(utc(CREATED))));
