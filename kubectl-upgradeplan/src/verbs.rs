@@ -181,11 +181,31 @@ pub async fn run(client: &Client, plan_name: &str, preview: bool, name: Option<&
     upgradeplan::engine::naming::put_name(&mut labels, &mut annotations, PLAN_LABEL, plan_name);
     run.metadata.labels = Some(labels);
     run.metadata.annotations = Some(annotations).filter(|a| !a.is_empty());
-    let created = Api::<UpgradeRun>::all(client.clone())
+    let api = Api::<UpgradeRun>::all(client.clone());
+    let created = api
         .create(&PostParams::default(), &run)
         .await
         .map_err(|e| explain_error(e, "create", "upgraderuns", name))?;
-    crate::output::out(format!("{}\n", created.metadata.name.unwrap_or_default()))?;
+    let created_name = created.metadata.name.unwrap_or_default();
+    crate::output::out(format!("{created_name}\n"))?;
+    // Never silently: a (non-preview) run supersedes the plan's active run (spec §5.2). On
+    // stderr, so that `run` still prints only the new run's name for scripts.
+    let active = plan
+        .status
+        .as_ref()
+        .map(|s| s.active_run_ref.as_str())
+        .unwrap_or_default();
+    if !preview && !active.is_empty() && active != created_name {
+        if let Ok(Some(older)) = api.get_opt(active).await {
+            let s = older.status.unwrap_or_default();
+            eprintln!(
+                "note: it supersedes upgraderun/{active} ({}, {}/{} upgraded): that run starts nothing more; its upgrades in flight finish",
+                s.state.as_str(),
+                s.completed_resources,
+                s.total_resources
+            );
+        }
+    }
     Ok(())
 }
 
@@ -280,12 +300,17 @@ pub async fn cancel(client: &Client, name: &str, yes: bool) -> anyhow::Result<()
         if !std::io::stdin().is_terminal() {
             bail!("refusing to cancel upgraderun/{name} without confirmation: pass --yes");
         }
-        eprint!(
-            "Cancel upgraderun/{name} ({}, {}/{} upgraded)? Upgrades already started are not rolled back. [y/N] ",
-            s.state.as_str(),
-            s.completed_resources,
-            s.total_resources
-        );
+        let progress = match s.state {
+            RunState::InProgress => format!(
+                "{}, {}/{} upgraded",
+                s.state.as_str(),
+                s.completed_resources,
+                s.total_resources
+            ),
+            RunState::Pending => "Pending: nothing started yet".to_string(),
+            _ => "not started yet".to_string(),
+        };
+        eprint!("Cancel upgraderun/{name} ({progress})? Upgrades already started are not rolled back. [y/N] ");
         let mut answer = String::new();
         std::io::stdin().read_line(&mut answer)?;
         if !matches!(answer.trim(), "y" | "Y" | "yes") {

@@ -576,7 +576,27 @@ async fn a_newer_run_supersedes_the_active_one() {
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let second = env.create_run(&format!("{plan}-b"), &plan, false).await.unwrap();
+    env.wait_plan(&plan, WAIT, "the first run active", |p| {
+        p.status.as_ref().is_some_and(|s| s.active_run_ref == first)
+    })
+    .await
+    .unwrap();
+    // Started with the plugin: it says what the new run supersedes (issue 40 item 10).
+    let second = format!("{plan}-b");
+    let started = run_plugin(None, &["run", &plan, "--name", &second]).await.unwrap();
+    assert_eq!(
+        (started.code, started.stdout.trim()),
+        (Some(0), second.as_str()),
+        "{}",
+        started.stderr
+    );
+    assert!(
+        started
+            .stderr
+            .contains(&format!("note: it supersedes upgraderun/{first} (InProgress, ")),
+        "{}",
+        started.stderr
+    );
     let old = env
         .wait_run(&first, WAIT, "superseded", |r| {
             r.status.as_ref().is_some_and(|s| s.superseded_by.is_some())
