@@ -534,6 +534,11 @@ async fn view_and_edit_users_get_plans_and_runs_through_aggregation() {
     let status = run_plugin(Some(viewer), &["status", &run]).await.unwrap();
     assert_eq!(status.code, Some(0), "{}{}", status.stdout, status.stderr);
     assert!(status.stdout.contains(&run), "{}", status.stdout);
+    // The views that read Kratix's objects work for viewers too (issue 40 item 12: forbidden).
+    for view in ["match", "forecast"] {
+        let out = run_plugin(Some(viewer), &[view, &plan]).await.unwrap();
+        assert_eq!(out.code, Some(0), "{view}: {}{}", out.stdout, out.stderr);
+    }
     let refused = run_plugin(Some(viewer), &["run", &plan]).await.unwrap();
     assert_eq!(refused.code, Some(4), "{}{}", refused.stdout, refused.stderr);
     assert!(
