@@ -28,8 +28,8 @@ pub const EXIT_TIMEOUT: u8 = 3;
 pub const EXIT_ERROR: u8 = 4;
 pub const EXIT_SUPERSEDED: u8 = 5;
 
-/// READY of `get -o wide`: True only when the plan is valid and its Promise exists; otherwise
-/// False with the reason of the condition that is not.
+/// READY of `get`: True only when the plan is valid and its Promise exists; otherwise False with
+/// the reason of the condition that is not (an invalid plan reads `Available` as its phase).
 pub fn plan_readiness(plan: &UpgradePlan) -> String {
     let conditions = plan
         .status
@@ -75,6 +75,7 @@ pub fn plans_table(plans: &[UpgradePlan], now: chrono::DateTime<Utc>, style: &St
                 .unwrap_or_else(|| "-".into());
             let mut row = vec![
                 p.metadata.name.clone().unwrap_or_default(),
+                plan_readiness(p),
                 p.spec.promise_ref.name.clone(),
                 p.spec.upgrade_path.to.clone(),
                 style.state(&phase),
@@ -91,13 +92,14 @@ pub fn plans_table(plans: &[UpgradePlan], now: chrono::DateTime<Utc>, style: &St
                 next,
             ];
             if style.wide {
-                row.extend([p.spec.upgrade_path.from.join(","), plan_readiness(p)]);
+                row.push(p.spec.upgrade_path.from.join(","));
             }
             row
         })
         .collect();
     let mut headers = vec![
         "NAME",
+        "READY",
         "PROMISE",
         "TO",
         "PHASE",
@@ -107,7 +109,7 @@ pub fn plans_table(plans: &[UpgradePlan], now: chrono::DateTime<Utc>, style: &St
         "NEXT RUN",
     ];
     if style.wide {
-        headers.extend(["FROM", "READY"]);
+        headers.push("FROM");
     }
     if rows.is_empty() {
         return "No UpgradePlans found.\n".into();
@@ -163,6 +165,18 @@ pub async fn get(client: &Client, g: &Global, plan: Option<&str>, watch: bool, s
 
 pub async fn run(client: &Client, plan_name: &str, preview: bool, name: Option<&str>) -> anyhow::Result<()> {
     let plan = get_plan(client, plan_name).await?;
+    // The run is created either way (spec: it waits for the plan to be fixed), but not silently.
+    let invalid = plan
+        .status
+        .as_ref()
+        .and_then(|s| find_condition(&s.conditions, reasons::READY))
+        .filter(|c| c.status == upgradeplan::api::ConditionStatus::False);
+    if let Some(c) = invalid {
+        eprintln!(
+            "note: upgradeplan/{plan_name} is not ready ({}: {}); the run waits until the plan is fixed (kubectl upgradeplan explain {plan_name})",
+            c.reason, c.message
+        );
+    }
     let mut run = UpgradeRun::new(
         name.unwrap_or_default(),
         UpgradeRunSpec {
