@@ -158,6 +158,46 @@ pub async fn get_run(client: &Client, name: &str) -> anyhow::Result<UpgradeRun> 
         .map_err(|e| explain_error(e, "get", "upgraderuns", Some(name)))
 }
 
+/// The run `name` names — or, where a run is expected and `name` is a plan's (spec §10), that
+/// plan's active run, else its last one (said on stderr). A name that is neither gets a "did
+/// you mean" from the runs and plans that exist.
+pub async fn get_run_or_plans(client: &Client, name: &str) -> anyhow::Result<UpgradeRun> {
+    let runs = Api::<UpgradeRun>::all(client.clone());
+    if let Some(run) = runs
+        .get_opt(name)
+        .await
+        .map_err(|e| explain_error(e, "get", "upgraderuns", Some(name)))?
+    {
+        return Ok(run);
+    }
+    let plans = Api::<UpgradePlan>::all(client.clone());
+    if let Ok(Some(plan)) = plans.get_opt(name).await {
+        let status = plan.status.unwrap_or_default();
+        let (which, run) = match (status.active_run_ref.as_str(), status.last_run) {
+            ("", Some(last)) => ("last", last.name),
+            ("", None) => {
+                anyhow::bail!("upgradeplan/{name} has no runs yet: start one with kubectl upgradeplan run {name}")
+            }
+            (active, _) => ("active", active.to_string()),
+        };
+        eprintln!("note: {name} is an UpgradePlan: its {which} run, upgraderun/{run}");
+        return get_run(client, &run).await;
+    }
+    let mut names: Vec<String> = Vec::new();
+    if let Ok(list) = runs.list_metadata(&Default::default()).await {
+        names.extend(list.items.into_iter().filter_map(|r| r.metadata.name));
+    }
+    if let Ok(list) = plans.list_metadata(&Default::default()).await {
+        names.extend(list.items.into_iter().filter_map(|p| p.metadata.name));
+    }
+    match upgradeplan::api::strict::closest(name, names.iter().map(String::as_str)) {
+        Some(hint) => anyhow::bail!("no UpgradeRun or UpgradePlan named {name:?} (did you mean {hint:?}?)"),
+        None => anyhow::bail!(
+            "no UpgradeRun or UpgradePlan named {name:?} (kubectl upgradeplan get lists plans and their runs)"
+        ),
+    }
+}
+
 pub async fn get_freeze(client: &Client, name: &str) -> anyhow::Result<UpgradeFreeze> {
     Api::<UpgradeFreeze>::all(client.clone())
         .get(name)

@@ -368,7 +368,10 @@ pub async fn approve(
     group: Option<&str>,
     comment: Option<&str>,
 ) -> anyhow::Result<()> {
-    let run = get_run(client, run_name).await?;
+    // A plan's name means its active run (spec §10).
+    let run = crate::client::get_run_or_plans(client, run_name).await?;
+    let resolved = run.metadata.name.clone().unwrap_or_default();
+    let run_name = resolved.as_str();
     let status = run.status.clone().unwrap_or_default();
     if status.state.is_terminal() {
         bail!(
@@ -522,7 +525,10 @@ pub async fn status(
     fail_on_tolerated: bool,
     style: &Style,
 ) -> anyhow::Result<u8> {
-    let run = get_run(client, name).await?;
+    // A plan's name means its active run, else its last one (spec §10).
+    let run = crate::client::get_run_or_plans(client, name).await?;
+    let resolved = run.metadata.name.clone().unwrap_or_default();
+    let name = resolved.as_str();
     let (mut last_seen, mut last) = render_status(client, g, &run, style).await?;
     crate::output::out(&last)?;
     // On a terminal the view is redrawn in place (its clocks tick); elsewhere a new block is

@@ -828,6 +828,26 @@ async fn cancel_keeps_the_run_as_the_record_of_what_it_did() {
         .await
         .unwrap();
     assert_eq!(status.code, Some(2), "{}", status.stdout);
+    // A plan's name where a run is expected means its active run, else its last (issue 40
+    // item 11); a name that is neither gets a "did you mean".
+    let by_plan = run_plugin(None, &["status", &plan, "--snapshot-namespace", &snap])
+        .await
+        .unwrap();
+    assert_eq!(by_plan.code, Some(2), "{}", by_plan.stderr);
+    assert!(
+        by_plan
+            .stderr
+            .contains(&format!("is an UpgradePlan: its last run, upgraderun/{run}")),
+        "{}",
+        by_plan.stderr
+    );
+    let typo = run_plugin(None, &["status", &format!("{run}x")]).await.unwrap();
+    assert_eq!(typo.code, Some(4), "{}", typo.stderr);
+    assert!(
+        typo.stderr.contains(&format!("(did you mean {run:?}?)")),
+        "{}",
+        typo.stderr
+    );
     env.teardown().await.unwrap();
 }
 

@@ -101,16 +101,23 @@ fn walk(schema: &Value, doc: &Value, path: &str, out: &mut Vec<Problem>) {
 }
 
 fn unknown<'k>(field: &str, key: &str, known: impl Iterator<Item = &'k str>) -> Problem {
-    let hint = known
-        .map(|k| (edit_distance(&key.to_lowercase(), &k.to_lowercase()), k))
-        .filter(|(d, k)| *d <= 2.max(k.len() / 4))
-        .min()
-        .map(|(_, k)| format!(" (did you mean {k:?}?)"))
+    let hint = closest(key, known)
+        .map(|k| format!(" (did you mean {k:?}?)"))
         .unwrap_or_default();
     Problem {
         field: field.to_string(),
         message: format!("unknown field: the API server rejects it{hint}"),
     }
+}
+
+/// The candidate `key` was probably meant to be, for "did you mean": the nearest by edit
+/// distance (case aside), within 2 edits or a quarter of its length.
+pub fn closest<'k>(key: &str, candidates: impl Iterator<Item = &'k str>) -> Option<&'k str> {
+    candidates
+        .map(|k| (edit_distance(&key.to_lowercase(), &k.to_lowercase()), k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 4))
+        .min()
+        .map(|(_, k)| k)
 }
 
 /// Levenshtein distance, for "did you mean".
