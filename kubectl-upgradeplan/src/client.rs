@@ -70,6 +70,32 @@ pub async fn connect(g: &Global) -> anyhow::Result<Client> {
     Ok(Client::try_from(config)?)
 }
 
+/// Whether `e` is a TLS handshake the client refused: the server is reachable, but its
+/// certificate is not one the kubeconfig's CA vouches for (or not for that name).
+fn untrusted(e: &kube::Error) -> bool {
+    let text = format!("{e:?}").to_lowercase();
+    [
+        "certificate",
+        "unknownissuer",
+        "invalidcertificate",
+        "badsignature",
+        "notvalidforname",
+    ]
+    .iter()
+    .any(|w| text.contains(w))
+}
+
+/// The TLS library's words for why, from the error's sources (the innermost says most).
+fn tls_detail(e: &kube::Error) -> String {
+    let mut detail = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        detail = s.to_string();
+        source = s.source();
+    }
+    detail
+}
+
 /// Whether `e` is a failure to reach the server at all (refused, unreachable, timed out).
 fn unreachable(e: &kube::Error) -> Option<&'static str> {
     let text = format!("{e:?}").to_lowercase();
@@ -134,6 +160,12 @@ pub fn explain_error(e: kube::Error, verb: &str, resource: &str, name: Option<&s
             let reason = if s.reason.is_empty() { String::new() } else { format!(", {}", s.reason) };
             anyhow!("cannot {verb} {what}: {} (HTTP {}{reason}); {hint}", s.message.trim_end(), s.code)
         }
+        _ if untrusted(&e) => anyhow!(
+            "cannot {verb} {what}: the API server at {} answered with a certificate this kubeconfig does not trust ({}): \
+             check the cluster's certificate-authority in the kubeconfig (kubectl config view --minify), or that this is the right context",
+            target(),
+            tls_detail(&e)
+        ),
         _ => match unreachable(&e) {
             Some(how) => anyhow!(
                 "cannot {verb} {what}: the API server at {} {how}: is the cluster running, and is this the right context (kubectl config current-context)?",

@@ -264,3 +264,39 @@ async fn secure_metrics_serve_only_callers_the_api_server_authorizes() {
     drop(prom);
     env.teardown().await.unwrap();
 }
+
+/// Issue 40 item 8 (spec §10): a kubeconfig whose CA does not vouch for the API server is a TLS
+/// refusal, said as such — not "cannot be reached".
+#[tokio::test]
+async fn a_wrong_certificate_authority_is_reported_as_untrusted_not_unreachable() {
+    let env = TestEnv::new("wrong-ca").await.unwrap();
+    let dir = std::env::temp_dir().join(format!("{}-other-ca", env.id));
+    certificates(&dir); // another CA than the API server's
+    let admin = std::env::var("KUBECONFIG").expect("KUBECONFIG of the test control plane");
+    let text = std::fs::read_to_string(&admin).unwrap();
+    let other_ca = dir.join("ca.crt");
+    let swapped: String = text
+        .lines()
+        .map(|l| match l.split_once("certificate-authority:") {
+            Some((indent, _)) => format!("{indent}certificate-authority: {}", other_ca.display()),
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_ne!(swapped, text, "the test kubeconfig names its CA by file");
+    let kubeconfig = dir.join("wrong-ca.kubeconfig");
+    std::fs::write(&kubeconfig, swapped).unwrap();
+    let o = upgradeplan_e2e::harness::run_plugin(Some(kubeconfig.to_str().unwrap()), &["get"])
+        .await
+        .unwrap();
+    assert_eq!(o.code, Some(4), "{o:?}");
+    assert!(
+        o.stderr
+            .contains("answered with a certificate this kubeconfig does not trust")
+            && !o.stderr.contains("cannot be reached"),
+        "{}",
+        o.stderr
+    );
+    std::fs::remove_dir_all(&dir).ok();
+    env.teardown().await.unwrap();
+}
