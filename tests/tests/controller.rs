@@ -208,6 +208,20 @@ fn two_groups() -> serde_json::Value {
     })
 }
 
+/// The run announced its cancel with a Normal UpgradeRunCancelled (spec §4.4).
+async fn announces_cancelled(env: &TestEnv, run: &str) {
+    let events = env
+        .events_when(run, |(_, r, _)| r == "UpgradeRunCancelled")
+        .await
+        .unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|(t, r, _)| t == "Normal" && r == "UpgradeRunCancelled"),
+        "Cancelled announces a Normal UpgradeRunCancelled (spec §4.4): {events:#?}"
+    );
+}
+
 fn condition<'a>(r: &'a UpgradeRun, type_: &str) -> Option<&'a upgradeplan::api::Condition> {
     r.status.as_ref().and_then(|s| find_condition(&s.conditions, type_))
 }
@@ -801,16 +815,7 @@ async fn cancel_keeps_the_run_as_the_record_of_what_it_did() {
     })
     .await
     .unwrap();
-    let events = env
-        .events_when(&run, |(_, r, _)| r == "UpgradeRunCancelled")
-        .await
-        .unwrap();
-    assert!(
-        events
-            .iter()
-            .any(|(t, r, _)| t == "Normal" && r == "UpgradeRunCancelled"),
-        "{events:#?}"
-    );
+    announces_cancelled(&env, &run).await;
     // The record stays: the run, its snapshot, its history; status exits 2 (Cancelled).
     env.settle_run(&controller, &run).await.unwrap();
     assert!(env.runs().get_opt(&run).await.unwrap().is_some(), "the run was deleted");
@@ -877,16 +882,7 @@ async fn deleting_a_run_cancels_it_and_deleting_the_plan_removes_its_runs() {
         (last.name.as_str(), last.reason.as_str()),
         (run.as_str(), reasons::RUN_CANCELLED)
     );
-    let events = env
-        .events_when(&run, |(_, r, _)| r == "UpgradeRunCancelled")
-        .await
-        .unwrap();
-    assert!(
-        events
-            .iter()
-            .any(|(t, r, _)| t == "Normal" && r == "UpgradeRunCancelled"),
-        "Cancelled announces a Normal UpgradeRunCancelled (spec §4.4): {events:#?}"
-    );
+    announces_cancelled(&env, &run).await;
     wait_gone(env.runs(), &run, Duration::from_secs(10))
         .await
         .expect("the finalizer was released");
