@@ -76,6 +76,10 @@ pub fn plans(paths: &[std::path::PathBuf]) -> anyhow::Result<Vec<PlanFile>> {
                 vec![(at, doc)]
             };
             for (source, item) in items {
+                // An empty document (a leading or trailing `---`) is nothing, not an unknown kind.
+                if item.is_null() {
+                    continue;
+                }
                 match item.get("kind").and_then(|k| k.as_str()) {
                     Some("UpgradePlan") => {}
                     other => {

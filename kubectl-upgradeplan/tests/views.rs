@@ -967,6 +967,11 @@ fn explain_lints_every_plan_of_multi_document_files_lists_and_directories() {
     assert_eq!(o.status.code(), Some(4), "{o:?}");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("3 UpgradePlans found") && err.contains("broken"), "{err}");
+    // Empty documents (a leading and a trailing `---`) are nothing.
+    let framed = dir.join("framed.yaml");
+    std::fs::write(&framed, format!("---\n{seed}\n---\n")).unwrap();
+    let o = plugin(&["explain", "-f", framed.to_str().unwrap(), "--now", NOW]);
+    assert!(o.status.success(), "{o:?}");
     // Nothing to lint.
     let empty = dir.join("empty");
     std::fs::create_dir_all(&empty).unwrap();
