@@ -661,7 +661,7 @@ async fn run_controllers<F, Fut>(
             runs.state()
                 .iter()
                 .filter(|r| !r.status.as_ref().is_some_and(|s| s.state.is_terminal()))
-                .filter(|r| dormant_too || !run::is_dormant(r))
+                .filter(|r| dormant_too || !upgradeplan::engine::admission::is_dormant(r))
                 .filter(|r| ctx.promise_of_run(r).as_deref() == Some(promise))
                 .map(|r| ObjectRef::from_obj(&**r))
                 .collect()
@@ -687,7 +687,7 @@ async fn run_controllers<F, Fut>(
                 .iter()
                 .filter(|r| plans.get(&ObjectRef::new(r.plan_name())).is_some())
                 .filter(|r| !r.status.as_ref().is_some_and(|s| s.state.is_terminal()))
-                .filter(|r| !run::is_dormant(r))
+                .filter(|r| !upgradeplan::engine::admission::is_dormant(r))
                 .map(|r| ObjectRef::from_obj(&**r))
                 .collect()
         }

@@ -19,7 +19,7 @@ use upgradeplan::api::{
     RETRY_REQUESTED_BY_ANNOTATION, RUN_FINALIZER, RUN_LABEL, SUPERSEDED_BY_ANNOTATION, UPGRADED_BY_ANNOTATION,
     UPGRADE_STARTED_AT_ANNOTATION,
 };
-use upgradeplan::engine::admission::{is_preview, superseded_by, RunFacts, TriggerKind};
+use upgradeplan::engine::admission::{reads_gates, RunFacts, TriggerKind};
 use upgradeplan::engine::lifecycle::{self, events, Gauges, SnapshotFact, Step};
 use upgradeplan::engine::naming;
 use upgradeplan::engine::run::{texts, BindingAction};
@@ -74,22 +74,6 @@ impl lifecycle::Cluster for Ctx {
     fn freezes(&self) -> Vec<Arc<UpgradeFreeze>> {
         self.freezes.state()
     }
-}
-
-/// A superseded run, or a preview not resumed (spec §5.2): it never acts again (a preview until
-/// resumed), so changes of bindings, health records and freezes need not wake it. A preview
-/// whose `suspend` was just cleared is being admitted: not dormant.
-pub fn is_dormant(run: &UpgradeRun) -> bool {
-    superseded_by(run).is_some() || (is_preview(run) && run.spec.suspend)
-}
-
-/// Whether `run` asks Prometheus for its plan's signal gates (spec §13.3): the plan's active run
-/// — also while something else holds it (suspended, frozen), so that its gates' recorded state
-/// and failAfter clocks stay current — never one that ended or is dormant. Their gauges go with
-/// the active run.
-pub fn reads_gates(run: &UpgradeRun) -> bool {
-    let ended = run.status.as_ref().is_some_and(|s| s.state.is_terminal());
-    !ended && !is_dormant(run)
 }
 
 /// Gathers the facts, takes the engine's step and applies it.
@@ -859,85 +843,4 @@ pub fn error_policy(run: Arc<UpgradeRun>, err: &Error, ctx: Arc<Ctx>) -> Action 
     let delay = ctx.retries.next_delay(&retry_key(&run));
     tracing::warn!(run = %run.name_any(), error = %err, kind = err.metric_label(), retry_in = ?delay, "run reconcile failed; retrying");
     Action::requeue(delay)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use upgradeplan::api::{UpgradePlanRef, UpgradeRunSpec, ADMITTED_AT_ANNOTATION, PREVIEW_ANNOTATION};
-
-    fn run(suspend: bool, state: RunState, annotations: &[(&str, &str)], superseded_by: Option<&str>) -> UpgradeRun {
-        let mut r = UpgradeRun::new(
-            "r",
-            UpgradeRunSpec {
-                upgrade_plan_ref: UpgradePlanRef { name: "p".into() },
-                suspend,
-                cancel: false,
-            },
-        );
-        r.metadata.annotations = Some(
-            annotations
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        );
-        r.status = Some(UpgradeRunStatus {
-            state,
-            superseded_by: superseded_by.map(Into::into),
-            ..Default::default()
-        });
-        r
-    }
-
-    /// Issue 36 D8 (spec §5.2, §13.3): dormant runs are not woken by the Promise's changes and
-    /// never query Prometheus; the active run reads its gates, also while suspended.
-    #[test]
-    fn only_the_active_run_reads_gates_and_dormant_ones_sleep() {
-        let preview = [(PREVIEW_ANNOTATION, "true")];
-        let resumed = [
-            (PREVIEW_ANNOTATION, "true"),
-            (ADMITTED_AT_ANNOTATION, "2026-06-01T10:00:00Z"),
-        ];
-        let asked = [(SUPERSEDED_BY_ANNOTATION, "newer")];
-        // (what, run, dormant, reads gates)
-        let table = [
-            ("active", run(false, RunState::InProgress, &[], None), false, true),
-            ("pending", run(false, RunState::Pending, &[], None), false, true),
-            (
-                "suspended by its user",
-                run(true, RunState::InProgress, &[], None),
-                false,
-                true,
-            ),
-            ("ended", run(false, RunState::Completed, &[], None), false, false),
-            (
-                "superseded",
-                run(true, RunState::InProgress, &[], Some("newer")),
-                true,
-                false,
-            ),
-            (
-                "asked to stand down",
-                run(false, RunState::InProgress, &asked, None),
-                true,
-                false,
-            ),
-            ("preview", run(true, RunState::InProgress, &preview, None), true, false),
-            (
-                "preview, resumed",
-                run(false, RunState::InProgress, &resumed, None),
-                false,
-                true,
-            ),
-            (
-                "preview, being resumed",
-                run(false, RunState::InProgress, &preview, None),
-                false,
-                true,
-            ),
-        ];
-        for (what, r, dormant, reads) in &table {
-            assert_eq!((is_dormant(r), reads_gates(r)), (*dormant, *reads), "{what}");
-        }
-    }
 }

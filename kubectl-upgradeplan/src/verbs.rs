@@ -333,7 +333,7 @@ pub async fn cancel(client: &Client, name: &str, yes: bool) -> anyhow::Result<()
     }
     let api = Api::<UpgradeRun>::all(client.clone());
     // A preview never resumed did nothing: it goes (a quiet clean-up, spec §5.2).
-    if upgradeplan::engine::admission::is_preview(&run) && run.spec.suspend {
+    if upgradeplan::engine::admission::is_dormant(&run) {
         api.delete(name, &DeleteParams::default())
             .await
             .map_err(|e| explain_error(e, "delete", "upgraderuns", Some(name)))?;

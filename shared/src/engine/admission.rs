@@ -73,6 +73,23 @@ pub fn superseded_by(run: &UpgradeRun) -> Option<&str> {
         .or_else(|| annotation(run, SUPERSEDED_BY_ANNOTATION))
 }
 
+/// A superseded run, or a preview not resumed (spec §5.2): it never acts again (a preview until
+/// resumed): no evaluation, gate query, event, counter or `lastRun`, and changes of bindings,
+/// health records and freezes need not wake it. A preview whose `suspend` was just cleared is
+/// being admitted: not dormant.
+pub fn is_dormant(run: &UpgradeRun) -> bool {
+    superseded_by(run).is_some() || (is_preview(run) && run.spec.suspend)
+}
+
+/// Whether `run` asks Prometheus for its plan's signal gates (spec §13.3): the plan's active run
+/// — also while something else holds it (suspended, frozen), so that its gates' recorded state
+/// and failAfter clocks stay current — never one that ended or is dormant. Their gauges go with
+/// the active run.
+pub fn reads_gates(run: &UpgradeRun) -> bool {
+    let ended = run.status.as_ref().is_some_and(|s| s.state.is_terminal());
+    !ended && !is_dormant(run)
+}
+
 /// The instant a run was admitted for rolling out, which orders runs in admission (the newest
 /// wins): for a resumed preview the moment it was resumed (recorded by annotation), otherwise
 /// its creation.
@@ -170,7 +187,7 @@ pub struct RunsSummary {
 pub fn last_run_of(run: &UpgradeRun) -> Option<LastRun> {
     let status = run.status.as_ref()?;
     let result = status.state.result()?;
-    if superseded_by(run).is_some() || (is_preview(run) && run.spec.suspend) {
+    if is_dormant(run) {
         return None;
     }
     let cond = find_condition(&status.conditions, reasons::RUN_SUCCEEDED);
@@ -422,5 +439,90 @@ mod tests {
             !is_preview(&run("y", "2026-01-05T00:00:00Z", RunState::InProgress, None, true)),
             "suspended after admission"
         );
+    }
+}
+
+#[cfg(test)]
+mod dormancy_tests {
+    use super::*;
+
+    fn a_run(suspend: bool, state: RunState, annotations: &[(&str, &str)], superseded_by: Option<&str>) -> UpgradeRun {
+        let mut r = UpgradeRun::new(
+            "r",
+            crate::api::UpgradeRunSpec {
+                upgrade_plan_ref: crate::api::UpgradePlanRef { name: "p".into() },
+                suspend,
+                cancel: false,
+            },
+        );
+        r.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        r.status = Some(crate::api::UpgradeRunStatus {
+            state,
+            superseded_by: superseded_by.map(Into::into),
+            ..Default::default()
+        });
+        r
+    }
+
+    /// Issue 36 D8 (spec §5.2, §13.3): dormant runs are not woken by the Promise's changes and
+    /// never query Prometheus; the active run reads its gates, also while suspended.
+    #[test]
+    fn only_the_active_run_reads_gates_and_dormant_ones_sleep() {
+        let preview = [(crate::api::PREVIEW_ANNOTATION, "true")];
+        let resumed = [
+            (crate::api::PREVIEW_ANNOTATION, "true"),
+            (crate::api::ADMITTED_AT_ANNOTATION, "2026-06-01T10:00:00Z"),
+        ];
+        let asked = [(crate::api::SUPERSEDED_BY_ANNOTATION, "newer")];
+        // (what, run, dormant, reads gates)
+        let table = [
+            ("active", a_run(false, RunState::InProgress, &[], None), false, true),
+            ("pending", a_run(false, RunState::Pending, &[], None), false, true),
+            (
+                "suspended by its user",
+                a_run(true, RunState::InProgress, &[], None),
+                false,
+                true,
+            ),
+            ("ended", a_run(false, RunState::Completed, &[], None), false, false),
+            (
+                "superseded",
+                a_run(true, RunState::InProgress, &[], Some("newer")),
+                true,
+                false,
+            ),
+            (
+                "asked to stand down",
+                a_run(false, RunState::InProgress, &asked, None),
+                true,
+                false,
+            ),
+            (
+                "preview",
+                a_run(true, RunState::InProgress, &preview, None),
+                true,
+                false,
+            ),
+            (
+                "preview, resumed",
+                a_run(false, RunState::InProgress, &resumed, None),
+                false,
+                true,
+            ),
+            (
+                "preview, being resumed",
+                a_run(false, RunState::InProgress, &preview, None),
+                false,
+                true,
+            ),
+        ];
+        for (what, r, dormant, reads) in &table {
+            assert_eq!((is_dormant(r), reads_gates(r)), (*dormant, *reads), "{what}");
+        }
     }
 }

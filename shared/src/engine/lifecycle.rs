@@ -20,7 +20,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Duration, Utc};
 
 use super::admission::{
-    admit, admitted_at, created_suspended, is_preview, last_run_of, superseded_by, Admission, RunFacts,
+    admit, admitted_at, created_suspended, is_dormant, is_preview, last_run_of, superseded_by, Admission, RunFacts,
 };
 use super::freeze::holding;
 use super::gate::{self, GateCheck, GateReading};
@@ -415,8 +415,7 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
     }
     // spec.cancel (spec §5.10): Cancelled, and the run stays as the record of what it did (its
     // snapshot kept). A dormant run has nothing to cancel: it stays as it is.
-    let dormant = superseded_by(run).is_some() || (is_preview(run) && run.spec.suspend);
-    if run.spec.cancel && !dormant {
+    if run.spec.cancel && !is_dormant(run) {
         finish(
             &mut out,
             true,
