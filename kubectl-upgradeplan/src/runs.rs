@@ -18,7 +18,9 @@ use upgradeplan::engine::admission::is_preview;
 use upgradeplan::engine::freeze::Freeze;
 use upgradeplan::engine::gate::{self, GateCheck};
 use upgradeplan::engine::health::HealthRecords;
-use upgradeplan::engine::run::{evaluate, resource_outcome, texts, Blocked, Evaluation, Outcome, RunContext};
+use upgradeplan::engine::run::{
+    evaluate, recorded_failure, resource_outcome, texts, Blocked, Evaluation, Outcome, RunContext,
+};
 use upgradeplan::engine::snapshot::{check_shard, read_frozen, ShardCheck};
 
 use crate::output::{duration, relative, table, Style};
@@ -432,13 +434,17 @@ pub fn run_resources(
                 r,
                 b.map(|b| b as _),
                 &live.health,
-                &frozen.plan,
-                &g.name,
+                (&frozen.plan, &g.name),
+                recorded_groups(run),
                 (&name, admitted(run)),
                 chrono::Utc::now(),
             );
             let (word, mut detail) = outcome_words(&outcome);
-            if word == "Failed" || word == "in flight" {
+            let recorded = recorded_failure(recorded_groups(run), r);
+            if recorded.is_some() && b.is_some_and(|b| b.last_applied_version() == to.as_str()) {
+                // The failure stands for the run; what happened after is worth saying.
+                detail = format!("{detail} (Kratix has since applied {to})");
+            } else if recorded.is_none() && (word == "Failed" || word == "in flight") {
                 // The event carries the message Kratix gave when the run saw the failure.
                 let resource = r.display_name();
                 if let Some(d) = events
@@ -989,8 +995,8 @@ fn failed_resources(run: &UpgradeRun, f: &Frozen, live: &Live) -> Vec<FailedReso
                 r,
                 b.map(|b| b as _),
                 &live.health,
-                &f.plan,
-                &g.name,
+                (&f.plan, &g.name),
+                recorded_groups(run),
                 (&name, admitted(run)),
                 chrono::Utc::now(),
             ) {
@@ -1002,6 +1008,11 @@ fn failed_resources(run: &UpgradeRun, f: &Frozen, live: &Live) -> Vec<FailedReso
             }
         })
         .collect()
+}
+
+/// The run's `status.rolloutGroups` as last written (their failure records stand, spec §5.5).
+fn recorded_groups(run: &UpgradeRun) -> &[GroupStatus] {
+    run.status.as_ref().map_or(&[], |s| s.rollout_groups.as_slice())
 }
 
 /// A run's state as the views name it: a run the controller has not seen yet (state "") is New.

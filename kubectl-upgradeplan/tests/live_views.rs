@@ -158,6 +158,49 @@ fn status_of_a_failed_run() {
     golden("status-failed.txt", &text);
 }
 
+/// Kratix retried cache-1 by itself after the run failed and it succeeded: the run's record of
+/// the failure stands (spec §5.5), and the per-resource view says what happened since.
+#[test]
+fn a_recorded_failure_stands_after_kratix_retried_the_resource() {
+    let plan = plan();
+    let bindings = bindings();
+    let frozen = frozen(&plan, &bindings);
+    let mut retried = bindings.clone();
+    for b in &mut retried {
+        if b.metadata.name.as_deref() == Some("cache-1-redis") {
+            b.spec.version = "v2.0.0".into();
+            b.status.get_or_insert_with(Default::default).last_applied_version = "v2.0.0".into();
+        }
+    }
+    let r = run(
+        "redis-v1-to-v2-20260327-2100",
+        json!({"state": "Failed", "startedAt": "2026-03-27T21:00:05Z", "finishedAt": "2026-03-27T21:04:10Z",
+               "totalResources": 6, "completedResources": 1,
+               "resourceListRefs": [{"name": "redis-v1-to-v2-20260327-2100-resource-snapshot"}],
+               "rolloutGroups": [{"name": "dev", "total": 3, "succeeded": 1, "failed": 1,
+                                  "failedResources": [{"namespace": "team-a", "name": "cache-1",
+                                                       "at": "2026-03-27T21:04:05Z",
+                                                       "detail": "workflow failed: helm upgrade timed out"}]},
+                                 {"name": "eu", "total": 2}, {"name": "rest", "total": 1}],
+               "conditions": [{"type": "RunSucceeded", "status": "False", "reason": "ResourceUpgradeFailed",
+                               "message": "1 resource(s) failed to upgrade in rollout group \"dev\"",
+                               "lastTransitionTime": "2026-03-27T21:04:10Z"}]}),
+    );
+    let (_, text) = runs::status(&r, Some(&frozen), &live(&retried), true, utc(NOW), &style());
+    assert!(
+        text.contains("Failed:\n  team-a/cache-1: workflow failed: helm upgrade timed out"),
+        "{text}"
+    );
+    let (rows, _) = runs::run_resources(&r, &frozen, &live(&retried), &[], &style());
+    let cache = rows.iter().find(|row| row.name == "cache-1").unwrap();
+    assert_eq!(cache.outcome, "Failed");
+    assert_eq!(
+        cache.detail,
+        "workflow failed: helm upgrade timed out (Kratix has since applied v2.0.0)"
+    );
+    assert_eq!(cache.now.as_deref(), Some("v2.0.0"));
+}
+
 #[test]
 fn history_of_a_plan() {
     let done = run(

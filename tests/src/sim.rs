@@ -7,9 +7,12 @@
 //! was applied: set `UpgradeSucceeded=Unknown/UpgradeInProgress`; after the delay set either
 //! `lastAppliedVersion` and `True/UpgradeComplete`, or, when the annotation
 //! `kratix-sim/fail-version` equals the target, `False/UpgradeFailed` with `failedVersion`.
-//! A failed version is never retried unless the label `kratix.io/manual-reconciliation: "true"`
-//! is present (it is removed when the retry starts). Without the target PromiseRevision the
-//! binding stays in progress, as in Kratix.
+//! A failed version is retried when the label `kratix.io/manual-reconciliation: "true"` is
+//! present (it is removed when the retry starts) and, as Kratix does with
+//! `workflows.reconcileAfterFailure` (on by default), by itself once the reconciliation interval
+//! has passed since the failure (`retry_after_failure`; Kratix's default is 10 hours). A retry
+//! clears `failedVersion` and sets `UpgradeSucceeded=Unknown`, as Kratix does. Without the target
+//! PromiseRevision the binding stays in progress, as in Kratix.
 //!
 //! Health (spec §13.2): after a successful upgrade of a binding annotated `kratix-sim/health:
 //! <state>`, and `kratix-sim/health-delay` (Go duration, default 0) after its success, a
@@ -64,6 +67,9 @@ pub struct SimConfig {
     pub delay: Duration,
     /// Only bindings of this Promise (label `kratix.io/promise-name`); all when `None`.
     pub promise: Option<String>,
+    /// Kratix's own retry of a failed workflow (`reconcileAfterFailure`): this long after the
+    /// failure; never when `None` (`reconcileAfterFailure: false`).
+    pub retry_after_failure: Option<Duration>,
 }
 
 struct Ctx {
@@ -81,6 +87,10 @@ pub enum Step {
     Idle,
     /// Remove the retry label and start the upgrade again.
     Retry { target: String },
+    /// Failed: Kratix re-runs the workflow by itself at this instant (`reconcileAfterFailure`).
+    RetryAt { at: DateTime<Utc> },
+    /// Failed, and the reconciliation interval has passed: start the upgrade again.
+    RetryAfterFailure { target: String },
     /// The target's PromiseRevision is missing: stay in progress until it appears.
     WaitForRevision { target: String },
     /// Mark the upgrade to `target` in progress now.
@@ -108,7 +118,7 @@ pub fn decide(
     b: &ResourceBinding,
     target: Option<&str>,
     revision_exists: bool,
-    delay: Duration,
+    (delay, retry_after_failure): (Duration, Option<Duration>),
     now: DateTime<Utc>,
 ) -> Step {
     let Some(target) = target.filter(|t| !t.is_empty()) else {
@@ -126,7 +136,16 @@ pub fn decide(
         return Step::Idle;
     }
     if failed {
-        return Step::Idle; // Kratix never retries a failed version on its own.
+        // Kratix re-runs a failed workflow once its reconciliation interval has passed since the
+        // failure (`shouldForcePipelineRun` with `reconcileAfterFailure`).
+        let due = retry_after_failure
+            .zip(cond.and_then(|c| c.last_transition_time))
+            .map(|(after, failed_at)| failed_at + chrono::Duration::from_std(after).unwrap_or(chrono::Duration::MAX));
+        return match due {
+            Some(at) if at <= now => Step::RetryAfterFailure { target },
+            Some(at) => Step::RetryAt { at },
+            None => Step::Idle,
+        };
     }
     if !revision_exists {
         let waiting = cond.is_some_and(|c| c.status == "Unknown" && c.message == waiting_message(&target));
@@ -323,7 +342,7 @@ async fn act(
         field_manager: Some(FIELD_MANAGER.to_string()),
         ..Default::default()
     };
-    match decide(b, target, revision_exists, delay, now) {
+    match decide(b, target, revision_exists, (delay, ctx.config.retry_after_failure), now) {
         Step::Idle => report_health(b, ctx).await,
         Step::Retry { target } => {
             api.patch(
@@ -332,8 +351,14 @@ async fn act(
                 &Patch::Merge(json!({"metadata": {"labels": {MANUAL_RECONCILIATION_LABEL: null}}})),
             )
             .await?;
-            api.patch_status(&name, &pp, &status(json!({"conditions": condition("Unknown", UPGRADE_IN_PROGRESS, &in_progress_message(&target), now)}))).await?;
+            api.patch_status(&name, &pp, &status(json!({"failedVersion": null, "conditions": condition("Unknown", UPGRADE_IN_PROGRESS, &in_progress_message(&target), now)}))).await?;
             tracing::info!(binding = %format!("{ns}/{name}"), %target, "retry requested: upgrade restarted");
+            Ok(Action::requeue(delay))
+        }
+        Step::RetryAt { at } => Ok(Action::requeue((at - now).to_std().unwrap_or_default())),
+        Step::RetryAfterFailure { target } => {
+            api.patch_status(&name, &pp, &status(json!({"failedVersion": null, "conditions": condition("Unknown", UPGRADE_IN_PROGRESS, &in_progress_message(&target), now)}))).await?;
+            tracing::info!(binding = %format!("{ns}/{name}"), %target, "reconciliation interval passed: failed upgrade restarted");
             Ok(Action::requeue(delay))
         }
         Step::WaitForRevision { target } => {
@@ -607,7 +632,7 @@ mod tests {
             ),
         ]);
         for (name, binding, rev, want) in cases {
-            assert_eq!(decide(&binding, Some("v2"), rev, d, now), want, "{name}");
+            assert_eq!(decide(&binding, Some("v2"), rev, (d, None), now), want, "{name}");
         }
         let mut retry = b(
             "v1",
@@ -616,7 +641,7 @@ mod tests {
         );
         retry.metadata.labels = Some([(MANUAL_RECONCILIATION_LABEL.to_string(), "true".to_string())].into());
         assert_eq!(
-            decide(&retry, Some("v2"), true, d, now),
+            decide(&retry, Some("v2"), true, (d, None), now),
             Step::Retry { target: t("v2") }
         );
         let mut failing = b(
@@ -626,17 +651,50 @@ mod tests {
         );
         failing.metadata.annotations = Some([(FAIL_VERSION_ANNOTATION.to_string(), "v2".to_string())].into());
         assert_eq!(
-            decide(&failing, Some("v2"), true, d, now),
+            decide(&failing, Some("v2"), true, (d, None), now),
             Step::Finish {
                 target: t("v2"),
                 fail: true
             }
         );
         assert_eq!(
-            decide(&failing, None, true, d, now),
+            decide(&failing, None, true, (d, None), now),
             Step::Idle,
             "latest without a latest revision"
         );
+    }
+
+    /// Kratix's `reconcileAfterFailure`: a failed workflow runs again once the reconciliation
+    /// interval has passed since the failure; turned off, never.
+    #[test]
+    fn failed_upgrades_are_retried_after_the_reconciliation_interval() {
+        let failed = b(
+            "v1",
+            Some(("False", FAILURE_MESSAGE, "2026-06-01T10:00:00Z")),
+            Some("v2"),
+        );
+        let d = Duration::from_secs(5);
+        let hour = Some(Duration::from_secs(3600));
+        let cases = [
+            ("off", None, "2026-06-02T10:00:00Z", Step::Idle),
+            (
+                "before the interval",
+                hour,
+                "2026-06-01T10:59:59Z",
+                Step::RetryAt {
+                    at: utc("2026-06-01T11:00:00Z"),
+                },
+            ),
+            (
+                "at the interval",
+                hour,
+                "2026-06-01T11:00:00Z",
+                Step::RetryAfterFailure { target: "v2".into() },
+            ),
+        ];
+        for (case, after, now, want) in cases {
+            assert_eq!(decide(&failed, Some("v2"), true, (d, after), utc(now)), want, "{case}");
+        }
     }
 
     #[test]

@@ -25,12 +25,21 @@ async fn world_with(
     prefix: &str,
     controller_args: &[&str],
 ) -> (TestEnv, String, upgradeplan_e2e::harness::ControllerProcess) {
+    world_of(prefix, controller_args, &[]).await
+}
+
+/// [`world`] with extra controller and kratix-sim flags.
+async fn world_of(
+    prefix: &str,
+    controller_args: &[&str],
+    sim_args: &[&str],
+) -> (TestEnv, String, upgradeplan_e2e::harness::ControllerProcess) {
     let mut env = TestEnv::new(prefix).await.unwrap();
     env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
         .await
         .unwrap();
     let ns = env.namespace("apps").await.unwrap();
-    env.start_sim(SIM, &[]).unwrap();
+    env.start_sim(SIM, sim_args).unwrap();
     let controller = env.start_controller(controller_args).await.unwrap();
     (env, ns, controller)
 }
@@ -208,6 +217,82 @@ async fn a_failure_within_budget_completes_the_run_and_one_more_fails_it() {
         live(&env, &ns, "b-p0").await.spec.version,
         "v1.0.0",
         "prod never started"
+    );
+    env.teardown().await.unwrap();
+}
+
+/// Kratix re-runs a failed workflow by itself (`reconcileAfterFailure`, spec §2): here 2 s after
+/// the failure, and the second attempt succeeds. The run counted the failure and it stands
+/// (spec §5.5): the run completes with one failure within its budget, not as a clean success.
+#[tokio::test]
+async fn a_failure_stands_when_kratix_retries_the_resource_by_itself() {
+    let (env, ns, controller) = world_of("stands", &[], &["--retry-after-failure", "2s"]).await;
+    binding(&env, &ns, "x", "s", "dev", json!({"kratix-sim/fail-version": "v2.0.0"})).await;
+    // y keeps the dev group open until the retry of x has succeeded.
+    binding(&env, &ns, "y", "s", "dev", json!({"kratix-sim/hold": "true"})).await;
+    binding(&env, &ns, "p0", "s", "prod", json!({})).await;
+    let plan = env
+        .create_plan("stands", two_groups("s", json!({"maxFailures": 1, "maxConcurrent": 2})))
+        .await
+        .unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    env.wait_run(&run, WAIT, "x recorded failed", |r| {
+        r.status
+            .as_ref()
+            .and_then(|s| s.rollout_groups.first())
+            .is_some_and(|g| g.failed_resources.iter().any(|f| f.name == "x"))
+    })
+    .await
+    .unwrap();
+    // Fix x: Kratix's next attempt (at most 2 s after its last failure) succeeds.
+    let x = format!("x-{}", env.promise);
+    env.patch_binding(
+        &ns,
+        &x,
+        json!({"metadata": {"annotations": {"kratix-sim/fail-version": null}}}),
+    )
+    .await
+    .unwrap();
+    env.wait_binding(&ns, &x, WAIT, "x upgraded by Kratix's own retry", |b| {
+        b.last_applied_version() == "v2.0.0"
+    })
+    .await
+    .unwrap();
+    env.hold([&format!("{ns}/y-{}", env.promise)], false).await.unwrap();
+
+    let r = env.wait_ended(&run).await.unwrap().status.unwrap();
+    assert_eq!(r.state, RunState::Completed, "{}", controller.log_text());
+    let c = find_condition(&r.conditions, reasons::RUN_SUCCEEDED).unwrap();
+    assert_eq!(
+        (c.reason.as_str(), c.message.as_str()),
+        (
+            "RunCompletedWithFailures",
+            "2/3 resources upgraded to v2.0.0; 1 failed within the failure budget"
+        )
+    );
+    let dev = &r.rollout_groups[0];
+    assert_eq!((dev.succeeded, dev.failed), (1, 1), "x still counts failed");
+    assert_eq!(dev.failed_resources.len(), 1);
+    assert_eq!(
+        (
+            dev.failed_resources[0].namespace.as_str(),
+            dev.failed_resources[0].name.as_str()
+        ),
+        (ns.as_str(), "x")
+    );
+    assert_eq!(dev.failed_resources[0].detail, "workflow failed: simulated");
+
+    // history says what happened after.
+    let snap = env.snapshot_namespace();
+    let history = run_plugin(None, &["history", &plan, &run, "--snapshot-namespace", &snap])
+        .await
+        .unwrap();
+    assert!(
+        history
+            .stdout
+            .contains("workflow failed: simulated (Kratix has since applied v2.0.0)"),
+        "{}",
+        history.stdout
     );
     env.teardown().await.unwrap();
 }

@@ -158,6 +158,24 @@ pub struct GroupStatus {
     /// When that approval was created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_at: Option<DateTime<Utc>>,
+    /// The resources this run counted Failed, in the order it saw them (at most the group's
+    /// `maxFailures` + 1): a failure stands for the run even when Kratix later retries the
+    /// resource by itself or the controller restarts (spec §5.5).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_resources: Vec<ResourceFailure>,
+}
+
+/// A resource a run counted Failed (spec §5.5).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub struct ResourceFailure {
+    /// The Resource Request's namespace.
+    pub namespace: String,
+    /// The Resource Request's name.
+    pub name: String,
+    /// When the run first saw the failure.
+    pub at: DateTime<Utc>,
+    /// Why: Kratix's message, the health check's verdict, or the missed progressDeadline.
+    pub detail: String,
 }
 
 /// Where a rollout group stands.

@@ -95,7 +95,7 @@ pub fn parse_progress_deadline(value: Option<&str>) -> Result<Option<Duration>, 
 pub fn overlap_warnings(
     spec: &crate::api::UpgradePlanSpec,
     snapshot: &super::snapshot::Snapshot,
-) -> Vec<super::validate::Problem> {
+) -> Vec<super::problem::Problem> {
     use std::collections::HashSet;
     let budget = |name: &str, size: usize| {
         spec.rollout_groups
@@ -129,7 +129,7 @@ pub fn overlap_warnings(
                     .iter()
                     .position(|g| g.name == later.name)
                     .unwrap_or(j);
-                warnings.push(super::validate::Problem {
+                warnings.push(super::problem::Problem {
                     field: format!("spec.rolloutGroups[{index}].maxFailures"),
                     message: format!(
                         "group {:?} shares {shared} resource(s) with the earlier group {:?}, which tolerates {tolerated} \

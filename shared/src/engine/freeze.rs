@@ -11,13 +11,33 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 
 use super::cron::{parse_zone, resolve_local_time};
+use super::problem::{summarize, Problem};
 use super::selector;
-use super::validate::{summarize, Problem};
-use super::window::{DenyPeriod, Gate, Window};
+use super::window::{DenyPeriod, Gate, GateState, Window};
 use crate::api::{
     reasons, set_condition, Condition, ConditionStatus, RolloutSelectors, UpgradeFreeze, UpgradeFreezeSpec,
     UpgradeFreezeStatus, UpgradePlan, UpgradeWindow, WindowKind,
 };
+
+// Defined here, not in `window`, so that windows stay below freezes (no import cycle).
+impl GateState {
+    /// The gate of a group's windows and of the freezes holding its plan at `t`, and the gate
+    /// itself when its windows compile: the one rule for how windows, freezes and an invalid
+    /// window gate, for the run, the plan's gauges, the plugin and the forecast.
+    pub fn of_group(
+        windows: Option<&[UpgradeWindow]>,
+        freezes: &[Freeze],
+        t: DateTime<Utc>,
+    ) -> (GateState, Option<Gate>) {
+        match Gate::compile(windows.unwrap_or_default()) {
+            Ok(gate) => {
+                let gate = gate.with_freezes(freezes.iter().flat_map(|f| f.periods.iter().cloned()));
+                (gate.state(t), Some(gate))
+            }
+            Err(_) => (GateState::INVALID, None),
+        }
+    }
+}
 
 /// A freeze whose periods compile.
 #[derive(Debug, Clone)]

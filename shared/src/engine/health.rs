@@ -10,8 +10,9 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 
-use super::run::{texts, Outcome};
+use super::outcome::Outcome;
 use super::snapshot::SnapshotResource;
+use super::texts;
 use super::window::parse_go_duration;
 use crate::api::kratix::{BindingFacts, HealthRecord};
 use crate::api::{RolloutGroup, UPGRADE_STARTED_AT_ANNOTATION};

@@ -153,42 +153,7 @@ impl Announcement {
     }
 }
 
-/// Event reasons of a run (spec §4.4), beside the condition reasons in [`reasons`].
-pub mod events {
-    /// The message prefix of an Event combining similar ones (client-go's aggregation: beyond
-    /// [`SIMILAR_EVENTS_BEFORE_COMBINING`] Events of one reason on one object within
-    /// [`SIMILAR_EVENTS_WINDOW_SECONDS`], one Event counts the rest).
-    pub const COMBINED_PREFIX: &str = "(combined from similar events): ";
-    /// client-go's `defaultAggregateMaxEvents`.
-    pub const SIMILAR_EVENTS_BEFORE_COMBINING: usize = 10;
-    /// client-go's `defaultAggregateIntervalInSeconds`.
-    pub const SIMILAR_EVENTS_WINDOW_SECONDS: i64 = 600;
-
-    /// The message of the Event combining similar ones, `latest` the last of them.
-    pub fn combined(latest: &str) -> String {
-        format!("{COMBINED_PREFIX}{latest}")
-    }
-
-    /// Whether an Event's message is that of an Event combining similar ones.
-    pub fn is_combined(message: &str) -> bool {
-        message.starts_with(COMBINED_PREFIX)
-    }
-    pub const GROUP_IN_PROGRESS: &str = "GroupInProgress";
-    pub const RESOURCE_UPGRADE_STARTED: &str = "ResourceUpgradeStarted";
-    pub const RESOURCE_UPGRADE_FAILED: &str = "ResourceUpgradeFailed";
-    pub const RESOURCE_SKIPPED: &str = "ResourceSkipped";
-    pub const SUPERSEDED: &str = "Superseded";
-    pub const PLAN_INVALID: &str = "PlanInvalid";
-    /// A kind the plan needs is not served (spec §14.2).
-    pub const KIND_NOT_SERVED: &str = "KindNotServed";
-    pub const UPGRADE_RUN_COMPLETED: &str = "UpgradeRunCompleted";
-    pub const UPGRADE_RUN_FAILED: &str = "UpgradeRunFailed";
-    pub const UPGRADE_RUN_CANCELLED: &str = "UpgradeRunCancelled";
-    pub const GATE_CLOSED: &str = "GateClosed";
-    pub const GATE_OPENED: &str = "GateOpened";
-    pub const GROUP_AWAITING_APPROVAL: &str = "GroupAwaitingApproval";
-    pub const GROUP_APPROVED: &str = "GroupApproved";
-}
+pub use super::texts::events;
 
 /// The run's gauges (spec §9.1): resources per group and state, and what the run waits for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

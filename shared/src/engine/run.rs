@@ -16,72 +16,12 @@ use super::stage::{approval_for, requires_approval, soak_of, ApprovalFact};
 use super::window::GateState;
 use crate::api::kratix::{BindingFacts, MANUAL_RECONCILIATION_LABEL, UPGRADE_FAILED};
 use crate::api::{
-    GroupPhase, GroupStatus, RolloutGroup, UpgradePlanSpec, RETRY_REQUESTED_BY_ANNOTATION,
-    UPGRADE_STARTED_AT_ANNOTATION,
+    GroupPhase, GroupStatus, ResourceFailure, RolloutGroup, UpgradePlanSpec, RETRY_REQUESTED_BY_ANNOTATION,
+    UPGRADED_BY_ANNOTATION, UPGRADE_STARTED_AT_ANNOTATION,
 };
 
-/// Why a resource is skipped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SkipReason {
-    BindingGone,
-    BeingDeleted,
-    /// Someone else changed the binding after the snapshot; it is never overwritten.
-    ChangedByOthers {
-        spec_version: String,
-        last_applied_version: String,
-    },
-}
-
-impl std::fmt::Display for SkipReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SkipReason::BindingGone => write!(f, "its ResourceBinding no longer exists"),
-            SkipReason::BeingDeleted => write!(f, "its ResourceBinding is being deleted"),
-            SkipReason::ChangedByOthers { spec_version, last_applied_version } => write!(
-                f,
-                "its ResourceBinding was changed by someone else (spec.version {spec_version:?}, lastAppliedVersion {last_applied_version:?})"
-            ),
-        }
-    }
-}
-
-/// The state of one resource of the current group, in the precedence order of spec §5.5.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    Skipped(SkipReason),
-    Succeeded,
-    Failed {
-        message: String,
-    },
-    /// Upgrading: Kratix works on it (`spec.version == to`), also after a retry was asked.
-    InFlight,
-    /// `spec.version == to`, but its only failure predates this run: Kratix must be asked to try
-    /// again (the retry label). Asking is a start like any other (spec §5.5, §14.1): it waits for
-    /// a slot and an open gate, and takes no slot until asked.
-    NeedsRetry,
-    /// Upgraded; its health check has not concluded and times out at `until` (spec §13.2). It
-    /// counts as in flight.
-    Verifying {
-        until: DateTime<Utc>,
-    },
-    NotStarted,
-}
-
-impl Outcome {
-    pub fn is_done(&self) -> bool {
-        matches!(self, Outcome::Succeeded | Outcome::Skipped(_))
-    }
-
-    /// Nothing more will happen to it in this run: done, or failed.
-    pub fn is_finished(&self) -> bool {
-        self.is_done() || matches!(self, Outcome::Failed { .. })
-    }
-
-    /// Takes a slot of the group's `maxConcurrent`: upgrading or verifying.
-    pub fn is_in_flight(&self) -> bool {
-        matches!(self, Outcome::InFlight | Outcome::Verifying { .. })
-    }
-}
+pub use super::outcome::{Outcome, SkipReason};
+pub use super::texts;
 
 /// Evaluates one snapshot resource against its live binding (`None`: the binding is gone).
 pub fn evaluate_resource(
@@ -99,6 +39,11 @@ pub fn evaluate_resource(
     }
     let applied = b.last_applied_version();
     if applied == to {
+        return Outcome::Succeeded;
+    }
+    // Upgraded by this run and since applied at another version by someone else: this run's
+    // upgrade succeeded (spec §5.5).
+    if b.annotation(UPGRADED_BY_ANNOTATION) == Some(run_name) && applied != resource.last_applied_version {
         return Outcome::Succeeded;
     }
     let spec_version = b.spec_version();
@@ -193,15 +138,22 @@ impl GroupRules {
         }
     }
 
-    /// The outcome of `resource` in run (`name`, created) upgrading to `to`.
+    /// The outcome of `resource` in run (`name`, created) upgrading to `to`, whose status last
+    /// recorded `recorded`: a failure recorded there stands, whatever the binding does since.
     pub fn outcome(
         &self,
         resource: &SnapshotResource,
         live: Option<&dyn BindingFacts>,
         records: &HealthRecords,
+        recorded: &[GroupStatus],
         (to, run_name, run_created): (&str, &str, DateTime<Utc>),
         now: DateTime<Utc>,
     ) -> Outcome {
+        if let Some(failure) = recorded_failure(recorded, resource) {
+            return Outcome::Failed {
+                message: failure.detail.clone(),
+            };
+        }
         let outcome = evaluate_resource(resource, live, to, run_name, run_created);
         let outcome = apply_deadline(outcome, live, self.deadline.as_ref(), now);
         apply_health_check(
@@ -217,13 +169,14 @@ impl GroupRules {
 }
 
 /// One resource's outcome as the run decides it, for views that show single resources: the
-/// [`GroupRules`] of its group (`group`) in the frozen `plan`.
+/// [`GroupRules`] of its group (`group`) in the frozen `plan`, after the failures the run's
+/// status records (`recorded`).
 pub fn resource_outcome(
     resource: &SnapshotResource,
     live: Option<&dyn BindingFacts>,
     records: &HealthRecords,
-    plan: &UpgradePlanSpec,
-    group: &str,
+    (plan, group): (&UpgradePlanSpec, &str),
+    recorded: &[GroupStatus],
     run: (&str, DateTime<Utc>),
     now: DateTime<Utc>,
 ) -> Outcome {
@@ -231,9 +184,52 @@ pub fn resource_outcome(
         resource,
         live,
         records,
+        recorded,
         (&plan.upgrade_path.to, run.0, run.1),
         now,
     )
+}
+
+/// The failure a run recorded for `resource` in any of its groups (`recorded`: its status's
+/// `rolloutGroups`). Once counted, a failure stands for the run: a Kratix retry of its own, a
+/// restart or a later group never turns it into anything else (spec §5.5, §13.1).
+pub fn recorded_failure<'r>(recorded: &'r [GroupStatus], resource: &SnapshotResource) -> Option<&'r ResourceFailure> {
+    recorded
+        .iter()
+        .flat_map(|g| &g.failed_resources)
+        .find(|f| f.namespace == resource.namespace && f.name == resource.name)
+}
+
+/// A group's failure records after this pass: those it had, then each resource newly counted
+/// Failed, in snapshot order, up to one past the budget (the failure that fails the run).
+fn record_failures(
+    had: Option<&GroupStatus>,
+    resources: &[std::sync::Arc<SnapshotResource>],
+    outcomes: &[Outcome],
+    budget: usize,
+    now: DateTime<Utc>,
+) -> Vec<ResourceFailure> {
+    let mut records = had.map(|g| g.failed_resources.clone()).unwrap_or_default();
+    for (resource, outcome) in resources.iter().zip(outcomes) {
+        let Outcome::Failed { message } = outcome else {
+            continue;
+        };
+        if records.len() > budget {
+            break;
+        }
+        if !records
+            .iter()
+            .any(|f| f.namespace == resource.namespace && f.name == resource.name)
+        {
+            records.push(ResourceFailure {
+                namespace: resource.namespace.clone(),
+                name: resource.name.clone(),
+                at: now,
+                detail: message.clone(),
+            });
+        }
+    }
+    records
 }
 
 /// A binding the controller must patch.
@@ -488,23 +484,7 @@ fn evaluate_groups<'b>(
             // Recorded by a controller from before phases: completed now, as far as the soak goes.
             done.completed_at.get_or_insert(ctx.now);
             done.phase = Some(GroupPhase::Completed);
-            // A resource counted failed that has since succeeded counts as succeeded (outcomes
-            // follow live state); nothing else moves in a completed group, and a group completed
-            // without failures is not looked at again.
-            if done.failed > 0 {
-                let late = group
-                    .resources
-                    .iter()
-                    .filter(|r| {
-                        let b = lookup(&r.namespace, &r.binding);
-                        matches!(rules.outcome(r, b, ctx.health, run, ctx.now), Outcome::Succeeded)
-                    })
-                    .count() as i64
-                    - done.succeeded;
-                let late = late.clamp(0, done.failed);
-                done.succeeded += late;
-                done.failed -= late;
-            }
+            // Its counts stand (spec §5.5): nothing a completed group's bindings do later moves them.
             eval.groups[index] = done;
             continue;
         }
@@ -517,9 +497,10 @@ fn evaluate_groups<'b>(
             .resources
             .iter()
             .zip(&live)
-            .map(|(r, b)| rules.outcome(r, *b, ctx.health, run, ctx.now))
+            .map(|(r, b)| rules.outcome(r, *b, ctx.health, ctx.recorded, run, ctx.now))
             .collect();
         eval.groups[index] = counts(&group.name, group.resources.len(), &outcomes);
+        eval.groups[index].failed_resources = record_failures(recorded, &group.resources, &outcomes, budget, ctx.now);
         stamp(&mut eval.groups[index]);
         let failed = eval.groups[index].failed as usize;
         if failed > budget {
@@ -628,116 +609,6 @@ fn evaluate_groups<'b>(
         return eval;
     }
     eval
-}
-
-/// Exact texts of conditions and events (spec §4.3–4.4).
-pub mod texts {
-    pub fn plan_found(plan: &str) -> String {
-        format!("UpgradePlan \"{plan}\" found")
-    }
-    pub fn plan_not_found(plan: &str) -> String {
-        format!("UpgradePlan \"{plan}\" not found")
-    }
-    /// `<problems>`: the validator's summary, `<field>: <problem>; …`.
-    pub fn plan_invalid(plan: &str, problems: &str) -> String {
-        format!("UpgradePlan \"{plan}\" is invalid: {problems}")
-    }
-    pub fn revision_ready(promise: &str, to: &str) -> String {
-        format!("PromiseRevision for promise \"{promise}\" version \"{to}\" is ready")
-    }
-    pub fn revision_not_found(promise: &str, to: &str) -> String {
-        format!("PromiseRevision for promise \"{promise}\" version \"{to}\" not found")
-    }
-    pub fn group_failed(failed: usize, group: &str) -> String {
-        format!("{failed} resource(s) failed to upgrade in rollout group \"{group}\"")
-    }
-    pub fn group_in_progress(group: &str, succeeded: i64, total: i64, to: &str) -> String {
-        format!("Group \"{group}\": {succeeded}/{total} resources upgraded to {to}")
-    }
-    pub fn resource_started(resource: &str, from: &str, to: &str) -> String {
-        format!("Resource {resource} upgrading from {from} to {to}")
-    }
-    pub fn resource_failed(resource: &str, to: &str, detail: &str) -> String {
-        format!("{}{detail}", resource_failed_prefix(resource, to))
-    }
-    fn resource_failed_prefix(resource: &str, to: &str) -> String {
-        format!("Resource {resource} failed to upgrade to {to}: ")
-    }
-    /// The inverse of [`resource_failed`]: the detail, when `message` is about `resource`.
-    pub fn resource_failed_detail<'m>(message: &'m str, resource: &str, to: &str) -> Option<&'m str> {
-        message.strip_prefix(&resource_failed_prefix(resource, to))
-    }
-    pub fn resource_skipped(resource: &str, why: &str) -> String {
-        format!("Resource {resource} skipped: {why}")
-    }
-    /// Message of the UpgradeRunFailed / UpgradeRunCompleted events and of RunCompleted.
-    pub fn health_reported(state: &str, namespace: &str, record: &str) -> String {
-        format!("health check reported {state} (HealthRecord {namespace}/{record})")
-    }
-
-    pub fn no_health_report(timeout: &str) -> String {
-        format!("no health report within {timeout}")
-    }
-
-    pub fn deadline_passed(deadline: &str) -> String {
-        format!("did not finish within {deadline}")
-    }
-    /// Message of RunCompletedWithFailures and its Warning UpgradeRunCompleted (spec §13.1).
-    pub fn run_completed_with_failures(completed: i64, total: i64, to: &str, failed: i64) -> String {
-        format!(
-            "{}; {failed} failed within the failure budget",
-            run_summary(completed, total, to)
-        )
-    }
-    pub fn run_summary(completed: i64, total: i64, to: &str) -> String {
-        format!("{completed}/{total} resources upgraded to {to}")
-    }
-    pub fn snapshot_missing(config_map: &str) -> String {
-        format!("snapshot ConfigMap {config_map} is missing or unreadable")
-    }
-    /// `recorded`: when the digest was recorded (the run's `startedAt`).
-    pub fn snapshot_tampered(config_map: &str, recorded: &str) -> String {
-        format!("snapshot ConfigMap {config_map} does not match the digest recorded at {recorded}")
-    }
-    pub fn run_cancelled() -> String {
-        "UpgradeRun was deleted before it finished".to_string()
-    }
-    /// Message of RunCancelled for a run cancelled by `spec.cancel` (it stays as the record).
-    pub fn run_cancelled_on_request() -> String {
-        "UpgradeRun was cancelled before it finished (spec.cancel)".to_string()
-    }
-
-    /// The event a run announces as it ends (spec §4.4): `(warning, reason, note)`. Every path
-    /// into Failed — a resource, a lost revision, a lost snapshot — announces UpgradeRunFailed.
-    /// A run that completes with failures within its budget announces a Warning (spec §13.1).
-    pub fn terminal_event(
-        state: crate::api::RunState,
-        completed: i64,
-        total: i64,
-        failed: i64,
-        to: &str,
-    ) -> Option<(bool, &'static str, String)> {
-        use crate::api::RunState;
-        use crate::engine::lifecycle::events;
-        match state {
-            RunState::Completed if failed > 0 => Some((
-                true,
-                events::UPGRADE_RUN_COMPLETED,
-                run_completed_with_failures(completed, total, to, failed),
-            )),
-            RunState::Completed => Some((false, events::UPGRADE_RUN_COMPLETED, run_summary(completed, total, to))),
-            RunState::Failed => Some((true, events::UPGRADE_RUN_FAILED, run_summary(completed, total, to))),
-            RunState::Cancelled => Some((
-                false,
-                events::UPGRADE_RUN_CANCELLED,
-                format!("{} ({completed}/{total} resources upgraded)", run_cancelled()),
-            )),
-            _ => None,
-        }
-    }
-    pub fn superseded(newer: &str) -> String {
-        format!("Superseded by UpgradeRun \"{newer}\"")
-    }
 }
 
 #[cfg(test)]
@@ -1817,12 +1688,16 @@ pub(crate) mod tests {
             }
         );
 
-        // A late success counts as succeeded.
+        assert_eq!(e.groups[0].failed_resources.len(), 1, "the failure is recorded");
+        assert_eq!(e.groups[0].failed_resources[0].detail, "did not finish within 30m");
+
+        // A late success does not move it back: the failure stands for the run (spec §13.1).
+        let recorded = e.groups.clone();
         w.set("next", "v1", "v2");
         started_at(&mut w, "next", "2026-06-01T10:30:00Z");
         w.set("slow", "v2", "v2");
-        let e = w.eval(&[], false, "2026-06-01T10:31:00Z");
-        assert_eq!((e.groups[0].succeeded, e.groups[0].failed, e.in_flight), (1, 0, 1));
+        let e = w.eval(&recorded, false, "2026-06-01T10:31:00Z");
+        assert_eq!((e.groups[0].succeeded, e.groups[0].failed, e.in_flight), (0, 1, 1));
     }
 
     #[test]
@@ -1856,19 +1731,160 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_late_success_after_the_group_completed_counts_as_succeeded() {
+    fn a_late_success_after_the_group_completed_leaves_its_counts() {
         let mut w = budget_world(2, Some(IntOrString::Int(1)), &[1]);
         let e = w.eval(&[], false, "2026-06-01T10:03:00Z");
         let recorded = e.groups.clone();
         assert_eq!((recorded[0].succeeded, recorded[0].failed), (1, 1));
         w.set("a1", "v2", "v2"); // Kratix retried it by itself and it worked
         let e = w.eval(&recorded, false, "2026-06-01T10:04:00Z");
-        assert_eq!((e.groups[0].succeeded, e.groups[0].failed), (2, 0));
+        assert_eq!(e.groups[0], recorded[0], "counts never move back (spec §5.5)");
         assert_eq!(
             e.verdict,
             Verdict::InProgress { group: 1 },
             "the completed group stays complete"
         );
+    }
+
+    /// Kratix clears a failure by itself (`reconcileAfterFailure`, spec §2): the binding reads in
+    /// flight (the failure condition gone), then upgraded. The run's count of it never moves:
+    /// no slot taken, no success counted, the same counts after a restart.
+    #[test]
+    fn a_failure_stands_through_kratix_retrying_it_by_itself() {
+        // (case, what Kratix did after the failure: (lastAppliedVersion, spec.version, condition cleared))
+        let cases = [
+            ("retrying: in flight again", ("v1", "v2")),
+            ("retried and succeeded", ("v2", "v2")),
+            ("someone moved it on", ("v3", "v3")),
+        ];
+        for (case, (applied, spec_version)) in cases {
+            let mut a = group("a", &[("g", "a")]);
+            a.max_failures = Some(IntOrString::Int(1));
+            a.max_concurrent = Some(IntOrString::Int(1));
+            let bindings = vec![
+                binding("ns", "x", &[("g", "a")], "v1", "v1"),
+                binding("ns", "y", &[("g", "a")], "v1", "v1"),
+            ];
+            let mut w = World::new(plan(&["v1"], "v2", vec![a]), bindings);
+            w.set("x", "v1", "v2");
+            w.fail("x", "2026-06-01T10:02:00Z");
+            let e = w.eval(&[], false, "2026-06-01T10:03:00Z");
+            assert_eq!((e.groups[0].failed, e.in_flight), (1, 0), "{case}");
+            assert_eq!(started(&e), vec!["y"], "{case}: the free slot goes to y");
+            let failures = &e.groups[0].failed_resources;
+            assert_eq!(failures.len(), 1, "{case}");
+            assert_eq!((failures[0].namespace.as_str(), failures[0].name.as_str()), ("ns", "x"));
+            assert_eq!(failures[0].at, utc("2026-06-01T10:03:00Z"), "{case}");
+            assert_eq!(failures[0].detail, "workflow failed: simulated", "{case}");
+            let recorded = e.groups.clone();
+
+            let i = w.live.iter().position(|b| b.spec.resource_ref.name == "x").unwrap();
+            w.live[i].status.as_mut().unwrap().conditions.clear();
+            w.live[i].status.as_mut().unwrap().failed_version = None;
+            w.set("x", applied, spec_version);
+            w.set("y", "v1", "v2");
+            // The next pass, and a restarted controller reading the same status: the same answer.
+            let e = w.eval(&recorded, false, "2026-06-01T10:04:00Z");
+            assert_eq!(
+                (
+                    e.groups[0].succeeded,
+                    e.groups[0].failed,
+                    e.groups[0].skipped,
+                    e.in_flight
+                ),
+                (0, 1, 0, 1),
+                "{case}: x still counts Failed; only y is in flight"
+            );
+            assert_eq!(e.groups[0].failed_resources, recorded[0].failed_resources, "{case}");
+            // Without the record (a status written before failedResources), live state decides.
+            let e = w.eval(&[], false, "2026-06-01T10:04:00Z");
+            assert_eq!(e.groups[0].failed, 0, "{case}");
+        }
+    }
+
+    #[test]
+    fn failure_records_hold_at_most_one_past_the_budget() {
+        // (case, group size, maxFailures, failing, records kept)
+        let cases: [(&str, usize, i32, &[usize], usize); 4] = [
+            ("within budget: every failure", 4, 2, &[0, 3], 2),
+            ("one past: every failure", 4, 1, &[0, 3], 2),
+            ("far past, in one pass: budget + 1", 5, 0, &[0, 1, 2, 4], 1),
+            ("far past with a budget: budget + 1", 6, 2, &[0, 1, 2, 3, 4, 5], 3),
+        ];
+        for (case, n, budget, failing, kept) in cases {
+            let w = budget_world(n, Some(IntOrString::Int(budget)), failing);
+            let e = w.eval(&[], false, "2026-06-01T10:03:00Z");
+            let names: Vec<&str> = e.groups[0].failed_resources.iter().map(|f| f.name.as_str()).collect();
+            let expected: Vec<String> = failing.iter().take(kept).map(|i| format!("a{i}")).collect();
+            assert_eq!(names, expected, "{case}: in snapshot order");
+            assert_eq!(
+                e.groups[0].failed as usize,
+                failing.len(),
+                "{case}: the count is every failure"
+            );
+        }
+    }
+
+    #[test]
+    fn a_failure_recorded_in_an_earlier_group_counts_in_a_later_one() {
+        // x is in both groups; dev tolerates its failure, prod (budget 0) does not, even though
+        // Kratix retried x by itself and it succeeded before prod started (spec §13.1).
+        let mut dev = group("dev", &[("env", "dev")]);
+        dev.max_failures = Some(IntOrString::Int(1));
+        let prod = group("prod", &[("tier", "gold")]);
+        let bindings = vec![
+            binding("ns", "x", &[("env", "dev"), ("tier", "gold")], "v1", "v1"),
+            binding("ns", "d", &[("env", "dev")], "v1", "v1"),
+        ];
+        let mut w = World::new(plan(&["v1"], "v2", vec![dev, prod]), bindings);
+        w.set("d", "v1", "v2");
+        w.set("x", "v1", "v2");
+        w.fail("x", "2026-06-01T10:02:00Z");
+        let e = w.eval(&[], false, "2026-06-01T10:03:00Z");
+        assert_eq!(
+            e.verdict,
+            Verdict::InProgress { group: 0 },
+            "dev waits for d, within its budget"
+        );
+        let recorded = e.groups.clone();
+        let i = w.live.iter().position(|b| b.spec.resource_ref.name == "x").unwrap();
+        w.live[i].status.as_mut().unwrap().conditions.clear();
+        w.set("x", "v2", "v2");
+        w.set("d", "v2", "v2");
+        let e = w.eval(&recorded, false, "2026-06-01T10:04:00Z");
+        assert_eq!(e.verdict, Verdict::Failed { group: 1, failed: 1 });
+        assert_eq!(e.groups[1].failed_resources[0].name, "x");
+    }
+
+    #[test]
+    fn a_resource_this_run_upgraded_and_someone_moved_on_counts_succeeded() {
+        let mut b = binding("ns", "r", &[], "v1", "v1");
+        let snap = snap_res(&b);
+        let created = utc(CREATED);
+        b.spec.version = "v3".into();
+        b.status.get_or_insert_with(Default::default).last_applied_version = "v3".into();
+        assert!(matches!(
+            evaluate_resource(&snap, Some(&b), "v2", "run-1", created),
+            Outcome::Skipped(SkipReason::ChangedByOthers { .. })
+        ));
+        b.metadata.annotations = Some([(UPGRADED_BY_ANNOTATION.to_string(), "run-1".to_string())].into());
+        assert_eq!(
+            evaluate_resource(&snap, Some(&b), "v2", "run-1", created),
+            Outcome::Succeeded
+        );
+        assert!(
+            matches!(
+                evaluate_resource(&snap, Some(&b), "v2", "run-2", created),
+                Outcome::Skipped(_)
+            ),
+            "another run's upgrade is not this run's success"
+        );
+        // Started by this run, moved on in spec only (not applied yet): changed by someone else.
+        b.status.as_mut().unwrap().last_applied_version = "v1".into();
+        assert!(matches!(
+            evaluate_resource(&snap, Some(&b), "v2", "run-1", created),
+            Outcome::Skipped(_)
+        ));
     }
 
     #[test]

@@ -3,9 +3,10 @@
 //! condition) and the plugin (`explain -f`).
 
 use std::collections::BTreeSet;
-use std::fmt;
 
 use chrono::{DateTime, Utc};
+
+pub use super::problem::{summarize, Problem};
 
 use super::budget::{parse_progress_deadline, FailureBudget};
 use super::concurrency::Limit;
@@ -16,19 +17,6 @@ use super::version::{is_regex_pattern, VersionMatcher};
 use super::window::{parse_go_duration, Gate, SEARCH_HORIZON_DAYS};
 use crate::api::kratix::LATEST_VERSION;
 use crate::api::{SelectorOperator, UpgradePlanSpec};
-
-/// One problem, located by its field path (`spec.rolloutGroups[1].maxConcurrent`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Problem {
-    pub field: String,
-    pub message: String,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.message)
-    }
-}
 
 /// An RFC 1123 subdomain, as Kubernetes requires of most object names.
 pub fn is_dns_subdomain(name: &str) -> bool {
@@ -41,11 +29,6 @@ pub fn is_dns_subdomain(name: &str) -> bool {
                 && alnum(bytes[bytes.len() - 1])
                 && bytes.iter().all(|&b| alnum(b) || b == b'-')
         })
-}
-
-/// Joins problems into one condition message.
-pub fn summarize(problems: &[Problem]) -> String {
-    problems.iter().map(Problem::to_string).collect::<Vec<_>>().join("; ")
 }
 
 /// Every problem of the plan named `name`. `now` is needed to tell a window that can never open

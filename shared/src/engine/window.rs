@@ -264,23 +264,6 @@ impl GateState {
         next_open: None,
         next_close: None,
     };
-
-    /// The gate of a group's windows and of the freezes holding its plan at `t`, and the gate
-    /// itself when its windows compile: the one rule for how windows, freezes and an invalid
-    /// window gate, for the run, the plan's gauges, the plugin and the forecast.
-    pub fn of_group(
-        windows: Option<&[UpgradeWindow]>,
-        freezes: &[super::freeze::Freeze],
-        t: DateTime<Utc>,
-    ) -> (GateState, Option<Gate>) {
-        match Gate::compile(windows.unwrap_or_default()) {
-            Ok(gate) => {
-                let gate = gate.with_freezes(freezes.iter().flat_map(|f| f.periods.iter().cloned()));
-                (gate.state(t), Some(gate))
-            }
-            Err(_) => (GateState::INVALID, None),
-        }
-    }
 }
 
 impl Gate {

@@ -15,9 +15,10 @@ use upgradeplan_e2e::sim::{self, SimConfig};
 /// annotation `kratix-sim/fail-version` equals the target version, UpgradeSucceeded=False/
 /// UpgradeFailed with status.failedVersion and the message "workflow failed: simulated".
 ///
-/// Like Kratix, it never retries a failed version on its own: label the binding
-/// `kratix.io/manual-reconciliation=true` to retry (the label is removed). Without the
-/// PromiseRevision of the target version, the binding stays in progress until it appears.
+/// A failed version is retried when the binding is labelled `kratix.io/manual-reconciliation=true`
+/// (the label is removed) and, like Kratix with `workflows.reconcileAfterFailure` (on by default),
+/// by itself `--retry-after-failure` after the failure. Without the PromiseRevision of the target
+/// version, the binding stays in progress until it appears.
 ///
 /// After a successful upgrade of a binding annotated `kratix-sim/health: healthy|ready|unhealthy|
 /// degraded|unknown`, it writes a HealthRecord (named after the binding, in its namespace) with
@@ -36,9 +37,24 @@ struct Cli {
     /// Only handle bindings of this Promise (label kratix.io/promise-name). Default: all.
     #[arg(long, value_name = "NAME")]
     promise: Option<String>,
+    /// Kratix's own retry of a failed workflow (`workflows.reconcileAfterFailure`): this long after
+    /// the failure (Kratix's reconciliation interval, 10h by default), or `off`.
+    #[arg(long, value_name = "DURATION", default_value = "10h", value_parser = parse_retry_after)]
+    retry_after_failure: RetryAfter,
     /// Path to a kubeconfig. Default: $KUBECONFIG, ~/.kube/config, or in-cluster.
     #[arg(long, value_name = "FILE")]
     kubeconfig: Option<std::path::PathBuf>,
+}
+
+/// `--retry-after-failure`: a Go duration, or `off`.
+#[derive(Clone, Copy, Debug)]
+struct RetryAfter(Option<Duration>);
+
+fn parse_retry_after(s: &str) -> Result<RetryAfter, String> {
+    if s == "off" {
+        return Ok(RetryAfter(None));
+    }
+    parse_duration(s).map(|d| RetryAfter(Some(d)))
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -78,6 +94,7 @@ async fn main() -> anyhow::Result<()> {
         SimConfig {
             delay: cli.delay,
             promise: cli.promise,
+            retry_after_failure: cli.retry_after_failure.0,
         },
         shutdown,
     )

@@ -1,0 +1,145 @@
+//! The exact texts of conditions and events (spec §4.3–4.4), and the events' reasons: one place,
+//! so that the controller, the plugin (which reads some back) and the tests agree.
+
+/// Event reasons of a run (spec §4.4), beside the condition reasons in [`crate::api::reasons`].
+pub mod events {
+    /// The message prefix of an Event combining similar ones (client-go's aggregation: beyond
+    /// [`SIMILAR_EVENTS_BEFORE_COMBINING`] Events of one reason on one object within
+    /// [`SIMILAR_EVENTS_WINDOW_SECONDS`], one Event counts the rest).
+    pub const COMBINED_PREFIX: &str = "(combined from similar events): ";
+    /// client-go's `defaultAggregateMaxEvents`.
+    pub const SIMILAR_EVENTS_BEFORE_COMBINING: usize = 10;
+    /// client-go's `defaultAggregateIntervalInSeconds`.
+    pub const SIMILAR_EVENTS_WINDOW_SECONDS: i64 = 600;
+
+    /// The message of the Event combining similar ones, `latest` the last of them.
+    pub fn combined(latest: &str) -> String {
+        format!("{COMBINED_PREFIX}{latest}")
+    }
+
+    /// Whether an Event's message is that of an Event combining similar ones.
+    pub fn is_combined(message: &str) -> bool {
+        message.starts_with(COMBINED_PREFIX)
+    }
+    pub const GROUP_IN_PROGRESS: &str = "GroupInProgress";
+    pub const RESOURCE_UPGRADE_STARTED: &str = "ResourceUpgradeStarted";
+    pub const RESOURCE_UPGRADE_FAILED: &str = "ResourceUpgradeFailed";
+    pub const RESOURCE_SKIPPED: &str = "ResourceSkipped";
+    pub const SUPERSEDED: &str = "Superseded";
+    pub const PLAN_INVALID: &str = "PlanInvalid";
+    /// A kind the plan needs is not served (spec §14.2).
+    pub const KIND_NOT_SERVED: &str = "KindNotServed";
+    pub const UPGRADE_RUN_COMPLETED: &str = "UpgradeRunCompleted";
+    pub const UPGRADE_RUN_FAILED: &str = "UpgradeRunFailed";
+    pub const UPGRADE_RUN_CANCELLED: &str = "UpgradeRunCancelled";
+    pub const GATE_CLOSED: &str = "GateClosed";
+    pub const GATE_OPENED: &str = "GateOpened";
+    pub const GROUP_AWAITING_APPROVAL: &str = "GroupAwaitingApproval";
+    pub const GROUP_APPROVED: &str = "GroupApproved";
+}
+
+pub fn plan_found(plan: &str) -> String {
+    format!("UpgradePlan \"{plan}\" found")
+}
+pub fn plan_not_found(plan: &str) -> String {
+    format!("UpgradePlan \"{plan}\" not found")
+}
+/// `<problems>`: the validator's summary, `<field>: <problem>; …`.
+pub fn plan_invalid(plan: &str, problems: &str) -> String {
+    format!("UpgradePlan \"{plan}\" is invalid: {problems}")
+}
+pub fn revision_ready(promise: &str, to: &str) -> String {
+    format!("PromiseRevision for promise \"{promise}\" version \"{to}\" is ready")
+}
+pub fn revision_not_found(promise: &str, to: &str) -> String {
+    format!("PromiseRevision for promise \"{promise}\" version \"{to}\" not found")
+}
+pub fn group_failed(failed: usize, group: &str) -> String {
+    format!("{failed} resource(s) failed to upgrade in rollout group \"{group}\"")
+}
+pub fn group_in_progress(group: &str, succeeded: i64, total: i64, to: &str) -> String {
+    format!("Group \"{group}\": {succeeded}/{total} resources upgraded to {to}")
+}
+pub fn resource_started(resource: &str, from: &str, to: &str) -> String {
+    format!("Resource {resource} upgrading from {from} to {to}")
+}
+pub fn resource_failed(resource: &str, to: &str, detail: &str) -> String {
+    format!("{}{detail}", resource_failed_prefix(resource, to))
+}
+fn resource_failed_prefix(resource: &str, to: &str) -> String {
+    format!("Resource {resource} failed to upgrade to {to}: ")
+}
+/// The inverse of [`resource_failed`]: the detail, when `message` is about `resource`.
+pub fn resource_failed_detail<'m>(message: &'m str, resource: &str, to: &str) -> Option<&'m str> {
+    message.strip_prefix(&resource_failed_prefix(resource, to))
+}
+pub fn resource_skipped(resource: &str, why: &str) -> String {
+    format!("Resource {resource} skipped: {why}")
+}
+/// Message of the UpgradeRunFailed / UpgradeRunCompleted events and of RunCompleted.
+pub fn health_reported(state: &str, namespace: &str, record: &str) -> String {
+    format!("health check reported {state} (HealthRecord {namespace}/{record})")
+}
+
+pub fn no_health_report(timeout: &str) -> String {
+    format!("no health report within {timeout}")
+}
+
+pub fn deadline_passed(deadline: &str) -> String {
+    format!("did not finish within {deadline}")
+}
+/// Message of RunCompletedWithFailures and its Warning UpgradeRunCompleted (spec §13.1).
+pub fn run_completed_with_failures(completed: i64, total: i64, to: &str, failed: i64) -> String {
+    format!(
+        "{}; {failed} failed within the failure budget",
+        run_summary(completed, total, to)
+    )
+}
+pub fn run_summary(completed: i64, total: i64, to: &str) -> String {
+    format!("{completed}/{total} resources upgraded to {to}")
+}
+pub fn snapshot_missing(config_map: &str) -> String {
+    format!("snapshot ConfigMap {config_map} is missing or unreadable")
+}
+/// `recorded`: when the digest was recorded (the run's `startedAt`).
+pub fn snapshot_tampered(config_map: &str, recorded: &str) -> String {
+    format!("snapshot ConfigMap {config_map} does not match the digest recorded at {recorded}")
+}
+pub fn run_cancelled() -> String {
+    "UpgradeRun was deleted before it finished".to_string()
+}
+/// Message of RunCancelled for a run cancelled by `spec.cancel` (it stays as the record).
+pub fn run_cancelled_on_request() -> String {
+    "UpgradeRun was cancelled before it finished (spec.cancel)".to_string()
+}
+
+/// The event a run announces as it ends (spec §4.4): `(warning, reason, note)`. Every path
+/// into Failed — a resource, a lost revision, a lost snapshot — announces UpgradeRunFailed.
+/// A run that completes with failures within its budget announces a Warning (spec §13.1).
+pub fn terminal_event(
+    state: crate::api::RunState,
+    completed: i64,
+    total: i64,
+    failed: i64,
+    to: &str,
+) -> Option<(bool, &'static str, String)> {
+    use crate::api::RunState;
+    match state {
+        RunState::Completed if failed > 0 => Some((
+            true,
+            events::UPGRADE_RUN_COMPLETED,
+            run_completed_with_failures(completed, total, to, failed),
+        )),
+        RunState::Completed => Some((false, events::UPGRADE_RUN_COMPLETED, run_summary(completed, total, to))),
+        RunState::Failed => Some((true, events::UPGRADE_RUN_FAILED, run_summary(completed, total, to))),
+        RunState::Cancelled => Some((
+            false,
+            events::UPGRADE_RUN_CANCELLED,
+            format!("{} ({completed}/{total} resources upgraded)", run_cancelled()),
+        )),
+        _ => None,
+    }
+}
+pub fn superseded(newer: &str) -> String {
+    format!("Superseded by UpgradeRun \"{newer}\"")
+}
