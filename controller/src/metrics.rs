@@ -246,7 +246,7 @@ impl StateGauges {
         for (group, state, count) in &s.resources {
             self.run_resources.with_label_values(&[plan, group, state]).set(*count);
         }
-        if let Some((group, reason)) = &s.blocked {
+        for (group, reason) in &s.blocked {
             self.blocked.with_label_values(&[plan, group, reason]).set(1);
         }
     }
@@ -978,7 +978,7 @@ mod tests {
             "p",
             Some(&RunSample {
                 resources: vec![("dev".into(), "pending", 3)],
-                blocked: Some(("dev".into(), "WindowClosed")),
+                blocked: vec![("dev".into(), "WindowClosed"), ("dev".into(), "GateClosed")],
             }),
         );
         let open = upgradeplan::engine::gate::Reading::Open;
@@ -1015,8 +1015,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains(r#"upgradeplan_blocked{group="dev",plan="p",reason="WindowClosed"} 1"#),
-            "the run's series are its own: {text}"
+            text.contains(r#"upgradeplan_blocked{group="dev",plan="p",reason="WindowClosed"} 1"#)
+                && text.contains(r#"upgradeplan_blocked{group="dev",plan="p",reason="GateClosed"} 1"#),
+            "the run's series are its own, one per reason that holds the group: {text}"
         );
         // The run ended (nothing told the metrics): its series and its gates' go.
         lock(&state).as_mut().unwrap().active.clear();

@@ -8,12 +8,12 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use upgradeplan::api::{UpgradePlan, UpgradePlanRef, UpgradeRun, UpgradeRunSpec, PLAN_LABEL, SCHEDULED_AT_ANNOTATION};
+use upgradeplan::api::{UpgradePlan, UpgradeRun};
+use upgradeplan::engine::admission::{new_run, NewRun};
 use upgradeplan::engine::lifecycle::{
     self,
     plan::{PlanEvent, ScheduledRun},
 };
-use upgradeplan::engine::naming;
 
 use crate::context::{apply_status, Ctx};
 use crate::error::{Error, Result};
@@ -86,22 +86,8 @@ async fn publish(ctx: &Ctx, plan: &UpgradePlan, e: PlanEvent) {
 async fn create_scheduled_run(plan: &UpgradePlan, run: &ScheduledRun, ctx: &Ctx) -> Result<()> {
     let plan_name = plan.name_any();
     let (name, at) = (run.name.clone(), run.at);
-    let mut run = UpgradeRun::new(
-        &name,
-        UpgradeRunSpec {
-            upgrade_plan_ref: UpgradePlanRef {
-                name: plan_name.clone(),
-            },
-            suspend: false,
-            cancel: false,
-        },
-    );
-    let mut labels = std::collections::BTreeMap::new();
-    let mut annotations =
-        std::collections::BTreeMap::from([(SCHEDULED_AT_ANNOTATION.to_string(), upgradeplan::time::rfc3339(at))]);
-    naming::put_name(&mut labels, &mut annotations, PLAN_LABEL, &plan_name);
-    run.metadata.labels = Some(labels);
-    run.metadata.annotations = Some(annotations);
+    let mut run = new_run(plan, NewRun::Scheduled { name: name.clone(), at });
+    // The controller owns what it creates at once (a manual run is owned on its first reconcile).
     run.metadata.owner_references = plan.controller_owner_ref(&()).map(|o| vec![o]);
     let api: Api<UpgradeRun> = Api::all(ctx.client.clone());
     match api

@@ -482,12 +482,7 @@ fn approvals_of(ctx: &Ctx, run: &UpgradeRun) -> Vec<ApprovalFact> {
         .state()
         .iter()
         .filter(|a| a.spec.upgrade_run_ref.name == run.name_any() && a.metadata.deletion_timestamp.is_none())
-        .map(|a| ApprovalFact {
-            name: a.name_any(),
-            group: a.spec.group.clone(),
-            created: upgradeplan::time::created_at(&a.metadata),
-            owned: a.owner_references().iter().any(|o| Some(&o.uid) == uid.as_ref()),
-        })
+        .map(|a| ApprovalFact::of(a, a.owner_references().iter().any(|o| Some(&o.uid) == uid.as_ref())))
         .collect()
 }
 

@@ -70,6 +70,51 @@ pub async fn connect(g: &Global) -> anyhow::Result<Client> {
     Ok(Client::try_from(config)?)
 }
 
+/// Who approves, for an UpgradeApproval's `spec.approver` (spec §13.4): the user the API server
+/// authenticated, from a SelfSubjectReview (Kubernetes 1.28+); where the server has none (or
+/// refuses it), the kubeconfig's user of the context in use, marked ` (unverified)`. The API
+/// server's audit log stays the authoritative record.
+pub async fn whoami(client: &Client, g: &Global) -> String {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let reviewed = Api::<SelfSubjectReview>::all(client.clone())
+        .create(&kube::api::PostParams::default(), &SelfSubjectReview::default())
+        .await
+        .ok()
+        .and_then(|r| r.status?.user_info?.username)
+        .filter(|name| !name.is_empty());
+    if let Some(name) = reviewed {
+        return name;
+    }
+    format!(
+        "{} (unverified)",
+        kubeconfig_user(g).unwrap_or_else(|| "unknown".to_string())
+    )
+}
+
+/// The kubeconfig's user of the context in use: the user it impersonates (`as:`), else the
+/// AuthInfo's name.
+fn kubeconfig_user(g: &Global) -> Option<String> {
+    let kc = match &g.kubeconfig {
+        Some(path) => kube::config::Kubeconfig::read_from(path).ok()?,
+        None => kube::config::Kubeconfig::read().ok()?,
+    };
+    let context = g.context.clone().or_else(|| kc.current_context.clone())?;
+    let user = kc
+        .contexts
+        .iter()
+        .find(|c| c.name == context)?
+        .context
+        .as_ref()?
+        .user
+        .clone()?;
+    let impersonated = kc
+        .auth_infos
+        .iter()
+        .find(|a| a.name == user)
+        .and_then(|a| a.auth_info.as_ref()?.impersonate.clone());
+    Some(impersonated.unwrap_or(user))
+}
+
 /// Whether `e` is a TLS handshake the client refused: the server is reachable, but its
 /// certificate is not one the kubeconfig's CA vouches for (or not for that name).
 fn untrusted(e: &kube::Error) -> bool {

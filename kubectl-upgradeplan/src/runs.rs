@@ -609,14 +609,7 @@ pub fn progress_bar(g: &GroupStatus) -> String {
 fn recorded_approvals(groups: &[GroupStatus]) -> Vec<upgradeplan::engine::stage::ApprovalFact> {
     groups
         .iter()
-        .filter_map(|g| {
-            Some(upgradeplan::engine::stage::ApprovalFact {
-                name: g.approved_by.clone()?,
-                group: g.name.clone(),
-                created: g.approved_at?,
-                owned: true,
-            })
-        })
+        .filter_map(upgradeplan::engine::stage::ApprovalFact::recorded)
         .collect()
 }
 
@@ -645,7 +638,20 @@ fn waiting(run: &UpgradeRun, eval: Option<&Evaluation>, now: DateTime<Utc>, styl
         }
     }
     let e = eval?;
-    Some(match e.blocked? {
+    let first = held_words(e.blocked()?, run, e, now, style);
+    // Everything else that holds the group (spec §14.1), by the reasons the blocked gauge uses.
+    let also: Vec<&str> = e.held_by.iter().skip(1).map(|b| b.as_str()).collect();
+    Some(if also.is_empty() {
+        first
+    } else {
+        format!("{first}; also held by {}", also.join(", "))
+    })
+}
+
+/// What holds a run's current group, in words, for the first reason of its admission.
+fn held_words(blocked: Blocked, run: &UpgradeRun, e: &Evaluation, now: DateTime<Utc>, style: &Style) -> String {
+    let conditions = run.status.as_ref().map_or(&[][..], |s| s.conditions.as_slice());
+    match blocked {
         Blocked::Suspended if is_preview(run) => {
             "preview: nothing is patched until resumed (kubectl upgradeplan resume <run>)".to_string()
         }
@@ -678,7 +684,7 @@ fn waiting(run: &UpgradeRun, eval: Option<&Evaluation>, now: DateTime<Utc>, styl
         Blocked::AwaitingApproval => {
             let group = current_group_name(run, e).unwrap_or_default();
             let run_name = run.metadata.name.as_deref().unwrap_or_default();
-            let since = find_condition(&s.conditions, reasons::AWAITING_APPROVAL)
+            let since = find_condition(conditions, reasons::AWAITING_APPROVAL)
                 .filter(|c| c.status == upgradeplan::api::ConditionStatus::True)
                 .map(|c| format!(" since {}", duration(now - c.last_transition_time)))
                 .unwrap_or_default();
@@ -691,7 +697,7 @@ fn waiting(run: &UpgradeRun, eval: Option<&Evaluation>, now: DateTime<Utc>, styl
             }
             _ => "a signal gate is closed".to_string(),
         },
-    })
+    }
 }
 
 /// The progress of a run.
@@ -805,7 +811,7 @@ pub fn status(
         note: None,
         waiting_until: eval
             .as_ref()
-            .filter(|e| e.blocked == Some(Blocked::WindowClosed))
+            .filter(|e| e.blocked() == Some(Blocked::WindowClosed))
             .and_then(|e| e.gate)
             .and_then(|g| g.next_open),
         in_flight_resources: current_resources(eval.as_ref(), frozen, |o| matches!(o, Outcome::InFlight)),
@@ -912,6 +918,24 @@ pub fn status(
             })
             .collect();
         out.push_str(&format!("\n{} {}\n", style.bold("Gates:"), words.join("; ")));
+    }
+    let approved: Vec<String> = json
+        .groups
+        .iter()
+        .filter_map(|g| {
+            let (approval, at) = g.recorded_approval()?;
+            let fact = upgradeplan::engine::stage::ApprovalFact::recorded(g)?;
+            let who = fact.approver.as_deref().unwrap_or("someone (no spec.approver)");
+            let comment = fact.comment.map(|c| format!(": {c}")).unwrap_or_default();
+            Some(format!(
+                "{} by {who} (upgradeapproval/{approval}, {}){comment}",
+                g.name,
+                relative(at, now)
+            ))
+        })
+        .collect();
+    if !approved.is_empty() {
+        out.push_str(&format!("\n{} {}\n", style.bold("Approved:"), approved.join("; ")));
     }
     if !json.in_flight_resources.is_empty() {
         out.push_str(&format!(

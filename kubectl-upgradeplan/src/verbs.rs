@@ -11,8 +11,8 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 use serde_json::json;
 use upgradeplan::api::{
-    find_condition, reasons, GroupPhase, RunState, UpgradeApproval, UpgradeApprovalSpec, UpgradePlan, UpgradePlanRef,
-    UpgradeRun, UpgradeRunRef, UpgradeRunSpec, PLAN_LABEL,
+    find_condition, reasons, GroupPhase, RunState, UpgradeApproval, UpgradeApprovalSpec, UpgradePlan, UpgradeRun,
+    UpgradeRunRef,
 };
 
 use crate::cli::{Global, Output};
@@ -177,24 +177,13 @@ pub async fn run(client: &Client, plan_name: &str, preview: bool, name: Option<&
             c.reason, c.message
         );
     }
-    let mut run = UpgradeRun::new(
-        name.unwrap_or_default(),
-        UpgradeRunSpec {
-            upgrade_plan_ref: UpgradePlanRef { name: plan_name.into() },
-            suspend: preview,
-            cancel: false,
+    let run = upgradeplan::engine::admission::new_run(
+        &plan,
+        upgradeplan::engine::admission::NewRun::Manual {
+            name: name.map(str::to_string),
+            preview,
         },
     );
-    if name.is_none() {
-        run.metadata.name = None;
-        run.metadata.generate_name = Some(format!("{plan_name}-"));
-    }
-    // The plan's labels travel with the run (a controller sharded with --selector sees it).
-    let mut labels = plan.metadata.labels.clone().unwrap_or_default();
-    let mut annotations = std::collections::BTreeMap::new();
-    upgradeplan::engine::naming::put_name(&mut labels, &mut annotations, PLAN_LABEL, plan_name);
-    run.metadata.labels = Some(labels);
-    run.metadata.annotations = Some(annotations).filter(|a| !a.is_empty());
     let api = Api::<UpgradeRun>::all(client.clone());
     let created = api
         .create(&PostParams::default(), &run)
@@ -419,17 +408,18 @@ pub async fn approve(
             if needing.is_empty() { String::new() } else { format!(" (groups that require approval: {})", needing.join(", ")) }
         ),
     };
-    if let Some(by) = status
+    if let Some((approval, _)) = status
         .rollout_groups
         .iter()
         .find(|rg| rg.name == group)
-        .and_then(|rg| rg.approved_by.as_ref())
+        .and_then(|rg| rg.recorded_approval())
     {
         crate::output::out(format!(
-            "rollout group {group:?} of upgraderun/{run_name} is already approved (upgradeapproval/{by})\n"
+            "rollout group {group:?} of upgraderun/{run_name} is already approved (upgradeapproval/{approval})\n"
         ))?;
         return Ok(());
     }
+    let approver = crate::client::whoami(client, g).await;
     let name = upgradeplan::engine::naming::approval_name(run_name, &group);
     let approval = UpgradeApproval::new(
         &name,
@@ -439,6 +429,7 @@ pub async fn approve(
             },
             group: group.clone(),
             comment: comment.map(str::to_string),
+            approver: Some(approver.clone()),
         },
     );
     match Api::<UpgradeApproval>::all(client.clone())
@@ -446,7 +437,7 @@ pub async fn approve(
         .await
     {
         Ok(_) => crate::output::out(format!(
-            "upgradeapproval/{name} created: rollout group {group:?} of upgraderun/{run_name} may start\n"
+            "upgradeapproval/{name} created by {approver}: rollout group {group:?} of upgraderun/{run_name} may start\n"
         ))?,
         Err(kube::Error::Api(e)) if e.code == 409 => crate::output::out(format!(
             "upgradeapproval/{name} already exists: rollout group {group:?} of upgraderun/{run_name} is approved\n"

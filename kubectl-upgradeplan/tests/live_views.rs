@@ -93,11 +93,10 @@ fn live(bindings: &[ResourceBinding]) -> runs::Live {
     runs::Live::of_bindings(bindings.iter().cloned())
 }
 
-#[test]
-fn status_of_a_run_waiting_for_its_window() {
-    let plan = plan();
+/// The run of `plan` once its dev group is done (every dev resource at the target): the live
+/// bindings, the frozen plan and snapshot (taken before), and the run.
+fn dev_done(plan: &UpgradePlan) -> (Vec<ResourceBinding>, Frozen, UpgradeRun) {
     let mut bindings = bindings();
-    // dev is done: every dev resource is at the target.
     for b in &mut bindings {
         if b.metadata
             .labels
@@ -110,7 +109,7 @@ fn status_of_a_run_waiting_for_its_window() {
             b.status.get_or_insert_with(Default::default).last_applied_version = "v2.0.0".into();
         }
     }
-    let frozen = frozen(&plan, &self::bindings());
+    let frozen = frozen(plan, &self::bindings());
     let r = run(
         "redis-v1-to-v2-20260327-2100",
         json!({"state": "InProgress", "startedAt": "2026-03-27T21:00:05Z", "totalResources": 6,
@@ -119,8 +118,40 @@ fn status_of_a_run_waiting_for_its_window() {
                "rolloutGroups": [{"name": "dev", "total": 3, "succeeded": 3}, {"name": "eu", "total": 2},
                                  {"name": "rest", "total": 1}]}),
     );
+    (bindings, frozen, r)
+}
+
+#[test]
+fn status_of_a_run_waiting_for_its_window() {
+    let plan = plan();
+    let (bindings, frozen, r) = dev_done(&plan);
     let (_, text) = runs::status(&r, Some(&frozen), &live(&bindings), true, utc(NOW), &style());
     golden("status-waiting-for-a-window.txt", &text);
+}
+
+/// A freeze and the group's window hold it at once: the first reason in words, the others by the
+/// reasons of the blocked gauge (spec §14.1).
+#[test]
+fn status_names_every_reason_that_holds_the_group() {
+    let plan = plan();
+    let (bindings, frozen, r) = dev_done(&plan);
+    let mut live = live(&bindings);
+    let spec = upgradeplan::api::UpgradeFreezeSpec {
+        reason: "payments launch".into(),
+        periods: vec![upgradeplan::api::FreezePeriod {
+            start: Some("2026-03-27T20:00".into()),
+            end: Some("2026-03-28T20:00".into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    live.freezes = vec![upgradeplan::engine::freeze::Freeze::compile("launch", &spec).unwrap()];
+    let (_, text) = runs::status(&r, Some(&frozen), &live, true, utc(NOW), &style());
+    let waiting = text.lines().find(|l| l.starts_with("Waiting:")).unwrap_or_default();
+    assert!(
+        waiting.contains("launch") && waiting.ends_with("; also held by WindowClosed"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -137,25 +137,44 @@ async fn a_canary_soaks_then_production_waits_for_approval() {
     );
     assert!(status.stdout.contains("awaiting approval"), "{}", status.stdout);
 
-    // `approve` with no group approves the one waiting.
+    // `approve` with no group approves the one waiting, and says who approved: this API server
+    // (1.20) has no SelfSubjectReview, so the kubeconfig's user ("admin"), unverified.
     let out = run_plugin(
         None,
-        &["approve", &run, "--snapshot-namespace", &env.snapshot_namespace()],
+        &[
+            "approve",
+            &run,
+            "--comment",
+            "CHG-1234, canary looks fine",
+            "--snapshot-namespace",
+            &env.snapshot_namespace(),
+        ],
     )
     .await
     .unwrap();
     assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
     assert!(
-        out.stdout.starts_with(&format!("upgradeapproval/{run}-prod created")),
+        out.stdout
+            .starts_with(&format!("upgradeapproval/{run}-prod created by admin (unverified)")),
         "{}",
         out.stdout
     );
     let done = env.wait_ended(&run).await.unwrap();
     let status = done.status.as_ref().unwrap();
     assert_eq!(status.state, RunState::Completed, "{}", controller.log_text());
+    let prod = &status.rollout_groups[2];
     assert_eq!(
-        status.rollout_groups[2].approved_by.as_deref(),
-        Some(format!("{run}-prod").as_str())
+        (
+            prod.approval.as_deref(),
+            prod.approved_by.as_deref(),
+            prod.comment.as_deref()
+        ),
+        (
+            Some(format!("{run}-prod").as_str()),
+            Some("admin (unverified)"),
+            Some("CHG-1234, canary looks fine")
+        ),
+        "which approval, who, and why"
     );
     assert!(status
         .rollout_groups
@@ -181,8 +200,23 @@ async fn a_canary_soaks_then_production_waits_for_approval() {
     assert!(
         events.iter().any(|(t, r, m)| t == "Normal"
             && r == "GroupApproved"
-            && m == &format!("rollout group \"prod\" approved by UpgradeApproval {run}-prod")),
+            && m == &format!(
+                "rollout group \"prod\" approved by admin (unverified) (UpgradeApproval {run}-prod): CHG-1234, canary looks fine"
+            )),
         "{events:?}"
+    );
+    let shown = run_plugin(
+        None,
+        &["status", &run, "--snapshot-namespace", &env.snapshot_namespace()],
+    )
+    .await
+    .unwrap();
+    assert!(
+        shown.stdout.contains(&format!(
+            "Approved: prod by admin (unverified) (upgradeapproval/{run}-prod, "
+        )) && shown.stdout.contains("): CHG-1234, canary looks fine"),
+        "{}",
+        shown.stdout
     );
     // Nothing to approve any more.
     let out = run_plugin(None, &["approve", &run]).await.unwrap();
@@ -231,7 +265,7 @@ async fn a_pre_approved_group_never_waits_and_a_restart_keeps_the_soak_clock() {
         "prod started {prod_started}; the soak ended {soak_end} (a restarted clock would be 5 s later)"
     );
     assert_eq!(
-        status.rollout_groups[1].approved_by.as_deref(),
+        status.rollout_groups[1].approval.as_deref(),
         Some(format!("{run}-prod").as_str())
     );
     let events = env.events_of(&run).await.unwrap();

@@ -460,13 +460,20 @@ async fn an_approver_approves_and_cannot_edit_plans_or_runs() {
     let approved = approved.expect("the approver could not approve");
     assert_eq!(
         approved.stdout,
-        format!("upgradeapproval/{run}-prod created: rollout group \"prod\" of upgraderun/{run} may start\n")
+        format!(
+            "upgradeapproval/{run}-prod created by {user} (unverified): rollout group \"prod\" of upgraderun/{run} may start\n"
+        ),
+        "the approver is the user the kubeconfig impersonates (this API server has no SelfSubjectReview)"
     );
     let approval: upgradeplan::api::UpgradeApproval =
         Api::all(env.client.clone()).get(&format!("{run}-prod")).await.unwrap();
     assert_eq!(
-        (approval.spec.group.as_str(), approval.spec.comment.as_deref()),
-        ("prod", Some("CHG-1"))
+        (
+            approval.spec.group.as_str(),
+            approval.spec.comment.as_deref(),
+            approval.spec.approver.clone()
+        ),
+        ("prod", Some("CHG-1"), Some(format!("{user} (unverified)")))
     );
     // Plans are out of reach altogether; runs can be read, not changed.
     for (args, verb) in [

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
     category = "kratix",
     printcolumn = r#"{"name":"Run","type":"string","jsonPath":".spec.upgradeRunRef.name"}"#,
     printcolumn = r#"{"name":"Group","type":"string","jsonPath":".spec.group"}"#,
+    printcolumn = r#"{"name":"Approver","type":"string","jsonPath":".spec.approver"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -26,6 +27,11 @@ pub struct UpgradeApprovalSpec {
     /// Why, or the change ticket: for the record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<String>,
+    /// Who approved. `kubectl upgradeplan approve` fills it from a SelfSubjectReview where the API
+    /// server has one (1.28+), else from the kubeconfig's user followed by ` (unverified)`; the API
+    /// server's audit log stays the authoritative record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approver: Option<String>,
 }
 
 /// A reference to an UpgradeRun by name.

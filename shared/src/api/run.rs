@@ -152,12 +152,19 @@ pub struct GroupStatus {
     /// When every resource of the group had finished (the soak is measured from it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<DateTime<Utc>>,
-    /// The UpgradeApproval that let the group start (requireApproval).
+    /// The UpgradeApproval that let the group start (requireApproval): the object's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<String>,
+    /// Who approved it (its `spec.approver`). Runs recorded before `approval` existed hold the
+    /// object's name here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_by: Option<String>,
     /// When that approval was created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_at: Option<DateTime<Utc>>,
+    /// The approval's comment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
     /// The resources this run counted Failed, in the order it saw them (at most the group's
     /// `maxFailures` + 1): a failure stands for the run even when Kratix later retries the
     /// resource by itself or the controller restarts (spec §5.5).
@@ -176,6 +183,15 @@ pub struct ResourceFailure {
     pub at: DateTime<Utc>,
     /// Why: Kratix's message, the health check's verdict, or the missed progressDeadline.
     pub detail: String,
+}
+
+impl GroupStatus {
+    /// The UpgradeApproval recorded as letting the group start, if one is: its name (`approval`,
+    /// or `approvedBy` in runs recorded before `approval` existed) and when it was created.
+    pub fn recorded_approval(&self) -> Option<(&str, DateTime<Utc>)> {
+        let name = self.approval.as_deref().or(self.approved_by.as_deref())?;
+        Some((name, self.approved_at?))
+    }
 }
 
 /// Where a rollout group stands.

@@ -6,9 +6,11 @@
 
 use chrono::{DateTime, Utc};
 
+use std::collections::BTreeMap;
+
 use crate::api::{
-    find_condition, reasons, LastRun, PlanPhase, RunState, UpgradeRun, ADMITTED_AT_ANNOTATION, PREVIEW_ANNOTATION,
-    SUPERSEDED_BY_ANNOTATION,
+    find_condition, reasons, LastRun, PlanPhase, RunState, UpgradePlan, UpgradePlanRef, UpgradeRun, UpgradeRunSpec,
+    ADMITTED_AT_ANNOTATION, PLAN_LABEL, PREVIEW_ANNOTATION, SCHEDULED_AT_ANNOTATION, SUPERSEDED_BY_ANNOTATION,
 };
 
 /// What admission needs to know about a run.
@@ -116,7 +118,7 @@ impl TriggerKind {
             .metadata
             .annotations
             .as_ref()
-            .is_some_and(|a| a.contains_key(crate::api::SCHEDULED_AT_ANNOTATION));
+            .is_some_and(|a| a.contains_key(SCHEDULED_AT_ANNOTATION));
         if scheduled {
             TriggerKind::Scheduled
         } else if is_preview(run) {
@@ -142,6 +144,52 @@ impl TriggerKind {
             TriggerKind::Preview | TriggerKind::Manual => "manual",
         }
     }
+}
+
+/// Why a new run is made, and what it is called.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NewRun {
+    /// For the plan's trigger `at`, named by [`super::schedule`] from it.
+    Scheduled { name: String, at: DateTime<Utc> },
+    /// By hand (`kubectl upgradeplan run`): named `name`, or `<plan>-<random>` by the API server;
+    /// a preview is created suspended.
+    Manual { name: Option<String>, preview: bool },
+}
+
+/// The one constructor of a run object (spec §4.2), for scheduled and manual runs alike: the
+/// plan's own labels (so a controller sharded with `--selector` sees its runs) and the plan label
+/// (shortened as names are, with its annotation), plus, for a scheduled run, the trigger's
+/// `scheduled-at` annotation. The ownerReference to the plan is the controller's to add (its
+/// metadata step does, for runs made any way at all).
+pub fn new_run(plan: &UpgradePlan, how: NewRun) -> UpgradeRun {
+    let plan_name = plan.metadata.name.clone().unwrap_or_default();
+    let (name, suspend) = match &how {
+        NewRun::Scheduled { name, .. } => (name.clone(), false),
+        NewRun::Manual { name, preview } => (name.clone().unwrap_or_default(), *preview),
+    };
+    let mut run = UpgradeRun::new(
+        &name,
+        UpgradeRunSpec {
+            upgrade_plan_ref: UpgradePlanRef {
+                name: plan_name.clone(),
+            },
+            suspend,
+            cancel: false,
+        },
+    );
+    if name.is_empty() {
+        run.metadata.name = None;
+        run.metadata.generate_name = Some(format!("{plan_name}-"));
+    }
+    let mut labels = plan.metadata.labels.clone().unwrap_or_default();
+    let mut annotations = BTreeMap::new();
+    super::naming::put_name(&mut labels, &mut annotations, PLAN_LABEL, &plan_name);
+    if let NewRun::Scheduled { at, .. } = how {
+        annotations.insert(SCHEDULED_AT_ANNOTATION.to_string(), crate::time::rfc3339(at));
+    }
+    run.metadata.labels = Some(labels);
+    run.metadata.annotations = Some(annotations).filter(|a| !a.is_empty());
+    run
 }
 
 /// The outcome of admitting (or re-checking) `run` against its plan's other runs.
@@ -231,10 +279,66 @@ pub fn summarize(runs: &[&UpgradeRun], previous: Option<&LastRun>, finished: Opt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{Condition, ConditionStatus, RunResult, UpgradePlanRef, UpgradeRunSpec, UpgradeRunStatus};
+    use crate::api::{Condition, ConditionStatus, RunResult, UpgradeRunStatus};
 
     fn utc(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    /// Scheduled and manual runs are made by one constructor: the same labels, and only what
+    /// tells them apart differs (spec §4.2).
+    #[test]
+    fn scheduled_and_manual_runs_carry_the_same_labels() {
+        let long = "p".repeat(100);
+        for plan_name in ["redis-v1-to-v2", long.as_str()] {
+            let mut plan = UpgradePlan::new(plan_name, Default::default());
+            plan.metadata.labels = Some([("team".to_string(), "payments".to_string())].into());
+            let at = utc("2026-06-01T02:00:00Z");
+            let scheduled = new_run(
+                &plan,
+                NewRun::Scheduled {
+                    name: format!("{plan_name}-20260601-0200"),
+                    at,
+                },
+            );
+            let manual = new_run(
+                &plan,
+                NewRun::Manual {
+                    name: None,
+                    preview: false,
+                },
+            );
+            let preview = new_run(
+                &plan,
+                NewRun::Manual {
+                    name: Some("try".into()),
+                    preview: true,
+                },
+            );
+            for run in [&scheduled, &manual, &preview] {
+                assert_eq!(run.metadata.labels, scheduled.metadata.labels, "{plan_name}");
+                assert_eq!(run.plan_name(), plan_name);
+                let labels = run.metadata.labels.as_ref().unwrap();
+                assert_eq!(labels["team"], "payments", "the plan's own labels travel");
+                assert_eq!(
+                    labels[PLAN_LABEL],
+                    crate::engine::naming::label_value(plan_name),
+                    "the plan label, shortened as names are"
+                );
+            }
+            assert_eq!(TriggerKind::of(&scheduled), TriggerKind::Scheduled);
+            assert_eq!(
+                scheduled.metadata.annotations.as_ref().unwrap()[SCHEDULED_AT_ANNOTATION],
+                "2026-06-01T02:00:00Z"
+            );
+            assert_eq!(TriggerKind::of(&manual), TriggerKind::Manual);
+            assert_eq!(
+                (manual.metadata.name.as_deref(), manual.metadata.generate_name.clone()),
+                (None, Some(format!("{plan_name}-")))
+            );
+            assert!(preview.spec.suspend && !scheduled.spec.suspend && !manual.spec.suspend);
+            assert_eq!(preview.metadata.name.as_deref(), Some("try"));
+        }
     }
 
     fn facts(name: &str, created: &str, state: RunState, preview: bool, superseded: bool) -> RunFacts {

@@ -128,6 +128,8 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
             group: g.name.clone(),
             created: input.start,
             owned: true,
+            approver: None,
+            comment: None,
         })
         .collect();
     let far = input.start + Duration::days(3660);
@@ -269,7 +271,7 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
             ));
             break;
         };
-        let reason = match eval.blocked {
+        let reason = match eval.blocked() {
             Some(Blocked::WindowClosed) => Some("WindowClosed"),
             Some(Blocked::Frozen) => Some("Frozen"),
             Some(Blocked::Soaking) => Some("Soaking"),

@@ -160,8 +160,9 @@ pub use super::texts::events;
 pub struct RunGauges {
     /// (group, state, count), states pending|in_progress|succeeded|failed|skipped.
     pub resources: Vec<(String, &'static str, i64)>,
-    /// (group, reason) of what the run waits for.
-    pub blocked: Option<(String, &'static str)>,
+    /// (group, reason) for each reason that holds the run's current group (spec §9.1: one
+    /// series per reason, several at once), first the one shown first.
+    pub blocked: Vec<(String, &'static str)>,
 }
 
 /// What to do with the plan's run gauges.
@@ -793,6 +794,13 @@ fn progress(
     out
 }
 
+/// What a group's recorded approval says: who, which UpgradeApproval, and the comment.
+fn approved_text(g: &GroupStatus) -> String {
+    let approval = g.recorded_approval().map_or("", |(name, _)| name);
+    let who = g.approval.as_ref().and(g.approved_by.as_deref());
+    stage::texts::approved(&g.name, approval, who, g.comment.as_deref())
+}
+
 /// The approvals' part of a step (spec §13.4): the `AwaitingApproval` condition while a group
 /// waits, a Normal `GroupAwaitingApproval` event once per group, and `GroupApproved` when a
 /// group's approval is first recorded.
@@ -802,13 +810,14 @@ fn approval_transition(out: &mut Step, eval: &Evaluation, previous: &[GroupStatu
         .iter()
         .find(|g| g.phase == Some(GroupPhase::AwaitingApproval));
     for (i, g) in eval.groups.iter().enumerate() {
-        let (Some(by), None) = (&g.approved_by, previous.get(i).and_then(|p| p.approved_by.as_ref())) else {
+        let (Some(_), None) = (
+            g.recorded_approval(),
+            previous.get(i).and_then(GroupStatus::recorded_approval),
+        ) else {
             continue;
         };
-        out.announce.push(
-            Announcement::normal(events::GROUP_APPROVED, stage::texts::approved(&g.name, by))
-                .keyed(format!("approved:{}", g.name)),
-        );
+        out.announce
+            .push(Announcement::normal(events::GROUP_APPROVED, approved_text(g)).keyed(format!("approved:{}", g.name)));
     }
     match waiting {
         Some(g) => {
@@ -832,13 +841,12 @@ fn approval_transition(out: &mut Step, eval: &Evaluation, previous: &[GroupStatu
             let was_waiting = find_condition(&out.status.conditions, reasons::AWAITING_APPROVAL)
                 .is_some_and(|c| c.status == ConditionStatus::True);
             if was_waiting {
-                let approved = eval
+                let message = eval
                     .groups
                     .iter()
                     .rev()
-                    .find_map(|g| Some((g.name.clone(), g.approved_by.clone()?)));
-                let message = approved
-                    .map(|(g, by)| stage::texts::approved(&g, &by))
+                    .find(|g| g.recorded_approval().is_some())
+                    .map(approved_text)
                     .unwrap_or_else(|| "no rollout group waits for an UpgradeApproval".into());
                 set_condition(
                     &mut out.status.conditions,
@@ -1016,7 +1024,9 @@ fn revision_gate_gauges(plan: &UpgradePlan, cluster: &dyn Cluster) -> RunGauges 
         .spec
         .rollout_groups
         .first()
-        .map(|g| (g.name.clone(), Blocked::RevisionMissing.as_str()));
+        .map(|g| (g.name.clone(), Blocked::RevisionMissing.as_str()))
+        .into_iter()
+        .collect();
     RunGauges { resources, blocked }
 }
 
@@ -1048,8 +1058,9 @@ pub fn run_gauges(eval: &Evaluation, snapshot: &Snapshot) -> RunGauges {
         push_group_series(&mut resources, g, in_flight);
     }
     let blocked = current
-        .zip(eval.blocked)
-        .and_then(|(i, b)| snapshot.groups.get(i).map(|g| (g.name.clone(), b.as_str())));
+        .and_then(|i| snapshot.groups.get(i))
+        .map(|g| eval.held_by.iter().map(|b| (g.name.clone(), b.as_str())).collect())
+        .unwrap_or_default();
     RunGauges { resources, blocked }
 }
 

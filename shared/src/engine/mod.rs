@@ -20,6 +20,7 @@ pub mod schedule;
 pub mod selector;
 pub mod snapshot;
 pub mod stage;
+pub mod starts;
 pub mod texts;
 pub mod validate;
 pub mod version;

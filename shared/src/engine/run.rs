@@ -13,7 +13,8 @@ use super::gate::{self, GateCheck, GateReading};
 use super::health::{apply_health_check, HealthRecords, Verification};
 use super::snapshot::{Snapshot, SnapshotResource};
 use super::stage::{approval_for, requires_approval, soak_of, ApprovalFact};
-use super::window::GateState;
+use super::starts::{admit_starts, StartFacts};
+use super::window::{windows_open, GateState};
 use crate::api::kratix::{BindingFacts, MANUAL_RECONCILIATION_LABEL, UPGRADE_FAILED};
 use crate::api::{
     GroupPhase, GroupStatus, ResourceFailure, RolloutGroup, UpgradePlanSpec, RETRY_REQUESTED_BY_ANNOTATION,
@@ -21,6 +22,7 @@ use crate::api::{
 };
 
 pub use super::outcome::{Outcome, SkipReason};
+pub use super::starts::Blocked;
 pub use super::texts;
 
 /// Evaluates one snapshot resource against its live binding (`None`: the binding is gone).
@@ -242,40 +244,6 @@ pub struct BindingAction {
     pub from: String,
 }
 
-/// Why resources of the current group are waiting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Blocked {
-    Suspended,
-    WindowClosed,
-    ConcurrencyLimit,
-    /// Held at the revision gate (spec §5.3): the target PromiseRevision does not exist yet.
-    RevisionMissing,
-    /// A signal gate of the group is closed (spec §13.3).
-    GateClosed,
-    /// The group completed and the next waits for its soakDuration (spec §13.4).
-    Soaking,
-    /// The group waits for an UpgradeApproval (spec §13.4).
-    AwaitingApproval,
-    /// An UpgradeFreeze holds the plan (spec §13.5).
-    Frozen,
-}
-
-impl Blocked {
-    /// The `reason` label of `upgradeplan_blocked` (spec §9.1).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Blocked::Suspended => "Suspended",
-            Blocked::WindowClosed => "WindowClosed",
-            Blocked::ConcurrencyLimit => "ConcurrencyLimit",
-            Blocked::RevisionMissing => "RevisionMissing",
-            Blocked::GateClosed => "GateClosed",
-            Blocked::Soaking => "Soaking",
-            Blocked::AwaitingApproval => "AwaitingApproval",
-            Blocked::Frozen => "Frozen",
-        }
-    }
-}
-
 /// Where the run stands after this evaluation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -309,8 +277,9 @@ pub struct Evaluation {
     pub limit: Option<usize>,
     pub in_flight: usize,
     pub gate: Option<GateState>,
-    /// Why not-started resources of the current group wait, if they do.
-    pub blocked: Option<Blocked>,
+    /// Everything that holds the not-started resources of the current group, in the order of
+    /// precedence of spec §14.1 ([`admit_starts`]); empty when nothing does.
+    pub held_by: Vec<Blocked>,
     /// The freeze holding the current group's not-started resources, if one does (also while
     /// the run is suspended: the `Frozen` condition says what would hold it).
     pub frozen: Option<Hold>,
@@ -321,6 +290,11 @@ pub struct Evaluation {
 }
 
 impl Evaluation {
+    /// What holds the current group's starts first, if anything does.
+    pub fn blocked(&self) -> Option<Blocked> {
+        self.held_by.first().copied()
+    }
+
     pub fn completed_resources(&self) -> i64 {
         self.groups.iter().map(|g| g.succeeded).sum()
     }
@@ -380,6 +354,54 @@ fn recorded_complete(recorded: Option<&GroupStatus>, name: &str, total: usize, b
         .cloned()
 }
 
+/// The approval that let a group start, as its status records it (spec §13.4).
+struct Approved {
+    approval: String,
+    by: Option<String>,
+    at: DateTime<Utc>,
+    comment: Option<String>,
+}
+
+impl Approved {
+    fn recorded(g: &GroupStatus) -> Option<Approved> {
+        let (approval, at) = g.recorded_approval()?;
+        Some(Approved {
+            approval: approval.to_string(),
+            // Before `approval` existed, `approvedBy` held the object's name, not who.
+            by: g.approval.as_ref().and(g.approved_by.clone()),
+            at,
+            comment: g.comment.clone(),
+        })
+    }
+
+    fn of(a: &ApprovalFact) -> Approved {
+        Approved {
+            approval: a.name.clone(),
+            by: a.approver.clone(),
+            at: a.created,
+            comment: a.comment.clone(),
+        }
+    }
+
+    fn stamp(&self, g: &mut GroupStatus) {
+        g.approval = Some(self.approval.clone());
+        g.approved_by = self.by.clone();
+        g.approved_at = Some(self.at);
+        g.comment = self.comment.clone();
+    }
+}
+
+/// What holds a group not entered yet (waiting for a soak or an approval), by [`admit_starts`].
+fn entry_holds(ctx: &RunContext<'_>, entry: Blocked) -> Vec<Blocked> {
+    admit_starts(&StartFacts {
+        suspended: ctx.suspended,
+        entry: Some(entry),
+        frozen: hold_at(ctx.freezes, ctx.now).is_some(),
+        ..StartFacts::default()
+    })
+    .holds
+}
+
 /// Evaluates an InProgress run. `lookup(namespace, binding)` returns the live binding.
 pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<&'b dyn BindingFacts>) -> Evaluation {
     let mut eval = evaluate_groups(ctx, lookup);
@@ -409,7 +431,7 @@ fn evaluate_groups<'b>(
         limit: None,
         in_flight: 0,
         gate: None,
-        blocked: None,
+        held_by: Vec::new(),
         frozen: None,
         gate_check: GateCheck::NotChecked,
         wake_at: None,
@@ -451,22 +473,21 @@ fn evaluate_groups<'b>(
                 let until = completed.checked_add_signed(soak).unwrap_or(DateTime::<Utc>::MAX_UTC);
                 if ctx.now < until {
                     eval.groups[index - 1].phase = Some(GroupPhase::Soaking);
-                    eval.blocked = Some(Blocked::Soaking);
+                    eval.held_by = entry_holds(ctx, Blocked::Soaking);
                     eval.wake_at = Some(until);
                     eval.verdict = Verdict::InProgress { group: index - 1 };
                     return eval;
                 }
             }
         }
-        let mut approved = recorded
-            .and_then(|g| g.approved_by.clone().zip(g.approved_at))
-            .filter(|_| started_at.is_some());
+        // The approval recorded when the group started stands; before, the oldest one for it.
+        let mut approved = recorded.filter(|_| started_at.is_some()).and_then(Approved::recorded);
         if approved.is_none() && plan_group.is_some_and(requires_approval) {
             match approval_for(ctx.approvals, &group.name) {
-                Some(a) => approved = Some((a.name.clone(), a.created)),
+                Some(a) => approved = Some(Approved::of(a)),
                 None => {
                     eval.groups[index].phase = Some(GroupPhase::AwaitingApproval);
-                    eval.blocked = Some(Blocked::AwaitingApproval);
+                    eval.held_by = entry_holds(ctx, Blocked::AwaitingApproval);
                     eval.verdict = Verdict::InProgress { group: index };
                     return eval;
                 }
@@ -475,9 +496,8 @@ fn evaluate_groups<'b>(
         let started_at = started_at.unwrap_or(ctx.now);
         let stamp = |g: &mut GroupStatus| {
             g.started_at = Some(started_at);
-            if let Some((by, at)) = &approved {
-                g.approved_by = Some(by.clone());
-                g.approved_at = Some(*at);
+            if let Some(a) = &approved {
+                a.stamp(g);
             }
         };
         if let Some(mut done) = recorded_complete(ctx.recorded.get(index), &group.name, group.resources.len(), budget) {
@@ -560,7 +580,6 @@ fn evaluate_groups<'b>(
             })
             .min();
         let expiry = upgrade_expiry.into_iter().chain(health_expiry).min();
-        let slots = limit.saturating_sub(in_flight);
         // Gates are read while the group has starts left, whatever else holds it (spec §13.3):
         // each gate's recorded state stays current, and its failAfter clock is its own.
         let mut gate_recheck = None;
@@ -572,27 +591,23 @@ fn evaluate_groups<'b>(
         }
         if !not_started.is_empty() {
             eval.frozen = hold_at(ctx.freezes, ctx.now);
-            eval.blocked = if ctx.suspended {
-                Some(Blocked::Suspended)
-            } else if eval.frozen.is_some() {
-                Some(Blocked::Frozen)
-            } else if !gate_state.open {
-                Some(Blocked::WindowClosed)
-            } else if matches!(eval.gate_check, GateCheck::Closed { .. }) {
-                Some(Blocked::GateClosed)
-            } else if slots == 0 {
-                Some(Blocked::ConcurrencyLimit)
-            } else {
-                None
-            };
-            if eval.blocked.is_none() {
-                for &i in not_started.iter().take(slots) {
-                    match outcomes[i] {
-                        Outcome::NeedsRetry => eval.retry.push(action(i)),
-                        _ => eval.start.push(action(i)),
-                    }
+            let windows = plan_group.and_then(|g| g.resource_upgrade_windows.as_deref());
+            let admission = admit_starts(&StartFacts {
+                suspended: ctx.suspended,
+                entry: None,
+                frozen: eval.frozen.is_some(),
+                windows_open: plan_group.is_some() && windows_open(windows, ctx.now),
+                gate_closed: matches!(eval.gate_check, GateCheck::Closed { .. }),
+                limit,
+                in_flight,
+            });
+            for &i in not_started.iter().take(admission.starts) {
+                match outcomes[i] {
+                    Outcome::NeedsRetry => eval.retry.push(action(i)),
+                    _ => eval.start.push(action(i)),
                 }
             }
+            eval.held_by = admission.holds;
             eval.wake_at = if gate_state.open {
                 gate_state.next_close
             } else {
@@ -945,7 +960,7 @@ pub(crate) mod tests {
         w.set("d2", "v1", "v2");
         let e = w.eval(&[], false, now);
         assert!(e.start.is_empty());
-        assert_eq!((e.in_flight, e.blocked), (2, Some(Blocked::ConcurrencyLimit)));
+        assert_eq!((e.in_flight, e.blocked()), (2, Some(Blocked::ConcurrencyLimit)));
 
         w.set("d1", "v2", "v2");
         let e = w.eval(&[], false, now);
@@ -978,7 +993,7 @@ pub(crate) mod tests {
         w.set("x", "v1", "v2");
         let e = w.eval(&[], true, "2026-06-01T10:01:00Z");
         assert!(e.start.is_empty());
-        assert_eq!(e.blocked, Some(Blocked::Suspended));
+        assert_eq!(e.blocked(), Some(Blocked::Suspended));
         w.set("x", "v2", "v2");
         assert_eq!(w.eval(&[], true, "2026-06-01T10:01:00Z").groups[0].succeeded, 1);
     }
@@ -994,7 +1009,7 @@ pub(crate) mod tests {
         }]);
         let w = World::new(plan(&["v1"], "v2", vec![g]), vec![binding("a", "x", &[], "v1", "v1")]);
         let e = w.eval(&[], false, "2026-06-01T12:00:00Z");
-        assert_eq!(e.blocked, Some(Blocked::WindowClosed));
+        assert_eq!(e.blocked(), Some(Blocked::WindowClosed));
         assert_eq!(e.wake_at, Some(utc("2026-06-01T21:00:00Z"))); // 22:00 BST
         let e = w.eval(&[], false, "2026-06-01T21:00:00Z");
         assert_eq!(started(&e), vec!["x"]);
@@ -1076,7 +1091,7 @@ pub(crate) mod tests {
         ];
         for (what, now, blocked, named, start, wake) in table {
             let e = w.eval(&[], false, now);
-            assert_eq!(e.blocked, blocked, "{what}");
+            assert_eq!(e.blocked(), blocked, "{what}");
             assert_eq!(e.frozen.as_ref().map(|h| h.freeze.as_str()), named, "{what}");
             assert_eq!(started(&e), start, "{what}");
             assert_eq!(e.wake_at, wake.map(utc), "{what}");
@@ -1090,7 +1105,7 @@ pub(crate) mod tests {
         // Started before the freeze, x finishes during it; y waits for the end.
         w.set("x", "v1", "v2");
         let e = w.eval(&[], false, "2026-06-01T10:10:00Z");
-        assert_eq!((e.in_flight, e.blocked), (1, Some(Blocked::Frozen)));
+        assert_eq!((e.in_flight, e.blocked()), (1, Some(Blocked::Frozen)));
         w.set("x", "v2", "v2");
         let e = w.eval(&[], false, "2026-06-01T10:20:00Z");
         assert_eq!((e.groups[0].succeeded, e.start.len()), (1, 0));
@@ -1098,10 +1113,84 @@ pub(crate) mod tests {
 
         // Suspended outranks the freeze, which is still reported; a finished group is not held.
         let e = w.eval(&[], true, "2026-06-01T10:45:00Z");
-        assert_eq!((e.blocked, e.frozen.is_some()), (Some(Blocked::Suspended), true));
+        assert_eq!((e.blocked(), e.frozen.is_some()), (Some(Blocked::Suspended), true));
         w.set("y", "v2", "v2");
         let e = w.eval(&[], false, "2026-06-01T10:45:00Z");
-        assert_eq!((e.verdict, e.blocked, e.frozen), (Verdict::Completed, None, None));
+        assert_eq!((e.blocked(), e.verdict, e.frozen), (None, Verdict::Completed, None));
+    }
+
+    /// One admission for every start (spec §14.1): everything that holds the group is reported,
+    /// in precedence order, and nothing starts until none does.
+    #[test]
+    fn every_reason_that_holds_the_group_is_reported_in_precedence_order() {
+        use Blocked::*;
+        let mut a = group("a", &[("g", "a")]);
+        a.max_concurrent = Some(IntOrString::Int(1));
+        a.resource_upgrade_windows = Some(vec![UpgradeWindow {
+            kind: WindowKind::Allow,
+            schedule: "0 12 * * *".into(),
+            duration: "1h".into(),
+            time_zone: None,
+        }]);
+        let bindings = vec![
+            binding("ns", "x", &[("g", "a")], "v1", "v1"),
+            binding("ns", "y", &[("g", "a")], "v1", "v1"),
+        ];
+        let mut w = World::new(plan(&["v1"], "v2", vec![a]), bindings);
+        w.freezes = vec![freeze("release", &[("2026-06-01T10:00", "2026-06-01T12:30")])];
+        w.set("x", "v1", "v2");
+        // (case, suspended, now, x done, every hold, started)
+        type Case = (&'static str, bool, &'static str, bool, Vec<Blocked>, Vec<&'static str>);
+        let cases: [Case; 5] = [
+            (
+                "suspended, frozen, window closed, at the limit",
+                true,
+                "2026-06-01T11:00:00Z",
+                false,
+                vec![Suspended, Frozen, WindowClosed, ConcurrencyLimit],
+                vec![],
+            ),
+            (
+                "resumed",
+                false,
+                "2026-06-01T11:00:00Z",
+                false,
+                vec![Frozen, WindowClosed, ConcurrencyLimit],
+                vec![],
+            ),
+            (
+                "the window opened; the freeze goes on",
+                false,
+                "2026-06-01T12:10:00Z",
+                false,
+                vec![Frozen, ConcurrencyLimit],
+                vec![],
+            ),
+            (
+                "the freeze ended",
+                false,
+                "2026-06-01T12:40:00Z",
+                false,
+                vec![ConcurrencyLimit],
+                vec![],
+            ),
+            (
+                "x finished: a slot",
+                false,
+                "2026-06-01T12:40:00Z",
+                true,
+                vec![],
+                vec!["y"],
+            ),
+        ];
+        for (case, suspended, now, x_done, holds, start) in cases {
+            if x_done {
+                w.set("x", "v2", "v2");
+            }
+            let e = w.eval(&[], suspended, now);
+            assert_eq!(e.held_by, holds, "{case}");
+            assert_eq!(started(&e), start, "{case}");
+        }
     }
 
     #[test]
@@ -1170,7 +1259,7 @@ pub(crate) mod tests {
         let e = w.eval(&[], false, "2026-06-01T10:05:00Z");
         assert_eq!((e.groups[0].succeeded, e.groups[0].verifying), (0, 1));
         assert_eq!(
-            (e.in_flight, e.blocked),
+            (e.in_flight, e.blocked()),
             (1, Some(Blocked::ConcurrencyLimit)),
             "verifying takes the slot"
         );
@@ -1224,6 +1313,8 @@ pub(crate) mod tests {
             group: group.into(),
             created: utc("2026-06-01T09:30:00Z"),
             owned: false,
+            approver: Some("bob".into()),
+            comment: None,
         };
         let phases = |e: &Evaluation| e.groups.iter().map(|g| g.phase.unwrap().as_str()).collect::<Vec<_>>();
 
@@ -1239,7 +1330,7 @@ pub(crate) mod tests {
         assert_eq!(phases(&e), ["Soaking", "Pending", "Pending"]);
         assert_eq!(e.groups[0].completed_at, Some(utc("2026-06-01T10:05:00Z")));
         assert_eq!(
-            (e.blocked, e.verdict.clone()),
+            (e.blocked(), e.verdict.clone()),
             (Some(Blocked::Soaking), Verdict::InProgress { group: 0 })
         );
         assert_eq!(e.wake_at, Some(utc("2026-06-01T11:05:00Z")));
@@ -1248,14 +1339,14 @@ pub(crate) mod tests {
         // Re-evaluated later (a restart, any event): the clock is the record's, not restarted.
         let e = w.eval(&recorded, false, "2026-06-01T11:04:59Z");
         assert_eq!(
-            (e.blocked, e.wake_at),
+            (e.blocked(), e.wake_at),
             (Some(Blocked::Soaking), Some(utc("2026-06-01T11:05:00Z")))
         );
         // A freeze during the soak: the soak is what blocks first, and the run says it is
         // frozen too (issue 36 D13: Frozen read False under an active freeze while soaking).
         w.freezes = vec![freeze("eoy", &[("2026-06-01T10:30", "2026-06-01T12:00")])];
         let e = w.eval(&recorded, false, "2026-06-01T10:45:00Z");
-        assert_eq!(e.blocked, Some(Blocked::Soaking));
+        assert_eq!(e.blocked(), Some(Blocked::Soaking));
         assert_eq!(e.frozen.map(|h| h.freeze), Some("eoy".to_string()));
         w.freezes.clear();
         // A pre-approval of prod, deleted before prod is reached, is revoked.
@@ -1271,7 +1362,7 @@ pub(crate) mod tests {
         let e = w.eval(&recorded, false, "2026-06-01T11:10:00Z");
         assert_eq!(phases(&e), ["Completed", "Completed", "AwaitingApproval"]);
         assert_eq!(
-            (e.blocked, e.verdict.clone()),
+            (e.blocked(), e.verdict.clone()),
             (Some(Blocked::AwaitingApproval), Verdict::InProgress { group: 2 })
         );
         assert!(e.start.is_empty());
@@ -1281,7 +1372,8 @@ pub(crate) mod tests {
         w.approvals = vec![approval("run-1-prod", "prod")];
         let e = w.eval(&recorded, false, "2026-06-01T11:20:00Z");
         assert_eq!(started(&e), vec!["p1"]);
-        assert_eq!(e.groups[2].approved_by.as_deref(), Some("run-1-prod"));
+        assert_eq!(e.groups[2].approval.as_deref(), Some("run-1-prod"));
+        assert_eq!(e.groups[2].approved_by.as_deref(), Some("bob"));
         assert_eq!(e.groups[2].approved_at, Some(utc("2026-06-01T09:30:00Z")));
         assert_eq!(e.groups[2].started_at, Some(utc("2026-06-01T11:20:00Z")));
         recorded = e.groups.clone();
@@ -1290,7 +1382,21 @@ pub(crate) mod tests {
         w.set("p1", "v1", "v2");
         let e = w.eval(&recorded, false, "2026-06-01T11:21:00Z");
         assert_eq!((e.verdict.clone(), e.in_flight), (Verdict::InProgress { group: 2 }, 1));
-        assert_eq!(e.groups[2].approved_by.as_deref(), Some("run-1-prod"));
+        assert_eq!(
+            (e.groups[2].approval.as_deref(), e.groups[2].approved_by.as_deref()),
+            (Some("run-1-prod"), Some("bob"))
+        );
+        // A run recorded before `approval` existed (approvedBy held the object's name) stays
+        // approved, and its record moves to `approval`.
+        let mut legacy = recorded.clone();
+        legacy[2].approval = None;
+        legacy[2].approved_by = Some("run-1-prod".into());
+        let e2 = w.eval(&legacy, false, "2026-06-01T11:21:00Z");
+        assert_eq!(e2.verdict, Verdict::InProgress { group: 2 });
+        assert_eq!(
+            (e2.groups[2].approval.as_deref(), e2.groups[2].approved_by.as_deref()),
+            (Some("run-1-prod"), None)
+        );
         w.set("p1", "v2", "v2");
         let e = w.eval(&e.groups, false, "2026-06-01T11:22:00Z");
         assert_eq!(e.verdict, Verdict::Completed);
@@ -1440,7 +1546,7 @@ pub(crate) mod tests {
         for (what, now, open, suspended, blocked, want) in table {
             w.gates = vec![reading(open)];
             let e = w.eval(&[], suspended, now);
-            assert_eq!(e.blocked, blocked, "{what}");
+            assert_eq!(e.blocked(), blocked, "{what}");
             assert_eq!(retried(&e), want, "{what}");
             assert!(e.start.is_empty(), "{what}: nothing is patched to a version");
         }
@@ -1455,7 +1561,7 @@ pub(crate) mod tests {
         };
         ask(&mut w, "x");
         let e = w.eval(&[], false, "2026-06-01T12:31:00Z");
-        assert_eq!((e.in_flight, e.blocked), (1, Some(Blocked::ConcurrencyLimit)));
+        assert_eq!((e.in_flight, e.blocked()), (1, Some(Blocked::ConcurrencyLimit)));
         assert!(retried(&e).is_empty());
         w.set("x", "v2", "v2");
         let e = w.eval(&[], false, "2026-06-01T12:32:00Z");
@@ -1668,7 +1774,7 @@ pub(crate) mod tests {
 
         // Before the deadline: in flight, holding the only slot, and a wake-up at its expiry.
         let e = w.eval(&[], false, "2026-06-01T10:29:59Z");
-        assert_eq!((e.in_flight, e.blocked), (1, Some(Blocked::ConcurrencyLimit)));
+        assert_eq!((e.in_flight, e.blocked()), (1, Some(Blocked::ConcurrencyLimit)));
         assert_eq!(e.wake_at, Some(utc("2026-06-01T10:30:00Z")));
 
         // At the deadline: failed (within the budget), its slot taken by the next resource.
@@ -1720,7 +1826,7 @@ pub(crate) mod tests {
         w.set("x", "v1", "v2");
         started_at(&mut w, "x", "2026-06-01T02:50:00Z");
         let e = w.eval(&[], false, "2026-06-01T03:30:00Z");
-        assert_eq!(e.blocked, Some(Blocked::WindowClosed));
+        assert_eq!(e.blocked(), Some(Blocked::WindowClosed));
         assert_eq!(
             e.wake_at,
             Some(utc("2026-06-01T03:50:00Z")),

@@ -15,8 +15,40 @@ pub struct ApprovalFact {
     pub name: String,
     pub group: String,
     pub created: DateTime<Utc>,
+    /// Who approved (`spec.approver`), when recorded.
+    pub approver: Option<String>,
+    /// `spec.comment`.
+    pub comment: Option<String>,
     /// Whether the run is already among its owners (else the controller adds it).
     pub owned: bool,
+}
+
+impl ApprovalFact {
+    /// An UpgradeApproval as the engine reads it; `owned`: the run is among its owners.
+    pub fn of(approval: &crate::api::UpgradeApproval, owned: bool) -> ApprovalFact {
+        ApprovalFact {
+            name: approval.metadata.name.clone().unwrap_or_default(),
+            group: approval.spec.group.clone(),
+            created: crate::time::created_at(&approval.metadata),
+            owned,
+            approver: approval.spec.approver.clone(),
+            comment: approval.spec.comment.clone(),
+        }
+    }
+
+    /// The approval a run's status records for `group` (spec §13.4), for views that have only
+    /// the run.
+    pub fn recorded(group: &crate::api::GroupStatus) -> Option<ApprovalFact> {
+        let (name, created) = group.recorded_approval()?;
+        Some(ApprovalFact {
+            name: name.to_string(),
+            group: group.name.clone(),
+            created,
+            owned: true,
+            approver: group.approval.as_ref().and(group.approved_by.clone()),
+            comment: group.comment.clone(),
+        })
+    }
 }
 
 /// The group's `soakDuration`; `None` without one (or, in a frozen plan, one that does not parse:
@@ -44,8 +76,17 @@ pub mod texts {
         format!("rollout group {group:?} waits for an UpgradeApproval")
     }
 
-    pub fn approved(group: &str, approval: &str) -> String {
-        format!("rollout group {group:?} approved by UpgradeApproval {approval}")
+    /// The `GroupApproved` event and the `AwaitingApproval` condition once approved: who, which
+    /// UpgradeApproval, and its comment.
+    pub fn approved(group: &str, approval: &str, approver: Option<&str>, comment: Option<&str>) -> String {
+        let by = match approver {
+            Some(who) => format!("{who} (UpgradeApproval {approval})"),
+            None => format!("UpgradeApproval {approval}"),
+        };
+        match comment.filter(|c| !c.is_empty()) {
+            Some(c) => format!("rollout group {group:?} approved by {by}: {c}"),
+            None => format!("rollout group {group:?} approved by {by}"),
+        }
     }
 }
 
@@ -64,6 +105,8 @@ mod tests {
             group: group.into(),
             created: utc(at),
             owned: false,
+            approver: None,
+            comment: None,
         };
         let approvals = [
             a("late", "prod", "2026-06-01T10:05:00Z"),

@@ -266,6 +266,12 @@ impl GateState {
     };
 }
 
+/// Whether a group's windows alone (no freezes) let starts begin at `t`: no windows → open;
+/// windows that do not compile never are (the validator names them).
+pub fn windows_open(windows: Option<&[UpgradeWindow]>, t: DateTime<Utc>) -> bool {
+    Gate::compile(windows.unwrap_or_default()).is_ok_and(|gate| gate.is_open(t))
+}
+
 impl Gate {
     /// Compiles a group's windows; on failure returns each bad window's index and error.
     pub fn compile(windows: &[UpgradeWindow]) -> Result<Gate, Vec<(usize, WindowError)>> {

@@ -323,7 +323,7 @@ fn a_run_goes_from_admission_through_its_snapshot_to_completion() {
     );
     assert_eq!((s.status.total_resources, s.status.started_at), (3, Some(t(1))));
     assert_eq!(started(&s), 2, "maxConcurrent 2");
-    assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked.is_none()));
+    assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked.is_empty()));
     apply(&mut run, &s, &mut world, &plan);
 
     // In flight at the limit: nothing more starts; the third waits on the limit.
@@ -331,7 +331,7 @@ fn a_run_goes_from_admission_through_its_snapshot_to_completion() {
     assert_eq!(started(&s), 0);
     assert!(s.write_snapshot.is_empty(), "a snapshot is taken once");
     assert!(s.metadata.is_empty(), "metadata already carried");
-    assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked == Some(("all".into(), "ConcurrencyLimit"))));
+    assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked == vec![("all".into(), "ConcurrencyLimit")]));
     assert_eq!(s.status.started_at, Some(t(1)), "startedAt stays");
     apply(&mut run, &s, &mut world, &plan);
 
@@ -426,7 +426,7 @@ fn the_pending_table() {
     );
     match &s.gauges {
         Gauges::Set(g) => {
-            assert_eq!(g.blocked, Some(("all".into(), "RevisionMissing")));
+            assert_eq!(g.blocked, vec![("all".to_string(), "RevisionMissing")]);
             assert!(g.resources.contains(&("all".into(), "pending", 2)));
         }
         other => panic!("gauges {other:?}"),
@@ -762,7 +762,7 @@ fn suspending_a_run_holds_new_starts_and_says_why() {
         condition(&s, reasons::SUSPENDED),
         (reasons::SUSPENDED, ConditionStatus::True)
     );
-    assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked == Some(("all".into(), "Suspended"))));
+    assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked == vec![("all".into(), "Suspended")]));
     apply(&mut run, &s, &mut world, &plan);
     run.spec.suspend = false;
     let s = pass(&run, Some(&plan), &[], &world, t(2));
@@ -851,7 +851,7 @@ fn a_freeze_holds_the_run_says_which_until_when_and_lets_go_at_its_end() {
             "UpgradeFreeze \"eoy\" until 2026-06-01T10:05:00Z: end-of-year freeze"
         )
     );
-    assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked == Some(("all".into(), "Frozen"))));
+    assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked == vec![("all".into(), "Frozen")]));
     assert_eq!(s.wake_at, Some(t(5)), "woken exactly at the freeze's end");
     apply(&mut run, &s, &mut world, &plan);
 
@@ -971,7 +971,7 @@ fn a_closed_gate_holds_new_starts_says_why_and_fails_the_run_after_fail_after() 
     let closed: Vec<_> = s.announce.iter().filter(|a| a.reason == "GateClosed").collect();
     assert_eq!(closed.len(), 1);
     assert!(closed[0].warning && closed[0].note == message);
-    assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked == Some(("all".into(), "GateClosed"))));
+    assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked == vec![("all".into(), "GateClosed")]));
     assert_eq!(
         s.wake_at,
         Some(t(1) + Duration::seconds(30)),
@@ -1051,7 +1051,7 @@ fn a_group_that_needs_approval_waits_says_so_once_and_adopts_its_approval() {
         .collect();
     assert_eq!(waiting.len(), 1);
     assert_eq!(waiting[0].key, "awaiting:all", "published once per group");
-    assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked == Some(("all".into(), "AwaitingApproval"))));
+    assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked == vec![("all".into(), "AwaitingApproval")]));
     let phases: Vec<_> = s.status.rollout_groups.iter().map(|g| g.phase).collect();
     assert_eq!(
         phases,
@@ -1064,6 +1064,8 @@ fn a_group_that_needs_approval_waits_says_so_once_and_adopts_its_approval() {
         group: "all".into(),
         created: t(2),
         owned: false,
+        approver: Some("alice@example.com".into()),
+        comment: Some("CHG-1234".into()),
     }];
     let s = pass(&run, Some(&plan), &[], &world, t(3));
     assert_eq!(started(&s), 2);
@@ -1071,12 +1073,24 @@ fn a_group_that_needs_approval_waits_says_so_once_and_adopts_its_approval() {
         condition(&s, reasons::AWAITING_APPROVAL),
         (reasons::APPROVED, ConditionStatus::False)
     );
-    assert!(s
-        .announce
-        .iter()
-        .any(|a| a.reason == "GroupApproved" && a.note == r#"rollout group "all" approved by UpgradeApproval r-all"#));
+    assert!(s.announce.iter().any(|a| a.reason == "GroupApproved"
+        && a.note == r#"rollout group "all" approved by alice@example.com (UpgradeApproval r-all): CHG-1234"#));
     assert_eq!(s.adopt_approvals, vec!["r-all".to_string()]);
-    assert_eq!(s.status.rollout_groups[1].approved_by.as_deref(), Some("r-all"));
+    let all = &s.status.rollout_groups[1];
+    assert_eq!(
+        (
+            all.approval.as_deref(),
+            all.approved_by.as_deref(),
+            all.comment.as_deref()
+        ),
+        (Some("r-all"), Some("alice@example.com"), Some("CHG-1234")),
+        "the status records which approval, who and why"
+    );
+    let c = find_condition(&s.status.conditions, reasons::AWAITING_APPROVAL).unwrap();
+    assert_eq!(
+        c.message,
+        r#"rollout group "all" approved by alice@example.com (UpgradeApproval r-all): CHG-1234"#
+    );
     apply(&mut run, &s, &mut world, &plan);
     world.approvals[0].owned = true;
     let s = pass(&run, Some(&plan), &[], &world, t(4));
