@@ -22,6 +22,7 @@ use upgradeplan::api::{
 use upgradeplan::engine::admission::{reads_gates, RunFacts, TriggerKind};
 use upgradeplan::engine::lifecycle::{self, events, Gauges, SnapshotFact, Step};
 use upgradeplan::engine::naming;
+use upgradeplan::engine::outcome::Finished;
 use upgradeplan::engine::run::{texts, BindingAction};
 use upgradeplan::engine::snapshot::{check_shard, digest, read_frozen, snapshot_shard_index, ShardCheck};
 use upgradeplan::engine::stage::ApprovalFact;
@@ -356,9 +357,9 @@ fn count_results(ctx: &Ctx, run: &UpgradeRun, step: &Step) {
         let group = frozen.snapshot.groups.get(r.group).map_or("", |g| g.name.as_str());
         ctx.metrics
             .resource_upgrades_total
-            .with_label_values(&[plan, group, r.result])
+            .with_label_values(&[plan, group, r.result.as_str()])
             .inc();
-        if let (Some(began), "succeeded") = (ours.started.get(&r.resource), r.result) {
+        if let (Some(began), Finished::Succeeded) = (ours.started.get(&r.resource), r.result) {
             let secs = (crate::clock::now() - *began).num_milliseconds() as f64 / 1000.0;
             ctx.metrics
                 .resource_upgrade_duration

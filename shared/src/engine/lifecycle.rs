@@ -25,6 +25,7 @@ use super::admission::{
 use super::freeze::holding;
 use super::gate::{self, GateCheck, GateReading};
 use super::health::HealthRecords;
+use super::outcome::Finished;
 use super::run::{evaluate, texts, Blocked, Evaluation, Outcome, RunContext, Verdict};
 use super::snapshot::{
     config_map_data, digest, group_bindings, shard, snapshot_config_map_name, Frozen, Snapshot, SnapshotResource,
@@ -182,7 +183,7 @@ pub struct ResourceResult {
     pub group: usize,
     /// The resource's snapshot entry (shared, not copied).
     pub resource: Arc<SnapshotResource>,
-    pub result: &'static str,
+    pub result: Finished,
 }
 
 /// Labels, annotations and ownership a run must carry.
@@ -1087,11 +1088,8 @@ fn resource_reports(
         // one. A pass in which none of the group's resources finished lists nothing.
         let unmoved = before.is_some_and(|b| b.name == now.name && finished(b) == finished(now));
         for (resource, outcome) in group.resources.iter().zip(outcomes).filter(|_| !unmoved) {
-            let result = match outcome {
-                Outcome::Succeeded => "succeeded",
-                Outcome::Failed { .. } => "failed",
-                Outcome::Skipped(_) => "skipped",
-                _ => continue,
+            let Some(result) = outcome.finished() else {
+                continue;
             };
             results.push(ResourceResult {
                 group: *index,

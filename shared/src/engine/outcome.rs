@@ -50,7 +50,36 @@ pub enum Outcome {
     NotStarted,
 }
 
+/// How a resource finished in a run: the `result` label of `upgradeplan_resource_upgrades_total`
+/// (spec §9.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Finished {
+    Succeeded,
+    Failed,
+    Skipped,
+}
+
+impl Finished {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Finished::Succeeded => "succeeded",
+            Finished::Failed => "failed",
+            Finished::Skipped => "skipped",
+        }
+    }
+}
+
 impl Outcome {
+    /// How it finished, once nothing more will happen to it in this run.
+    pub fn finished(&self) -> Option<Finished> {
+        match self {
+            Outcome::Succeeded => Some(Finished::Succeeded),
+            Outcome::Failed { .. } => Some(Finished::Failed),
+            Outcome::Skipped(_) => Some(Finished::Skipped),
+            _ => None,
+        }
+    }
+
     pub fn is_done(&self) -> bool {
         matches!(self, Outcome::Succeeded | Outcome::Skipped(_))
     }

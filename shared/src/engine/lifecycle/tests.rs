@@ -1199,7 +1199,7 @@ fn results_and_resource_warnings_are_listed_by_the_passes_that_move_a_groups_cou
         let mut v: Vec<_> = s
             .results
             .iter()
-            .map(|r| (r.resource.binding.clone(), r.result))
+            .map(|r| (r.resource.binding.clone(), r.result.as_str()))
             .collect();
         v.sort();
         v
