@@ -102,6 +102,15 @@ fn the_cluster_role_has_no_wildcards_and_no_secrets() {
         .unwrap();
     let pod = &deployment["spec"]["template"]["spec"];
     assert_eq!(deployment["spec"]["replicas"], 2);
+    // Two replicas on one node are one failure away from none: spread, softly (a one-node
+    // cluster still schedules both).
+    let spread = pod["topologySpreadConstraints"].as_array().unwrap();
+    assert!(
+        spread.iter().any(|c| c["topologyKey"] == "kubernetes.io/hostname"
+            && c["whenUnsatisfiable"] == "ScheduleAnyway"
+            && c["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]),
+        "{spread:?}"
+    );
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
     let c = &pod["containers"][0];
@@ -205,18 +214,15 @@ async fn the_shipped_rbac_is_sufficient_and_the_base_applies_server_side() {
         .parse()
         .unwrap();
     ensure_namespace(&env, "kratix-platform-system").await;
-    let (ok, out) = kubectl(
-        &[
-            "apply",
-            "--validate=false",
-            "-f",
-            repo_root()
-                .join("tests/fixtures/prometheus-operator-crds.yaml")
-                .to_str()
-                .unwrap(),
-        ],
-        None,
-    );
+    // The operator's CRDs as released, less the `default: ""` that 1.20's API server cannot
+    // validate in a CRD schema (newer ones accept it).
+    let crds = std::fs::read_to_string(repo_root().join("tests/fixtures/prometheus-operator-crds.yaml")).unwrap();
+    let crds: String = crds
+        .lines()
+        .filter(|l| l.trim() != "default: \"\"")
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let (ok, out) = kubectl(&["apply", "--validate=false", "-f", "-"], Some(&crds));
     assert!(ok, "{out}");
     kubectl(
         &[
@@ -238,30 +244,28 @@ async fn the_shipped_rbac_is_sufficient_and_the_base_applies_server_side() {
     );
     assert!(ok, "server-side dry run: {out}");
 
+    // The ServiceMonitor as the operator's own schema keeps it: nothing of it was pruned.
+    let monitor = kubectl(
+        &[
+            "get",
+            "servicemonitor",
+            "-n",
+            "upgradeplan-system",
+            "upgradeplan-controller",
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    let monitor: Value = serde_json::from_str(&monitor.1).unwrap_or_else(|e| panic!("{e}: {}", monitor.1));
+    assert_eq!(
+        monitor["spec"]["endpoints"][0]["authorization"],
+        json!({"type": "Bearer", "credentials": {"name": "upgradeplan-metrics-scraper-token", "key": "token"}}),
+        "{monitor}"
+    );
+
     // The ServiceAccount's token (Kubernetes 1.20 creates a token Secret for it).
-    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "upgradeplan-system");
-    let mut token = None;
-    for _ in 0..100 {
-        let list = secrets.list(&Default::default()).await.unwrap();
-        token = list
-            .items
-            .into_iter()
-            .find(|s| {
-                s.type_.as_deref() == Some("kubernetes.io/service-account-token")
-                    && s.metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get("kubernetes.io/service-account.name"))
-                        .map(String::as_str)
-                        == Some("upgradeplan-controller")
-            })
-            .and_then(|s| s.data?.get("token").map(|t| String::from_utf8_lossy(&t.0).to_string()));
-        if token.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let token = token.expect("no token Secret for the ServiceAccount");
+    let token = service_account_token(&env, "upgradeplan-controller").await;
     let admin = kube::config::Kubeconfig::read().unwrap();
     let cluster = admin.clusters[0].cluster.clone().unwrap();
     let kubeconfig = std::env::temp_dir().join(format!("{}-sa.kubeconfig", env.id));
@@ -377,6 +381,17 @@ async fn the_shipped_rbac_is_sufficient_and_the_base_applies_server_side() {
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
     assert!(exposition.contains("upgradeplan_runs_total"), "{exposition}");
+    // ... and with the token the ServiceMonitor sends (the scraper ServiceAccount's Secret).
+    let scraper = upgradeplan_e2e::harness::MetricsEndpoint {
+        addr: metrics.addr.clone(),
+        token: Some(service_account_token(&env, "upgradeplan-metrics-scraper").await),
+        ca_file: metrics.ca_file.clone(),
+    };
+    let exposition = scraper
+        .scrape()
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    assert!(exposition.contains("upgradeplan_runs_total"), "{exposition}");
 
     // What the API server answered the ServiceAccount, from its audit log: nothing refused.
     let requests = audited_requests(SERVICE_ACCOUNT_USER);
@@ -399,6 +414,33 @@ async fn the_shipped_rbac_is_sufficient_and_the_base_applies_server_side() {
         eprintln!("upgradeplan-controller {peak}");
     }
     env.teardown().await.unwrap();
+}
+
+/// The token Kubernetes wrote into the `kubernetes.io/service-account-token` Secret of `account`
+/// in upgradeplan-system (1.20 creates one per ServiceAccount; deploy/ ships one for the scraper).
+async fn service_account_token(env: &TestEnv, account: &str) -> String {
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "upgradeplan-system");
+    for _ in 0..100 {
+        let list = secrets.list(&Default::default()).await.unwrap();
+        let token = list
+            .items
+            .into_iter()
+            .find(|s| {
+                s.type_.as_deref() == Some("kubernetes.io/service-account-token")
+                    && s.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get("kubernetes.io/service-account.name"))
+                        .map(String::as_str)
+                        == Some(account)
+            })
+            .and_then(|s| s.data?.get("token").map(|t| String::from_utf8_lossy(&t.0).to_string()));
+        if let Some(token) = token {
+            return token;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("no token Secret for the ServiceAccount {account}")
 }
 
 /// Applies deploy/core/user-roles.yaml.
