@@ -16,7 +16,12 @@ BIN=target/debug
 METRICS_PORT="${DEMO_METRICS_PORT:-18080}"
 HEALTH_PORT="${DEMO_HEALTH_PORT:-18081}"
 PROM_PORT="${DEMO_PROMETHEUS_PORT:-19090}"
-say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+# Bold headings on a terminal; plain text in a pipe or a log, or with NO_COLOR (no-color.org).
+if [ -t 1 ] && [ -z "${NO_COLOR:-}" ]; then
+  say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+else
+  say() { printf '\n==> %s\n' "$*"; }
+fi
 
 stop_pid() { # name
   local f="$TESTENV_DIR/demo-$1.pid" pid

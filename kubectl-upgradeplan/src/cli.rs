@@ -162,9 +162,11 @@ pub enum Command {
     Forecast {
         #[command(flatten)]
         source: PlanSource,
-        /// When the run starts (RFC 3339). Default: the plan's next trigger; without one, now.
-        #[arg(long, value_name = "TIME", value_parser = parse_time)]
-        start: Option<DateTime<Utc>>,
+        /// When the run starts: RFC 3339 (2026-12-05T09:00:00Z), or YYYY-MM-DDTHH:mm as the plan's
+        /// executeAt is written, local to the plan's timeZone. Default: the plan's next trigger;
+        /// without one, now.
+        #[arg(long, value_name = "TIME", value_parser = parse_start)]
+        start: Option<StartTime>,
         /// How long each upgrade takes (e.g. 90s, 5m). Default: measured in the plan's recent runs.
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         per_resource: Option<std::time::Duration>,
@@ -310,6 +312,26 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     s.parse::<kube::core::Duration>()
         .map(Into::into)
         .map_err(|e| format!("{s:?} is not a duration such as 30s, 5m or 1h: {e}"))
+}
+
+/// `forecast --start`: an instant, or a local time to read in the plan's zone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartTime {
+    Instant(DateTime<Utc>),
+    /// `YYYY-MM-DDTHH:mm`, as `executeAt` is written.
+    Local(String),
+}
+
+pub fn parse_start(s: &str) -> Result<StartTime, String> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+        return Ok(StartTime::Instant(t.with_timezone(&Utc)));
+    }
+    match chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M") {
+        Ok(_) if s.len() == 16 => Ok(StartTime::Local(s.to_string())),
+        _ => Err(format!(
+            "{s:?} is neither an RFC 3339 time (2026-12-05T09:00:00Z) nor a local time of the plan's zone (2026-12-05T09:00)"
+        )),
+    }
 }
 
 pub fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {

@@ -185,6 +185,8 @@ pub struct Found<'a> {
     pub gates: Option<&'a [Reading]>,
     /// The UpgradeFreezes holding the plan.
     pub freezes: &'a [Freeze],
+    /// The other plans it is checked against: the cluster's (live), or the files' (`-f`).
+    pub plans: &'a [UpgradePlan],
 }
 
 /// Explains `plan` as at `now`.
@@ -202,6 +204,7 @@ pub fn explain(
         bindings,
         gates,
         freezes,
+        plans,
     } = *found;
     let name = plan.metadata.name.clone().unwrap_or_default();
     let spec = &plan.spec;
@@ -220,6 +223,13 @@ pub fn explain(
             message: c.message.clone(),
         });
     }
+    warnings.extend(upgradeplan::engine::validate::overlapping_plans(
+        &name,
+        spec,
+        plans
+            .iter()
+            .map(|p| (p.metadata.name.as_deref().unwrap_or_default(), &p.spec)),
+    ));
     let created = upgradeplan::time::created_at(&plan.metadata);
     let triggers = spec.upgrade_execution_policy.as_ref().and_then(Triggers::compile);
     let next_runs = match &triggers {

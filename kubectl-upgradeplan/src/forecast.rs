@@ -94,9 +94,27 @@ pub struct ForecastJson {
 /// (a manual run); with the words that say which, and the trigger after that start.
 pub fn start_of(
     plan: &UpgradePlan,
-    start: Option<DateTime<Utc>>,
+    start: Option<&crate::cli::StartTime>,
     now: DateTime<Utc>,
-) -> (DateTime<Utc>, String, Option<DateTime<Utc>>) {
+) -> anyhow::Result<(DateTime<Utc>, String, Option<DateTime<Utc>>)> {
+    use crate::cli::StartTime;
+    let zone_name = plan
+        .spec
+        .upgrade_execution_policy
+        .as_ref()
+        .and_then(|p| p.time_zone.clone());
+    // A local --start reads as the plan's executeAt does: its zone, the same daylight-saving rules.
+    let start = match start {
+        None => None,
+        Some(StartTime::Instant(t)) => Some((*t, "given with --start".to_string())),
+        Some(StartTime::Local(local)) => {
+            let zone = upgradeplan::engine::cron::parse_zone(zone_name.as_deref())
+                .map_err(|e| anyhow::anyhow!("--start {local}: the plan's timeZone: {e}"))?;
+            let at = upgradeplan::engine::cron::resolve_local_time(local, zone)
+                .map_err(|e| anyhow::anyhow!("--start: {e}"))?;
+            Some((at, format!("given with --start, {local} in {zone}")))
+        }
+    };
     let triggers = plan.spec.upgrade_execution_policy.as_ref().and_then(Triggers::compile);
     let created = plan
         .metadata
@@ -106,11 +124,11 @@ pub fn start_of(
         .unwrap_or(DateTime::<Utc>::MIN_UTC);
     let next = |after: DateTime<Utc>| triggers.as_ref().and_then(|t| t.next_after(after, created));
     let (at, words) = match (start, next(now)) {
-        (Some(s), _) => (s, "given with --start".to_string()),
+        (Some(given), _) => given,
         (None, Some(t)) if !plan.spec.suspend => (t, "the plan's next trigger".to_string()),
         (None, _) => (now, "now, as a manual run".to_string()),
     };
-    (at, words, next(at))
+    Ok((at, words, next(at)))
 }
 
 /// The forecast of `plan`'s next run over `bindings`, held by `freezes`.

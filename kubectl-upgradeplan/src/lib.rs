@@ -160,6 +160,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 input::plans(&source.filename)?.into_iter().map(Some).collect()
             };
             let several = read.len() > 1;
+            // The plans each is checked against for overlaps: the files' own, or the cluster's.
+            let plans: Vec<upgradeplan::api::UpgradePlan> = if source.filename.is_empty() {
+                match client::connect(g).await {
+                    Ok(c) => client::list_plans(&c).await.unwrap_or_default(),
+                    Err(_) => Vec::new(),
+                }
+            } else {
+                read.iter().flatten().map(|f| f.plan.clone()).collect()
+            };
             let (mut jsons, mut texts, mut passed) = (Vec::new(), Vec::new(), true);
             for file in read {
                 let origin = file.as_ref().map(|f| f.source.clone());
@@ -189,6 +198,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         bindings: bindings.as_deref(),
                         gates: gates.as_deref(),
                         freezes: &freezes,
+                        plans: &plans,
                     },
                     (now, *runs),
                     output::viewer_zone(),
@@ -248,7 +258,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 &plan,
                 bindings.as_deref().unwrap_or_default(),
                 &freezes,
-                forecast::start_of(&plan, *start, now),
+                forecast::start_of(&plan, start.as_ref(), now)?,
                 &per_resource,
                 &style,
             );

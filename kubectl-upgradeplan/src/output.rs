@@ -61,6 +61,12 @@ pub struct Style {
     pub zone: chrono_tz::Tz,
 }
 
+/// Whether `a` and `b` show `t` the same way: the same date, time and abbreviation.
+fn same_wall_time(t: DateTime<Utc>, a: chrono_tz::Tz, b: chrono_tz::Tz) -> bool {
+    let shown = |z: chrono_tz::Tz| t.with_timezone(&z).format("%Y-%m-%d %H:%M %Z").to_string();
+    shown(a) == shown(b)
+}
+
 impl Style {
     pub fn from(g: &Global) -> Style {
         let color = !g.no_color && std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal();
@@ -87,7 +93,8 @@ impl Style {
     pub fn time(&self, t: DateTime<Utc>, plan_zone: Option<chrono_tz::Tz>) -> String {
         let mine = t.with_timezone(&self.zone).format("%Y-%m-%d %H:%M %Z").to_string();
         match plan_zone {
-            Some(z) if z != self.zone => {
+            // Two names of one zone (UTC and Etc/UTC) say the same thing: once is enough.
+            Some(z) if z != self.zone && !same_wall_time(t, z, self.zone) => {
                 let theirs = t.with_timezone(&z);
                 let day = if theirs.date_naive() == t.with_timezone(&self.zone).date_naive() {
                     theirs.format("%H:%M %Z").to_string()
@@ -354,6 +361,16 @@ mod tests {
             "2026-03-27 18:00 EDT (Sat 07:00 JST in Asia/Tokyo)"
         );
         assert_eq!(Style::plain().time(t, None), "2026-03-27 22:00 UTC", "--utc");
+        // Two names of one zone are said once; a zone that only agrees on the offset is not.
+        let utc = Style {
+            zone: chrono_tz::Etc::UTC,
+            ..Style::plain()
+        };
+        assert_eq!(utc.time(t, Some(chrono_tz::UTC)), "2026-03-27 22:00 UTC");
+        assert_eq!(
+            utc.time(t, Some(chrono_tz::Europe::London)),
+            "2026-03-27 22:00 UTC (22:00 GMT in Europe/London)"
+        );
     }
 
     #[test]

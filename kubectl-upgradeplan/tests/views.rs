@@ -331,6 +331,21 @@ fn forecast_golden_and_json_contract() {
         v["finish"], "2026-03-30T21:03:00Z",
         "rest only has a resource eu upgraded"
     );
+    // --start as the plan's executeAt is written: local to its zone (13:00 BST is 12:00Z).
+    let o = run(&["--start", "2026-03-30T13:00", "-o", "json"]);
+    assert!(o.status.success(), "{o:?}");
+    let local: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(local["start"], "2026-03-30T12:00:00Z");
+    assert_eq!(
+        local["assumptions"]["start"],
+        "given with --start, 2026-03-30T13:00 in Europe/London"
+    );
+    let o = run(&["--start", "next tuesday"]);
+    assert_eq!(o.status.code(), Some(4), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("is neither an RFC 3339 time"),
+        "{o:?}"
+    );
 }
 
 /// Issue 15: both day fields restricted are said in words, and a window whose starts fall in a
@@ -933,6 +948,11 @@ fn explain_lints_every_plan_of_multi_document_files_lists_and_directories() {
     let out = stdout(&o);
     assert!(out.contains("a-seed.yaml") && out.contains("b-broken.yaml"), "{out}");
     assert!(out.contains("spec.upgradePath.to"), "{out}");
+    // Plans of one Promise that would take the same resources are checked across the files.
+    assert!(
+        out.contains("UpgradePlan \"broken\" of the same Promise also upgrades from v1.0.0"),
+        "{out}"
+    );
     // -o json: a list of the two.
     let o = plugin(&["explain", "-f", dir.to_str().unwrap(), "--now", NOW, "-o", "json"]);
     let json: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();

@@ -73,6 +73,50 @@ pub fn plan_warnings(spec: &UpgradePlanSpec, now: DateTime<Utc>) -> Vec<Problem>
     warnings
 }
 
+/// Other plans of the same Promise that would take the same resources (warnings, spec §10): a
+/// version one plan lists literally in `from` that the other's `from` matches. Both would select
+/// a binding at that version, and whichever runs first upgrades it (the other then skips it as
+/// changed by someone else). Two regular expressions are not compared (whether they overlap is
+/// not decidable in general); suspended plans are left out.
+pub fn overlapping_plans<'p>(
+    name: &str,
+    spec: &UpgradePlanSpec,
+    others: impl IntoIterator<Item = (&'p str, &'p UpgradePlanSpec)>,
+) -> Vec<Problem> {
+    let Ok(mine) = VersionMatcher::compile(&spec.upgrade_path.from) else {
+        return Vec::new();
+    };
+    fn literals(from: &[String]) -> impl Iterator<Item = &str> {
+        from.iter().filter(|v| !is_regex_pattern(v)).map(String::as_str)
+    }
+    let mut warnings = Vec::new();
+    for (other_name, other) in others {
+        if other_name == name || other.suspend || other.promise_ref.name != spec.promise_ref.name {
+            continue;
+        }
+        let Ok(theirs) = VersionMatcher::compile(&other.upgrade_path.from) else {
+            continue;
+        };
+        let shared: BTreeSet<&str> = literals(&other.upgrade_path.from)
+            .filter(|v| mine.matches(v))
+            .chain(literals(&spec.upgrade_path.from).filter(|v| theirs.matches(v)))
+            .collect();
+        if shared.is_empty() {
+            continue;
+        }
+        let versions: Vec<&str> = shared.into_iter().collect();
+        warnings.push(Problem {
+            field: "spec.upgradePath.from".into(),
+            message: format!(
+                "UpgradePlan {other_name:?} of the same Promise also upgrades from {} (to {}): a resource at that version is taken by whichever plan runs first",
+                versions.join(", "),
+                other.upgrade_path.to
+            ),
+        });
+    }
+    warnings
+}
+
 pub fn validate_plan(name: &str, spec: &UpgradePlanSpec, now: DateTime<Utc>) -> Vec<Problem> {
     let mut problems = Vec::new();
     let mut add = |field: String, message: String| problems.push(Problem { field, message });
@@ -334,6 +378,49 @@ spec:
           duration: "4h"
           timeZone: "Europe/London"
 "#;
+
+    #[test]
+    fn plans_of_one_promise_that_would_take_the_same_resources_are_named() {
+        let plan = |promise: &str, from: &[&str], to: &str| {
+            let mut spec: UpgradePlanSpec = serde_json::from_value(serde_json::json!({
+                "promiseRef": {"name": promise},
+                "upgradePath": {"from": from, "to": to},
+                "rolloutGroups": [{"name": "all", "selectors": {"matchAll": true}}]
+            }))
+            .unwrap();
+            spec.suspend = false;
+            spec
+        };
+        let me = plan("redis", &["v1.0.0", "/v1\\.1\\..*/"], "v2.0.0");
+        let same_literal = plan("redis", &["v1.0.0"], "v3.0.0");
+        let caught_by_my_pattern = plan("redis", &["v1.1.4"], "v2.1.0");
+        let disjoint = plan("redis", &["v0.9.0"], "v1.0.0");
+        let other_promise = plan("postgres", &["v1.0.0"], "v2.0.0");
+        let patterns_only = plan("redis", &["/v1\\..*/"], "v4.0.0");
+        let mut paused = plan("redis", &["v1.0.0"], "v5.0.0");
+        paused.suspend = true;
+        let others = [
+            ("me", &me),
+            ("same", &same_literal),
+            ("pattern", &caught_by_my_pattern),
+            ("disjoint", &disjoint),
+            ("pg", &other_promise),
+            ("regex", &patterns_only),
+            ("paused", &paused),
+        ];
+        let messages: Vec<String> = overlapping_plans("me", &me, others)
+            .into_iter()
+            .map(|p| format!("{}: {}", p.field, p.message))
+            .collect();
+        assert_eq!(
+            messages,
+            [
+                "spec.upgradePath.from: UpgradePlan \"same\" of the same Promise also upgrades from v1.0.0 (to v3.0.0): a resource at that version is taken by whichever plan runs first",
+                "spec.upgradePath.from: UpgradePlan \"pattern\" of the same Promise also upgrades from v1.1.4 (to v2.1.0): a resource at that version is taken by whichever plan runs first",
+                "spec.upgradePath.from: UpgradePlan \"regex\" of the same Promise also upgrades from v1.0.0 (to v4.0.0): a resource at that version is taken by whichever plan runs first",
+            ]
+        );
+    }
 
     #[test]
     fn the_seed_plan_is_valid() {
