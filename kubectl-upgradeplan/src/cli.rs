@@ -34,6 +34,40 @@ pub struct Global {
     /// The kubeconfig context to use.
     #[arg(long, global = true, value_name = "NAME")]
     pub context: Option<String>,
+    /// The kubeconfig cluster to use (instead of the context's).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub cluster: Option<String>,
+    /// The kubeconfig user to use (instead of the context's).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub user: Option<String>,
+    /// The address of the Kubernetes API server.
+    #[arg(short = 's', long, global = true, value_name = "URL")]
+    pub server: Option<String>,
+    /// Bearer token for authentication to the API server.
+    #[arg(long, global = true, value_name = "TOKEN")]
+    pub token: Option<String>,
+    /// Path to a CA certificate file (PEM) to verify the API server's certificate with.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub certificate_authority: Option<PathBuf>,
+    /// Path to a client certificate file (PEM) for TLS.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub client_certificate: Option<PathBuf>,
+    /// Path to a client key file (PEM) for TLS.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub client_key: Option<PathBuf>,
+    /// Don't verify the API server's certificate (insecure: anyone on the path can read and
+    /// change what you send).
+    #[arg(long, global = true)]
+    pub insecure_skip_tls_verify: bool,
+    /// User to impersonate for the operation (needs the impersonate right).
+    #[arg(long = "as", global = true, value_name = "USER")]
+    pub as_user: Option<String>,
+    /// Group to impersonate (repeat for several).
+    #[arg(long = "as-group", global = true, value_name = "GROUP", action = clap::ArgAction::Append)]
+    pub as_group: Vec<String>,
+    /// UID to impersonate.
+    #[arg(long = "as-uid", global = true, value_name = "UID")]
+    pub as_uid: Option<String>,
     /// Only consider resources (ResourceBindings) in this namespace. Plans and runs are cluster-scoped.
     #[arg(short = 'n', long, global = true, value_name = "NS")]
     pub namespace: Option<String>,

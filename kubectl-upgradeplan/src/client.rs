@@ -1,6 +1,6 @@
 //! Connecting to the cluster, and errors that say what to do.
 
-use anyhow::anyhow;
+use anyhow::{anyhow, bail};
 use kube::api::{Api, ListParams};
 use kube::Client;
 use upgradeplan::api::kratix::{ResourceBinding, PROMISE_NAME_LABEL};
@@ -30,7 +30,8 @@ fn unreadable_kubeconfig(path: &std::path::Path, e: &kube::config::KubeconfigErr
 pub async fn connect(g: &Global) -> anyhow::Result<Client> {
     let options = kube::config::KubeConfigOptions {
         context: g.context.clone(),
-        ..Default::default()
+        cluster: g.cluster.clone(),
+        user: g.user.clone(),
     };
     let (mut config, context) = match &g.kubeconfig {
         Some(path) => {
@@ -41,7 +42,7 @@ pub async fn connect(g: &Global) -> anyhow::Result<Client> {
                 .map_err(|e| anyhow!("kubeconfig {}: {e}", path.display()))?;
             (config, context)
         }
-        None if g.context.is_some() => (
+        None if g.context.is_some() || g.cluster.is_some() || g.user.is_some() => (
             kube::Config::from_kubeconfig(&options)
                 .await
                 .map_err(|e| anyhow!("kubeconfig: {e}"))?,
@@ -49,12 +50,20 @@ pub async fn connect(g: &Global) -> anyhow::Result<Client> {
         ),
         None => {
             let context = kube::config::Kubeconfig::read().ok().and_then(|kc| kc.current_context);
-            let config = kube::Config::infer().await.map_err(|_| {
-                anyhow!("no cluster configured: no ~/.kube/config and not running in a pod; set KUBECONFIG or pass --kubeconfig")
-            })?;
+            let config = match (kube::Config::infer().await, &g.server) {
+                (Ok(config), _) => config,
+                // --server (with --token or a client certificate) needs no kubeconfig, as for kubectl.
+                (Err(_), Some(server)) => kube::Config::new(server.parse().map_err(|e| {
+                    anyhow!("--server {server:?} is not a URL such as https://10.0.0.1:6443: {e}")
+                })?),
+                (Err(_), None) => bail!(
+                    "no cluster configured: no ~/.kube/config and not running in a pod; set KUBECONFIG or pass --kubeconfig (or --server)"
+                ),
+            };
             (config, context)
         }
     };
+    override_connection(&mut config, g)?;
     let _ = TARGET.set(match context {
         Some(c) => format!("{} (context {c})", config.cluster_url),
         None => config.cluster_url.to_string(),
@@ -68,6 +77,62 @@ pub async fn connect(g: &Global) -> anyhow::Result<Client> {
         }
     }
     Ok(Client::try_from(config)?)
+}
+
+/// kubectl's connection and identity flags (spec §10) over what the kubeconfig says.
+fn override_connection(config: &mut kube::Config, g: &Global) -> anyhow::Result<()> {
+    if let Some(server) = &g.server {
+        config.cluster_url = server
+            .parse()
+            .map_err(|e| anyhow!("--server {server:?} is not a URL such as https://10.0.0.1:6443: {e}"))?;
+    }
+    if let Some(ca) = &g.certificate_authority {
+        if !ca.is_file() {
+            bail!("--certificate-authority {}: no such file", ca.display());
+        }
+        config.root_cert_file = Some(ca.clone());
+        config.root_cert = None;
+    }
+    if g.insecure_skip_tls_verify {
+        config.accept_invalid_certs = true;
+    }
+    let auth = &mut config.auth_info;
+    if let Some(token) = &g.token {
+        // A token given is the identity: no other credential of the kubeconfig beside it.
+        auth.token = Some(token.clone().into());
+        auth.token_file = None;
+        auth.exec = None;
+        auth.auth_provider = None;
+        auth.client_certificate = None;
+        auth.client_certificate_data = None;
+        auth.client_key = None;
+        auth.client_key_data = None;
+        auth.username = None;
+        auth.password = None;
+    }
+    match (&g.client_certificate, &g.client_key) {
+        (Some(cert), Some(key)) => {
+            auth.client_certificate = Some(cert.display().to_string());
+            auth.client_certificate_data = None;
+            auth.client_key = Some(key.display().to_string());
+            auth.client_key_data = None;
+        }
+        (None, None) => {}
+        _ => bail!("--client-certificate and --client-key go together"),
+    }
+    if let Some(user) = &g.as_user {
+        auth.impersonate = Some(user.clone());
+    }
+    if !g.as_group.is_empty() {
+        if auth.impersonate.is_none() {
+            bail!("--as-group needs --as (Kubernetes impersonates groups of a user)");
+        }
+        auth.impersonate_groups = Some(g.as_group.clone());
+    }
+    if let Some(uid) = &g.as_uid {
+        auth.impersonate_uid = Some(uid.clone());
+    }
+    Ok(())
 }
 
 /// Who approves, for an UpgradeApproval's `spec.approver` (spec §13.4): the user the API server
@@ -91,22 +156,29 @@ pub async fn whoami(client: &Client, g: &Global) -> String {
     )
 }
 
-/// The kubeconfig's user of the context in use: the user it impersonates (`as:`), else the
-/// AuthInfo's name.
+/// The kubeconfig's user of the context in use: the user impersonated (`--as`, or the
+/// kubeconfig's `as:`), else the AuthInfo's name (`--user`, or the context's).
 fn kubeconfig_user(g: &Global) -> Option<String> {
+    if let Some(user) = &g.as_user {
+        return Some(user.clone());
+    }
     let kc = match &g.kubeconfig {
         Some(path) => kube::config::Kubeconfig::read_from(path).ok()?,
         None => kube::config::Kubeconfig::read().ok()?,
     };
-    let context = g.context.clone().or_else(|| kc.current_context.clone())?;
-    let user = kc
-        .contexts
-        .iter()
-        .find(|c| c.name == context)?
-        .context
-        .as_ref()?
-        .user
-        .clone()?;
+    let user = match &g.user {
+        Some(user) => user.clone(),
+        None => {
+            let context = g.context.clone().or_else(|| kc.current_context.clone())?;
+            kc.contexts
+                .iter()
+                .find(|c| c.name == context)?
+                .context
+                .as_ref()?
+                .user
+                .clone()?
+        }
+    };
     let impersonated = kc
         .auth_infos
         .iter()

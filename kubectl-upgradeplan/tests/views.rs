@@ -803,7 +803,7 @@ fn connection_errors_are_one_sentence_that_names_the_server_and_says_what_to_do(
         ),
         (
             run("", dir.to_str().unwrap()),
-            "error: no cluster configured: no ~/.kube/config and not running in a pod; set KUBECONFIG or pass --kubeconfig".to_string(),
+            "error: no cluster configured: no ~/.kube/config and not running in a pod; set KUBECONFIG or pass --kubeconfig (or --server)".to_string(),
         ),
     ];
     for ((code, stderr), want) in cases {

@@ -595,6 +595,58 @@ async fn view_and_edit_users_get_plans_and_runs_through_aggregation() {
         "{}",
         refused.stderr
     );
+    // kubectl's identity flags (spec §10): the admin's kubeconfig acting as the viewer reads and
+    // is refused what the viewer is refused.
+    let viewer_name = users[0].0.as_str();
+    let as_viewer = run_plugin(None, &["--as", viewer_name, "get", &plan]).await.unwrap();
+    assert_eq!(as_viewer.code, Some(0), "{}{}", as_viewer.stdout, as_viewer.stderr);
+    let as_viewer = run_plugin(None, &["--as", viewer_name, "run", &plan]).await.unwrap();
+    assert_eq!(as_viewer.code, Some(4), "{}{}", as_viewer.stdout, as_viewer.stderr);
+    assert!(
+        as_viewer.stderr.contains("forbidden")
+            && as_viewer
+                .stderr
+                .contains(&format!("User \"{viewer_name}\" cannot create")),
+        "{}",
+        as_viewer.stderr
+    );
+    let groups_alone = run_plugin(None, &["--as-group", "system:masters", "get", &plan])
+        .await
+        .unwrap();
+    assert_eq!(groups_alone.code, Some(4));
+    assert!(
+        groups_alone.stderr.contains("--as-group needs --as"),
+        "{}",
+        groups_alone.stderr
+    );
+    // --server, --certificate-authority and --token without a kubeconfig (an empty KUBECONFIG is
+    // none): the test control plane's token user `no-rights` is who the API server sees.
+    let admin = kube::config::Kubeconfig::read().unwrap();
+    let cluster = admin.clusters[0].cluster.clone().unwrap();
+    let ca = std::path::PathBuf::from(cluster.certificate_authority.unwrap());
+    let tokens = std::fs::read_to_string(ca.with_file_name("tokens.csv")).unwrap();
+    let token = tokens.split(',').next().unwrap();
+    let by_token = run_plugin(
+        Some(""),
+        &[
+            "--server",
+            cluster.server.as_deref().unwrap(),
+            "--certificate-authority",
+            ca.to_str().unwrap(),
+            "--token",
+            token,
+            "get",
+            &plan,
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(by_token.code, Some(4), "{}{}", by_token.stdout, by_token.stderr);
+    assert!(
+        by_token.stderr.contains("User \"no-rights\" cannot get"),
+        "{}",
+        by_token.stderr
+    );
     let mut started = None;
     for _ in 0..60 {
         let out = run_plugin(Some(editor), &["run", &plan, "--preview"]).await.unwrap();
