@@ -53,9 +53,7 @@ pub async fn connect(g: &Global) -> anyhow::Result<Client> {
             let config = match (kube::Config::infer().await, &g.server) {
                 (Ok(config), _) => config,
                 // --server (with --token or a client certificate) needs no kubeconfig, as for kubectl.
-                (Err(_), Some(server)) => kube::Config::new(server.parse().map_err(|e| {
-                    anyhow!("--server {server:?} is not a URL such as https://10.0.0.1:6443: {e}")
-                })?),
+                (Err(_), Some(server)) => kube::Config::new(server_url(server)?),
                 (Err(_), None) => bail!(
                     "no cluster configured: no ~/.kube/config and not running in a pod; set KUBECONFIG or pass --kubeconfig (or --server)"
                 ),
@@ -79,12 +77,17 @@ pub async fn connect(g: &Global) -> anyhow::Result<Client> {
     Ok(Client::try_from(config)?)
 }
 
+/// `--server` as the URL type kube's `Config` holds.
+fn server_url<U: std::str::FromStr<Err: std::fmt::Display>>(server: &str) -> anyhow::Result<U> {
+    server
+        .parse()
+        .map_err(|e| anyhow!("--server {server:?} is not a URL such as https://10.0.0.1:6443: {e}"))
+}
+
 /// kubectl's connection and identity flags (spec §10) over what the kubeconfig says.
 fn override_connection(config: &mut kube::Config, g: &Global) -> anyhow::Result<()> {
     if let Some(server) = &g.server {
-        config.cluster_url = server
-            .parse()
-            .map_err(|e| anyhow!("--server {server:?} is not a URL such as https://10.0.0.1:6443: {e}"))?;
+        config.cluster_url = server_url(server)?;
     }
     if let Some(ca) = &g.certificate_authority {
         if !ca.is_file() {

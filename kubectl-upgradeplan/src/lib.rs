@@ -30,6 +30,8 @@ struct Sources {
     bindings: Option<Vec<upgradeplan::api::kratix::ResourceBinding>>,
     /// The UpgradeFreezes that hold the plan and can be evaluated (they close its gates).
     freezes: Vec<upgradeplan::engine::freeze::Freeze>,
+    /// The connection the sources were read over; `None` offline.
+    client: Option<kube::Client>,
 }
 
 async fn sources(g: &cli::Global, source: &PlanSource, need_bindings: bool) -> anyhow::Result<Sources> {
@@ -89,6 +91,7 @@ async fn sources_with(
         unknown_fields,
         bindings,
         freezes,
+        client,
     })
 }
 
@@ -160,24 +163,27 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 input::plans(&source.filename)?.into_iter().map(Some).collect()
             };
             let several = read.len() > 1;
-            // The plans each is checked against for overlaps: the files' own, or the cluster's.
-            let plans: Vec<upgradeplan::api::UpgradePlan> = if source.filename.is_empty() {
-                match client::connect(g).await {
-                    Ok(c) => client::list_plans(&c).await.unwrap_or_default(),
-                    Err(_) => Vec::new(),
-                }
-            } else {
-                read.iter().flatten().map(|f| f.plan.clone()).collect()
-            };
+            // The files' plans are checked against each other; a live plan against the cluster's.
+            let file_plans: Vec<upgradeplan::api::UpgradePlan> =
+                read.iter().flatten().map(|f| f.plan.clone()).collect();
             let (mut jsons, mut texts, mut passed) = (Vec::new(), Vec::new(), true);
             for file in read {
                 let origin = file.as_ref().map(|f| f.source.clone());
+                let live = file.is_none();
                 let Sources {
                     plan,
                     unknown_fields,
                     bindings,
                     freezes,
+                    client,
                 } = sources_with(g, source, file.map(|f| (f.plan, f.unknown)), false).await?;
+                let cluster_plans = match client.as_ref().filter(|_| live) {
+                    Some(c) => client::list_plans(c).await.unwrap_or_else(|e| {
+                        eprintln!("note: {e:#}; other plans of the Promise are not compared");
+                        Vec::new()
+                    }),
+                    None => Vec::new(),
+                };
                 let now = source.now.unwrap_or_else(Utc::now);
                 let gates = match prometheus_url {
                     Some(url) => Some(
@@ -198,7 +204,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         bindings: bindings.as_deref(),
                         gates: gates.as_deref(),
                         freezes: &freezes,
-                        plans: &plans,
+                        plans: if live { &cluster_plans } else { &file_plans },
                     },
                     (now, *runs),
                     output::viewer_zone(),

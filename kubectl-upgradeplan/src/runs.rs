@@ -426,6 +426,7 @@ pub fn run_resources(
 ) -> (Vec<ResourceRow>, String) {
     let to = &frozen.plan.upgrade_path.to;
     let name = run.metadata.name.clone().unwrap_or_default();
+    let recorded = recorded_groups(run);
     let mut rows = Vec::new();
     for g in &frozen.snapshot.groups {
         for r in &g.resources {
@@ -435,16 +436,16 @@ pub fn run_resources(
                 b.map(|b| b as _),
                 &live.health,
                 (&frozen.plan, &g.name),
-                recorded_groups(run),
+                recorded,
                 (&name, admitted(run)),
                 chrono::Utc::now(),
             );
             let (word, mut detail) = outcome_words(&outcome);
-            let recorded = recorded_failure(recorded_groups(run), r);
-            if recorded.is_some() && b.is_some_and(|b| b.last_applied_version() == to.as_str()) {
+            let failure = recorded_failure(recorded, r);
+            if failure.is_some() && b.is_some_and(|b| b.last_applied_version() == to.as_str()) {
                 // The failure stands for the run; what happened after is worth saying.
                 detail = format!("{detail} (Kratix has since applied {to})");
-            } else if recorded.is_none() && (word == "Failed" || word == "in flight") {
+            } else if failure.is_none() && (word == "Failed" || word == "in flight") {
                 // The event carries the message Kratix gave when the run saw the failure.
                 let resource = r.display_name();
                 if let Some(d) = events
@@ -924,9 +925,8 @@ pub fn status(
         .iter()
         .filter_map(|g| {
             let (approval, at) = g.recorded_approval()?;
-            let fact = upgradeplan::engine::stage::ApprovalFact::recorded(g)?;
-            let who = fact.approver.as_deref().unwrap_or("someone (no spec.approver)");
-            let comment = fact.comment.map(|c| format!(": {c}")).unwrap_or_default();
+            let who = g.approver().unwrap_or("someone (no spec.approver)");
+            let comment = g.comment.as_ref().map(|c| format!(": {c}")).unwrap_or_default();
             Some(format!(
                 "{} by {who} (upgradeapproval/{approval}, {}){comment}",
                 g.name,

@@ -192,6 +192,12 @@ impl GroupStatus {
         let name = self.approval.as_deref().or(self.approved_by.as_deref())?;
         Some((name, self.approved_at?))
     }
+
+    /// Who approved the group, when recorded: `approvedBy`, but only beside `approval` (before
+    /// `approval` existed, `approvedBy` held the object's name, not who).
+    pub fn approver(&self) -> Option<&str> {
+        self.approval.as_ref().and(self.approved_by.as_deref())
+    }
 }
 
 /// Where a rollout group stands.

@@ -798,8 +798,7 @@ fn progress(
 /// What a group's recorded approval says: who, which UpgradeApproval, and the comment.
 fn approved_text(g: &GroupStatus) -> String {
     let approval = g.recorded_approval().map_or("", |(name, _)| name);
-    let who = g.approval.as_ref().and(g.approved_by.as_deref());
-    stage::texts::approved(&g.name, approval, who, g.comment.as_deref())
+    stage::texts::approved(&g.name, approval, g.approver(), g.comment.as_deref())
 }
 
 /// The approvals' part of a step (spec §13.4): the `AwaitingApproval` condition while a group

@@ -14,7 +14,7 @@ use super::health::{apply_health_check, HealthRecords, Verification};
 use super::snapshot::{Snapshot, SnapshotResource};
 use super::stage::{approval_for, requires_approval, soak_of, ApprovalFact};
 use super::starts::{admit_starts, StartFacts};
-use super::window::{windows_open, GateState};
+use super::window::GateState;
 use crate::api::kratix::{BindingFacts, MANUAL_RECONCILIATION_LABEL, UPGRADE_FAILED};
 use crate::api::{
     GroupPhase, GroupStatus, ResourceFailure, RolloutGroup, UpgradePlanSpec, RETRY_REQUESTED_BY_ANNOTATION,
@@ -199,7 +199,12 @@ pub fn recorded_failure<'r>(recorded: &'r [GroupStatus], resource: &SnapshotReso
     recorded
         .iter()
         .flat_map(|g| &g.failed_resources)
-        .find(|f| f.namespace == resource.namespace && f.name == resource.name)
+        .find(|f| failure_of(f, resource))
+}
+
+/// Whether failure record `f` is about `resource` (records name the Resource Request).
+fn failure_of(f: &ResourceFailure, resource: &SnapshotResource) -> bool {
+    f.namespace == resource.namespace && f.name == resource.name
 }
 
 /// A group's failure records after this pass: those it had, then each resource newly counted
@@ -219,10 +224,7 @@ fn record_failures(
         if records.len() > budget {
             break;
         }
-        if !records
-            .iter()
-            .any(|f| f.namespace == resource.namespace && f.name == resource.name)
-        {
+        if !records.iter().any(|f| failure_of(f, resource)) {
             records.push(ResourceFailure {
                 namespace: resource.namespace.clone(),
                 name: resource.name.clone(),
@@ -354,43 +356,6 @@ fn recorded_complete(recorded: Option<&GroupStatus>, name: &str, total: usize, b
         .cloned()
 }
 
-/// The approval that let a group start, as its status records it (spec §13.4).
-struct Approved {
-    approval: String,
-    by: Option<String>,
-    at: DateTime<Utc>,
-    comment: Option<String>,
-}
-
-impl Approved {
-    fn recorded(g: &GroupStatus) -> Option<Approved> {
-        let (approval, at) = g.recorded_approval()?;
-        Some(Approved {
-            approval: approval.to_string(),
-            // Before `approval` existed, `approvedBy` held the object's name, not who.
-            by: g.approval.as_ref().and(g.approved_by.clone()),
-            at,
-            comment: g.comment.clone(),
-        })
-    }
-
-    fn of(a: &ApprovalFact) -> Approved {
-        Approved {
-            approval: a.name.clone(),
-            by: a.approver.clone(),
-            at: a.created,
-            comment: a.comment.clone(),
-        }
-    }
-
-    fn stamp(&self, g: &mut GroupStatus) {
-        g.approval = Some(self.approval.clone());
-        g.approved_by = self.by.clone();
-        g.approved_at = Some(self.at);
-        g.comment = self.comment.clone();
-    }
-}
-
 /// What holds a group not entered yet (waiting for a soak or an approval), by [`admit_starts`].
 fn entry_holds(ctx: &RunContext<'_>, entry: Blocked) -> Vec<Blocked> {
     admit_starts(&StartFacts {
@@ -481,10 +446,12 @@ fn evaluate_groups<'b>(
             }
         }
         // The approval recorded when the group started stands; before, the oldest one for it.
-        let mut approved = recorded.filter(|_| started_at.is_some()).and_then(Approved::recorded);
+        let mut approved = recorded
+            .filter(|_| started_at.is_some())
+            .and_then(ApprovalFact::recorded);
         if approved.is_none() && plan_group.is_some_and(requires_approval) {
             match approval_for(ctx.approvals, &group.name) {
-                Some(a) => approved = Some(Approved::of(a)),
+                Some(a) => approved = Some(a.clone()),
                 None => {
                     eval.groups[index].phase = Some(GroupPhase::AwaitingApproval);
                     eval.held_by = entry_holds(ctx, Blocked::AwaitingApproval);
@@ -497,7 +464,7 @@ fn evaluate_groups<'b>(
         let stamp = |g: &mut GroupStatus| {
             g.started_at = Some(started_at);
             if let Some(a) = &approved {
-                a.stamp(g);
+                a.record_in(g);
             }
         };
         if let Some(mut done) = recorded_complete(ctx.recorded.get(index), &group.name, group.resources.len(), budget) {
@@ -544,8 +511,9 @@ fn evaluate_groups<'b>(
             .map(|g| Limit::parse(g.max_concurrent.as_ref()).unwrap_or(Limit::Count(1)))
             .unwrap_or(Limit::Count(1))
             .resolve(group.resources.len());
-        let gate_state = plan_group.map_or(GateState::INVALID, |g| {
-            GateState::of_group(g.resource_upgrade_windows.as_deref(), ctx.freezes, ctx.now).0
+        // The group's gate (windows and freezes); `None` when its windows do not compile.
+        let (gate_state, gate) = plan_group.map_or((GateState::INVALID, None), |g| {
+            GateState::of_group(g.resource_upgrade_windows.as_deref(), ctx.freezes, ctx.now)
         });
         let action = |i: usize| BindingAction {
             resource: group.resources[i].clone(),
@@ -591,12 +559,11 @@ fn evaluate_groups<'b>(
         }
         if !not_started.is_empty() {
             eval.frozen = hold_at(ctx.freezes, ctx.now);
-            let windows = plan_group.and_then(|g| g.resource_upgrade_windows.as_deref());
             let admission = admit_starts(&StartFacts {
                 suspended: ctx.suspended,
                 entry: None,
                 frozen: eval.frozen.is_some(),
-                windows_open: plan_group.is_some() && windows_open(windows, ctx.now),
+                windows_open: gate.as_ref().is_some_and(|g| g.windows_open(ctx.now)),
                 gate_closed: matches!(eval.gate_check, GateCheck::Closed { .. }),
                 limit,
                 in_flight,

@@ -45,9 +45,17 @@ impl ApprovalFact {
             group: group.name.clone(),
             created,
             owned: true,
-            approver: group.approval.as_ref().and(group.approved_by.clone()),
+            approver: group.approver().map(str::to_string),
             comment: group.comment.clone(),
         })
+    }
+
+    /// Records this approval in the status of the group it let start.
+    pub fn record_in(&self, group: &mut crate::api::GroupStatus) {
+        group.approval = Some(self.name.clone());
+        group.approved_by = self.approver.clone();
+        group.approved_at = Some(self.created);
+        group.comment = self.comment.clone();
     }
 }
 

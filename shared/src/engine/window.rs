@@ -266,12 +266,6 @@ impl GateState {
     };
 }
 
-/// Whether a group's windows alone (no freezes) let starts begin at `t`: no windows → open;
-/// windows that do not compile never are (the validator names them).
-pub fn windows_open(windows: Option<&[UpgradeWindow]>, t: DateTime<Utc>) -> bool {
-    Gate::compile(windows.unwrap_or_default()).is_ok_and(|gate| gate.is_open(t))
-}
-
 impl Gate {
     /// Compiles a group's windows; on failure returns each bad window's index and error.
     pub fn compile(windows: &[UpgradeWindow]) -> Result<Gate, Vec<(usize, WindowError)>> {
@@ -345,6 +339,18 @@ impl Gate {
 
     /// The gate rule of spec §7 over each window's state (`active`: windows, then freeze
     /// periods, as [`Gate::periods`] lists them); an active freeze closes it as a deny window.
+    /// Whether the windows alone, without the freezes, let starts begin at `t` (a freeze is a
+    /// reason of its own, spec §14.1).
+    pub fn windows_open(&self, t: DateTime<Utc>) -> bool {
+        let active: Vec<bool> = self
+            .windows
+            .iter()
+            .map(|w| w.is_active(t))
+            .chain(self.freezes.iter().map(|_| false))
+            .collect();
+        self.open_with(&active)
+    }
+
     fn open_with(&self, active: &[bool]) -> bool {
         if active[self.windows.len()..].iter().any(|on| *on) {
             return false;
