@@ -13,19 +13,19 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use upgradeplan::api::kratix::{BindingFacts, HealthRecord, MANUAL_RECONCILIATION_LABEL};
+use upgradeplan::api::kratix::{BindingFacts, HealthRecord};
 use upgradeplan::api::{
-    ResourceListRef, RunState, UpgradeApproval, UpgradeFreeze, UpgradeRun, UpgradeRunStatus, PLAN_LABEL,
-    RETRY_REQUESTED_BY_ANNOTATION, RUN_FINALIZER, RUN_LABEL, SUPERSEDED_BY_ANNOTATION, UPGRADED_BY_ANNOTATION,
-    UPGRADE_STARTED_AT_ANNOTATION,
+    ResourceListRef, RunState, UpgradeApproval, UpgradeFreeze, UpgradeRun, UpgradeRunStatus, PLAN_LABEL, RUN_FINALIZER,
+    RUN_LABEL, SUPERSEDED_BY_ANNOTATION,
 };
 use upgradeplan::engine::admission::{reads_gates, RunFacts, TriggerKind};
 use upgradeplan::engine::lifecycle::{self, events, Gauges, SnapshotFact, Step};
 use upgradeplan::engine::naming;
 use upgradeplan::engine::outcome::Finished;
-use upgradeplan::engine::run::{texts, BindingAction};
+use upgradeplan::engine::run::texts;
 use upgradeplan::engine::snapshot::{check_shard, digest, read_frozen, snapshot_shard_index, ShardCheck};
 use upgradeplan::engine::stage::ApprovalFact;
+use upgradeplan::engine::write::{Attempt, BindingPatch};
 
 use crate::context::{Ctx, Frozen, SELECTOR_ANNOTATION};
 use crate::error::{Error, Result};
@@ -79,6 +79,8 @@ impl lifecycle::Cluster for Ctx {
 
 /// Gathers the facts, takes the engine's step and applies it.
 async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
+    // The pass's one reading of the decision clock: every timestamp of its step is this instant.
+    let now = crate::clock::now();
     let status = run.status.clone().unwrap_or_default();
     let plan = ctx.plan(run.plan_name());
     let others: Vec<RunFacts> = ctx
@@ -138,9 +140,7 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
     // Signal gates of the run's plan, read by the plan's active run only (see `reads_gates`).
     let gates = match run_plan.and_then(|p| p.gates.as_deref()) {
         Some(gates) if !gates.is_empty() && reads_gates(run) => {
-            ctx.gates
-                .read(run.plan_name(), gates, crate::clock::now(), &ctx.metrics)
-                .await
+            ctx.gates.read(run.plan_name(), gates, now, &ctx.metrics).await
         }
         _ => Vec::new(),
     };
@@ -152,7 +152,7 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         gates: &gates,
         approvals: &approvals,
         missing_kinds: &missing_kinds,
-        now: crate::clock::now(),
+        now,
     };
     let step = lifecycle::step(run, &facts, ctx);
     carry_out(ctx, run, step).await
@@ -255,7 +255,7 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
             tracing::debug!(run = %run_name, limit = ?eval.limit, in_flight = eval.in_flight, starts = eval.start.len(), retries = eval.retry.len(), "patching bindings");
         }
         repair_announcements(ctx, run, &frozen.snapshot, &step.to).await;
-        conflict = patch_bindings(ctx, run, eval, &step.to).await?;
+        conflict = patch_bindings(ctx, run, &step.binding_patches).await?;
     }
     if step.finished.is_some() {
         // The run's counts are written before its end is announced: a crash afterwards loses none.
@@ -656,67 +656,36 @@ async fn load_snapshot(ctx: &Ctx, run: &UpgradeRun, status: &UpgradeRunStatus) -
     Ok(Loaded::Intact(frozen))
 }
 
-/// Sends the evaluation's patches, concurrently (bounded): a group of thousands starts at the
+/// Sends the step's binding patches, concurrently (bounded): a group of thousands starts at the
 /// API server's pace, not one round trip at a time. Each carries its own precondition. Returns
 /// whether any conflicted (the next pass re-evaluates; nothing is overwritten).
-async fn patch_bindings(
-    ctx: &Ctx,
-    run: &UpgradeRun,
-    eval: &upgradeplan::engine::run::Evaluation,
-    to: &str,
-) -> Result<bool> {
-    let run_name = run.name_any();
-    // A retry is a new attempt by this run (spec §13.1): it names the run as the upgrade's
-    // author, and its progressDeadline counts from now, not from the first start.
-    let retry_meta = json!({
-        "labels": {MANUAL_RECONCILIATION_LABEL: "true"},
-        "annotations": {
-            RETRY_REQUESTED_BY_ANNOTATION: run_name,
-            UPGRADED_BY_ANNOTATION: run_name,
-            UPGRADE_STARTED_AT_ANNOTATION: upgradeplan::time::rfc3339(crate::clock::now()),
-        },
-    });
-    // Streams by index (a closure over borrowed items is not provably Send across the await):
-    // only the futures in flight exist, however many thousands start.
-    let mut conflict = false;
-    let retry_meta = &retry_meta;
-    let retry = |i: usize| patch_binding(ctx, &eval.retry[i], retry_meta.clone(), None);
-    for r in futures::stream::iter(0..eval.retry.len())
-        .map(retry)
-        .buffer_unordered(PATCH_CONCURRENCY)
-        .collect::<Vec<_>>()
-        .await
-    {
-        conflict |= r?;
-    }
-    // The start patch records who started the upgrade and when, in the same request: the
-    // durable audit and the clock of the group's progressDeadline.
-    let audit = json!({"annotations": {
-        UPGRADED_BY_ANNOTATION: run_name,
-        UPGRADE_STARTED_AT_ANNOTATION: upgradeplan::time::rfc3339(crate::clock::now()),
-    }});
-    let audit = &audit;
-    // One pipeline for all the starts, PATCH_CONCURRENCY in flight: no batch waits for its slowest
-    // request before the next begins.
-    let start = |i: usize| {
-        let action = &eval.start[i];
-        async move { (action, patch_binding(ctx, action, audit.clone(), Some(to)).await) }
+async fn patch_bindings(ctx: &Ctx, run: &UpgradeRun, patches: &[BindingPatch]) -> Result<bool> {
+    // One pipeline for every patch, PATCH_CONCURRENCY in flight: no batch waits for its slowest
+    // request before the next begins. Streams by index (a closure over borrowed items is not
+    // provably Send across the await): only the futures in flight exist, however many thousands.
+    let send = |i: usize| {
+        let patch = &patches[i];
+        async move { (patch, patch_binding(&ctx.client, patch).await) }
     };
-    let mut started = futures::stream::iter(0..eval.start.len())
-        .map(start)
+    let mut sent = futures::stream::iter(0..patches.len())
+        .map(send)
         .buffer_unordered(PATCH_CONCURRENCY);
     // An error does not abandon the patches in flight: they finish and are announced; the first
     // error is returned at the end.
+    let mut conflict = false;
     let mut failed = None;
-    while let Some((action, result)) = started.next().await {
+    while let Some((patch, result)) = sent.next().await {
         match result {
             Ok(true) => conflict = true,
             Ok(false) => {
+                let Attempt::Start { from, to } = &patch.attempt else {
+                    continue;
+                };
                 if let Ok(mut runs) = ctx.resources.lock() {
                     let ours = runs.entry(run.uid().unwrap_or_default()).or_default();
-                    ours.started.insert(Arc::clone(&action.resource), crate::clock::now());
+                    ours.started.insert(Arc::clone(&patch.resource), crate::clock::now());
                 }
-                let note = texts::resource_started(&action.resource.display_name(), &action.from, to);
+                let note = texts::resource_started(&patch.resource.display_name(), from, to);
                 ctx.event(run, EventType::Normal, events::RESOURCE_UPGRADE_STARTED, note)
                     .await;
             }
@@ -793,22 +762,10 @@ async fn announce_starts(ctx: &Ctx, run: &UpgradeRun, notes: Vec<String>) {
         .await;
 }
 
-/// Patches a binding with its resourceVersion as precondition: `metadata` merged, and
-/// `spec.version := to` when given. Returns true on a conflict (someone changed it first: the
-/// next reconcile re-evaluates; nothing is overwritten).
-async fn patch_binding(
-    ctx: &Ctx,
-    action: &BindingAction,
-    mut metadata: serde_json::Value,
-    to: Option<&str>,
-) -> Result<bool> {
-    if let Some(rv) = &action.resource_version {
-        metadata["resourceVersion"] = json!(rv);
-    }
-    let mut body = json!({"metadata": metadata});
-    if let Some(to) = to {
-        body["spec"] = json!({"version": to});
-    }
+/// Sends one binding patch (its resourceVersion the precondition). Returns true on a conflict
+/// or a binding gone (someone changed it first: the next reconcile re-evaluates; nothing is
+/// overwritten).
+async fn patch_binding(client: &kube::Client, patch: &BindingPatch) -> Result<bool> {
     let pp = PatchParams {
         field_manager: Some(upgradeplan::api::FIELD_MANAGER.into()),
         ..Default::default()
@@ -816,14 +773,14 @@ async fn patch_binding(
     // The reply (the whole binding) is not read: the watch brings the change to the cache, and
     // parsing thousands of replies would cost the controller's CPU beside the API server's.
     use upgradeplan::api::kratix::ResourceBinding;
-    let url = ResourceBinding::url_path(&(), Some(&action.resource.namespace));
+    let url = ResourceBinding::url_path(&(), Some(&patch.resource.namespace));
     let request = kube::core::Request::new(url)
-        .patch(&action.resource.binding, &pp, &Patch::Merge(body))
+        .patch(&patch.resource.binding, &pp, &Patch::Merge(patch.merge_patch()))
         .map_err(kube::Error::BuildRequest)?;
-    match ctx.client.request_text(request).await {
+    match client.request_text(request).await {
         Ok(_) => Ok(false),
         Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {
-            tracing::debug!(binding = %action.resource.display_name(), code = e.code, "binding changed or gone since the cache saw it; the next pass decides again");
+            tracing::debug!(binding = %patch.resource.display_name(), code = e.code, "binding changed or gone since the cache saw it; the next pass decides again");
             Ok(true)
         }
         Err(e) => Err(e.into()),
@@ -839,4 +796,102 @@ pub fn error_policy(run: Arc<UpgradeRun>, err: &Error, ctx: Arc<Ctx>) -> Action 
     let delay = ctx.retries.next_delay(&retry_key(&run));
     tracing::warn!(run = %run.name_any(), error = %err, kind = err.metric_label(), retry_in = ?delay, "run reconcile failed; retrying");
     Action::requeue(delay)
+}
+
+/// The binding writes request by request, against a mocked API server (the shapes; the real
+/// control plane runs them end to end in tests/tests).
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use http::{Request, Response};
+    use http_body_util::BodyExt;
+    use kube::client::Body;
+    use serde_json::{json, Value};
+    use upgradeplan::engine::run::BindingAction;
+    use upgradeplan::engine::snapshot::SnapshotResource;
+    use upgradeplan::engine::write::BindingPatch;
+
+    use super::patch_binding;
+
+    fn start() -> BindingPatch {
+        let action = BindingAction {
+            resource: Arc::new(SnapshotResource {
+                namespace: "team-a".into(),
+                name: "db".into(),
+                binding: "db-binding".into(),
+                last_applied_version: "v1".into(),
+                spec_version: "v1".into(),
+            }),
+            resource_version: Some("41".into()),
+            from: "v1".into(),
+        };
+        let now = "2026-06-01T10:00:00Z".parse().expect("a time");
+        BindingPatch::start(&action, "v2", "run-1", now)
+    }
+
+    fn status(code: u16, reason: &str) -> Response<Body> {
+        let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "code": code});
+        Response::builder()
+            .status(code)
+            .body(Body::from(serde_json::to_vec(&body).expect("json")))
+            .expect("a response")
+    }
+
+    /// Sends `patch` to a mocked API server that answers `reply`; returns what the server
+    /// received (method, URI, content type, body) and what `patch_binding` made of the answer.
+    async fn send(
+        patch: BindingPatch,
+        reply: Response<Body>,
+    ) -> ((String, String, String, Value), Result<bool, String>) {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = kube::Client::new(service, "default");
+        let server = tokio::spawn(async move {
+            let (request, respond) = handle.next_request().await.expect("one request");
+            let (parts, body) = request.into_parts();
+            let body = body.collect().await.expect("the body").to_bytes();
+            respond.send_response(reply);
+            let content_type = parts
+                .headers
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok());
+            (
+                parts.method.to_string(),
+                parts.uri.to_string(),
+                content_type.unwrap_or_default().to_string(),
+                serde_json::from_slice(&body).expect("a JSON body"),
+            )
+        });
+        let answer = patch_binding(&client, &patch).await.map_err(|e| e.to_string());
+        (server.await.expect("the server"), answer)
+    }
+
+    #[tokio::test]
+    async fn a_start_is_one_merge_patch_of_the_binding_with_its_precondition_and_field_manager() {
+        let patch = start();
+        let ((method, uri, content_type, body), answer) = send(patch.clone(), status(200, "")).await;
+        assert_eq!(method, "PATCH");
+        assert_eq!(
+            uri,
+            "/apis/platform.kratix.io/v1alpha1/namespaces/team-a/resourcebindings/db-binding?&fieldManager=upgradeplan-controller"
+        );
+        assert_eq!(content_type, "application/merge-patch+json");
+        assert_eq!(body, patch.merge_patch());
+        assert_eq!(body["metadata"]["resourceVersion"], "41", "the precondition");
+        assert_eq!(body["spec"]["version"], "v2");
+        assert_eq!(answer, Ok(false), "sent, no conflict");
+    }
+
+    #[tokio::test]
+    async fn a_binding_changed_or_gone_since_it_was_read_is_a_conflict_and_anything_else_an_error() {
+        for (code, reason, want) in [(409, "Conflict", Ok(true)), (404, "NotFound", Ok(true))] {
+            let (_, answer) = send(start(), status(code, reason)).await;
+            assert_eq!(answer, want, "{code}");
+        }
+        let (_, answer) = send(start(), status(500, "InternalError")).await;
+        assert!(
+            answer.is_err(),
+            "a server error is the pass's error (retried with backoff): {answer:?}"
+        );
+    }
 }

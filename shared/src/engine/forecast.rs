@@ -22,7 +22,8 @@ use super::run::{evaluate, Blocked, Outcome, RunContext, Verdict};
 use super::snapshot::{assign, Snapshot};
 use super::stage::{requires_approval, ApprovalFact};
 use super::version::VersionMatcher;
-use crate::api::kratix::{BindingFacts, ResourceBinding, MANUAL_RECONCILIATION_LABEL};
+use super::write::BindingPatch;
+use crate::api::kratix::{BindingFacts, ResourceBinding};
 use crate::api::{GroupPhase, GroupStatus, UpgradePlanSpec, UPGRADE_STARTED_AT_ANNOTATION};
 
 /// How long a wait must be before it is reported as one.
@@ -214,25 +215,15 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
                 }
             }
         }
-        let retries = eval.retry.iter().map(|a| (a, true));
-        for (action, retry) in eval.start.iter().map(|a| (a, false)).chain(retries) {
-            let r = &action.resource;
+        for patch in BindingPatch::of_evaluation(&eval, &to, "forecast", now) {
+            let r = &patch.resource;
             let Some(&i) = index.get(&(r.namespace.as_str(), r.binding.as_str())) else {
                 continue;
             };
-            let b = &mut live[i];
-            if retry {
-                b.metadata
-                    .labels
-                    .get_or_insert_with(Default::default)
-                    .insert(MANUAL_RECONCILIATION_LABEL.into(), "true".into());
-            } else {
-                b.spec.version = to.clone();
+            // The forecast's bindings are the ones evaluated: the precondition holds.
+            if patch.apply(&mut live[i]).is_err() {
+                continue;
             }
-            b.metadata
-                .annotations
-                .get_or_insert_with(Default::default)
-                .insert(UPGRADE_STARTED_AT_ANNOTATION.into(), crate::time::rfc3339(now));
             starts.push((now, format!("{}/{}", r.namespace, r.binding)));
             completing[i] = true;
             completions.push(Reverse((now + input.per_resource, i)));

@@ -34,6 +34,7 @@ use super::snapshot::{
 use super::stage::{self, ApprovalFact};
 use super::validate::{summarize as summarize_problems, validate_plan};
 use super::version::VersionMatcher;
+use super::write::BindingPatch;
 use crate::api::kratix::{BindingFacts, HealthRecord};
 use crate::api::{
     find_condition, reasons, set_condition, Condition, ConditionStatus, GateStatus, GroupPhase, GroupStatus,
@@ -218,8 +219,12 @@ pub struct Step {
     pub frozen: Option<Arc<Frozen>>,
     /// UpgradeApprovals of this run to own (ownerReference to the run: garbage-collected with it).
     pub adopt_approvals: Vec<String>,
-    /// The evaluation of an InProgress run: bindings to patch (`start`, `retry`).
+    /// The evaluation of an InProgress run (what it decided; [`Step::binding_patches`] are its
+    /// writes).
     pub evaluation: Option<Evaluation>,
+    /// The binding patches of the evaluation's starts and retries, in the order they are sent,
+    /// stamped with the step's `now`. Empty for a run that ends in this step.
+    pub binding_patches: Vec<BindingPatch>,
     /// The target version of the run's upgrades (the frozen plan's `to`), when known.
     pub to: String,
     pub announce: Vec<Announcement>,
@@ -245,6 +250,7 @@ impl Step {
             frozen: None,
             adopt_approvals: Vec::new(),
             evaluation: None,
+            binding_patches: Vec::new(),
             to: String::new(),
             announce: Vec::new(),
             results: Vec::new(),
@@ -341,6 +347,15 @@ fn plan_recorded(run: &UpgradeRun, plan: Option<&UpgradePlan>, now: DateTime<Utc
 
 /// The run's next status and what to do, from the run, the gathered facts and the caches.
 pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step {
+    let mut out = decide(run, facts, cluster);
+    if let Some(eval) = &out.evaluation {
+        out.binding_patches = BindingPatch::of_evaluation(eval, &out.to, run_name(run), facts.now);
+    }
+    out
+}
+
+/// The step's decision: everything but the binding patches, which follow from its evaluation.
+fn decide(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step {
     let now = facts.now;
     let mut out = Step::new(run.status.clone().unwrap_or_default());
     let deleting = run.metadata.deletion_timestamp.is_some();

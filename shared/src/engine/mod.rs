@@ -25,5 +25,6 @@ pub mod texts;
 pub mod validate;
 pub mod version;
 pub mod window;
+pub mod write;
 
 pub use validate::{validate_plan, Problem};

@@ -217,11 +217,10 @@ fn apply_snapshot(run: &UpgradeRun, step: &Step, world: &mut World) {
 }
 
 fn apply_patches(step: &Step, world: &mut World) {
-    let Some(eval) = &step.evaluation else { return };
-    for a in &eval.start {
+    for patch in &step.binding_patches {
         for b in &mut world.bindings {
-            if b.metadata.name.as_deref() == Some(&a.resource.binding) {
-                Arc::make_mut(b).spec.version = step.to.clone();
+            if b.metadata.name.as_deref() == Some(&patch.resource.binding) {
+                patch.apply(Arc::make_mut(b)).expect("the binding as the step saw it");
             }
         }
     }
@@ -1143,15 +1142,21 @@ fn lost_start_announcements_are_the_started_upgrades_no_event_accounts_for() {
     let s = pass(&run, Some(&plan), &[], &world, t(1));
     assert_eq!(started(&s), 5);
     apply(&mut run, &s, &mut world, &plan);
-    // r0..r3 carry this run's upgraded-by annotation (the controller's patch); r4 was moved to
-    // v2 by someone else.
-    for b in world.bindings.iter_mut().take(4) {
-        Arc::make_mut(b)
+    // r0..r3 carry this run's upgraded-by annotation (its own patches); r4 was then moved to v2
+    // by someone else, whose write replaced the annotation.
+    for (i, b) in world.bindings.iter().enumerate() {
+        let by = b
             .metadata
             .annotations
-            .get_or_insert_with(Default::default)
-            .insert(crate::api::UPGRADED_BY_ANNOTATION.into(), "r".into());
+            .as_ref()
+            .and_then(|a| a.get(crate::api::UPGRADED_BY_ANNOTATION));
+        assert_eq!(by.map(String::as_str), Some("r"), "r{i} was patched by run r");
     }
+    Arc::make_mut(&mut world.bindings[4])
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(crate::api::UPGRADED_BY_ANNOTATION.into(), "someone-else".into());
     let s = pass(&run, Some(&plan), &[], &world, t(2));
     let frozen = s.frozen.as_ref().unwrap();
     let note = |i: usize| texts::resource_started(&format!("ns/r{i}"), "v1", "v2");

@@ -1,0 +1,298 @@
+//! The writes a run's step sends to ResourceBindings, as typed values (spec §5.5, §14.1).
+//!
+//! A start sets `spec.version` to the run's target; a retry adds Kratix's
+//! `kratix.io/manual-reconciliation` label (Kratix re-runs the workflow and removes the label).
+//! Both name the run as the upgrade's author and when it began, the clock of the group's
+//! `progressDeadline`, with the step's `now`. Each carries the binding's resourceVersion as it was
+//! evaluated: a binding changed since is not overwritten.
+//!
+//! One definition serves every reader: the controller sends [`BindingPatch::merge_patch`], and
+//! the engine's tables, the forecast and the simulation change objects with [`BindingPatch::apply`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+
+use crate::api::kratix::{ResourceBinding, MANUAL_RECONCILIATION_LABEL};
+use crate::api::{RETRY_REQUESTED_BY_ANNOTATION, UPGRADED_BY_ANNOTATION, UPGRADE_STARTED_AT_ANNOTATION};
+use crate::engine::run::{BindingAction, Evaluation};
+use crate::engine::snapshot::SnapshotResource;
+
+/// What a patch asks of Kratix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attempt {
+    /// `spec.version := to`, from the version the binding had applied.
+    Start { from: String, to: String },
+    /// Kratix re-runs the failed workflow of the version already requested.
+    Retry,
+}
+
+/// One merge patch of one ResourceBinding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindingPatch {
+    pub resource: Arc<SnapshotResource>,
+    /// The precondition: the binding's resourceVersion when the step evaluated it.
+    pub resource_version: Option<String>,
+    pub attempt: Attempt,
+    /// Labels and annotations merged into the binding's own.
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The patch would overwrite a change the step did not see: the binding's resourceVersion is
+/// no longer the one evaluated (the API server answers 409).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("binding {namespace}/{name} changed since it was evaluated (resourceVersion {expected:?}, now {found:?})")]
+pub struct Conflict {
+    pub namespace: String,
+    pub name: String,
+    pub expected: Option<String>,
+    pub found: Option<String>,
+}
+
+impl BindingPatch {
+    fn new(action: &BindingAction, attempt: Attempt, run: &str, now: DateTime<Utc>) -> Self {
+        let mut annotations = BTreeMap::from([
+            (UPGRADED_BY_ANNOTATION.to_string(), run.to_string()),
+            (UPGRADE_STARTED_AT_ANNOTATION.to_string(), crate::time::rfc3339(now)),
+        ]);
+        let mut labels = BTreeMap::new();
+        if attempt == Attempt::Retry {
+            // A retry is a new attempt by this run (spec §5.5): it names the run as the upgrade's
+            // author, and its progressDeadline counts from now, not from the first start.
+            labels.insert(MANUAL_RECONCILIATION_LABEL.to_string(), "true".to_string());
+            annotations.insert(RETRY_REQUESTED_BY_ANNOTATION.to_string(), run.to_string());
+        }
+        BindingPatch {
+            resource: Arc::clone(&action.resource),
+            resource_version: action.resource_version.clone(),
+            attempt,
+            labels,
+            annotations,
+        }
+    }
+
+    /// Upgrades `action`'s binding to `to`, started by `run` at `now`.
+    pub fn start(action: &BindingAction, to: &str, run: &str, now: DateTime<Utc>) -> Self {
+        let attempt = Attempt::Start {
+            from: action.from.clone(),
+            to: to.to_string(),
+        };
+        Self::new(action, attempt, run, now)
+    }
+
+    /// Asks Kratix to retry `action`'s binding, for `run` at `now`.
+    pub fn retry(action: &BindingAction, run: &str, now: DateTime<Utc>) -> Self {
+        Self::new(action, Attempt::Retry, run, now)
+    }
+
+    /// An evaluation's writes in the order they are sent: retries, then starts (both admitted by
+    /// the same admission; spec §14.1).
+    pub fn of_evaluation(eval: &Evaluation, to: &str, run: &str, now: DateTime<Utc>) -> Vec<Self> {
+        Self::of_actions(&eval.retry, &eval.start, to, run, now)
+    }
+
+    fn of_actions(
+        retry: &[BindingAction],
+        start: &[BindingAction],
+        to: &str,
+        run: &str,
+        now: DateTime<Utc>,
+    ) -> Vec<Self> {
+        let retries = retry.iter().map(|a| Self::retry(a, run, now));
+        let starts = start.iter().map(|a| Self::start(a, to, run, now));
+        retries.chain(starts).collect()
+    }
+
+    /// The version this patch sets, for a start.
+    pub fn version(&self) -> Option<&str> {
+        match &self.attempt {
+            Attempt::Start { to, .. } => Some(to),
+            Attempt::Retry => None,
+        }
+    }
+
+    /// The JSON merge patch (RFC 7386) the API server receives; the resourceVersion in it makes
+    /// the server refuse the patch (409) if the binding changed since.
+    pub fn merge_patch(&self) -> Value {
+        let mut metadata = json!({
+            "labels": self.labels,
+            "annotations": self.annotations,
+        });
+        if self.labels.is_empty() {
+            metadata.as_object_mut().map(|m| m.remove("labels"));
+        }
+        if let Some(rv) = &self.resource_version {
+            metadata["resourceVersion"] = json!(rv);
+        }
+        let mut body = json!({ "metadata": metadata });
+        if let Some(version) = self.version() {
+            body["spec"] = json!({ "version": version });
+        }
+        body
+    }
+
+    /// Applies the patch to `binding` as the API server would (the resourceVersion, which the
+    /// server moves on, is left to the caller).
+    pub fn apply(&self, binding: &mut ResourceBinding) -> Result<(), Conflict> {
+        if let Some(expected) = &self.resource_version {
+            if binding.metadata.resource_version.as_ref() != Some(expected) {
+                return Err(Conflict {
+                    namespace: self.resource.namespace.clone(),
+                    name: self.resource.binding.clone(),
+                    expected: Some(expected.clone()),
+                    found: binding.metadata.resource_version.clone(),
+                });
+            }
+        }
+        if !self.labels.is_empty() {
+            binding
+                .metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .extend(self.labels.clone());
+        }
+        binding
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .extend(self.annotations.clone());
+        if let Some(version) = self.version() {
+            binding.spec.version = version.to_string();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::kratix::ResourceBindingSpec;
+
+    fn action(rv: Option<&str>) -> BindingAction {
+        BindingAction {
+            resource: Arc::new(SnapshotResource {
+                namespace: "team-a".into(),
+                name: "db".into(),
+                binding: "db-binding".into(),
+                last_applied_version: "v1".into(),
+                spec_version: "v1".into(),
+            }),
+            resource_version: rv.map(str::to_string),
+            from: "v1".into(),
+        }
+    }
+
+    fn now() -> DateTime<Utc> {
+        "2026-06-01T10:00:00Z".parse().unwrap()
+    }
+
+    fn binding(rv: &str) -> ResourceBinding {
+        let mut b = ResourceBinding::new(
+            "db-binding",
+            ResourceBindingSpec {
+                version: "v1".into(),
+                ..Default::default()
+            },
+        );
+        b.metadata.namespace = Some("team-a".into());
+        b.metadata.resource_version = Some(rv.into());
+        b.metadata.labels = Some(BTreeMap::from([("team".into(), "a".into())]));
+        b
+    }
+
+    #[test]
+    fn the_merge_patch_of_each_attempt_is_what_the_api_server_receives() {
+        let audit = json!({
+            UPGRADED_BY_ANNOTATION: "run-1",
+            UPGRADE_STARTED_AT_ANNOTATION: "2026-06-01T10:00:00Z",
+        });
+        let mut retry_annotations = audit.clone();
+        retry_annotations[RETRY_REQUESTED_BY_ANNOTATION] = json!("run-1");
+        for (what, patch, want) in [
+            (
+                "a start sets the version, with its author and start time",
+                BindingPatch::start(&action(Some("7")), "v2", "run-1", now()),
+                json!({"metadata": {"annotations": audit, "resourceVersion": "7"}, "spec": {"version": "v2"}}),
+            ),
+            (
+                "a retry labels the binding for Kratix and leaves its version",
+                BindingPatch::retry(&action(Some("7")), "run-1", now()),
+                json!({"metadata": {
+                    "labels": {MANUAL_RECONCILIATION_LABEL: "true"},
+                    "annotations": retry_annotations,
+                    "resourceVersion": "7",
+                }}),
+            ),
+            (
+                "a binding read without a resourceVersion is patched without a precondition",
+                BindingPatch::start(&action(None), "v2", "run-1", now()),
+                json!({"metadata": {"annotations": audit}, "spec": {"version": "v2"}}),
+            ),
+        ] {
+            assert_eq!(patch.merge_patch(), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn apply_changes_the_binding_as_the_merge_patch_says() {
+        for patch in [
+            BindingPatch::start(&action(Some("7")), "v2", "run-1", now()),
+            BindingPatch::retry(&action(Some("7")), "run-1", now()),
+        ] {
+            let mut applied = binding("7");
+            patch.apply(&mut applied).unwrap();
+            // The same patch merged into the binding's JSON (RFC 7386), as the API server does.
+            let mut merged = serde_json::to_value(binding("7")).unwrap();
+            json_patch_merge(&mut merged, &patch.merge_patch());
+            // resourceVersion is the server's to move on; the patch's precondition matched it.
+            assert_eq!(serde_json::to_value(&applied).unwrap(), merged, "{:?}", patch.attempt);
+            assert_eq!(
+                applied.labels().get("team").map(String::as_str),
+                Some("a"),
+                "the binding's own labels stay"
+            );
+        }
+    }
+
+    #[test]
+    fn a_binding_changed_since_it_was_evaluated_is_not_overwritten() {
+        let patch = BindingPatch::start(&action(Some("7")), "v2", "run-1", now());
+        let mut b = binding("8");
+        let before = serde_json::to_value(&b).unwrap();
+        let err = patch.apply(&mut b).unwrap_err();
+        assert_eq!((err.expected.as_deref(), err.found.as_deref()), (Some("7"), Some("8")));
+        assert_eq!(
+            serde_json::to_value(&b).unwrap(),
+            before,
+            "nothing of the patch is applied"
+        );
+    }
+
+    #[test]
+    fn an_evaluation_sends_its_retries_before_its_starts() {
+        let patches = BindingPatch::of_actions(&[action(Some("2"))], &[action(Some("1"))], "v2", "run-1", now());
+        let attempts: Vec<_> = patches.iter().map(|p| p.version()).collect();
+        assert_eq!(attempts, [None, Some("v2")]);
+    }
+
+    use kube::ResourceExt;
+
+    /// RFC 7386 merge, the oracle for `apply`.
+    fn json_patch_merge(target: &mut Value, patch: &Value) {
+        match (target.as_object_mut(), patch.as_object()) {
+            (Some(t), Some(p)) => {
+                for (k, v) in p {
+                    if v.is_null() {
+                        t.remove(k);
+                    } else {
+                        json_patch_merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                    }
+                }
+            }
+            _ => *target = patch.clone(),
+        }
+    }
+}
