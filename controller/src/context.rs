@@ -370,10 +370,6 @@ pub struct RunResources {
     pub counted: HashSet<Arc<SnapshotResource>>,
 }
 
-/// Annotation naming the `--selector` of the controller that took a run on, so that the run
-/// stays recognisably its own after the plan is deleted (to release the finalizer).
-pub const SELECTOR_ANNOTATION: &str = "platform.syntasso.io/controller-selector";
-
 impl Ctx {
     /// Whether this controller handles `run`: always without `--selector`; with one, when the
     /// run's plan is in our (selected) cache, or the run was taken on by a controller with our
@@ -382,7 +378,8 @@ impl Ctx {
         match &self.selector {
             None => true,
             Some(sel) => {
-                self.plan(run.plan_name()).is_some() || run.annotations().get(SELECTOR_ANNOTATION) == Some(sel)
+                self.plan(run.plan_name()).is_some()
+                    || run.annotations().get(upgradeplan::api::SELECTOR_ANNOTATION) == Some(sel)
             }
         }
     }

@@ -16,7 +16,7 @@ use serde_json::json;
 use upgradeplan::api::kratix::{BindingFacts, HealthRecord};
 use upgradeplan::api::{
     ResourceListRef, RunState, UpgradeApproval, UpgradeFreeze, UpgradeRun, UpgradeRunStatus, PLAN_LABEL, RUN_FINALIZER,
-    RUN_LABEL, SUPERSEDED_BY_ANNOTATION,
+    RUN_LABEL,
 };
 use upgradeplan::engine::admission::{reads_gates, RunFacts, TriggerKind};
 use upgradeplan::engine::lifecycle::{self, events, Gauges, SnapshotFact, Step};
@@ -25,9 +25,9 @@ use upgradeplan::engine::outcome::Finished;
 use upgradeplan::engine::run::texts;
 use upgradeplan::engine::snapshot::{check_shard, digest, read_frozen, snapshot_shard_index, ShardCheck};
 use upgradeplan::engine::stage::ApprovalFact;
-use upgradeplan::engine::write::{Attempt, BindingPatch};
+use upgradeplan::engine::write::{Attempt, BindingPatch, RunPatch};
 
-use crate::context::{Ctx, Frozen, SELECTOR_ANNOTATION};
+use crate::context::{Ctx, Frozen};
 use crate::error::{Error, Result};
 use crate::events::EventType;
 
@@ -152,6 +152,7 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         gates: &gates,
         approvals: &approvals,
         missing_kinds: &missing_kinds,
+        selector: ctx.selector.as_deref(),
         now,
     };
     let step = lifecycle::step(run, &facts, ctx);
@@ -221,23 +222,16 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
     // The run as this pass saw it; this pass's own writes to it move the version on. The status
     // write is conditional on it (see `apply_status_at`).
     let mut version = run.resource_version();
-    if let Some(v) = patch_metadata(ctx, run, &step).await? {
-        version = Some(v);
-    }
-    if step.suspend_self {
-        let api: Api<UpgradeRun> = Api::all(ctx.client.clone());
-        let patched = api
-            .patch(
-                &run_name,
-                &field_manager(),
-                &Patch::Merge(json!({"spec": {"suspend": true}})),
-            )
-            .await?;
-        version = patched.resource_version();
+    if !step.own.is_empty() {
+        if let Some(patched) = patch_run(&ctx.client, &step.own).await? {
+            version = patched.resource_version();
+        }
     }
     adopt_approvals(ctx, run, &step.adopt_approvals).await?;
     for older in &step.supersede {
-        request_supersede(ctx, older, &run_name).await?;
+        if patch_run(&ctx.client, older).await?.is_some() {
+            tracing::info!(run = %older.run, by = %run_name, "asked the older run to stand down");
+        }
     }
     if let (false, Some(frozen)) = (step.write_snapshot.is_empty(), &step.frozen) {
         let versions = write_snapshot(ctx, run, &step).await?;
@@ -376,63 +370,16 @@ fn field_manager() -> PatchParams {
     }
 }
 
-/// Adds the labels, annotations and ownerReference the step asks for, and the selector of this
-/// controller (so the run stays recognisably ours after its plan is gone).
-/// Returns the run's new resourceVersion when it patched it.
-async fn patch_metadata(ctx: &Ctx, run: &UpgradeRun, step: &Step) -> Result<Option<String>> {
-    let mut annotations = step.metadata.annotations.clone();
-    if let Some(selector) = &ctx.selector {
-        if run.annotations().get(SELECTOR_ANNOTATION) != Some(selector) {
-            annotations.insert(SELECTOR_ANNOTATION.into(), selector.clone());
-        }
-    }
-    let mut patch = serde_json::Map::new();
-    if !step.metadata.labels.is_empty() {
-        patch.insert("labels".into(), json!(step.metadata.labels));
-    }
-    if !annotations.is_empty() {
-        patch.insert("annotations".into(), json!(annotations));
-    }
-    if step.metadata.own_by_plan {
-        if let Some(owner) = ctx.plan(run.plan_name()).and_then(|p| p.controller_owner_ref(&())) {
-            let mut owners: Vec<_> = run
-                .owner_references()
-                .iter()
-                .filter(|o| o.controller != Some(true))
-                .cloned()
-                .collect();
-            owners.push(owner);
-            patch.insert("ownerReferences".into(), serde_json::to_value(owners)?);
-        }
-    }
-    if patch.is_empty() {
-        return Ok(None);
-    }
-    let api: Api<UpgradeRun> = Api::all(ctx.client.clone());
-    let patched = api
-        .patch(
-            &run.name_any(),
-            &field_manager(),
-            &Patch::Merge(json!({"metadata": patch})),
-        )
-        .await?;
-    Ok(patched.resource_version())
-}
-
-/// Asks an older run to stand down: `spec.suspend=true` and the annotation naming the newer run.
-/// The older run's own reconcile records `supersededBy` (spec §5.2).
-async fn request_supersede(ctx: &Ctx, older: &str, newer: &str) -> Result<()> {
-    let api: Api<UpgradeRun> = Api::all(ctx.client.clone());
-    let body = json!({
-        "metadata": {"annotations": {SUPERSEDED_BY_ANNOTATION: newer}},
-        "spec": {"suspend": true},
-    });
-    match api.patch(older, &field_manager(), &Patch::Merge(body)).await {
-        Ok(_) => {
-            tracing::info!(run = %older, by = %newer, "asked the older run to stand down");
-            Ok(())
-        }
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+/// Sends one run patch: this run's own, or a request to an older run to stand down.
+/// `None` when the run is gone (a deleted run needs neither).
+async fn patch_run(client: &kube::Client, patch: &RunPatch) -> Result<Option<UpgradeRun>> {
+    let api: Api<UpgradeRun> = Api::all(client.clone());
+    match api
+        .patch(&patch.run, &field_manager(), &Patch::Merge(patch.merge_patch()))
+        .await
+    {
+        Ok(patched) => Ok(Some(patched)),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
         Err(e) => Err(e.into()),
     }
 }
@@ -808,11 +755,12 @@ mod tests {
     use http_body_util::BodyExt;
     use kube::client::Body;
     use serde_json::{json, Value};
+    use upgradeplan::api::UpgradeRun;
     use upgradeplan::engine::run::BindingAction;
     use upgradeplan::engine::snapshot::SnapshotResource;
-    use upgradeplan::engine::write::BindingPatch;
+    use upgradeplan::engine::write::{BindingPatch, RunPatch};
 
-    use super::patch_binding;
+    use super::{patch_binding, patch_run};
 
     fn start() -> BindingPatch {
         let action = BindingAction {
@@ -838,12 +786,24 @@ mod tests {
             .expect("a response")
     }
 
+    /// What the mocked API server received: method, URI, content type, body.
+    type Received = (String, String, String, Value);
+
     /// Sends `patch` to a mocked API server that answers `reply`; returns what the server
-    /// received (method, URI, content type, body) and what `patch_binding` made of the answer.
-    async fn send(
-        patch: BindingPatch,
-        reply: Response<Body>,
-    ) -> ((String, String, String, Value), Result<bool, String>) {
+    /// received and what `patch_binding` made of the answer.
+    async fn send(patch: BindingPatch, reply: Response<Body>) -> (Received, Result<bool, String>) {
+        serve_one(reply, |client| async move {
+            patch_binding(&client, &patch).await.map_err(|e| e.to_string())
+        })
+        .await
+    }
+
+    /// Runs `call` with a client whose API server answers one request with `reply`.
+    async fn serve_one<T, F, Fut>(reply: Response<Body>, call: F) -> (Received, T)
+    where
+        F: FnOnce(kube::Client) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let client = kube::Client::new(service, "default");
         let server = tokio::spawn(async move {
@@ -862,7 +822,7 @@ mod tests {
                 serde_json::from_slice(&body).expect("a JSON body"),
             )
         });
-        let answer = patch_binding(&client, &patch).await.map_err(|e| e.to_string());
+        let answer = call(client).await;
         (server.await.expect("the server"), answer)
     }
 
@@ -893,5 +853,40 @@ mod tests {
             answer.is_err(),
             "a server error is the pass's error (retried with backoff): {answer:?}"
         );
+    }
+
+    fn ok(object: Value) -> Response<Body> {
+        Response::builder()
+            .status(200)
+            .body(Body::from(serde_json::to_vec(&object).expect("json")))
+            .expect("a response")
+    }
+
+    #[tokio::test]
+    async fn a_supersede_request_is_one_merge_patch_of_the_older_run_and_a_run_gone_is_no_error() {
+        let patch = RunPatch::supersede("old", "new");
+        let mut patched = UpgradeRun::new("old", Default::default());
+        patched.metadata.resource_version = Some("8".into());
+        let reply = ok(serde_json::to_value(&patched).expect("json"));
+        let call = |patch: RunPatch| {
+            move |client: kube::Client| async move {
+                let answer = patch_run(&client, &patch).await.map_err(|e| e.to_string());
+                answer.map(|run| run.and_then(|r| r.metadata.resource_version))
+            }
+        };
+        let ((method, uri, content_type, body), answer) = serve_one(reply, call(patch.clone())).await;
+        assert_eq!(method, "PATCH");
+        assert_eq!(
+            uri,
+            "/apis/platform.syntasso.io/v1alpha1/upgraderuns/old?&fieldManager=upgradeplan-controller"
+        );
+        assert_eq!(content_type, "application/merge-patch+json");
+        assert_eq!(body, patch.merge_patch());
+        assert_eq!(answer, Ok(Some("8".into())), "the run's new resourceVersion");
+
+        let (_, answer) = serve_one(status(404, "NotFound"), call(patch.clone())).await;
+        assert_eq!(answer, Ok(None), "a run deleted meanwhile needs no patch");
+        let (_, answer) = serve_one(status(500, "InternalError"), call(patch)).await;
+        assert!(answer.is_err(), "a server error is the pass's error: {answer:?}");
     }
 }

@@ -64,6 +64,9 @@ pub const SUPERSEDED_BY_ANNOTATION: &str = "platform.syntasso.io/superseded-by";
 /// Annotation recording when a preview was resumed, i.e. admitted for rolling out (RFC 3339 UTC):
 /// admission orders it as if created then (spec §5.2).
 pub const ADMITTED_AT_ANNOTATION: &str = "platform.syntasso.io/admitted-at";
+/// Annotation naming the `--selector` of the controller that took a run on, so that the run
+/// stays recognisably its own after the plan is deleted (to release the finalizer).
+pub const SELECTOR_ANNOTATION: &str = "platform.syntasso.io/controller-selector";
 /// Default namespace of the snapshot ConfigMaps.
 pub const DEFAULT_SNAPSHOT_NAMESPACE: &str = "kratix-platform-system";
 /// Field manager for everything the controller writes.

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
+use kube::{Resource, ResourceExt};
 
 use super::admission::{
     admit, admitted_at, created_suspended, is_dormant, is_preview, last_run_of, superseded_by, Admission, RunFacts,
@@ -34,12 +35,12 @@ use super::snapshot::{
 use super::stage::{self, ApprovalFact};
 use super::validate::{summarize as summarize_problems, validate_plan};
 use super::version::VersionMatcher;
-use super::write::BindingPatch;
+use super::write::{BindingPatch, RunPatch};
 use crate::api::kratix::{BindingFacts, HealthRecord};
 use crate::api::{
     find_condition, reasons, set_condition, Condition, ConditionStatus, GateStatus, GroupPhase, GroupStatus,
     ResourceListRef, RunState, UpgradeFreeze, UpgradePlan, UpgradeRun, UpgradeRunStatus, ADMITTED_AT_ANNOTATION,
-    PLAN_LABEL, PREVIEW_ANNOTATION, UPGRADED_BY_ANNOTATION,
+    PLAN_LABEL, PREVIEW_ANNOTATION, SELECTOR_ANNOTATION, UPGRADED_BY_ANNOTATION,
 };
 
 /// How often a run waiting for a kind the cluster does not serve looks again (a CRD installed
@@ -99,6 +100,10 @@ pub struct Facts<'a> {
     pub approvals: &'a [ApprovalFact],
     /// Kinds the run's plan needs that the API server does not serve (spec §14.2).
     pub missing_kinds: &'a [MissingKind],
+    /// The controller's `--selector`: a run it works on carries it
+    /// ([`crate::api::SELECTOR_ANNOTATION`]), so the run stays recognisably its own once the plan
+    /// is gone.
+    pub selector: Option<&'a str>,
     pub now: DateTime<Utc>,
 }
 
@@ -187,31 +192,15 @@ pub struct ResourceResult {
     pub result: Finished,
 }
 
-/// Labels, annotations and ownership a run must carry.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MetadataPatch {
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
-    /// The run lacks its ownerReference to the plan.
-    pub own_by_plan: bool,
-}
-
-impl MetadataPatch {
-    pub fn is_empty(&self) -> bool {
-        self.labels.is_empty() && self.annotations.is_empty() && !self.own_by_plan
-    }
-}
-
 /// The output of [`step`], in the order the controller applies it.
 #[derive(Debug, Clone)]
 pub struct Step {
-    pub metadata: MetadataPatch,
-    /// Older active runs this run supersedes: each gets `spec.suspend=true` and
-    /// [`crate::api::SUPERSEDED_BY_ANNOTATION`] naming this run; their own reconcile records it.
-    pub supersede: Vec<String>,
-    /// Set this run's `spec.suspend=true`: it found itself superseded (spec §5.2) before the newer
-    /// run asked it to stand down (two runs admitted at once).
-    pub suspend_self: bool,
+    /// This run's own patch, sent first: the labels, annotations and plan ownership it lacks, and
+    /// `spec.suspend=true` when it found itself superseded (spec §5.2) before the newer run asked
+    /// it to stand down (two runs admitted at once).
+    pub own: RunPatch,
+    /// Older active runs this run supersedes, asked to stand down; their own reconcile records it.
+    pub supersede: Vec<RunPatch>,
     /// The snapshot to write, as (ConfigMap name, data) in shard order ([`snapshot_config_maps`]):
     /// the status records each one's digest. Empty when the snapshot exists.
     pub write_snapshot: Vec<SnapshotConfigMap>,
@@ -241,11 +230,10 @@ pub struct Step {
 }
 
 impl Step {
-    fn new(status: UpgradeRunStatus) -> Self {
+    fn new(run: &str, status: UpgradeRunStatus) -> Self {
         Step {
-            metadata: MetadataPatch::default(),
+            own: RunPatch::of(run),
             supersede: Vec::new(),
-            suspend_self: false,
             write_snapshot: Vec::new(),
             frozen: None,
             adopt_approvals: Vec::new(),
@@ -295,7 +283,7 @@ fn suspended_condition(run: &UpgradeRun, status: &UpgradeRunStatus, now: DateTim
 
 /// Labels and annotations the run lacks (spec §4.2), plus the preview mark and, for a resumed
 /// preview, the moment of its admission.
-fn metadata_patch(run: &UpgradeRun, plan: &UpgradePlan, resumed: bool, now: DateTime<Utc>) -> MetadataPatch {
+fn metadata_patch(run: &UpgradeRun, plan: &UpgradePlan, resumed: bool, now: DateTime<Utc>) -> RunPatch {
     let plan_name = plan.metadata.name.clone().unwrap_or_default();
     let (mut labels, mut annotations) = (BTreeMap::new(), BTreeMap::new());
     super::naming::put_name(&mut labels, &mut annotations, PLAN_LABEL, &plan_name);
@@ -310,16 +298,22 @@ fn metadata_patch(run: &UpgradeRun, plan: &UpgradePlan, resumed: bool, now: Date
     let have_annotations = run.metadata.annotations.clone().unwrap_or_default();
     labels.retain(|k, v| have_labels.get(k) != Some(v));
     annotations.retain(|k, v| have_annotations.get(k) != Some(v));
-    let own_by_plan = !run
+    let owned = run
         .metadata
         .owner_references
         .iter()
         .flatten()
         .any(|o| Some(&o.uid) == plan.metadata.uid.as_ref());
-    MetadataPatch {
+    // The run's other owners stay; a controller reference to anything but the plan does not.
+    let owner_references = plan.controller_owner_ref(&()).filter(|_| !owned).map(|owner| {
+        let others = run.owner_references().iter().filter(|o| o.controller != Some(true));
+        others.cloned().chain([owner]).collect()
+    });
+    RunPatch {
         labels,
         annotations,
-        own_by_plan: own_by_plan && plan.metadata.uid.is_some(),
+        owner_references,
+        ..RunPatch::of(run_name(run))
     }
 }
 
@@ -348,6 +342,11 @@ fn plan_recorded(run: &UpgradeRun, plan: Option<&UpgradePlan>, now: DateTime<Utc
 /// The run's next status and what to do, from the run, the gathered facts and the caches.
 pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step {
     let mut out = decide(run, facts, cluster);
+    if let Some(selector) = facts.selector {
+        if run.annotations().get(SELECTOR_ANNOTATION).map(String::as_str) != Some(selector) {
+            out.own.annotations.insert(SELECTOR_ANNOTATION.into(), selector.into());
+        }
+    }
     if let Some(eval) = &out.evaluation {
         out.binding_patches = BindingPatch::of_evaluation(eval, &out.to, run_name(run), facts.now);
     }
@@ -357,7 +356,7 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
 /// The step's decision: everything but the binding patches, which follow from its evaluation.
 fn decide(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step {
     let now = facts.now;
-    let mut out = Step::new(run.status.clone().unwrap_or_default());
+    let mut out = Step::new(run_name(run), run.status.clone().unwrap_or_default());
     let deleting = run.metadata.deletion_timestamp.is_some();
 
     if out.status.state.is_terminal() {
@@ -465,14 +464,17 @@ fn decide(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step {
         me.preview = false;
         me.created = crate::time::whole_seconds(now); // as the annotation will say
     }
-    out.metadata = metadata_patch(run, plan, resumed, now);
+    out.own = metadata_patch(run, plan, resumed, now);
     let newer = match superseded_by(run) {
         Some(newer) => Some(newer.to_string()),
         None if me.preview => None,
         None => match admit(&me, facts.others) {
             Admission::SupersededBy(newer) => Some(newer),
             Admission::Proceed { supersede } => {
-                out.supersede = supersede;
+                out.supersede = supersede
+                    .iter()
+                    .map(|older| RunPatch::supersede(older, run_name(run)))
+                    .collect();
                 None
             }
         },
@@ -488,7 +490,7 @@ fn decide(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step {
                 .push(Announcement::normal(events::SUPERSEDED, texts::superseded(&newer)));
             out.status.superseded_by = Some(newer);
         }
-        out.suspend_self = !run.spec.suspend;
+        out.own.suspend = !run.spec.suspend;
         let c = suspended_condition(run, &out.status, now);
         set_condition(&mut out.status.conditions, c);
         return out;

@@ -1,4 +1,5 @@
-//! The writes a run's step sends to ResourceBindings, as typed values (spec §5.5, §14.1).
+//! The writes a run's step sends, as typed values: to ResourceBindings (spec §5.5, §14.1) and to
+//! UpgradeRuns (its own metadata; an older run asked to stand down, spec §5.2).
 //!
 //! A start sets `spec.version` to the run's target; a retry adds Kratix's
 //! `kratix.io/manual-reconciliation` label (Kratix re-runs the workflow and removes the label).
@@ -6,8 +7,8 @@
 //! `progressDeadline`, with the step's `now`. Each carries the binding's resourceVersion as it was
 //! evaluated: a binding changed since is not overwritten.
 //!
-//! One definition serves every reader: the controller sends [`BindingPatch::merge_patch`], and
-//! the engine's tables, the forecast and the simulation change objects with [`BindingPatch::apply`].
+//! One definition serves every reader: the controller sends each patch's `merge_patch`, and the
+//! engine's tables, the forecast and the simulation change objects with its `apply`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,8 +16,13 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
 use crate::api::kratix::{ResourceBinding, MANUAL_RECONCILIATION_LABEL};
-use crate::api::{RETRY_REQUESTED_BY_ANNOTATION, UPGRADED_BY_ANNOTATION, UPGRADE_STARTED_AT_ANNOTATION};
+use crate::api::{
+    UpgradeRun, RETRY_REQUESTED_BY_ANNOTATION, SUPERSEDED_BY_ANNOTATION, UPGRADED_BY_ANNOTATION,
+    UPGRADE_STARTED_AT_ANNOTATION,
+};
 use crate::engine::run::{BindingAction, Evaluation};
 use crate::engine::snapshot::SnapshotResource;
 
@@ -166,6 +172,91 @@ impl BindingPatch {
     }
 }
 
+/// One merge patch of one UpgradeRun: labels and annotations it lacks, its owner references, and
+/// `spec.suspend=true`. A run's own ([`crate::engine::lifecycle::Step::own`]) carries what spec
+/// §4.2 says a run is labelled with; [`RunPatch::supersede`] asks an older run to stand down.
+/// Neither has a precondition: each only adds what its author decided the run must carry.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunPatch {
+    /// The UpgradeRun patched.
+    pub run: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// The run's whole list (a merge patch replaces a list): its other owners, then its plan as
+    /// controller. `None` leaves the list alone.
+    pub owner_references: Option<Vec<OwnerReference>>,
+    pub suspend: bool,
+}
+
+impl RunPatch {
+    /// An empty patch of `run`.
+    pub fn of(run: &str) -> Self {
+        RunPatch {
+            run: run.to_string(),
+            ..Default::default()
+        }
+    }
+
+    /// Asks the older run to stand down (`spec.suspend=true`) naming the newer run; the older
+    /// run's own reconcile records `supersededBy` (spec §5.2).
+    pub fn supersede(older: &str, newer: &str) -> Self {
+        RunPatch {
+            annotations: BTreeMap::from([(SUPERSEDED_BY_ANNOTATION.to_string(), newer.to_string())]),
+            suspend: true,
+            ..Self::of(older)
+        }
+    }
+
+    /// Nothing to send.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.annotations.is_empty() && self.owner_references.is_none() && !self.suspend
+    }
+
+    /// The JSON merge patch (RFC 7386) the API server receives.
+    pub fn merge_patch(&self) -> Value {
+        let mut metadata = serde_json::Map::new();
+        if !self.labels.is_empty() {
+            metadata.insert("labels".into(), json!(self.labels));
+        }
+        if !self.annotations.is_empty() {
+            metadata.insert("annotations".into(), json!(self.annotations));
+        }
+        if let Some(owners) = &self.owner_references {
+            metadata.insert("ownerReferences".into(), json!(owners));
+        }
+        let mut body = serde_json::Map::new();
+        if !metadata.is_empty() {
+            body.insert("metadata".into(), Value::Object(metadata));
+        }
+        if self.suspend {
+            body.insert("spec".into(), json!({"suspend": true}));
+        }
+        Value::Object(body)
+    }
+
+    /// Applies the patch to `run` as the API server would.
+    pub fn apply(&self, run: &mut UpgradeRun) {
+        if !self.labels.is_empty() {
+            run.metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .extend(self.labels.clone());
+        }
+        if !self.annotations.is_empty() {
+            run.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .extend(self.annotations.clone());
+        }
+        if let Some(owners) = &self.owner_references {
+            run.metadata.owner_references = Some(owners.clone());
+        }
+        if self.suspend {
+            run.spec.suspend = true;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,6 +370,60 @@ mod tests {
     }
 
     use kube::ResourceExt;
+
+    fn run_with_owner() -> UpgradeRun {
+        let mut run = UpgradeRun::new("old", Default::default());
+        run.metadata.labels = Some(BTreeMap::from([("team".into(), "a".into())]));
+        run.metadata.owner_references = Some(vec![OwnerReference {
+            uid: "u-1".into(),
+            ..Default::default()
+        }]);
+        run
+    }
+
+    #[test]
+    fn a_run_patch_changes_the_run_as_its_merge_patch_says() {
+        let owned = RunPatch {
+            labels: BTreeMap::from([("platform.syntasso.io/plan".into(), "p".into())]),
+            annotations: BTreeMap::from([("platform.syntasso.io/preview".into(), "true".into())]),
+            owner_references: Some(vec![OwnerReference {
+                uid: "plan-uid".into(),
+                controller: Some(true),
+                ..Default::default()
+            }]),
+            ..RunPatch::of("old")
+        };
+        for (what, patch, want) in [
+            (
+                "a supersede request suspends the older run and names the newer",
+                RunPatch::supersede("old", "new"),
+                json!({"metadata": {"annotations": {SUPERSEDED_BY_ANNOTATION: "new"}}, "spec": {"suspend": true}}),
+            ),
+            (
+                "a run's own patch adds labels and annotations and replaces its owner list",
+                owned.clone(),
+                json!({"metadata": {
+                    "labels": {"platform.syntasso.io/plan": "p"},
+                    "annotations": {"platform.syntasso.io/preview": "true"},
+                    "ownerReferences": [{"apiVersion": "", "kind": "", "name": "", "uid": "plan-uid", "controller": true}],
+                }}),
+            ),
+            ("nothing to say is an empty patch", RunPatch::of("old"), json!({})),
+        ] {
+            assert_eq!(patch.merge_patch(), want, "{what}");
+            assert_eq!(patch.is_empty(), want == json!({}), "{what}");
+            let mut applied = run_with_owner();
+            patch.apply(&mut applied);
+            let mut merged = serde_json::to_value(run_with_owner()).unwrap();
+            json_patch_merge(&mut merged, &want);
+            assert_eq!(serde_json::to_value(&applied).unwrap(), merged, "{what}");
+            assert_eq!(
+                applied.labels().get("team").map(String::as_str),
+                Some("a"),
+                "{what}: its own labels stay"
+            );
+        }
+    }
 
     /// RFC 7386 merge, the oracle for `apply`.
     fn json_patch_merge(target: &mut Value, patch: &Value) {

@@ -181,29 +181,16 @@ fn a_run(name: &str, created: DateTime<Utc>, suspend: bool) -> UpgradeRun {
 }
 
 /// Applies a step as the controller does: metadata, snapshot, binding patches, status.
-fn apply(run: &mut UpgradeRun, step: &Step, world: &mut World, plan: &UpgradePlan) {
-    apply_metadata(run, step, plan);
+fn apply(run: &mut UpgradeRun, step: &Step, world: &mut World) {
+    assert_eq!(
+        Some(&step.own.run),
+        run.metadata.name.as_ref(),
+        "a run's own patch is of itself"
+    );
+    step.own.apply(run);
     apply_snapshot(run, step, world);
     apply_patches(step, world);
     run.status = Some(step.status.clone());
-}
-
-fn apply_metadata(run: &mut UpgradeRun, step: &Step, plan: &UpgradePlan) {
-    run.metadata
-        .labels
-        .get_or_insert_with(Default::default)
-        .extend(step.metadata.labels.clone());
-    run.metadata
-        .annotations
-        .get_or_insert_with(Default::default)
-        .extend(step.metadata.annotations.clone());
-    if step.metadata.own_by_plan {
-        run.metadata.owner_references = Some(vec![OwnerReference {
-            uid: plan.metadata.uid.clone().unwrap(),
-            controller: Some(true),
-            ..Default::default()
-        }]);
-    }
 }
 
 fn apply_snapshot(run: &UpgradeRun, step: &Step, world: &mut World) {
@@ -227,14 +214,10 @@ fn apply_patches(step: &Step, world: &mut World) {
 }
 
 /// Supersede requests as the controller sends them to the older runs.
-fn apply_supersede(step: &Step, newer: &str, runs: &mut [&mut UpgradeRun]) {
-    for run in runs {
-        if step.supersede.iter().any(|n| Some(n) == run.metadata.name.as_ref()) {
-            run.spec.suspend = true;
-            run.metadata
-                .annotations
-                .get_or_insert_with(Default::default)
-                .insert(SUPERSEDED_BY_ANNOTATION.into(), newer.into());
+fn apply_supersede(step: &Step, runs: &mut [&mut UpgradeRun]) {
+    for patch in &step.supersede {
+        for run in runs.iter_mut().filter(|r| r.metadata.name.as_ref() == Some(&patch.run)) {
+            patch.apply(run);
         }
     }
 }
@@ -248,6 +231,7 @@ fn facts<'a>(
 ) -> Facts<'a> {
     Facts {
         missing_kinds: &[],
+        selector: None,
         plan,
         others,
         snapshot: world.snapshot_of(run),
@@ -284,7 +268,7 @@ fn a_run_without_its_plan_waits_unresolved() {
         condition(&s, reasons::PLAN_RESOLVED),
         (reasons::PLAN_NOT_FOUND, ConditionStatus::False)
     );
-    assert!(s.announce.is_empty() && s.write_snapshot.is_empty() && s.metadata.is_empty() && s.finished.is_none());
+    assert!(s.announce.is_empty() && s.write_snapshot.is_empty() && s.own.is_empty() && s.finished.is_none());
 }
 
 #[test]
@@ -308,8 +292,8 @@ fn a_run_goes_from_admission_through_its_snapshot_to_completion() {
         condition(&s, reasons::SUSPENDED),
         ("NotSuspended", ConditionStatus::False)
     );
-    assert_eq!(s.metadata.labels.get(PLAN_LABEL).map(String::as_str), Some("p"));
-    assert!(s.metadata.own_by_plan);
+    assert_eq!(s.own.labels.get(PLAN_LABEL).map(String::as_str), Some("p"));
+    assert!(s.own.owner_references.is_some());
     assert_eq!(s.write_snapshot.len(), 1);
     assert_eq!(s.write_snapshot[0].0, "r-resource-snapshot");
     assert_eq!(
@@ -323,22 +307,22 @@ fn a_run_goes_from_admission_through_its_snapshot_to_completion() {
     assert_eq!((s.status.total_resources, s.status.started_at), (3, Some(t(1))));
     assert_eq!(started(&s), 2, "maxConcurrent 2");
     assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked.is_empty()));
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
 
     // In flight at the limit: nothing more starts; the third waits on the limit.
     let s = pass(&run, Some(&plan), &[], &world, t(2));
     assert_eq!(started(&s), 0);
     assert!(s.write_snapshot.is_empty(), "a snapshot is taken once");
-    assert!(s.metadata.is_empty(), "metadata already carried");
+    assert!(s.own.is_empty(), "metadata already carried");
     assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked == vec![("all".into(), "ConcurrencyLimit")]));
     assert_eq!(s.status.started_at, Some(t(1)), "startedAt stays");
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
 
     world.kratix_applies();
     let s = pass(&run, Some(&plan), &[], &world, t(3));
     assert_eq!((started(&s), s.status.completed_resources), (1, 2));
     assert!(reasons_announced(&s).contains(&events::GROUP_IN_PROGRESS));
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
 
     world.kratix_applies();
     let s = pass(&run, Some(&plan), &[], &world, t(4));
@@ -357,7 +341,7 @@ fn a_run_goes_from_admission_through_its_snapshot_to_completion() {
     assert_eq!(terminal.len(), 1);
     assert_eq!(terminal[0].note, "3/3 resources upgraded to v2");
     assert_eq!(s.gauges, Gauges::Clear);
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
 
     // Terminal: never acted on again.
     let s = pass(&run, Some(&plan), &[], &world, t(5));
@@ -443,7 +427,7 @@ fn every_path_into_failed_announces_upgrade_run_failed_once() {
     let mut world = World::with(2);
     let mut run = a_run("r", t(0), false);
     let s = pass(&run, Some(&plan), &[], &world, t(1));
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
     let in_progress = run.clone();
 
     // A resource fails.
@@ -501,23 +485,23 @@ fn a_crash_between_any_two_effects_of_the_snapshot_pass_changes_nothing() {
     let run = a_run("r", t(0), false);
     let full = pass(&run, Some(&plan), &[], &world, t(1));
 
-    type Partial = fn(&mut UpgradeRun, &Step, &mut World, &UpgradePlan);
+    type Partial = fn(&mut UpgradeRun, &Step, &mut World);
     let prefixes: Vec<(&str, Partial)> = vec![
-        ("nothing applied", |_, _, _, _| {}),
-        ("metadata only", |r, s, _, p| apply_metadata(r, s, p)),
-        ("metadata and snapshot", |r, s, w, p| {
-            apply_metadata(r, s, p);
+        ("nothing applied", |_, _, _| {}),
+        ("metadata only", |r, s, _| s.own.apply(r)),
+        ("metadata and snapshot", |r, s, w| {
+            s.own.apply(r);
             apply_snapshot(r, s, w);
         }),
-        ("everything but the status", |r, s, w, p| {
-            apply_metadata(r, s, p);
+        ("everything but the status", |r, s, w| {
+            s.own.apply(r);
             apply_snapshot(r, s, w);
             apply_patches(s, w);
         }),
     ];
     for (name, partial) in prefixes {
         let (mut r, mut w) = (run.clone(), world.clone());
-        partial(&mut r, &full, &mut w, &plan);
+        partial(&mut r, &full, &mut w);
         let replay = pass(&r, Some(&plan), &[], &w, t(1));
         assert_eq!(replay.status, full.status, "{name}: the same status");
         assert!(
@@ -537,7 +521,7 @@ fn a_crash_between_any_two_effects_of_the_snapshot_pass_changes_nothing() {
     let (mut r, mut w) = (run.clone(), world.clone());
     apply_snapshot(&r, &full, &mut w);
     w.bindings.push(Arc::new(binding("ns", "late", &[], "v1", "v1")));
-    apply_metadata(&mut r, &full, &plan);
+    full.own.apply(&mut r);
     let replay = pass(&r, Some(&plan), &[], &w, t(1));
     assert_eq!(replay.status.total_resources, 3, "the snapshot is taken once");
 }
@@ -548,14 +532,14 @@ fn the_newest_run_supersedes_and_the_older_records_it_itself() {
     let mut world = World::with(2);
     let mut old = a_run("old", t(0), false);
     let s = pass(&old, Some(&plan), &[], &world, t(1));
-    apply(&mut old, &s, &mut world, &plan);
+    apply(&mut old, &s, &mut world);
 
     let mut new = a_run("new", t(5), false);
     let s = pass(&new, Some(&plan), &[RunFacts::of(&old)], &world, t(6));
-    assert_eq!(s.supersede, vec!["old".to_string()]);
+    assert_eq!(s.supersede, vec![RunPatch::supersede("old", "new")]);
     assert!(s.status.superseded_by.is_none());
-    apply(&mut new, &s, &mut world, &plan);
-    apply_supersede(&s, "new", &mut [&mut old]);
+    apply(&mut new, &s, &mut world);
+    apply_supersede(&s, &mut [&mut old]);
     assert_eq!(
         old.status.as_ref().unwrap().superseded_by,
         None,
@@ -589,11 +573,11 @@ fn the_newest_run_supersedes_and_the_older_records_it_itself() {
     let s = pass(&a, Some(&plan), &[RunFacts::of(&b)], &world, t(12));
     assert_eq!(s.status.superseded_by.as_deref(), Some("b"));
     assert!(
-        s.suspend_self,
+        s.own.suspend,
         "a superseded run is suspended (spec 5.2), by itself when no one asked"
     );
     assert!(
-        !pass(&old, Some(&plan), &[RunFacts::of(&new)], &world, t(9)).suspend_self,
+        !pass(&old, Some(&plan), &[RunFacts::of(&new)], &world, t(9)).own.suspend,
         "already suspended"
     );
 }
@@ -606,11 +590,11 @@ fn a_preview_supersedes_nothing_until_resumed_then_is_admitted_as_new() {
     // An active run created after the preview.
     let mut active = a_run("active", t(2), false);
     let s = pass(&active, Some(&plan), &[], &world, t(3));
-    apply(&mut active, &s, &mut world, &plan);
+    apply(&mut active, &s, &mut world);
 
     let s = pass(&preview, Some(&plan), &[RunFacts::of(&active)], &world, t(4));
     assert_eq!(
-        s.metadata.annotations.get(PREVIEW_ANNOTATION).map(String::as_str),
+        s.own.annotations.get(PREVIEW_ANNOTATION).map(String::as_str),
         Some("true")
     );
     assert!(s.supersede.is_empty() && s.status.superseded_by.is_none());
@@ -618,21 +602,21 @@ fn a_preview_supersedes_nothing_until_resumed_then_is_admitted_as_new() {
     assert_eq!(started(&s), 0, "and patches nothing");
     assert_eq!(s.gauges, Gauges::Keep);
     assert_eq!(condition(&s, reasons::SUSPENDED).0, reasons::SUSPENDED);
-    apply(&mut preview, &s, &mut world, &plan);
+    apply(&mut preview, &s, &mut world);
     assert!(!RunFacts::of(&preview).contends(), "never the plan's active run");
 
     // Resumed: admitted at that moment, so it is the newest and supersedes the active run.
     preview.spec.suspend = false;
     let s = pass(&preview, Some(&plan), &[RunFacts::of(&active)], &world, t(6));
     assert_eq!(
-        s.metadata.annotations.get(ADMITTED_AT_ANNOTATION).map(String::as_str),
+        s.own.annotations.get(ADMITTED_AT_ANNOTATION).map(String::as_str),
         Some("2026-06-01T10:06:00Z")
     );
-    assert_eq!(s.supersede, vec!["active".to_string()]);
+    assert_eq!(s.supersede, vec![RunPatch::supersede("active", "preview")]);
     assert!(matches!(s.gauges, Gauges::Set(_)), "it owns the plan's gauges now");
     assert_eq!(started(&s), 0, "the active run still holds the only slot");
-    apply(&mut preview, &s, &mut world, &plan);
-    apply_supersede(&s, "preview", &mut [&mut active]);
+    apply(&mut preview, &s, &mut world);
+    apply_supersede(&s, &mut [&mut active]);
     assert!(RunFacts::of(&preview).contends());
     assert_eq!(RunFacts::of(&preview).created, t(6));
     // The superseded run, re-checked, agrees.
@@ -643,10 +627,10 @@ fn a_preview_supersedes_nothing_until_resumed_then_is_admitted_as_new() {
     world.kratix_applies();
     let s = pass(&preview, Some(&plan), &[], &world, t(8));
     world.kratix_applies();
-    apply(&mut preview, &s, &mut world, &plan);
+    apply(&mut preview, &s, &mut world);
     let s = pass(&preview, Some(&plan), &[], &world, t(9));
     world.kratix_applies();
-    apply(&mut preview, &s, &mut world, &plan);
+    apply(&mut preview, &s, &mut world);
     let s = pass(&preview, Some(&plan), &[], &world, t(10));
     assert_eq!(s.status.state, RunState::Completed);
     assert_eq!(s.gauges, Gauges::Clear);
@@ -660,7 +644,7 @@ fn deleting_cancels_and_lets_go_once_the_plan_recorded_it() {
     let mut world = World::with(2);
     let mut run = a_run("r", t(0), false);
     let s = pass(&run, Some(&plan), &[], &world, t(1));
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
     run.metadata.deletion_timestamp = Some(Time(crate::time::to_jiff(t(2))));
 
     let s = pass(&run, Some(&plan), &[], &world, t(2));
@@ -725,7 +709,7 @@ fn deleting_a_dormant_run_is_a_quiet_clean_up() {
     let mut preview = a_run("preview", t(0), true);
     let s = pass(&preview, Some(&plan), &[], &world, t(1));
     let mut w = world.clone();
-    apply(&mut preview, &s, &mut w, &plan);
+    apply(&mut preview, &s, &mut w);
     assert!(is_preview(&preview), "a preview, snapshotted, not resumed");
     for (what, run) in [
         ("superseded", recorded),
@@ -762,12 +746,12 @@ fn suspending_a_run_holds_new_starts_and_says_why() {
         (reasons::SUSPENDED, ConditionStatus::True)
     );
     assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked == vec![("all".into(), "Suspended")]));
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
     run.spec.suspend = false;
     let s = pass(&run, Some(&plan), &[], &world, t(2));
     assert_eq!(started(&s), 2);
     assert!(
-        !s.metadata.annotations.contains_key(ADMITTED_AT_ANNOTATION),
+        !s.own.annotations.contains_key(ADMITTED_AT_ANNOTATION),
         "only a preview is re-admitted"
     );
 }
@@ -852,7 +836,7 @@ fn a_freeze_holds_the_run_says_which_until_when_and_lets_go_at_its_end() {
     );
     assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked == vec![("all".into(), "Frozen")]));
     assert_eq!(s.wake_at, Some(t(5)), "woken exactly at the freeze's end");
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
 
     let s = pass(&run, Some(&plan), &[], &world, t(5));
     assert_eq!(started(&s), 2);
@@ -893,7 +877,7 @@ fn a_run_with_failures_within_its_budget_completes_with_a_warning() {
     let mut run = a_run("r", t(0), false);
     let s = pass(&run, Some(&plan), &[], &world, t(1));
     assert_eq!(started(&s), 3);
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
     // r0 fails, the others succeed.
     world.kratix_fails(0, t(2));
     for b in &mut world.bindings[1..] {
@@ -976,7 +960,7 @@ fn a_closed_gate_holds_new_starts_says_why_and_fails_the_run_after_fail_after() 
         Some(t(1) + Duration::seconds(30)),
         "read again after the interval"
     );
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
 
     // Still closed: no new event; the deadline of failAfter counts from the first closing.
     world.gates = vec![reading(Reading::Error("connection refused".into()), t(5))];
@@ -989,7 +973,7 @@ fn a_closed_gate_holds_new_starts_says_why_and_fails_the_run_after_fail_after() 
     assert_eq!(started(&s), 0);
     let held = run.clone();
     let mut later = run.clone();
-    apply(&mut later, &s, &mut world, &plan);
+    apply(&mut later, &s, &mut world);
 
     // Open again before failAfter: GateOpened, and the upgrades start.
     let mut open_world = world.clone();
@@ -1056,7 +1040,7 @@ fn a_group_that_needs_approval_waits_says_so_once_and_adopts_its_approval() {
         phases,
         [Some(GroupPhase::Completed), Some(GroupPhase::AwaitingApproval)]
     );
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
 
     world.approvals = vec![ApprovalFact {
         name: "r-all".into(),
@@ -1090,7 +1074,7 @@ fn a_group_that_needs_approval_waits_says_so_once_and_adopts_its_approval() {
         c.message,
         r#"rollout group "all" approved by alice@example.com (UpgradeApproval r-all): CHG-1234"#
     );
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
     world.approvals[0].owned = true;
     let s = pass(&run, Some(&plan), &[], &world, t(4));
     assert!(s.adopt_approvals.is_empty());
@@ -1108,7 +1092,7 @@ fn a_tampered_shard_fails_the_run_and_nothing_more_starts() {
     });
     let s = pass(&run, Some(&plan), &[], &world, t(1));
     assert_eq!(started(&s), 1);
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
     let tampered = SnapshotFact::Tampered {
         config_map: "r-resource-snapshot".into(),
     };
@@ -1116,6 +1100,7 @@ fn a_tampered_shard_fails_the_run_and_nothing_more_starts() {
         &run,
         &Facts {
             missing_kinds: &[],
+            selector: None,
             snapshot: tampered,
             ..facts(Some(&plan), &[], &world, &run, t(2))
         },
@@ -1141,7 +1126,7 @@ fn lost_start_announcements_are_the_started_upgrades_no_event_accounts_for() {
     let mut run = a_run("r", t(0), false);
     let s = pass(&run, Some(&plan), &[], &world, t(1));
     assert_eq!(started(&s), 5);
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
     // r0..r3 carry this run's upgraded-by annotation (its own patches); r4 was then moved to v2
     // by someone else, whose write replaced the annotation.
     for (i, b) in world.bindings.iter().enumerate() {
@@ -1218,7 +1203,7 @@ fn results_and_resource_warnings_are_listed_by_the_passes_that_move_a_groups_cou
 
     let s = pass(&run, Some(&plan), &[], &world, t(1));
     assert_eq!((started(&s), listed(&s).len()), (3, 0), "nothing finished yet");
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
 
     world.kratix_fails(0, t(2));
     let s = pass(&run, Some(&plan), &[], &world, t(3));
@@ -1226,7 +1211,7 @@ fn results_and_resource_warnings_are_listed_by_the_passes_that_move_a_groups_cou
     assert_eq!(listed(&s), [(failed_binding.clone(), "failed")]);
     assert_eq!(failures(&s), 1);
     assert!(s.results.iter().all(|r| r.group == 0));
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
 
     let s = pass(&run, Some(&plan), &[], &world, t(4));
     assert_eq!(
@@ -1248,7 +1233,7 @@ fn results_and_resource_warnings_are_listed_by_the_passes_that_move_a_groups_cou
     let s = pass(&run, Some(&plan), &[], &world, t(6));
     assert_eq!(listed(&s), both);
     assert_eq!(failures(&s), 1, "announced again; published once by the caller");
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
     assert_eq!(listed(&pass(&run, Some(&plan), &[], &world, t(7))).len(), 0);
 }
 
@@ -1264,7 +1249,7 @@ fn a_preview_is_dormant_until_resumed_and_judges_failures_from_its_admission() {
     let s = pass(&preview, Some(&plan), &[], &world, t(1));
     assert_eq!(s.status.state, RunState::InProgress, "its snapshot is taken");
     assert!(s.evaluation.is_none() && s.frozen.is_some());
-    apply(&mut preview, &s, &mut world, &plan);
+    apply(&mut preview, &s, &mut world);
 
     // Someone upgrades r0 by hand and it fails, after the preview's creation.
     Arc::make_mut(&mut world.bindings[0]).spec.version = "v2".into();
@@ -1298,14 +1283,14 @@ fn a_promise_ref_edited_mid_run_changes_nothing_of_the_run() {
     let mut run = a_run("r", t(0), false);
     let s = pass(&run, Some(&plan), &[], &world, t(1));
     assert_eq!(started(&s), 1);
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
     world.kratix_applies();
 
     plan.spec.promise_ref.name = "postgres".into();
     let s = pass(&run, Some(&plan), &[], &world, t(2));
     assert_eq!(s.status.state, RunState::InProgress, "{:?}", s.status.conditions);
     assert_eq!((s.status.completed_resources, started(&s)), (1, 1));
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
     world.kratix_applies();
     let s = pass(&run, Some(&plan), &[], &world, t(3));
     assert_eq!((s.status.state, s.status.completed_resources), (RunState::Completed, 2));
@@ -1362,7 +1347,7 @@ fn each_gate_has_its_own_clock_and_its_own_announcements() {
         vec![("calm".into(), false, t(1)), ("alerts".into(), true, t(1))]
     );
     assert_eq!(reasons_announced(&s), vec!["GateClosed"]);
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
     // t5: alerts closes too: announced, with its own clock.
     world.gates = readings(&firing, &firing, t(5));
     let s = pass(&run, Some(&plan), &[], &world, t(5));
@@ -1378,18 +1363,18 @@ fn each_gate_has_its_own_clock_and_its_own_announcements() {
         .collect();
     assert_eq!(closed, vec![r#"gate "alerts": 1 series, first up{}"#]);
     assert_eq!(s.wake_at.map(|w| w.min(t(15))), Some(t(5) + Duration::seconds(30)));
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
     // t12: alerts closed 7 minutes: not failed (calm's clock would say 11).
     let s = pass(&run, Some(&plan), &[], &world, t(12));
     assert_eq!(s.status.state, RunState::InProgress);
     assert!(s.announce.is_empty(), "nothing changed: {:?}", s.announce);
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
     // calm opens at t13: announced per gate; the run is still held by alerts.
     world.gates = readings(&Reading::Open, &firing, t(13));
     let s = pass(&run, Some(&plan), &[], &world, t(13));
     assert_eq!(reasons_announced(&s), vec!["GateOpened"]);
     assert_eq!(started(&s), 0);
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
     // t15: alerts closed for 10 minutes: the run fails, naming it.
     let s = pass(&run, Some(&plan), &[], &world, t(15));
     assert_eq!(s.status.state, RunState::Failed);
@@ -1429,7 +1414,7 @@ fn a_run_needing_a_kind_not_served_waits_says_why_and_can_be_cancelled() {
     assert_eq!(reasons_announced(&s), vec![events::KIND_NOT_SERVED]);
     assert!(s.write_snapshot.is_empty() && s.evaluation.is_none() && started(&s) == 0);
     assert_eq!(s.wake_at, Some(t(1) + KIND_POLL));
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
 
     // Deleting it cancels it: the wait does not hold the finalizer.
     let mut gone = run.clone();
@@ -1455,7 +1440,7 @@ fn a_run_suspended_right_after_creation_is_suspended_not_a_preview() {
     run.metadata.generation = Some(2); // created with suspend: false, then suspended
     assert!(!is_preview(&run));
     let s = pass(&run, Some(&plan), &[], &world, t(1));
-    assert!(!s.metadata.annotations.contains_key(PREVIEW_ANNOTATION));
+    assert!(!s.own.annotations.contains_key(PREVIEW_ANNOTATION));
     assert_eq!(
         condition(&s, reasons::SUSPENDED),
         (reasons::SUSPENDED, ConditionStatus::True)
@@ -1480,7 +1465,7 @@ fn spec_cancel_cancels_and_keeps_the_run_as_its_record() {
     let mut run = a_run("r", t(0), false);
     let s = pass(&run, Some(&plan), &[], &world, t(1));
     assert_eq!(started(&s), 1);
-    apply(&mut run, &s, &mut world, &plan);
+    apply(&mut run, &s, &mut world);
     run.spec.cancel = true;
     let s = pass(&run, Some(&plan), &[], &world, t(2));
     assert_eq!(s.status.state, RunState::Cancelled);
@@ -1519,5 +1504,58 @@ fn spec_cancel_cancels_and_keeps_the_run_as_its_record() {
     assert_eq!(
         pass(&old, Some(&plan), &[], &world, t(4)).status.state,
         RunState::InProgress
+    );
+}
+
+#[test]
+fn a_run_is_owned_by_its_plan_keeping_its_other_owners_and_carries_the_controllers_selector() {
+    let plan = valid_plan(1);
+    let world = World::with(1);
+    let mut run = a_run("r", t(0), false);
+    let other = OwnerReference {
+        uid: "someone-else".into(),
+        name: "keeper".into(),
+        ..Default::default()
+    };
+    let stale_controller = OwnerReference {
+        uid: "old-controller".into(),
+        controller: Some(true),
+        ..Default::default()
+    };
+    run.metadata.owner_references = Some(vec![other.clone(), stale_controller]);
+    let selected = |run: &UpgradeRun, selector| {
+        let mut f = facts(Some(&plan), &[], &world, run, t(1));
+        f.selector = selector;
+        step(run, &f, &world)
+    };
+    let s = selected(&run, Some("team=a"));
+    let owners = s.own.owner_references.clone().expect("the plan is not an owner yet");
+    assert_eq!(owners.len(), 2, "{owners:?}");
+    assert_eq!(owners[0], other, "other owners stay");
+    assert_eq!(
+        (owners[1].uid.as_str(), owners[1].controller),
+        (plan.metadata.uid.as_deref().unwrap(), Some(true)),
+        "the plan is the one controller"
+    );
+    assert_eq!(
+        s.own
+            .annotations
+            .get(crate::api::SELECTOR_ANNOTATION)
+            .map(String::as_str),
+        Some("team=a")
+    );
+    s.own.apply(&mut run);
+    let s = selected(&run, Some("team=a"));
+    assert!(s.own.is_empty(), "carried already: {:?}", s.own);
+    let s = selected(&run, None);
+    assert!(s.own.is_empty(), "a controller without --selector asks for none");
+    let s = selected(&run, Some("team=b"));
+    assert_eq!(
+        s.own
+            .annotations
+            .get(crate::api::SELECTOR_ANNOTATION)
+            .map(String::as_str),
+        Some("team=b"),
+        "the selector of the controller now working on the run"
     );
 }
