@@ -25,7 +25,7 @@ use upgradeplan::engine::outcome::Finished;
 use upgradeplan::engine::run::texts;
 use upgradeplan::engine::snapshot::{check_shard, digest, read_frozen, snapshot_shard_index, ShardCheck};
 use upgradeplan::engine::stage::ApprovalFact;
-use upgradeplan::engine::write::{Attempt, BindingPatch, RunPatch};
+use upgradeplan::engine::write::{ApprovalPatch, Attempt, BindingPatch, RunPatch};
 
 use crate::context::{Ctx, Frozen};
 use crate::error::{Error, Result};
@@ -227,7 +227,7 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
             version = patched.resource_version();
         }
     }
-    adopt_approvals(ctx, run, &step.adopt_approvals).await?;
+    adopt_approvals(&ctx.client, &step.adopt_approvals).await?;
     for older in &step.supersede {
         if patch_run(&ctx.client, older).await?.is_some() {
             tracing::info!(run = %older.run, by = %run_name, "asked the older run to stand down");
@@ -392,30 +392,18 @@ fn snapshot_error(run: &UpgradeRun, config_map: &str, detail: impl Into<String>)
     }
 }
 
-/// Makes the run an owner of its UpgradeApprovals, so that they are garbage-collected with it.
-/// A merge patch of the cached owner references plus the run's, with the cached resourceVersion
-/// as precondition: it never creates an approval deleted meanwhile (404) and never drops a
-/// reference someone else added since (409); either way the next pass sees the new state.
-async fn adopt_approvals(ctx: &Ctx, run: &UpgradeRun, names: &[String]) -> Result<()> {
-    let Some(mut owner) = run.controller_owner_ref(&()) else {
-        return Ok(());
-    };
-    owner.controller = None;
-    let api: Api<UpgradeApproval> = Api::all(ctx.client.clone());
-    for name in names {
-        let Some(cached) = ctx.approvals.get(&kube::runtime::reflector::ObjectRef::new(name)) else {
-            continue;
-        };
-        let mut references = cached.owner_references().to_vec();
-        references.push(owner.clone());
-        let body = json!({"metadata": {
-            "resourceVersion": cached.resource_version(),
-            "ownerReferences": references,
-        }});
-        match api.patch(name, &field_manager(), &Patch::Merge(body)).await {
+/// Makes the run an owner of its UpgradeApprovals; one changed or deleted since it was read is
+/// adopted on a later pass, from the new state.
+async fn adopt_approvals(client: &kube::Client, patches: &[ApprovalPatch]) -> Result<()> {
+    let api: Api<UpgradeApproval> = Api::all(client.clone());
+    for patch in patches {
+        match api
+            .patch(&patch.approval, &field_manager(), &Patch::Merge(patch.merge_patch()))
+            .await
+        {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {
-                tracing::debug!(approval = %name, code = e.code, "approval changed meanwhile; adopting it on the next pass");
+                tracing::debug!(approval = %patch.approval, code = e.code, "approval changed meanwhile; adopting it on the next pass");
             }
             Err(e) => return Err(e.into()),
         }
@@ -425,12 +413,11 @@ async fn adopt_approvals(ctx: &Ctx, run: &UpgradeRun, names: &[String]) -> Resul
 
 /// The run's UpgradeApprovals, as the engine reads them.
 fn approvals_of(ctx: &Ctx, run: &UpgradeRun) -> Vec<ApprovalFact> {
-    let uid = run.uid();
     ctx.approvals
         .state()
         .iter()
         .filter(|a| a.spec.upgrade_run_ref.name == run.name_any() && a.metadata.deletion_timestamp.is_none())
-        .map(|a| ApprovalFact::of(a, a.owner_references().iter().any(|o| Some(&o.uid) == uid.as_ref())))
+        .map(|a| ApprovalFact::of(a))
         .collect()
 }
 
@@ -758,9 +745,9 @@ mod tests {
     use upgradeplan::api::UpgradeRun;
     use upgradeplan::engine::run::BindingAction;
     use upgradeplan::engine::snapshot::SnapshotResource;
-    use upgradeplan::engine::write::{BindingPatch, RunPatch};
+    use upgradeplan::engine::write::{ApprovalPatch, BindingPatch, RunPatch};
 
-    use super::{patch_binding, patch_run};
+    use super::{adopt_approvals, patch_binding, patch_run};
 
     fn start() -> BindingPatch {
         let action = BindingAction {
@@ -886,6 +873,38 @@ mod tests {
 
         let (_, answer) = serve_one(status(404, "NotFound"), call(patch.clone())).await;
         assert_eq!(answer, Ok(None), "a run deleted meanwhile needs no patch");
+        let (_, answer) = serve_one(status(500, "InternalError"), call(patch)).await;
+        assert!(answer.is_err(), "a server error is the pass's error: {answer:?}");
+    }
+
+    #[tokio::test]
+    async fn an_adoption_is_a_merge_patch_with_its_precondition_and_one_changed_or_gone_waits_for_a_later_pass() {
+        let patch = ApprovalPatch {
+            approval: "r-prod".into(),
+            resource_version: Some("3".into()),
+            owner_references: Vec::new(),
+        };
+        let mut approval = upgradeplan::api::UpgradeApproval::new("r-prod", Default::default());
+        approval.metadata.resource_version = Some("4".into());
+        let call = |patch: ApprovalPatch| {
+            move |client: kube::Client| async move { adopt_approvals(&client, &[patch]).await.map_err(|e| e.to_string()) }
+        };
+        let reply = ok(serde_json::to_value(&approval).expect("json"));
+        let ((method, uri, content_type, body), answer) = serve_one(reply, call(patch.clone())).await;
+        assert_eq!(
+            (method.as_str(), content_type.as_str()),
+            ("PATCH", "application/merge-patch+json")
+        );
+        assert_eq!(
+            uri,
+            "/apis/platform.syntasso.io/v1alpha1/upgradeapprovals/r-prod?&fieldManager=upgradeplan-controller"
+        );
+        assert_eq!(body, patch.merge_patch());
+        assert_eq!(answer, Ok(()));
+        for (code, reason) in [(404, "NotFound"), (409, "Conflict")] {
+            let (_, answer) = serve_one(status(code, reason), call(patch.clone())).await;
+            assert_eq!(answer, Ok(()), "{code}: adopted on a later pass, from the new state");
+        }
         let (_, answer) = serve_one(status(500, "InternalError"), call(patch)).await;
         assert!(answer.is_err(), "a server error is the pass's error: {answer:?}");
     }

@@ -128,7 +128,8 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
             name: format!("forecast-{}", g.name),
             group: g.name.clone(),
             created: input.start,
-            owned: true,
+            owners: Vec::new(),
+            resource_version: None,
             approver: None,
             comment: None,
         })

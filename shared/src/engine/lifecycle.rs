@@ -35,7 +35,7 @@ use super::snapshot::{
 use super::stage::{self, ApprovalFact};
 use super::validate::{summarize as summarize_problems, validate_plan};
 use super::version::VersionMatcher;
-use super::write::{BindingPatch, RunPatch};
+use super::write::{ApprovalPatch, BindingPatch, RunPatch};
 use crate::api::kratix::{BindingFacts, HealthRecord};
 use crate::api::{
     find_condition, reasons, set_condition, Condition, ConditionStatus, GateStatus, GroupPhase, GroupStatus,
@@ -207,7 +207,7 @@ pub struct Step {
     /// The snapshot (new or found) this step worked from.
     pub frozen: Option<Arc<Frozen>>,
     /// UpgradeApprovals of this run to own (ownerReference to the run: garbage-collected with it).
-    pub adopt_approvals: Vec<String>,
+    pub adopt_approvals: Vec<ApprovalPatch>,
     /// The evaluation of an InProgress run (what it decided; [`Step::binding_patches`] are its
     /// writes).
     pub evaluation: Option<Evaluation>,
@@ -748,12 +748,7 @@ fn progress(
     let gate_failure = gate_transition(&mut out, &eval, &frozen, facts.gates, now);
     approval_transition(&mut out, &eval, &previous, now);
     freeze_transition(&mut out, &eval, now);
-    out.adopt_approvals = facts
-        .approvals
-        .iter()
-        .filter(|a| !a.owned)
-        .map(|a| a.name.clone())
-        .collect();
+    out.adopt_approvals = ApprovalPatch::adoptions(run, facts.approvals);
     let verdict = eval.verdict.clone();
     out.evaluation = Some(eval);
     out.frozen = Some(frozen.clone());

@@ -1279,7 +1279,8 @@ pub(crate) mod tests {
             name: name.into(),
             group: group.into(),
             created: utc("2026-06-01T09:30:00Z"),
-            owned: false,
+            owners: Vec::new(),
+            resource_version: None,
             approver: Some("bob".into()),
             comment: None,
         };

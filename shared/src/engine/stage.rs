@@ -5,12 +5,13 @@
 //! (which a rewrite can move) or from a process's memory (which a restart loses).
 
 use chrono::{DateTime, Duration, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use super::window::parse_go_duration;
 use crate::api::RolloutGroup;
 
 /// An UpgradeApproval of the run being evaluated, as the controller found it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ApprovalFact {
     pub name: String,
     pub group: String,
@@ -19,18 +20,21 @@ pub struct ApprovalFact {
     pub approver: Option<String>,
     /// `spec.comment`.
     pub comment: Option<String>,
-    /// Whether the run is already among its owners (else the controller adds it).
-    pub owned: bool,
+    /// Its owners: the run adds itself when it is not among them (garbage-collected with it).
+    pub owners: Vec<OwnerReference>,
+    /// The precondition of that adoption: an approval changed since is adopted on a later pass.
+    pub resource_version: Option<String>,
 }
 
 impl ApprovalFact {
-    /// An UpgradeApproval as the engine reads it; `owned`: the run is among its owners.
-    pub fn of(approval: &crate::api::UpgradeApproval, owned: bool) -> ApprovalFact {
+    /// An UpgradeApproval as the engine reads it.
+    pub fn of(approval: &crate::api::UpgradeApproval) -> ApprovalFact {
         ApprovalFact {
             name: approval.metadata.name.clone().unwrap_or_default(),
             group: approval.spec.group.clone(),
             created: crate::time::created_at(&approval.metadata),
-            owned,
+            owners: approval.metadata.owner_references.clone().unwrap_or_default(),
+            resource_version: approval.metadata.resource_version.clone(),
             approver: approval.spec.approver.clone(),
             comment: approval.spec.comment.clone(),
         }
@@ -44,7 +48,8 @@ impl ApprovalFact {
             name: name.to_string(),
             group: group.name.clone(),
             created,
-            owned: true,
+            owners: Vec::new(),
+            resource_version: None,
             approver: group.approver().map(str::to_string),
             comment: group.comment.clone(),
         })
@@ -112,7 +117,8 @@ mod tests {
             name: name.into(),
             group: group.into(),
             created: utc(at),
-            owned: false,
+            owners: Vec::new(),
+            resource_version: None,
             approver: None,
             comment: None,
         };

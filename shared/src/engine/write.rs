@@ -19,12 +19,15 @@ use serde_json::{json, Value};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::api::kratix::{ResourceBinding, MANUAL_RECONCILIATION_LABEL};
+use kube::Resource;
+
 use crate::api::{
-    UpgradeRun, RETRY_REQUESTED_BY_ANNOTATION, SUPERSEDED_BY_ANNOTATION, UPGRADED_BY_ANNOTATION,
+    UpgradeApproval, UpgradeRun, RETRY_REQUESTED_BY_ANNOTATION, SUPERSEDED_BY_ANNOTATION, UPGRADED_BY_ANNOTATION,
     UPGRADE_STARTED_AT_ANNOTATION,
 };
 use crate::engine::run::{BindingAction, Evaluation};
 use crate::engine::snapshot::SnapshotResource;
+use crate::engine::stage::ApprovalFact;
 
 /// What a patch asks of Kratix.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,15 +50,33 @@ pub struct BindingPatch {
     pub annotations: BTreeMap<String, String>,
 }
 
-/// The patch would overwrite a change the step did not see: the binding's resourceVersion is
+/// The patch would overwrite a change the step did not see: the object's resourceVersion is
 /// no longer the one evaluated (the API server answers 409).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("binding {namespace}/{name} changed since it was evaluated (resourceVersion {expected:?}, now {found:?})")]
+#[error("{object} changed since it was evaluated (resourceVersion {expected:?}, now {found:?})")]
 pub struct Conflict {
-    pub namespace: String,
-    pub name: String,
+    /// `<kind> <name>` or `<kind> <namespace>/<name>`.
+    pub object: String,
     pub expected: Option<String>,
     pub found: Option<String>,
+}
+
+impl Conflict {
+    /// `Err` unless the object is still at the `expected` resourceVersion (none expected: any).
+    fn check(
+        object: impl FnOnce() -> String,
+        expected: Option<&String>,
+        found: Option<&String>,
+    ) -> Result<(), Conflict> {
+        match expected {
+            Some(expected) if found != Some(expected) => Err(Conflict {
+                object: object(),
+                expected: Some(expected.clone()),
+                found: found.cloned(),
+            }),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl BindingPatch {
@@ -143,16 +164,11 @@ impl BindingPatch {
     /// Applies the patch to `binding` as the API server would (the resourceVersion, which the
     /// server moves on, is left to the caller).
     pub fn apply(&self, binding: &mut ResourceBinding) -> Result<(), Conflict> {
-        if let Some(expected) = &self.resource_version {
-            if binding.metadata.resource_version.as_ref() != Some(expected) {
-                return Err(Conflict {
-                    namespace: self.resource.namespace.clone(),
-                    name: self.resource.binding.clone(),
-                    expected: Some(expected.clone()),
-                    found: binding.metadata.resource_version.clone(),
-                });
-            }
-        }
+        Conflict::check(
+            || format!("ResourceBinding {}/{}", self.resource.namespace, self.resource.binding),
+            self.resource_version.as_ref(),
+            binding.metadata.resource_version.as_ref(),
+        )?;
         if !self.labels.is_empty() {
             binding
                 .metadata
@@ -254,6 +270,58 @@ impl RunPatch {
         if self.suspend {
             run.spec.suspend = true;
         }
+    }
+}
+
+/// Makes a run an owner of one of its UpgradeApprovals (spec §13.4), so that the approval is
+/// garbage-collected with it: the approval's owners as read plus the run's, with the read
+/// resourceVersion as precondition, so that it never re-creates an approval deleted meanwhile
+/// (404) nor drops an owner someone added since (409); either way a later pass adopts it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalPatch {
+    pub approval: String,
+    pub resource_version: Option<String>,
+    pub owner_references: Vec<OwnerReference>,
+}
+
+impl ApprovalPatch {
+    /// The adoptions `run` owes: of its approvals that it does not own yet. None for a run
+    /// without a UID (not created yet: nothing can refer to it).
+    pub fn adoptions(run: &UpgradeRun, approvals: &[ApprovalFact]) -> Vec<Self> {
+        let Some(mut owner) = run.controller_owner_ref(&()) else {
+            return Vec::new();
+        };
+        // An owner, not the controller: the approval stays the approver's object.
+        owner.controller = None;
+        approvals
+            .iter()
+            .filter(|a| !a.owners.iter().any(|o| o.uid == owner.uid))
+            .map(|a| ApprovalPatch {
+                approval: a.name.clone(),
+                resource_version: a.resource_version.clone(),
+                owner_references: a.owners.iter().cloned().chain([owner.clone()]).collect(),
+            })
+            .collect()
+    }
+
+    /// The JSON merge patch (RFC 7386) the API server receives.
+    pub fn merge_patch(&self) -> Value {
+        let mut metadata = json!({ "ownerReferences": self.owner_references });
+        if let Some(rv) = &self.resource_version {
+            metadata["resourceVersion"] = json!(rv);
+        }
+        json!({ "metadata": metadata })
+    }
+
+    /// Applies the patch to `approval` as the API server would.
+    pub fn apply(&self, approval: &mut UpgradeApproval) -> Result<(), Conflict> {
+        Conflict::check(
+            || format!("UpgradeApproval {}", self.approval),
+            self.resource_version.as_ref(),
+            approval.metadata.resource_version.as_ref(),
+        )?;
+        approval.metadata.owner_references = Some(self.owner_references.clone());
+        Ok(())
     }
 }
 
@@ -370,6 +438,68 @@ mod tests {
     }
 
     use kube::ResourceExt;
+
+    #[test]
+    fn an_adoption_adds_the_run_as_an_owner_of_the_approvals_it_does_not_own_yet() {
+        let mut run = UpgradeRun::new("r", Default::default());
+        let fact = |name: &str, owners: Vec<OwnerReference>| ApprovalFact {
+            name: name.into(),
+            group: "prod".into(),
+            created: now(),
+            approver: None,
+            comment: None,
+            owners,
+            resource_version: Some("3".into()),
+        };
+        let keeper = OwnerReference {
+            uid: "keeper-uid".into(),
+            ..Default::default()
+        };
+        let approvals = [fact("new", vec![keeper.clone()]), fact("adopted", vec![])];
+        assert!(
+            ApprovalPatch::adoptions(&run, &approvals).is_empty(),
+            "a run without a UID cannot own"
+        );
+        run.metadata.uid = Some("r-uid".into());
+        let mut approvals = approvals;
+        approvals[1].owners = vec![run.controller_owner_ref(&()).unwrap()];
+        let patches = ApprovalPatch::adoptions(&run, &approvals);
+        let [patch] = patches.as_slice() else {
+            panic!("{patches:?}")
+        };
+        assert_eq!(patch.approval, "new");
+        let body = patch.merge_patch();
+        assert_eq!(body["metadata"]["resourceVersion"], "3", "the precondition");
+        assert_eq!(
+            body["metadata"]["ownerReferences"][0]["uid"], "keeper-uid",
+            "other owners stay"
+        );
+        assert_eq!(body["metadata"]["ownerReferences"][1]["uid"], "r-uid");
+        assert_eq!(
+            body["metadata"]["ownerReferences"][1].get("controller"),
+            None,
+            "an owner, not the controller"
+        );
+
+        let read = |rv: &str| {
+            let mut a = UpgradeApproval::new("new", Default::default());
+            a.metadata.resource_version = Some(rv.into());
+            a.metadata.owner_references = Some(vec![keeper.clone()]);
+            a
+        };
+        let mut applied = read("3");
+        patch.apply(&mut applied).unwrap();
+        let mut merged = serde_json::to_value(read("3")).unwrap();
+        json_patch_merge(&mut merged, &body);
+        assert_eq!(serde_json::to_value(&applied).unwrap(), merged);
+        let mut changed = read("4");
+        let err = patch.apply(&mut changed).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"UpgradeApproval new changed since it was evaluated (resourceVersion Some("3"), now Some("4"))"#
+        );
+        assert_eq!(changed.owner_references().len(), 1, "nothing of it applied");
+    }
 
     fn run_with_owner() -> UpgradeRun {
         let mut run = UpgradeRun::new("old", Default::default());

@@ -1042,14 +1042,24 @@ fn a_group_that_needs_approval_waits_says_so_once_and_adopts_its_approval() {
     );
     apply(&mut run, &s, &mut world);
 
-    world.approvals = vec![ApprovalFact {
-        name: "r-all".into(),
-        group: "all".into(),
-        created: t(2),
-        owned: false,
-        approver: Some("alice@example.com".into()),
-        comment: Some("CHG-1234".into()),
-    }];
+    let approver_owner = OwnerReference {
+        uid: "alice-uid".into(),
+        name: "alice".into(),
+        ..Default::default()
+    };
+    let mut approval = crate::api::UpgradeApproval::new(
+        "r-all",
+        crate::api::UpgradeApprovalSpec {
+            upgrade_run_ref: crate::api::UpgradeRunRef { name: "r".into() },
+            group: "all".into(),
+            approver: Some("alice@example.com".into()),
+            comment: Some("CHG-1234".into()),
+        },
+    );
+    approval.metadata.creation_timestamp = Some(Time(crate::time::to_jiff(t(2))));
+    approval.metadata.resource_version = Some("5".into());
+    approval.metadata.owner_references = Some(vec![approver_owner.clone()]);
+    world.approvals = vec![ApprovalFact::of(&approval)];
     let s = pass(&run, Some(&plan), &[], &world, t(3));
     assert_eq!(started(&s), 2);
     assert_eq!(
@@ -1058,7 +1068,24 @@ fn a_group_that_needs_approval_waits_says_so_once_and_adopts_its_approval() {
     );
     assert!(s.announce.iter().any(|a| a.reason == "GroupApproved"
         && a.note == r#"rollout group "all" approved by alice@example.com (UpgradeApproval r-all): CHG-1234"#));
-    assert_eq!(s.adopt_approvals, vec!["r-all".to_string()]);
+    let [adopt] = s.adopt_approvals.as_slice() else {
+        panic!("one adoption: {:?}", s.adopt_approvals)
+    };
+    assert_eq!(
+        (adopt.approval.as_str(), adopt.resource_version.as_deref()),
+        ("r-all", Some("5")),
+        "of the approval as read"
+    );
+    let run_owner = adopt.owner_references.last().unwrap();
+    assert_eq!(
+        (run_owner.uid.as_str(), run_owner.controller),
+        ("r-uid", None),
+        "the run is an owner, not the approval's controller"
+    );
+    assert_eq!(
+        adopt.owner_references[0], approver_owner,
+        "the approval's other owners stay"
+    );
     let all = &s.status.rollout_groups[1];
     assert_eq!(
         (
@@ -1075,7 +1102,8 @@ fn a_group_that_needs_approval_waits_says_so_once_and_adopts_its_approval() {
         r#"rollout group "all" approved by alice@example.com (UpgradeApproval r-all): CHG-1234"#
     );
     apply(&mut run, &s, &mut world);
-    world.approvals[0].owned = true;
+    s.adopt_approvals[0].apply(&mut approval).expect("the approval as read");
+    world.approvals = vec![ApprovalFact::of(&approval)];
     let s = pass(&run, Some(&plan), &[], &world, t(4));
     assert!(s.adopt_approvals.is_empty());
     assert!(!reasons_announced(&s).contains(&"GroupApproved"), "announced once");
