@@ -78,7 +78,15 @@ async fn patch_plan(env: &TestEnv, plan: &str, patch: Value) {
         Value::Array(_) => kube::api::Patch::Json::<Value>(serde_json::from_value(patch).unwrap()),
         merge => kube::api::Patch::Merge(merge),
     };
-    env.plans().patch(plan, &Default::default(), &patch).await.unwrap();
+    let patched = env.plans().patch(plan, &Default::default(), &patch).await.unwrap();
+    // The plan and its runs come through different watches: a run created before the controller
+    // saw this change would be judged by the plan as it was (one that fires no alert).
+    let generation = patched.metadata.generation;
+    env.wait_plan(plan, WAIT, "the patch observed", |p| {
+        p.status.as_ref().and_then(|s| s.observed_generation) >= generation
+    })
+    .await
+    .unwrap();
 }
 
 async fn allow(env: &TestEnv, webhook: &str) {
