@@ -12,7 +12,6 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 use upgradeplan::api::kratix::{BindingFacts, HealthRecord};
 use upgradeplan::api::{
     ResourceListRef, RunState, UpgradeApproval, UpgradeFreeze, UpgradeRun, UpgradeRunStatus, PLAN_LABEL, RUN_FINALIZER,
@@ -25,7 +24,7 @@ use upgradeplan::engine::outcome::Finished;
 use upgradeplan::engine::run::texts;
 use upgradeplan::engine::snapshot::{check_shard, digest, read_frozen, snapshot_shard_index, ShardCheck};
 use upgradeplan::engine::stage::ApprovalFact;
-use upgradeplan::engine::write::{ApprovalPatch, Attempt, BindingPatch, RunPatch};
+use upgradeplan::engine::write::{ApprovalPatch, Attempt, BindingPatch, Release, RunPatch};
 
 use crate::context::{Ctx, Frozen};
 use crate::error::{Error, Result};
@@ -306,8 +305,8 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
         record_finished(ctx, run, &step.status, state);
         ctx.forget_run(&run.uid().unwrap_or_default());
     }
-    if step.release {
-        release(ctx, run).await?;
+    if let Some(release) = &step.release {
+        release_run(ctx, run, release).await?;
         return Ok(Action::await_change());
     }
     Ok(match (conflict, step.wake_at) {
@@ -662,7 +661,7 @@ async fn repair_announcements(
 }
 
 /// Deletes the run's snapshot ConfigMaps and releases its finalizer (the run then goes).
-async fn release(ctx: &Ctx, run: &UpgradeRun) -> Result<()> {
+async fn release_run(ctx: &Ctx, run: &UpgradeRun, release: &Release) -> Result<()> {
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.snapshot_namespace);
     for cm in owned_config_maps(ctx, run).await? {
         match cms.delete(&cm.name_any(), &DeleteParams::default()).await {
@@ -671,11 +670,11 @@ async fn release(ctx: &Ctx, run: &UpgradeRun) -> Result<()> {
             Err(e) => return Err(e.into()),
         }
     }
-    let remaining: Vec<&String> = run.finalizers().iter().filter(|f| *f != RUN_FINALIZER).collect();
-    // resourceVersion as precondition: a finalizer someone added meanwhile is not dropped.
-    let body = json!({"metadata": {"finalizers": remaining, "resourceVersion": run.resource_version()}});
     let api: Api<UpgradeRun> = Api::all(ctx.client.clone());
-    match api.patch(&run.name_any(), &field_manager(), &Patch::Merge(body)).await {
+    match api
+        .patch(&release.run, &field_manager(), &Patch::Merge(release.merge_patch()))
+        .await
+    {
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {} // gone, or look again
         Err(e) => return Err(e.into()),

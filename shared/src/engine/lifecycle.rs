@@ -35,7 +35,7 @@ use super::snapshot::{
 use super::stage::{self, ApprovalFact};
 use super::validate::{summarize as summarize_problems, validate_plan};
 use super::version::VersionMatcher;
-use super::write::{ApprovalPatch, BindingPatch, RunPatch};
+use super::write::{ApprovalPatch, BindingPatch, Release, RunPatch};
 use crate::api::kratix::{BindingFacts, HealthRecord};
 use crate::api::{
     find_condition, reasons, set_condition, Condition, ConditionStatus, GateStatus, GroupPhase, GroupStatus,
@@ -224,7 +224,7 @@ pub struct Step {
     /// The run became terminal in this step (`upgradeplan_runs_total`, duration).
     pub finished: Option<RunState>,
     /// Deleted and done: delete the snapshot and remove the finalizer.
-    pub release: bool,
+    pub release: Option<Release>,
     pub status: UpgradeRunStatus,
     pub wake_at: Option<DateTime<Utc>>,
 }
@@ -245,7 +245,7 @@ impl Step {
             gauges: Gauges::Keep,
             newly_superseded: false,
             finished: None,
-            release: false,
+            release: None,
             status,
             wake_at: None,
         }
@@ -361,8 +361,8 @@ fn decide(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step {
 
     if out.status.state.is_terminal() {
         if deleting {
-            out.release = plan_recorded(run, facts.plan, now);
-            if !out.release {
+            out.release = plan_recorded(run, facts.plan, now).then(|| Release::of(run));
+            if out.release.is_none() {
                 out.wake_at = Some(now + RECORD_POLL);
             }
         }
@@ -378,7 +378,7 @@ fn decide(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step {
         // be cancelled from: deleting it is a quiet clean-up — no Cancelled state, event,
         // runs_total or duration sample, and lastRun is untouched. Its snapshot goes.
         if superseded_by(run).is_some() || is_preview(run) {
-            out.release = true;
+            out.release = Some(Release::of(run));
             return out;
         }
         // Cancel = delete (spec §5.10). The finalizer goes on a later pass, once the plan recorded it.

@@ -19,11 +19,11 @@ use serde_json::{json, Value};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::api::kratix::{ResourceBinding, MANUAL_RECONCILIATION_LABEL};
-use kube::Resource;
+use kube::{Resource, ResourceExt};
 
 use crate::api::{
-    UpgradeApproval, UpgradeRun, RETRY_REQUESTED_BY_ANNOTATION, SUPERSEDED_BY_ANNOTATION, UPGRADED_BY_ANNOTATION,
-    UPGRADE_STARTED_AT_ANNOTATION,
+    UpgradeApproval, UpgradeRun, RETRY_REQUESTED_BY_ANNOTATION, RUN_FINALIZER, SUPERSEDED_BY_ANNOTATION,
+    UPGRADED_BY_ANNOTATION, UPGRADE_STARTED_AT_ANNOTATION,
 };
 use crate::engine::run::{BindingAction, Evaluation};
 use crate::engine::snapshot::SnapshotResource;
@@ -325,6 +325,47 @@ impl ApprovalPatch {
     }
 }
 
+/// A deleted run lets go: this controller's finalizer removed (after its snapshot is deleted),
+/// the others kept, with the run's resourceVersion as precondition so that a finalizer someone
+/// added meanwhile is not dropped (409: a later pass looks again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Release {
+    pub run: String,
+    pub finalizers: Vec<String>,
+    pub resource_version: Option<String>,
+}
+
+impl Release {
+    pub fn of(run: &UpgradeRun) -> Self {
+        Release {
+            run: run.metadata.name.clone().unwrap_or_default(),
+            finalizers: run
+                .finalizers()
+                .iter()
+                .filter(|f| *f != RUN_FINALIZER)
+                .cloned()
+                .collect(),
+            resource_version: run.metadata.resource_version.clone(),
+        }
+    }
+
+    /// The JSON merge patch (RFC 7386) the API server receives.
+    pub fn merge_patch(&self) -> Value {
+        json!({"metadata": {"finalizers": self.finalizers, "resourceVersion": self.resource_version}})
+    }
+
+    /// Applies the release to `run` as the API server would.
+    pub fn apply(&self, run: &mut UpgradeRun) -> Result<(), Conflict> {
+        Conflict::check(
+            || format!("UpgradeRun {}", self.run),
+            self.resource_version.as_ref(),
+            run.metadata.resource_version.as_ref(),
+        )?;
+        run.metadata.finalizers = Some(self.finalizers.clone());
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -437,7 +478,27 @@ mod tests {
         assert_eq!(attempts, [None, Some("v2")]);
     }
 
-    use kube::ResourceExt;
+    #[test]
+    fn a_release_removes_this_controllers_finalizer_only_and_never_one_added_since() {
+        let mut run = UpgradeRun::new("r", Default::default());
+        run.metadata.finalizers = Some(vec!["backup.example.com/keep".into(), RUN_FINALIZER.into()]);
+        run.metadata.resource_version = Some("9".into());
+        let release = Release::of(&run);
+        assert_eq!(
+            release.merge_patch(),
+            json!({"metadata": {"finalizers": ["backup.example.com/keep"], "resourceVersion": "9"}})
+        );
+        let mut merged = serde_json::to_value(&run).unwrap();
+        json_patch_merge(&mut merged, &release.merge_patch());
+        let mut applied = run.clone();
+        release.apply(&mut applied).unwrap();
+        assert_eq!(serde_json::to_value(&applied).unwrap(), merged);
+        run.metadata.resource_version = Some("10".into());
+        assert!(
+            release.apply(&mut run).is_err(),
+            "a finalizer added since is not dropped"
+        );
+    }
 
     #[test]
     fn an_adoption_adds_the_run_as_an_owner_of_the_approvals_it_does_not_own_yet() {

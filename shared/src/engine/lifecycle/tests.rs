@@ -345,7 +345,7 @@ fn a_run_goes_from_admission_through_its_snapshot_to_completion() {
 
     // Terminal: never acted on again.
     let s = pass(&run, Some(&plan), &[], &world, t(5));
-    assert!(s.announce.is_empty() && s.finished.is_none() && s.evaluation.is_none() && !s.release);
+    assert!(s.announce.is_empty() && s.finished.is_none() && s.evaluation.is_none() && s.release.is_none());
     assert_eq!(Some(&s.status), run.status.as_ref());
 }
 
@@ -654,21 +654,25 @@ fn deleting_cancels_and_lets_go_once_the_plan_recorded_it() {
         (reasons::RUN_CANCELLED, ConditionStatus::False)
     );
     assert_eq!(reasons_announced(&s), vec!["UpgradeRunCancelled"]);
-    assert!(!s.release, "the plan records the result first");
+    assert!(s.release.is_none(), "the plan records the result first");
     assert_eq!(started(&s), 0);
     run.status = Some(s.status.clone());
 
     let s = pass(&run, Some(&plan), &[], &world, t(2) + Duration::seconds(1));
-    assert!(!s.release && s.wake_at.is_some() && s.announce.is_empty());
+    assert!(s.release.is_none() && s.wake_at.is_some() && s.announce.is_empty());
     plan.status = Some(UpgradePlanStatus {
         last_run: last_run_of(&run),
         ..Default::default()
     });
-    assert!(pass(&run, Some(&plan), &[], &world, t(2) + Duration::seconds(2)).release);
+    assert!(pass(&run, Some(&plan), &[], &world, t(2) + Duration::seconds(2))
+        .release
+        .is_some());
     // Without a plan, or past the grace period, it lets go anyway.
     plan.status = None;
-    assert!(pass(&run, None, &[], &world, t(3)).release);
-    assert!(pass(&run, Some(&plan), &[], &world, t(2) + RECORD_GRACE).release);
+    assert!(pass(&run, None, &[], &world, t(3)).release.is_some());
+    assert!(pass(&run, Some(&plan), &[], &world, t(2) + RECORD_GRACE)
+        .release
+        .is_some());
     // A newer result on the plan also counts: this one is not the last run any more.
     plan.status = Some(UpgradePlanStatus {
         last_run: Some(LastRun {
@@ -680,7 +684,9 @@ fn deleting_cancels_and_lets_go_once_the_plan_recorded_it() {
         }),
         ..Default::default()
     });
-    assert!(pass(&run, Some(&plan), &[], &world, t(2) + Duration::seconds(3)).release);
+    assert!(pass(&run, Some(&plan), &[], &world, t(2) + Duration::seconds(3))
+        .release
+        .is_some());
 }
 
 /// Issue 36 D9 (spec §5.2): deleting a dormant run — superseded (by status or by the newer
@@ -718,7 +724,7 @@ fn deleting_a_dormant_run_is_a_quiet_clean_up() {
     ] {
         let before = run.status.clone().unwrap_or_default();
         let s = pass(&gone(run), Some(&plan), &[], &w, t(4));
-        assert!(s.release, "{what}: lets go at once");
+        assert!(s.release.is_some(), "{what}: lets go at once");
         assert_eq!(s.status, before, "{what}: its status is left as it was");
         assert!(
             s.announce.is_empty() && s.finished.is_none(),
@@ -1506,7 +1512,7 @@ fn spec_cancel_cancels_and_keeps_the_run_as_its_record() {
     );
     assert_eq!(reasons_announced(&s), vec!["UpgradeRunCancelled"]);
     assert_eq!(
-        (s.finished, s.release, started(&s)),
+        (s.finished, s.release.is_some(), started(&s)),
         (Some(RunState::Cancelled), false, 0)
     );
     assert_eq!(s.status.finished_at, Some(t(2)));
@@ -1519,7 +1525,7 @@ fn spec_cancel_cancels_and_keeps_the_run_as_its_record() {
     );
     // A later pass changes nothing: it is finished, and kept.
     let again = pass(&run, Some(&plan), &[], &world, t(3));
-    assert!(again.announce.is_empty() && !again.release && again.status == s.status);
+    assert!(again.announce.is_empty() && again.release.is_none() && again.status == s.status);
 
     // A superseded run is not cancelled by it.
     let mut old = a_run("old", t(0), true);
