@@ -14,6 +14,7 @@ mod metrics;
 mod plan;
 mod run;
 mod secure;
+mod snapshots;
 mod watch;
 
 use std::net::SocketAddr;
