@@ -15,6 +15,7 @@
 pub mod plan;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
@@ -355,109 +356,141 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
 
 /// The step's decision: everything but the binding patches, which follow from its evaluation.
 fn decide(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step {
-    let now = facts.now;
     let mut out = Step::new(run_name(run), run.status.clone().unwrap_or_default());
-    let deleting = run.metadata.deletion_timestamp.is_some();
+    // Each stage either decides the step (Break) or hands on what it established.
+    let _ = decide_stages(&mut out, run, facts, cluster);
+    out
+}
 
-    if out.status.state.is_terminal() {
-        if deleting {
-            out.release = plan_recorded(run, facts.plan, now).then(|| Release::of(run));
-            if out.release.is_none() {
-                out.wake_at = Some(now + RECORD_POLL);
-            }
-        }
-        return out;
+/// The stages of a run's pass, in the order the spec settles them: an ended run, a cancelled one,
+/// its plan, its admission, the kinds it needs, then the Pending or InProgress run's work.
+fn decide_stages(out: &mut Step, run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> ControlFlow<()> {
+    ended(out, run, facts)?;
+    cancelled(out, run, facts)?;
+    let plan = resolve_plan(out, run, facts)?;
+    let admitted = admit_run(out, run, plan.plan, facts)?;
+    kinds_served(out, facts, admitted.dormant_preview)?;
+    if out.status.state == RunState::Pending {
+        return start_run(out, run, &plan, &admitted, facts, cluster);
     }
+    // A preview not resumed is dormant (spec §5.2): nothing but its snapshot is computed, so
+    // it cannot fail, start, announce or count anything.
+    if admitted.dormant_preview {
+        return ControlFlow::Break(());
+    }
+    continue_run(out, run, plan.plan, &admitted, facts, cluster);
+    ControlFlow::Break(())
+}
+
+/// A terminal run does nothing more; deleted, it lets go once its plan recorded it.
+fn ended(out: &mut Step, run: &UpgradeRun, facts: &Facts<'_>) -> ControlFlow<()> {
+    if !out.status.state.is_terminal() {
+        return ControlFlow::Continue(());
+    }
+    if run.metadata.deletion_timestamp.is_some() {
+        out.release = plan_recorded(run, facts.plan, facts.now).then(|| Release::of(run));
+        if out.release.is_none() {
+            out.wake_at = Some(facts.now + RECORD_POLL);
+        }
+    }
+    ControlFlow::Break(())
+}
+
+/// Deletion and `spec.cancel` (spec §5.10).
+fn cancelled(out: &mut Step, run: &UpgradeRun, facts: &Facts<'_>) -> ControlFlow<()> {
+    let now = facts.now;
     // The target of the run's upgrades, for the text of its end.
     let frozen_to = || match &facts.snapshot {
         SnapshotFact::Found { frozen, .. } => frozen.plan.upgrade_path.to.clone(),
         _ => String::new(),
     };
-    if deleting {
+    if run.metadata.deletion_timestamp.is_some() {
         // A dormant run (superseded, or a preview never resumed; spec §5.2) did nothing it could
         // be cancelled from: deleting it is a quiet clean-up — no Cancelled state, event,
         // runs_total or duration sample, and lastRun is untouched. Its snapshot goes.
         if superseded_by(run).is_some() || is_preview(run) {
             out.release = Some(Release::of(run));
-            return out;
+            return ControlFlow::Break(());
         }
-        // Cancel = delete (spec §5.10). The finalizer goes on a later pass, once the plan recorded it.
-        finish(
-            &mut out,
-            true,
-            RunState::Cancelled,
-            reasons::RUN_CANCELLED,
-            texts::run_cancelled(),
-            &frozen_to(),
-            now,
-        );
+        // Cancel = delete. The finalizer goes on a later pass, once the plan recorded it.
+        let (reason, message) = (reasons::RUN_CANCELLED, texts::run_cancelled());
+        finish(out, true, RunState::Cancelled, reason, message, &frozen_to(), now);
         out.wake_at = Some(now);
-        return out;
+        return ControlFlow::Break(());
     }
-    // spec.cancel (spec §5.10): Cancelled, and the run stays as the record of what it did (its
-    // snapshot kept). A dormant run has nothing to cancel: it stays as it is.
+    // spec.cancel: Cancelled, and the run stays as the record of what it did (its snapshot
+    // kept). A dormant run has nothing to cancel: it stays as it is.
     if run.spec.cancel && !is_dormant(run) {
-        finish(
-            &mut out,
-            true,
-            RunState::Cancelled,
-            reasons::RUN_CANCELLED,
-            texts::run_cancelled_on_request(),
-            &frozen_to(),
+        let (reason, message) = (reasons::RUN_CANCELLED, texts::run_cancelled_on_request());
+        finish(out, true, RunState::Cancelled, reason, message, &frozen_to(), now);
+        return ControlFlow::Break(());
+    }
+    ControlFlow::Continue(())
+}
+
+/// The run's plan, and whether it is valid (spec §4.3).
+struct ResolvedPlan<'a> {
+    plan: &'a UpgradePlan,
+    /// Why the live plan is invalid, for a run that follows it (before its snapshot).
+    invalid: Option<String>,
+    /// The invalidity announced last: a different one is announced again (spec §14.2).
+    announced_invalid: Option<String>,
+}
+
+/// `PlanResolved`: the plan exists, and before its snapshot the run follows the live plan, which
+/// must be valid; after, its frozen copy.
+fn resolve_plan<'a>(out: &mut Step, run: &UpgradeRun, facts: &Facts<'a>) -> ControlFlow<(), ResolvedPlan<'a>> {
+    let now = facts.now;
+    let plan_name = run.plan_name();
+    let Some(plan) = facts.plan else {
+        let message = texts::plan_not_found(plan_name);
+        let c = cond(
+            reasons::PLAN_RESOLVED,
+            ConditionStatus::False,
+            reasons::PLAN_NOT_FOUND,
+            message,
             now,
         );
-        return out;
-    }
-
-    let plan_name = run.plan_name().to_string();
-    let Some(plan) = facts.plan else {
-        set_condition(
-            &mut out.status.conditions,
-            cond(
-                reasons::PLAN_RESOLVED,
-                ConditionStatus::False,
-                reasons::PLAN_NOT_FOUND,
-                texts::plan_not_found(&plan_name),
-                now,
-            ),
-        );
-        return out;
+        set_condition(&mut out.status.conditions, c);
+        return ControlFlow::Break(());
     };
-
-    // Before its snapshot a run follows the live plan, which must be valid (spec §4.3); after,
-    // its frozen copy.
     let invalid = if matches!(out.status.state, RunState::Unresolved | RunState::Pending) {
-        let problems = validate_plan(&plan_name, &plan.spec, now);
-        (!problems.is_empty()).then(|| texts::plan_invalid(&plan_name, &summarize_problems(&problems)))
+        let problems = validate_plan(plan_name, &plan.spec, now);
+        (!problems.is_empty()).then(|| texts::plan_invalid(plan_name, &summarize_problems(&problems)))
     } else {
         None
     };
-    // The invalidity announced last: a different one is announced again (spec §14.2).
     let announced_invalid = find_condition(&out.status.conditions, reasons::PLAN_RESOLVED)
         .filter(|c| c.reason == reasons::PLAN_INVALID)
         .map(|c| c.message.clone());
+    let (status, reason, message) = match &invalid {
+        Some(message) => (ConditionStatus::False, reasons::PLAN_INVALID, message.clone()),
+        None => (ConditionStatus::True, reasons::PLAN_FOUND, texts::plan_found(plan_name)),
+    };
     set_condition(
         &mut out.status.conditions,
-        match &invalid {
-            Some(message) => cond(
-                reasons::PLAN_RESOLVED,
-                ConditionStatus::False,
-                reasons::PLAN_INVALID,
-                message.clone(),
-                now,
-            ),
-            None => cond(
-                reasons::PLAN_RESOLVED,
-                ConditionStatus::True,
-                reasons::PLAN_FOUND,
-                texts::plan_found(&plan_name),
-                now,
-            ),
-        },
+        cond(reasons::PLAN_RESOLVED, status, reason, message, now),
     );
+    ControlFlow::Continue(ResolvedPlan {
+        plan,
+        invalid,
+        announced_invalid,
+    })
+}
 
-    // Admission (spec §5.2), re-checked on every pass so that two runs admitted at once still end
-    // with one winner. A preview that was resumed is admitted now, as if created now.
+/// What admission established about a run that goes on.
+struct Admitted {
+    /// A preview not resumed (spec §5.2).
+    dormant_preview: bool,
+    /// The run publishes its plan's gauges (not a dormant preview).
+    owns_gauges: bool,
+}
+
+/// Admission (spec §5.2), re-checked on every pass so that two runs admitted at once still end
+/// with one winner: the newest supersedes the others; a superseded run keeps its state and does
+/// nothing more. Also the run's own metadata and `Suspended`.
+fn admit_run(out: &mut Step, run: &UpgradeRun, plan: &UpgradePlan, facts: &Facts<'_>) -> ControlFlow<(), Admitted> {
+    let now = facts.now;
     let mut me = RunFacts::of(run);
     let resumed = me.preview && !run.spec.suspend && out.status.state != RunState::Unresolved;
     if resumed {
@@ -482,8 +515,8 @@ fn decide(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step {
     if out.status.state == RunState::Unresolved {
         out.status.state = RunState::Pending;
     }
+    let superseded = newer.is_some();
     if let Some(newer) = newer {
-        // A superseded run keeps its state and does nothing more; the newer run carries on.
         if out.status.superseded_by.is_none() {
             out.newly_superseded = true;
             out.announce
@@ -491,128 +524,148 @@ fn decide(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step {
             out.status.superseded_by = Some(newer);
         }
         out.own.suspend = !run.spec.suspend;
-        let c = suspended_condition(run, &out.status, now);
-        set_condition(&mut out.status.conditions, c);
-        return out;
     }
     let c = suspended_condition(run, &out.status, now);
     set_condition(&mut out.status.conditions, c);
-    let owns_gauges = !is_preview(run) || resumed;
-    let dormant_preview = me.preview;
-    // A kind the plan needs is not served (spec §14.2): wait, saying so once; deleting the run
-    // still cancels it. Served again (its CRD installed), the condition says so.
+    if superseded {
+        return ControlFlow::Break(());
+    }
+    ControlFlow::Continue(Admitted {
+        dormant_preview: me.preview,
+        owns_gauges: !is_preview(run) || resumed,
+    })
+}
+
+/// `KindsServed` (spec §14.2): a kind the plan needs is not served, so the run waits, saying so
+/// once; deleting it still cancels it. Served again (its CRD installed), the condition says so.
+fn kinds_served(out: &mut Step, facts: &Facts<'_>, dormant_preview: bool) -> ControlFlow<()> {
+    let now = facts.now;
     if let (Some(missing), false) = (facts.missing_kinds.first(), dormant_preview) {
         let message = missing.message();
         out.announce
             .push(Announcement::warning(events::KIND_NOT_SERVED, message.clone()).keyed(message.clone()));
-        set_condition(
-            &mut out.status.conditions,
-            cond(
-                reasons::KINDS_SERVED,
-                ConditionStatus::False,
-                reasons::KIND_NOT_SERVED,
-                message,
-                now,
-            ),
+        let c = cond(
+            reasons::KINDS_SERVED,
+            ConditionStatus::False,
+            reasons::KIND_NOT_SERVED,
+            message,
+            now,
         );
+        set_condition(&mut out.status.conditions, c);
         out.wake_at = Some(now + KIND_POLL);
-        return out;
+        return ControlFlow::Break(());
     }
     if find_condition(&out.status.conditions, reasons::KINDS_SERVED).is_some() {
-        set_condition(
-            &mut out.status.conditions,
-            cond(
-                reasons::KINDS_SERVED,
-                ConditionStatus::True,
-                reasons::KINDS_SERVED,
-                "every kind the plan needs is served".to_string(),
-                now,
-            ),
+        let message = "every kind the plan needs is served".to_string();
+        let c = cond(
+            reasons::KINDS_SERVED,
+            ConditionStatus::True,
+            reasons::KINDS_SERVED,
+            message,
+            now,
         );
+        set_condition(&mut out.status.conditions, c);
     }
+    ControlFlow::Continue(())
+}
 
-    if out.status.state == RunState::Pending {
-        if let Some(message) = invalid {
-            if announced_invalid.as_ref() != Some(&message) {
-                // Keyed by the problem: once per problem, across restarts.
-                let key = message.clone();
-                out.announce
-                    .push(Announcement::warning(events::PLAN_INVALID, message).keyed(key));
-            }
-            return out;
+/// A Pending run starts once its plan is valid and the target PromiseRevision exists (spec
+/// §5.3): it takes its snapshot (spec §5.4) and, unless a dormant preview, its first evaluation.
+fn start_run(
+    out: &mut Step,
+    run: &UpgradeRun,
+    resolved: &ResolvedPlan<'_>,
+    admitted: &Admitted,
+    facts: &Facts<'_>,
+    cluster: &dyn Cluster,
+) -> ControlFlow<()> {
+    let (now, plan) = (facts.now, resolved.plan);
+    if let Some(message) = &resolved.invalid {
+        if resolved.announced_invalid.as_ref() != Some(message) {
+            // Keyed by the problem: once per problem, across restarts.
+            out.announce
+                .push(Announcement::warning(events::PLAN_INVALID, message.clone()).keyed(message.clone()));
         }
-        let promise = plan.spec.promise_ref.name.as_str();
-        let to = plan.spec.upgrade_path.to.as_str();
-        out.to = to.to_string();
-        // Revision gate (spec §5.3): wait, not a failure.
-        let ready = cluster.revision_exists(promise, to);
-        set_condition(
-            &mut out.status.conditions,
-            if ready {
-                cond(
-                    reasons::TARGET_REVISION_READY,
-                    ConditionStatus::True,
-                    reasons::PROMISE_REVISION_READY,
-                    texts::revision_ready(promise, to),
-                    now,
-                )
-            } else {
-                cond(
-                    reasons::TARGET_REVISION_READY,
-                    ConditionStatus::False,
-                    reasons::PROMISE_REVISION_NOT_FOUND,
-                    texts::revision_not_found(promise, to),
-                    now,
-                )
-            },
-        );
-        if !ready {
-            if owns_gauges {
-                out.gauges = Gauges::Set(revision_gate_gauges(plan, cluster));
-            }
-            return out;
-        }
-        // Snapshot (spec §5.4), taken once: a snapshot an earlier pass wrote (crash before the
-        // status) is the run's, not a new one.
-        let (frozen, refs) = match &facts.snapshot {
-            SnapshotFact::Found { frozen, refs } => (frozen.clone(), refs.clone()),
-            _ => {
-                let frozen = Arc::new(take_snapshot(plan, cluster));
-                out.write_snapshot = snapshot_config_maps(run_name(run), &frozen);
-                let refs = out
-                    .write_snapshot
-                    .iter()
-                    .map(|(name, data)| ResourceListRef {
-                        name: name.clone(),
-                        sha256: Some(digest(data)),
-                    })
-                    .collect();
-                (frozen, refs)
-            }
-        };
-        out.status.resource_list_refs = refs;
-        out.status.rollout_groups = frozen.snapshot.initial_counts();
-        out.status.total_resources = out.status.rollout_groups.iter().map(|g| g.total).sum();
-        out.status.completed_resources = 0;
-        out.status.started_at = Some(now);
-        out.status.state = RunState::InProgress;
-        if dormant_preview {
-            out.frozen = Some(frozen);
-            return out;
-        }
-        return progress(run, plan, out, frozen, owns_gauges, cluster, facts);
+        return ControlFlow::Break(());
     }
-    // A preview not resumed is dormant (spec §5.2): nothing but its snapshot is computed, so
-    // it cannot fail, start, announce or count anything.
-    if dormant_preview {
-        return out;
+    let promise = plan.spec.promise_ref.name.as_str();
+    let to = plan.spec.upgrade_path.to.as_str();
+    out.to = to.to_string();
+    // Revision gate: wait, not a failure.
+    let ready = cluster.revision_exists(promise, to);
+    let c = if ready {
+        let message = texts::revision_ready(promise, to);
+        cond(
+            reasons::TARGET_REVISION_READY,
+            ConditionStatus::True,
+            reasons::PROMISE_REVISION_READY,
+            message,
+            now,
+        )
+    } else {
+        let message = texts::revision_not_found(promise, to);
+        cond(
+            reasons::TARGET_REVISION_READY,
+            ConditionStatus::False,
+            reasons::PROMISE_REVISION_NOT_FOUND,
+            message,
+            now,
+        )
+    };
+    set_condition(&mut out.status.conditions, c);
+    if !ready {
+        if admitted.owns_gauges {
+            out.gauges = Gauges::Set(revision_gate_gauges(plan, cluster));
+        }
+        return ControlFlow::Break(());
     }
+    // Taken once: a snapshot an earlier pass wrote (crash before the status) is the run's, not a
+    // new one.
+    let (frozen, refs) = match &facts.snapshot {
+        SnapshotFact::Found { frozen, refs } => (frozen.clone(), refs.clone()),
+        _ => {
+            let frozen = Arc::new(take_snapshot(plan, cluster));
+            out.write_snapshot = snapshot_config_maps(run_name(run), &frozen);
+            let refs = out
+                .write_snapshot
+                .iter()
+                .map(|(name, data)| ResourceListRef {
+                    name: name.clone(),
+                    sha256: Some(digest(data)),
+                })
+                .collect();
+            (frozen, refs)
+        }
+    };
+    out.status.resource_list_refs = refs;
+    out.status.rollout_groups = frozen.snapshot.initial_counts();
+    out.status.total_resources = out.status.rollout_groups.iter().map(|g| g.total).sum();
+    out.status.completed_resources = 0;
+    out.status.started_at = Some(now);
+    out.status.state = RunState::InProgress;
+    if admitted.dormant_preview {
+        out.frozen = Some(frozen);
+    } else {
+        progress(run, plan, out, frozen, admitted.owns_gauges, cluster, facts);
+    }
+    ControlFlow::Break(())
+}
 
-    // InProgress.
-    // Without its snapshot, or with one that is not what was written, the run cannot go on
-    // (spec §4.3 SnapshotMissing, SnapshotTampered): nothing more is patched.
+/// An InProgress run goes on from its snapshot. Without it, or with one that is not what was
+/// written, it cannot (spec §4.3 SnapshotMissing, SnapshotTampered): it fails, and nothing more
+/// is patched.
+fn continue_run(
+    out: &mut Step,
+    run: &UpgradeRun,
+    plan: &UpgradePlan,
+    admitted: &Admitted,
+    facts: &Facts<'_>,
+    cluster: &dyn Cluster,
+) {
     let (reason, message) = match facts.snapshot.clone() {
-        SnapshotFact::Found { frozen, .. } => return progress(run, plan, out, frozen, owns_gauges, cluster, facts),
+        SnapshotFact::Found { frozen, .. } => {
+            return progress(run, plan, out, frozen, admitted.owns_gauges, cluster, facts)
+        }
         SnapshotFact::Lost { config_map, .. } => (reasons::SNAPSHOT_MISSING, texts::snapshot_missing(&config_map)),
         SnapshotFact::Absent => (
             reasons::SNAPSHOT_MISSING,
@@ -628,8 +681,15 @@ fn decide(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step {
     };
     let to = plan.spec.upgrade_path.to.clone();
     out.to = to.clone();
-    finish(&mut out, owns_gauges, RunState::Failed, reason, message, &to, now);
-    out
+    finish(
+        out,
+        admitted.owns_gauges,
+        RunState::Failed,
+        reason,
+        message,
+        &to,
+        facts.now,
+    );
 }
 
 fn run_name(run: &UpgradeRun) -> &str {
@@ -681,12 +741,12 @@ pub fn snapshot_config_maps(run: &str, frozen: &Frozen) -> Vec<SnapshotConfigMap
 fn progress(
     run: &UpgradeRun,
     plan: &UpgradePlan,
-    mut out: Step,
+    out: &mut Step,
     frozen: Arc<Frozen>,
     owns_gauges: bool,
     cluster: &dyn Cluster,
     facts: &Facts,
-) -> Step {
+) {
     let now = facts.now;
     // Every "since the run began" rule counts from the run's admission (spec §5.2). A dormant
     // preview never gets here, so a preview here is being resumed in this very pass.
@@ -745,9 +805,9 @@ fn progress(
         out.gauges = Gauges::Set(run_gauges(&eval, &frozen.snapshot));
     }
     out.wake_at = eval.wake_at;
-    let gate_failure = gate_transition(&mut out, &eval, &frozen, facts.gates, now);
-    approval_transition(&mut out, &eval, &previous, now);
-    freeze_transition(&mut out, &eval, now);
+    let gate_failure = gate_transition(out, &eval, &frozen, facts.gates, now);
+    approval_transition(out, &eval, &previous, now);
+    freeze_transition(out, &eval, now);
     out.adopt_approvals = ApprovalPatch::adoptions(run, facts.approvals);
     let verdict = eval.verdict.clone();
     out.evaluation = Some(eval);
@@ -756,7 +816,7 @@ fn progress(
         Verdict::InProgress { .. } => {
             if let Some(message) = gate_failure {
                 finish(
-                    &mut out,
+                    out,
                     owns_gauges,
                     RunState::Failed,
                     reasons::GATE_FAILED,
@@ -777,12 +837,12 @@ fn progress(
             } else {
                 (reasons::RUN_COMPLETED, texts::run_summary(completed, total, &to))
             };
-            finish(&mut out, owns_gauges, RunState::Completed, reason, message, &to, now);
+            finish(out, owns_gauges, RunState::Completed, reason, message, &to, now);
         }
         Verdict::Failed { group, failed } => {
             let message = texts::group_failed(failed, &frozen.snapshot.groups[group].name);
             finish(
-                &mut out,
+                out,
                 owns_gauges,
                 RunState::Failed,
                 reasons::RESOURCE_UPGRADE_FAILED,
@@ -794,7 +854,7 @@ fn progress(
         Verdict::RevisionMissing => {
             let message = texts::revision_not_found(promise, &to);
             finish(
-                &mut out,
+                out,
                 owns_gauges,
                 RunState::Failed,
                 reasons::PROMISE_REVISION_NOT_FOUND,
@@ -804,7 +864,6 @@ fn progress(
             );
         }
     }
-    out
 }
 
 /// What a group's recorded approval says: who, which UpgradeApproval, and the comment.
