@@ -4,6 +4,8 @@
 //! Nothing is remembered between reconciles except the counts of completed groups: in-flight
 //! upgrades are derived from live bindings, so limits hold across restarts and leader changes.
 
+use std::ops::ControlFlow;
+
 use chrono::{DateTime, Utc};
 
 use super::budget::{parse_progress_deadline, FailureBudget};
@@ -11,7 +13,7 @@ use super::concurrency::Limit;
 use super::freeze::{hold_at, Freeze, Hold};
 use super::gate::{self, GateCheck, GateReading};
 use super::health::{apply_health_check, HealthRecords, Verification};
-use super::snapshot::{Snapshot, SnapshotResource};
+use super::snapshot::{Snapshot, SnapshotGroup, SnapshotResource};
 use super::stage::{approval_for, requires_approval, soak_of, ApprovalFact};
 use super::starts::{admit_starts, StartFacts};
 use super::window::GateState;
@@ -386,7 +388,6 @@ fn evaluate_groups<'b>(
     ctx: &RunContext<'_>,
     lookup: impl Fn(&str, &str) -> Option<&'b dyn BindingFacts>,
 ) -> Evaluation {
-    let to = ctx.plan.upgrade_path.to.as_str();
     let mut eval = Evaluation {
         verdict: Verdict::Completed,
         groups: ctx.snapshot.initial_counts(),
@@ -410,187 +411,225 @@ fn evaluate_groups<'b>(
         }
         return eval;
     }
-
     for (index, group) in ctx.snapshot.groups.iter().enumerate() {
-        let plan_group = ctx.plan.rollout_groups.iter().find(|g| g.name == group.name);
-        // A frozen plan was validated before its snapshot; a budget that no longer parses
-        // tolerates nothing (SKE's behaviour), a deadline that does not parse applies none.
-        let budget = plan_group
-            .map(|g| FailureBudget::parse(g.max_failures.as_ref()).unwrap_or(FailureBudget::NONE))
-            .unwrap_or(FailureBudget::NONE)
-            .resolve(group.resources.len());
-        let rules = GroupRules::of(plan_group);
-        let run = (to, ctx.run_name, ctx.run_created);
-        let recorded = ctx.recorded.get(index).filter(|g| g.name == group.name);
-        let started_at = recorded.and_then(|g| g.started_at);
-        // Into this group (spec §13.4): the soak of the group before, then the approval. Once
-        // the group has started, neither holds it again.
-        if index > 0 && started_at.is_none() {
-            let before = &ctx.snapshot.groups[index - 1];
-            let soak = ctx
-                .plan
-                .rollout_groups
-                .iter()
-                .find(|g| g.name == before.name)
-                .and_then(soak_of);
-            if let Some(soak) = soak {
-                let completed = eval.groups[index - 1].completed_at.unwrap_or(ctx.now);
-                let until = completed.checked_add_signed(soak).unwrap_or(DateTime::<Utc>::MAX_UTC);
-                if ctx.now < until {
-                    eval.groups[index - 1].phase = Some(GroupPhase::Soaking);
-                    eval.held_by = entry_holds(ctx, Blocked::Soaking);
-                    eval.wake_at = Some(until);
-                    eval.verdict = Verdict::InProgress { group: index - 1 };
-                    return eval;
-                }
-            }
-        }
-        // The approval recorded when the group started stands; before, the oldest one for it.
-        let mut approved = recorded
-            .filter(|_| started_at.is_some())
-            .and_then(ApprovalFact::recorded);
-        if approved.is_none() && plan_group.is_some_and(requires_approval) {
-            match approval_for(ctx.approvals, &group.name) {
-                Some(a) => approved = Some(a.clone()),
-                None => {
-                    eval.groups[index].phase = Some(GroupPhase::AwaitingApproval);
-                    eval.held_by = entry_holds(ctx, Blocked::AwaitingApproval);
-                    eval.verdict = Verdict::InProgress { group: index };
-                    return eval;
-                }
-            }
-        }
-        let started_at = started_at.unwrap_or(ctx.now);
-        let stamp = |g: &mut GroupStatus| {
-            g.started_at = Some(started_at);
-            if let Some(a) = &approved {
-                a.record_in(g);
-            }
-        };
-        if let Some(mut done) = recorded_complete(ctx.recorded.get(index), &group.name, group.resources.len(), budget) {
-            // Recorded by a controller from before phases: completed now, as far as the soak goes.
-            done.completed_at.get_or_insert(ctx.now);
-            done.phase = Some(GroupPhase::Completed);
-            // Its counts stand (spec §5.5): nothing a completed group's bindings do later moves them.
-            eval.groups[index] = done;
-            continue;
-        }
-        let live: Vec<Option<&dyn BindingFacts>> = group
-            .resources
-            .iter()
-            .map(|r| lookup(&r.namespace, &r.binding))
-            .collect();
-        let outcomes: Vec<Outcome> = group
-            .resources
-            .iter()
-            .zip(&live)
-            .map(|(r, b)| rules.outcome(r, *b, ctx.health, ctx.recorded, run, ctx.now))
-            .collect();
-        eval.groups[index] = counts(&group.name, group.resources.len(), &outcomes);
-        eval.groups[index].failed_resources = record_failures(recorded, &group.resources, &outcomes, budget, ctx.now);
-        stamp(&mut eval.groups[index]);
-        let failed = eval.groups[index].failed as usize;
-        if failed > budget {
-            eval.groups[index].phase = Some(GroupPhase::Failed);
-            eval.outcomes.push((index, outcomes));
-            eval.verdict = Verdict::Failed { group: index, failed };
+        if evaluate_group(ctx, &lookup, &mut eval, index, group).is_break() {
             return eval;
         }
-        if outcomes.iter().all(Outcome::is_finished) {
-            eval.groups[index].phase = Some(GroupPhase::Completed);
-            eval.groups[index].completed_at = Some(recorded.and_then(|g| g.completed_at).unwrap_or(ctx.now));
-            eval.outcomes.push((index, outcomes));
-            continue;
-        }
-        eval.groups[index].phase = Some(GroupPhase::InProgress);
-
-        // The current group: retries, then starts within gate and limit.
-        // A frozen plan was validated before its snapshot; if it still does not parse, be
-        // conservative: one at a time, gate closed.
-        let limit = plan_group
-            .map(|g| Limit::parse(g.max_concurrent.as_ref()).unwrap_or(Limit::Count(1)))
-            .unwrap_or(Limit::Count(1))
-            .resolve(group.resources.len());
-        // The group's gate (windows and freezes); `None` when its windows do not compile.
-        let (gate_state, gate) = plan_group.map_or((GateState::INVALID, None), |g| {
-            GateState::of_group(g.resource_upgrade_windows.as_deref(), ctx.freezes, ctx.now)
-        });
-        let action = |i: usize| BindingAction {
-            resource: group.resources[i].clone(),
-            resource_version: live[i].and_then(|b| b.object_version().map(str::to_string)),
-            from: live[i]
-                .map(|b| b.last_applied_version().to_string())
-                .unwrap_or_default(),
-        };
-        // Starts in snapshot order: the version patch of a resource not started, the retry label
-        // of one whose failure predates the run. Both pass the one admission below.
-        let in_flight = outcomes.iter().filter(|o| o.is_in_flight()).count();
-        let not_started: Vec<usize> = outcomes
-            .iter()
-            .enumerate()
-            .filter(|(_, o)| matches!(o, Outcome::NotStarted | Outcome::NeedsRetry))
-            .map(|(i, _)| i)
-            .collect();
-        // Wake when the first in-flight upgrade or health check runs out of time.
-        let upgrade_expiry = rules.deadline.as_ref().and_then(|d| {
-            outcomes
-                .iter()
-                .zip(&live)
-                .filter(|(o, _)| matches!(o, Outcome::InFlight))
-                .filter_map(|(_, b)| d.expires((*b)?))
-                .min()
-        });
-        let health_expiry = outcomes
-            .iter()
-            .filter_map(|o| match o {
-                Outcome::Verifying { until } => Some(*until),
-                _ => None,
-            })
-            .min();
-        let expiry = upgrade_expiry.into_iter().chain(health_expiry).min();
-        // Gates are read while the group has starts left, whatever else holds it (spec §13.3):
-        // each gate's recorded state stays current, and its failAfter clock is its own.
-        let mut gate_recheck = None;
-        if !not_started.is_empty() {
-            eval.gate_check = gate::check(ctx.plan, &group.name, ctx.gates, ctx.now);
-            if let GateCheck::Closed { reading, .. } = &eval.gate_check {
-                gate_recheck = Some(reading.next_check.max(ctx.now));
-            }
-        }
-        if !not_started.is_empty() {
-            eval.frozen = hold_at(ctx.freezes, ctx.now);
-            let admission = admit_starts(&StartFacts {
-                suspended: ctx.suspended,
-                entry: None,
-                frozen: eval.frozen.is_some(),
-                windows_open: gate.as_ref().is_some_and(|g| g.windows_open(ctx.now)),
-                gate_closed: matches!(eval.gate_check, GateCheck::Closed { .. }),
-                limit,
-                in_flight,
-            });
-            for &i in not_started.iter().take(admission.starts) {
-                match outcomes[i] {
-                    Outcome::NeedsRetry => eval.retry.push(action(i)),
-                    _ => eval.start.push(action(i)),
-                }
-            }
-            eval.held_by = admission.holds;
-            eval.wake_at = if gate_state.open {
-                gate_state.next_close
-            } else {
-                gate_state.next_open
-            };
-        }
-        // ... and when a closed gate is read again.
-        eval.wake_at = eval.wake_at.into_iter().chain(expiry).chain(gate_recheck).min();
-        eval.limit = Some(limit);
-        eval.in_flight = in_flight;
-        eval.gate = Some(gate_state);
-        eval.outcomes.push((index, outcomes));
-        eval.verdict = Verdict::InProgress { group: index };
-        return eval;
     }
     eval
+}
+
+/// One group, in order: `Continue` when it is complete (the next group is looked at), `Break`
+/// when it holds the run — waiting to enter, failed, or the group in progress.
+fn evaluate_group<'b>(
+    ctx: &RunContext<'_>,
+    lookup: &impl Fn(&str, &str) -> Option<&'b dyn BindingFacts>,
+    eval: &mut Evaluation,
+    index: usize,
+    group: &SnapshotGroup,
+) -> ControlFlow<()> {
+    let plan_group = ctx.plan.rollout_groups.iter().find(|g| g.name == group.name);
+    // A frozen plan was validated before its snapshot; a budget that no longer parses
+    // tolerates nothing (SKE's behaviour), a deadline that does not parse applies none.
+    let budget = plan_group
+        .map(|g| FailureBudget::parse(g.max_failures.as_ref()).unwrap_or(FailureBudget::NONE))
+        .unwrap_or(FailureBudget::NONE)
+        .resolve(group.resources.len());
+    let rules = GroupRules::of(plan_group);
+    let recorded = ctx.recorded.get(index).filter(|g| g.name == group.name);
+    let started_at = recorded.and_then(|g| g.started_at);
+    let approved = group_entry(ctx, eval, index, group, plan_group, recorded)?;
+    if let Some(mut done) = recorded_complete(ctx.recorded.get(index), &group.name, group.resources.len(), budget) {
+        // Recorded by a controller from before phases: completed now, as far as the soak goes.
+        done.completed_at.get_or_insert(ctx.now);
+        done.phase = Some(GroupPhase::Completed);
+        // Its counts stand (spec §5.5): nothing a completed group's bindings do later moves them.
+        eval.groups[index] = done;
+        return ControlFlow::Continue(());
+    }
+    let live: Vec<Option<&dyn BindingFacts>> = group
+        .resources
+        .iter()
+        .map(|r| lookup(&r.namespace, &r.binding))
+        .collect();
+    let run = (ctx.plan.upgrade_path.to.as_str(), ctx.run_name, ctx.run_created);
+    let outcomes: Vec<Outcome> = group
+        .resources
+        .iter()
+        .zip(&live)
+        .map(|(r, b)| rules.outcome(r, *b, ctx.health, ctx.recorded, run, ctx.now))
+        .collect();
+    let counted = &mut eval.groups[index];
+    *counted = counts(&group.name, group.resources.len(), &outcomes);
+    counted.failed_resources = record_failures(recorded, &group.resources, &outcomes, budget, ctx.now);
+    counted.started_at = Some(started_at.unwrap_or(ctx.now));
+    if let Some(a) = &approved {
+        a.record_in(counted);
+    }
+    let failed = counted.failed as usize;
+    if failed > budget {
+        counted.phase = Some(GroupPhase::Failed);
+        eval.outcomes.push((index, outcomes));
+        eval.verdict = Verdict::Failed { group: index, failed };
+        return ControlFlow::Break(());
+    }
+    if outcomes.iter().all(Outcome::is_finished) {
+        counted.phase = Some(GroupPhase::Completed);
+        counted.completed_at = Some(recorded.and_then(|g| g.completed_at).unwrap_or(ctx.now));
+        eval.outcomes.push((index, outcomes));
+        return ControlFlow::Continue(());
+    }
+    counted.phase = Some(GroupPhase::InProgress);
+    current_group(ctx, eval, index, group, plan_group, &rules, &live, outcomes);
+    ControlFlow::Break(())
+}
+
+/// Into a group (spec §13.4): the soak of the group before, then the approval; `Break` while
+/// either holds it. Once the group has started the soak holds it no more, and the approval
+/// recorded then stands; before, the oldest approval for it counts. Returns the approval that
+/// let it start.
+fn group_entry(
+    ctx: &RunContext<'_>,
+    eval: &mut Evaluation,
+    index: usize,
+    group: &SnapshotGroup,
+    plan_group: Option<&RolloutGroup>,
+    recorded: Option<&GroupStatus>,
+) -> ControlFlow<(), Option<ApprovalFact>> {
+    let started = recorded.is_some_and(|g| g.started_at.is_some());
+    if index > 0 && !started {
+        let before = &ctx.snapshot.groups[index - 1];
+        let soak = ctx
+            .plan
+            .rollout_groups
+            .iter()
+            .find(|g| g.name == before.name)
+            .and_then(soak_of);
+        if let Some(soak) = soak {
+            let completed = eval.groups[index - 1].completed_at.unwrap_or(ctx.now);
+            let until = completed.checked_add_signed(soak).unwrap_or(DateTime::<Utc>::MAX_UTC);
+            if ctx.now < until {
+                eval.groups[index - 1].phase = Some(GroupPhase::Soaking);
+                eval.held_by = entry_holds(ctx, Blocked::Soaking);
+                eval.wake_at = Some(until);
+                eval.verdict = Verdict::InProgress { group: index - 1 };
+                return ControlFlow::Break(());
+            }
+        }
+    }
+    let recorded_approval = recorded.filter(|_| started).and_then(ApprovalFact::recorded);
+    if recorded_approval.is_some() || !plan_group.is_some_and(requires_approval) {
+        return ControlFlow::Continue(recorded_approval);
+    }
+    match approval_for(ctx.approvals, &group.name) {
+        Some(a) => ControlFlow::Continue(Some(a.clone())),
+        None => {
+            eval.groups[index].phase = Some(GroupPhase::AwaitingApproval);
+            eval.held_by = entry_holds(ctx, Blocked::AwaitingApproval);
+            eval.verdict = Verdict::InProgress { group: index };
+            ControlFlow::Break(())
+        }
+    }
+}
+
+/// The group in progress: its retries and starts, as many as the one admission allows now
+/// (spec §14.1), what holds the rest, and when to look again.
+#[allow(clippy::too_many_arguments)]
+fn current_group(
+    ctx: &RunContext<'_>,
+    eval: &mut Evaluation,
+    index: usize,
+    group: &SnapshotGroup,
+    plan_group: Option<&RolloutGroup>,
+    rules: &GroupRules,
+    live: &[Option<&dyn BindingFacts>],
+    outcomes: Vec<Outcome>,
+) {
+    // A frozen plan was validated before its snapshot; if it still does not parse, be
+    // conservative: one at a time, gate closed.
+    let limit = plan_group
+        .map(|g| Limit::parse(g.max_concurrent.as_ref()).unwrap_or(Limit::Count(1)))
+        .unwrap_or(Limit::Count(1))
+        .resolve(group.resources.len());
+    // The group's gate (windows and freezes); `None` when its windows do not compile.
+    let (gate_state, gate) = plan_group.map_or((GateState::INVALID, None), |g| {
+        GateState::of_group(g.resource_upgrade_windows.as_deref(), ctx.freezes, ctx.now)
+    });
+    let action = |i: usize| BindingAction {
+        resource: group.resources[i].clone(),
+        resource_version: live[i].and_then(|b| b.object_version().map(str::to_string)),
+        from: live[i]
+            .map(|b| b.last_applied_version().to_string())
+            .unwrap_or_default(),
+    };
+    // Starts in snapshot order: the version patch of a resource not started, the retry label
+    // of one whose failure predates the run. Both pass the one admission below.
+    let in_flight = outcomes.iter().filter(|o| o.is_in_flight()).count();
+    let not_started: Vec<usize> = outcomes
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| matches!(o, Outcome::NotStarted | Outcome::NeedsRetry))
+        .map(|(i, _)| i)
+        .collect();
+    // Gates are read while the group has starts left, whatever else holds it (spec §13.3):
+    // each gate's recorded state stays current, and its failAfter clock is its own.
+    let mut gate_recheck = None;
+    if !not_started.is_empty() {
+        eval.gate_check = gate::check(ctx.plan, &group.name, ctx.gates, ctx.now);
+        if let GateCheck::Closed { reading, .. } = &eval.gate_check {
+            gate_recheck = Some(reading.next_check.max(ctx.now));
+        }
+        eval.frozen = hold_at(ctx.freezes, ctx.now);
+        let admission = admit_starts(&StartFacts {
+            suspended: ctx.suspended,
+            entry: None,
+            frozen: eval.frozen.is_some(),
+            windows_open: gate.as_ref().is_some_and(|g| g.windows_open(ctx.now)),
+            gate_closed: matches!(eval.gate_check, GateCheck::Closed { .. }),
+            limit,
+            in_flight,
+        });
+        for &i in not_started.iter().take(admission.starts) {
+            match outcomes[i] {
+                Outcome::NeedsRetry => eval.retry.push(action(i)),
+                _ => eval.start.push(action(i)),
+            }
+        }
+        eval.held_by = admission.holds;
+        eval.wake_at = if gate_state.open {
+            gate_state.next_close
+        } else {
+            gate_state.next_open
+        };
+    }
+    // ... and when an upgrade or health check runs out of time, and a closed gate is read again.
+    let expiry = first_expiry(rules, &outcomes, live);
+    eval.wake_at = eval.wake_at.into_iter().chain(expiry).chain(gate_recheck).min();
+    eval.limit = Some(limit);
+    eval.in_flight = in_flight;
+    eval.gate = Some(gate_state);
+    eval.outcomes.push((index, outcomes));
+    eval.verdict = Verdict::InProgress { group: index };
+}
+
+/// When the first in-flight upgrade (its `progressDeadline`) or health check runs out of time.
+fn first_expiry(rules: &GroupRules, outcomes: &[Outcome], live: &[Option<&dyn BindingFacts>]) -> Option<DateTime<Utc>> {
+    let upgrade_expiry = rules.deadline.as_ref().and_then(|d| {
+        outcomes
+            .iter()
+            .zip(live)
+            .filter(|(o, _)| matches!(o, Outcome::InFlight))
+            .filter_map(|(_, b)| d.expires((*b)?))
+            .min()
+    });
+    let health_expiry = outcomes
+        .iter()
+        .filter_map(|o| match o {
+            Outcome::Verifying { until } => Some(*until),
+            _ => None,
+        })
+        .min();
+    upgrade_expiry.into_iter().chain(health_expiry).min()
 }
 
 #[cfg(test)]
