@@ -16,7 +16,7 @@ use super::schedule::MAX_SCHEDULED_PLAN_NAME;
 use super::version::{is_regex_pattern, VersionMatcher};
 use super::window::{parse_go_duration, Gate, SEARCH_HORIZON_DAYS};
 use crate::api::kratix::LATEST_VERSION;
-use crate::api::{SelectorOperator, UpgradePlanSpec};
+use crate::api::{RolloutGroup, SelectorOperator, UpgradeExecutionPolicy, UpgradePath, UpgradePlanSpec};
 
 /// An RFC 1123 subdomain, as Kubernetes requires of most object names.
 pub fn is_dns_subdomain(name: &str) -> bool {
@@ -119,93 +119,15 @@ pub fn overlapping_plans<'p>(
 
 pub fn validate_plan(name: &str, spec: &UpgradePlanSpec, now: DateTime<Utc>) -> Vec<Problem> {
     let mut problems = Vec::new();
-    let mut add = |field: String, message: String| problems.push(Problem { field, message });
-
-    // The API server enforces this; checked here for plans read from files (`explain -f`).
-    if !name.is_empty() && !is_dns_subdomain(name) {
-        add(
-            "metadata.name".into(),
-            format!(
-                "{:?} is not a valid object name: use at most 253 lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
-                name.chars().take(64).collect::<String>()
-            ),
-        );
-    }
-    if spec.promise_ref.name.trim().is_empty() {
-        add("spec.promiseRef.name".into(), "must name a Promise".into());
-    }
-
-    let path = &spec.upgrade_path;
-    if path.from.is_empty() {
-        add(
-            "spec.upgradePath.from".into(),
-            "must list at least one version or /regex/".into(),
-        );
-    }
-    if let Err(errors) = VersionMatcher::compile(&path.from) {
-        for (i, e) in errors {
-            add(format!("spec.upgradePath.from[{i}]"), e.to_string());
-        }
-    }
-    if path.to.is_empty() {
-        add("spec.upgradePath.to".into(), "must name the target version".into());
-    } else if is_regex_pattern(&path.to) {
-        add(
-            "spec.upgradePath.to".into(),
-            "must be an exact version, not a /regex/ pattern".into(),
-        );
-    } else if path.to == LATEST_VERSION {
-        add(
-            "spec.upgradePath.to".into(),
-            "must be an exact version: 'latest' is not a version a resource can be pinned to".into(),
-        );
-    }
-
+    let p = &mut problems;
+    check_identity(p, name, spec);
+    check_upgrade_path(p, &spec.upgrade_path);
     if let Some(policy) = &spec.upgrade_execution_policy {
-        if name.len() > MAX_SCHEDULED_PLAN_NAME {
-            add(
-                "metadata.name".into(),
-                format!(
-                    "is {} characters; a plan with upgradeExecutionPolicy may have at most {MAX_SCHEDULED_PLAN_NAME}, so that its run names (<plan>-YYYYMMDD-HHMM) fit in 253",
-                    name.len()
-                ),
-            );
-        }
-        if policy.repeat_schedule.is_none() && policy.execute_at.is_none() {
-            add(
-                "spec.upgradeExecutionPolicy".into(),
-                "set repeatSchedule, executeAt, or both (or remove the policy to run only by hand)".into(),
-            );
-        }
-        let zone = match parse_zone(policy.time_zone.as_deref()) {
-            Ok(z) => Some(z),
-            Err(e) => {
-                add("spec.upgradeExecutionPolicy.timeZone".into(), e.to_string());
-                None
-            }
-        };
-        if let Some(s) = &policy.repeat_schedule {
-            if let Err(e) = s.parse::<CronSchedule>() {
-                add("spec.upgradeExecutionPolicy.repeatSchedule".into(), e.to_string());
-            }
-        }
-        if let (Some(v), Some(zone)) = (&policy.execute_at, zone) {
-            if let Err(e) = resolve_local_time(v, zone) {
-                add("spec.upgradeExecutionPolicy.executeAt".into(), e.to_string());
-            }
-        }
-        match policy.starting_deadline.as_deref().map(parse_go_duration) {
-            Some(Err(e)) => add("spec.upgradeExecutionPolicy.startingDeadline".into(), e),
-            Some(Ok(d)) if d <= chrono::Duration::zero() => add(
-                "spec.upgradeExecutionPolicy.startingDeadline".into(),
-                "must be greater than zero (omit it to run the latest missed trigger however late)".into(),
-            ),
-            _ => {}
-        }
+        check_execution_policy(p, name, policy);
     }
-
     if spec.rollout_groups.is_empty() {
         add(
+            p,
             "spec.rolloutGroups".into(),
             "must have at least one rollout group".into(),
         );
@@ -214,116 +136,233 @@ pub fn validate_plan(name: &str, spec: &UpgradePlanSpec, now: DateTime<Utc>) -> 
     for (gi, group) in spec.rollout_groups.iter().enumerate() {
         let at = format!("spec.rolloutGroups[{gi}]");
         if group.name.trim().is_empty() {
-            add(format!("{at}.name"), "must not be empty".into());
+            add(p, format!("{at}.name"), "must not be empty".into());
         } else if !seen.insert(group.name.as_str()) {
             add(
+                p,
                 format!("{at}.name"),
                 format!("duplicate group name {:?}: group names must be unique", group.name),
             );
         }
-        if let Some(sel) = &group.selectors {
-            let others = sel.match_labels.is_some() || sel.match_expressions.is_some();
-            if sel.match_all == Some(true) && others {
-                add(
-                    format!("{at}.selectors.matchAll"),
-                    "cannot be combined with matchLabels or matchExpressions".into(),
-                );
+        check_group(p, &at, group, now);
+    }
+    check_signal_gates(p, spec);
+    problems
+}
+
+fn add(problems: &mut Vec<Problem>, field: String, message: String) {
+    problems.push(Problem { field, message });
+}
+
+/// The plan's name and Promise.
+fn check_identity(p: &mut Vec<Problem>, name: &str, spec: &UpgradePlanSpec) {
+    // The API server enforces this; checked here for plans read from files (`explain -f`).
+    if !name.is_empty() && !is_dns_subdomain(name) {
+        add(
+ p,
+            "metadata.name".into(),
+            format!(
+                "{:?} is not a valid object name: use at most 253 lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
+                name.chars().take(64).collect::<String>()
+            ),
+        );
+    }
+    if spec.promise_ref.name.trim().is_empty() {
+        add(p, "spec.promiseRef.name".into(), "must name a Promise".into());
+    }
+}
+
+/// `spec.upgradePath`: the versions upgraded from, and the one exact version upgraded to.
+fn check_upgrade_path(p: &mut Vec<Problem>, path: &UpgradePath) {
+    if path.from.is_empty() {
+        add(
+            p,
+            "spec.upgradePath.from".into(),
+            "must list at least one version or /regex/".into(),
+        );
+    }
+    if let Err(errors) = VersionMatcher::compile(&path.from) {
+        for (i, e) in errors {
+            add(p, format!("spec.upgradePath.from[{i}]"), e.to_string());
+        }
+    }
+    if path.to.is_empty() {
+        add(p, "spec.upgradePath.to".into(), "must name the target version".into());
+    } else if is_regex_pattern(&path.to) {
+        add(
+            p,
+            "spec.upgradePath.to".into(),
+            "must be an exact version, not a /regex/ pattern".into(),
+        );
+    } else if path.to == LATEST_VERSION {
+        add(
+            p,
+            "spec.upgradePath.to".into(),
+            "must be an exact version: 'latest' is not a version a resource can be pinned to".into(),
+        );
+    }
+}
+
+/// `spec.upgradeExecutionPolicy`: when runs are created (spec §6).
+fn check_execution_policy(p: &mut Vec<Problem>, name: &str, policy: &UpgradeExecutionPolicy) {
+    if name.len() > MAX_SCHEDULED_PLAN_NAME {
+        add(
+ p,
+            "metadata.name".into(),
+            format!(
+                "is {} characters; a plan with upgradeExecutionPolicy may have at most {MAX_SCHEDULED_PLAN_NAME}, so that its run names (<plan>-YYYYMMDD-HHMM) fit in 253",
+                name.len()
+            ),
+        );
+    }
+    if policy.repeat_schedule.is_none() && policy.execute_at.is_none() {
+        add(
+            p,
+            "spec.upgradeExecutionPolicy".into(),
+            "set repeatSchedule, executeAt, or both (or remove the policy to run only by hand)".into(),
+        );
+    }
+    let zone = match parse_zone(policy.time_zone.as_deref()) {
+        Ok(z) => Some(z),
+        Err(e) => {
+            add(p, "spec.upgradeExecutionPolicy.timeZone".into(), e.to_string());
+            None
+        }
+    };
+    if let Some(s) = &policy.repeat_schedule {
+        if let Err(e) = s.parse::<CronSchedule>() {
+            add(p, "spec.upgradeExecutionPolicy.repeatSchedule".into(), e.to_string());
+        }
+    }
+    if let (Some(v), Some(zone)) = (&policy.execute_at, zone) {
+        if let Err(e) = resolve_local_time(v, zone) {
+            add(p, "spec.upgradeExecutionPolicy.executeAt".into(), e.to_string());
+        }
+    }
+    match policy.starting_deadline.as_deref().map(parse_go_duration) {
+        Some(Err(e)) => add(p, "spec.upgradeExecutionPolicy.startingDeadline".into(), e),
+        Some(Ok(d)) if d <= chrono::Duration::zero() => add(
+            p,
+            "spec.upgradeExecutionPolicy.startingDeadline".into(),
+            "must be greater than zero (omit it to run the latest missed trigger however late)".into(),
+        ),
+        _ => {}
+    }
+}
+
+/// One rollout group's selectors, limits, durations and windows, `at` its field path.
+fn check_group(p: &mut Vec<Problem>, at: &str, group: &RolloutGroup, now: DateTime<Utc>) {
+    if let Some(sel) = &group.selectors {
+        let others = sel.match_labels.is_some() || sel.match_expressions.is_some();
+        if sel.match_all == Some(true) && others {
+            add(
+                p,
+                format!("{at}.selectors.matchAll"),
+                "cannot be combined with matchLabels or matchExpressions".into(),
+            );
+        }
+        for (ei, r) in sel.match_expressions.iter().flatten().enumerate() {
+            let values = r.values.as_deref().unwrap_or_default();
+            let field = format!("{at}.selectors.matchExpressions[{ei}]");
+            if r.key.is_empty() {
+                add(p, format!("{field}.key"), "must not be empty".into());
             }
-            for (ei, r) in sel.match_expressions.iter().flatten().enumerate() {
-                let values = r.values.as_deref().unwrap_or_default();
-                let field = format!("{at}.selectors.matchExpressions[{ei}]");
-                if r.key.is_empty() {
-                    add(format!("{field}.key"), "must not be empty".into());
-                }
-                match r.operator {
-                    SelectorOperator::In | SelectorOperator::NotIn if values.is_empty() => add(
-                        format!("{field}.values"),
-                        format!("must not be empty for operator {:?}", r.operator),
-                    ),
-                    SelectorOperator::Exists | SelectorOperator::DoesNotExist if !values.is_empty() => add(
-                        format!("{field}.values"),
-                        format!("must be omitted for operator {:?}", r.operator),
-                    ),
-                    _ => {}
-                }
-            }
-        }
-        if let Err(e) = Limit::parse(group.max_concurrent.as_ref()) {
-            add(format!("{at}.maxConcurrent"), e.to_string());
-        }
-        if let Err(e) = FailureBudget::parse(group.max_failures.as_ref()) {
-            add(format!("{at}.maxFailures"), e.to_string());
-        }
-        if let Err(e) = parse_progress_deadline(group.progress_deadline.as_deref()) {
-            add(format!("{at}.progressDeadline"), e);
-        }
-        if let Some(Err(e)) = group.health_check.as_ref().map(|h| parse_health_timeout(&h.timeout)) {
-            add(format!("{at}.healthCheck.timeout"), e);
-        }
-        if let Some(Err(e)) = group.soak_duration.as_deref().map(parse_go_duration) {
-            add(format!("{at}.soakDuration"), e);
-        }
-        let windows = group.resource_upgrade_windows.as_deref().unwrap_or_default();
-        let mut all_windows_ok = true;
-        for (wi, w) in windows.iter().enumerate() {
-            // Check each field on its own so that every problem of the window is reported.
-            let field = format!("{at}.resourceUpgradeWindows[{wi}]");
-            if let Err(e) = w.schedule.parse::<CronSchedule>() {
-                add(format!("{field}.schedule"), e.to_string());
-                all_windows_ok = false;
-            }
-            if let Err(e) = super::window::parse_go_duration(&w.duration) {
-                add(format!("{field}.duration"), e);
-                all_windows_ok = false;
-            }
-            if let Err(e) = parse_zone(w.time_zone.as_deref()) {
-                add(format!("{field}.timeZone"), e.to_string());
-                all_windows_ok = false;
-            }
-        }
-        if all_windows_ok && !windows.is_empty() {
-            if let Ok(gate) = Gate::compile(windows) {
-                let state = gate.state(now);
-                if !state.open && state.next_open.is_none() {
-                    add(
-                        format!("{at}.resourceUpgradeWindows"),
-                        format!("the windows never let an upgrade start: the gate stays closed for the next {SEARCH_HORIZON_DAYS} days"),
-                    );
-                }
+            match r.operator {
+                SelectorOperator::In | SelectorOperator::NotIn if values.is_empty() => add(
+                    p,
+                    format!("{field}.values"),
+                    format!("must not be empty for operator {:?}", r.operator),
+                ),
+                SelectorOperator::Exists | SelectorOperator::DoesNotExist if !values.is_empty() => add(
+                    p,
+                    format!("{field}.values"),
+                    format!("must be omitted for operator {:?}", r.operator),
+                ),
+                _ => {}
             }
         }
     }
-    // Signal gates (spec §13.3).
+    if let Err(e) = Limit::parse(group.max_concurrent.as_ref()) {
+        add(p, format!("{at}.maxConcurrent"), e.to_string());
+    }
+    if let Err(e) = FailureBudget::parse(group.max_failures.as_ref()) {
+        add(p, format!("{at}.maxFailures"), e.to_string());
+    }
+    if let Err(e) = parse_progress_deadline(group.progress_deadline.as_deref()) {
+        add(p, format!("{at}.progressDeadline"), e);
+    }
+    if let Some(Err(e)) = group.health_check.as_ref().map(|h| parse_health_timeout(&h.timeout)) {
+        add(p, format!("{at}.healthCheck.timeout"), e);
+    }
+    if let Some(Err(e)) = group.soak_duration.as_deref().map(parse_go_duration) {
+        add(p, format!("{at}.soakDuration"), e);
+    }
+    let windows = group.resource_upgrade_windows.as_deref().unwrap_or_default();
+    let mut all_windows_ok = true;
+    for (wi, w) in windows.iter().enumerate() {
+        // Check each field on its own so that every problem of the window is reported.
+        let field = format!("{at}.resourceUpgradeWindows[{wi}]");
+        if let Err(e) = w.schedule.parse::<CronSchedule>() {
+            add(p, format!("{field}.schedule"), e.to_string());
+            all_windows_ok = false;
+        }
+        if let Err(e) = super::window::parse_go_duration(&w.duration) {
+            add(p, format!("{field}.duration"), e);
+            all_windows_ok = false;
+        }
+        if let Err(e) = parse_zone(w.time_zone.as_deref()) {
+            add(p, format!("{field}.timeZone"), e.to_string());
+            all_windows_ok = false;
+        }
+    }
+    if all_windows_ok && !windows.is_empty() {
+        if let Ok(gate) = Gate::compile(windows) {
+            let state = gate.state(now);
+            if !state.open && state.next_open.is_none() {
+                add(
+ p,
+                    format!("{at}.resourceUpgradeWindows"),
+                    format!("the windows never let an upgrade start: the gate stays closed for the next {SEARCH_HORIZON_DAYS} days"),
+                );
+            }
+        }
+    }
+}
+
+/// Signal gates (spec §13.3).
+fn check_signal_gates(p: &mut Vec<Problem>, spec: &UpgradePlanSpec) {
     let mut gate_names = std::collections::HashSet::new();
     for (i, g) in spec.gates.iter().flatten().enumerate() {
         let at = format!("spec.gates[{i}]");
         if !is_dns_label(&g.name) {
             add(
+ p,
                 format!("{at}.name"),
                 format!("{:?} must be a DNS label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit", g.name),
             );
         } else if !gate_names.insert(g.name.as_str()) {
             add(
+                p,
                 format!("{at}.name"),
                 format!("{:?} names an earlier gate too; names must be unique", g.name),
             );
         }
         if g.prometheus.query.trim().is_empty() {
-            add(format!("{at}.prometheus.query"), "must be a PromQL query".into());
+            add(p, format!("{at}.prometheus.query"), "must be a PromQL query".into());
         }
         for (j, group) in g.groups.iter().flatten().enumerate() {
             if !spec.rollout_groups.iter().any(|rg| &rg.name == group) {
                 add(
+                    p,
                     format!("{at}.groups[{j}]"),
                     format!("{group:?} is not a rollout group of this plan"),
                 );
             }
         }
         if let Some(Err(e)) = g.fail_after.as_deref().map(parse_go_duration) {
-            add(format!("{at}.failAfter"), e);
+            add(p, format!("{at}.failAfter"), e);
         }
     }
-    problems
 }
 
 /// An RFC 1123 label (at most 63 characters), as gate names are.
