@@ -419,6 +419,16 @@ fn evaluate_groups<'b>(
     eval
 }
 
+/// A group of the snapshot, with its place, its definition in the frozen plan and its counts as
+/// the run's status recorded them.
+#[derive(Clone, Copy)]
+struct GroupAt<'a> {
+    index: usize,
+    group: &'a SnapshotGroup,
+    plan_group: Option<&'a RolloutGroup>,
+    recorded: Option<&'a GroupStatus>,
+}
+
 /// One group, in order: `Continue` when it is complete (the next group is looked at), `Break`
 /// when it holds the run — waiting to enter, failed, or the group in progress.
 fn evaluate_group<'b>(
@@ -438,7 +448,13 @@ fn evaluate_group<'b>(
     let rules = GroupRules::of(plan_group);
     let recorded = ctx.recorded.get(index).filter(|g| g.name == group.name);
     let started_at = recorded.and_then(|g| g.started_at);
-    let approved = group_entry(ctx, eval, index, group, plan_group, recorded)?;
+    let at = GroupAt {
+        index,
+        group,
+        plan_group,
+        recorded,
+    };
+    let approved = group_entry(ctx, eval, &at)?;
     if let Some(mut done) = recorded_complete(ctx.recorded.get(index), &group.name, group.resources.len(), budget) {
         // Recorded by a controller from before phases: completed now, as far as the soak goes.
         done.completed_at.get_or_insert(ctx.now);
@@ -480,7 +496,7 @@ fn evaluate_group<'b>(
         return ControlFlow::Continue(());
     }
     counted.phase = Some(GroupPhase::InProgress);
-    current_group(ctx, eval, index, group, plan_group, &rules, &live, outcomes);
+    current_group(ctx, eval, &at, &rules, &live, outcomes);
     ControlFlow::Break(())
 }
 
@@ -488,14 +504,13 @@ fn evaluate_group<'b>(
 /// either holds it. Once the group has started the soak holds it no more, and the approval
 /// recorded then stands; before, the oldest approval for it counts. Returns the approval that
 /// let it start.
-fn group_entry(
-    ctx: &RunContext<'_>,
-    eval: &mut Evaluation,
-    index: usize,
-    group: &SnapshotGroup,
-    plan_group: Option<&RolloutGroup>,
-    recorded: Option<&GroupStatus>,
-) -> ControlFlow<(), Option<ApprovalFact>> {
+fn group_entry(ctx: &RunContext<'_>, eval: &mut Evaluation, at: &GroupAt<'_>) -> ControlFlow<(), Option<ApprovalFact>> {
+    let GroupAt {
+        index,
+        group,
+        plan_group,
+        recorded,
+    } = *at;
     let started = recorded.is_some_and(|g| g.started_at.is_some());
     if index > 0 && !started {
         let before = &ctx.snapshot.groups[index - 1];
@@ -534,17 +549,20 @@ fn group_entry(
 
 /// The group in progress: its retries and starts, as many as the one admission allows now
 /// (spec §14.1), what holds the rest, and when to look again.
-#[allow(clippy::too_many_arguments)]
 fn current_group(
     ctx: &RunContext<'_>,
     eval: &mut Evaluation,
-    index: usize,
-    group: &SnapshotGroup,
-    plan_group: Option<&RolloutGroup>,
+    at: &GroupAt<'_>,
     rules: &GroupRules,
     live: &[Option<&dyn BindingFacts>],
     outcomes: Vec<Outcome>,
 ) {
+    let GroupAt {
+        index,
+        group,
+        plan_group,
+        ..
+    } = *at;
     // A frozen plan was validated before its snapshot; if it still does not parse, be
     // conservative: one at a time, gate closed.
     let limit = plan_group
