@@ -18,7 +18,7 @@ use serde::Serialize;
 use super::freeze::Freeze;
 use super::gate::{GateReading, Reading};
 use super::health::HealthRecords;
-use super::run::{evaluate, Blocked, Outcome, RunContext, Verdict};
+use super::run::{evaluate, Blocked, Evaluation, Outcome, RunContext, Verdict};
 use super::snapshot::{assign, Snapshot};
 use super::stage::{requires_approval, ApprovalFact};
 use super::version::VersionMatcher;
@@ -98,53 +98,9 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
         Ok(m) => assign(&plan, &m, input.bindings).snapshot,
         Err(_) => Snapshot { groups: Vec::new() },
     };
-    let by_key: HashMap<(&str, &str), &ResourceBinding> = input
-        .bindings
-        .iter()
-        .map(|b| {
-            let key = (
-                b.metadata.namespace.as_deref().unwrap_or_default(),
-                b.metadata.name.as_deref().unwrap_or_default(),
-            );
-            (key, b)
-        })
-        .collect();
-    // The simulated bindings, indexed by (namespace, binding) borrowed from the snapshot: looked
-    // up for every resource at every step, so without allocating.
-    let mut live: Vec<ResourceBinding> = Vec::new();
-    let mut index: HashMap<(&str, &str), usize> = HashMap::new();
-    for r in snapshot.groups.iter().flat_map(|g| &g.resources) {
-        let key = (r.namespace.as_str(), r.binding.as_str());
-        if let (None, Some(b)) = (index.get(&key), by_key.get(&key)) {
-            index.insert(key, live.len());
-            live.push((*b).clone());
-        }
-    }
-    let approvals: Vec<ApprovalFact> = plan
-        .rollout_groups
-        .iter()
-        .filter(|g| requires_approval(g))
-        .map(|g| ApprovalFact {
-            name: format!("forecast-{}", g.name),
-            group: g.name.clone(),
-            created: input.start,
-            owners: Vec::new(),
-            resource_version: None,
-            approver: None,
-            comment: None,
-        })
-        .collect();
-    let far = input.start + Duration::days(3660);
-    let gates: Vec<GateReading> = plan
-        .gates
-        .iter()
-        .flatten()
-        .map(|g| GateReading {
-            gate: g.name.clone(),
-            reading: Reading::Open,
-            next_check: far,
-        })
-        .collect();
+    let (mut live, index) = simulated_bindings(&snapshot, input.bindings);
+    let approvals = assumed_approvals(&plan, input.start);
+    let gates = open_gates(&plan, input.start + Duration::days(3660));
     let health = HealthRecords::default();
 
     let mut groups: Vec<GroupForecast> = snapshot
@@ -263,13 +219,7 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
             ));
             break;
         };
-        let reason = match eval.blocked() {
-            Some(Blocked::WindowClosed) => Some("WindowClosed"),
-            Some(Blocked::Frozen) => Some("Frozen"),
-            Some(Blocked::Soaking) => Some("Soaking"),
-            _ => None,
-        };
-        if let (Some(reason), Some(g)) = (reason, groups.get_mut(current)) {
+        if let (Some(reason), Some(g)) = (wait_reason(&eval), groups.get_mut(current)) {
             note_wait(&mut g.waits, now, next, reason);
         }
         now = next;
@@ -284,6 +234,75 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
         finish,
         warnings,
         starts,
+    }
+}
+
+/// The snapshot's bindings as the forecast changes them, indexed by (namespace, binding) borrowed
+/// from the snapshot: looked up for every resource at every step, so without allocating.
+fn simulated_bindings<'s>(
+    snapshot: &'s Snapshot,
+    bindings: &[ResourceBinding],
+) -> (Vec<ResourceBinding>, HashMap<(&'s str, &'s str), usize>) {
+    let by_key: HashMap<(&str, &str), &ResourceBinding> = bindings
+        .iter()
+        .map(|b| {
+            let key = (
+                b.metadata.namespace.as_deref().unwrap_or_default(),
+                b.metadata.name.as_deref().unwrap_or_default(),
+            );
+            (key, b)
+        })
+        .collect();
+    let mut live: Vec<ResourceBinding> = Vec::new();
+    let mut index: HashMap<(&str, &str), usize> = HashMap::new();
+    for r in snapshot.groups.iter().flat_map(|g| &g.resources) {
+        let key = (r.namespace.as_str(), r.binding.as_str());
+        if let (None, Some(b)) = (index.get(&key), by_key.get(&key)) {
+            index.insert(key, live.len());
+            live.push((*b).clone());
+        }
+    }
+    (live, index)
+}
+
+/// The forecast assumes every group that requires approval is approved when the run starts.
+fn assumed_approvals(plan: &UpgradePlanSpec, start: DateTime<Utc>) -> Vec<ApprovalFact> {
+    plan.rollout_groups
+        .iter()
+        .filter(|g| requires_approval(g))
+        .map(|g| ApprovalFact {
+            name: format!("forecast-{}", g.name),
+            group: g.name.clone(),
+            created: start,
+            owners: Vec::new(),
+            resource_version: None,
+            approver: None,
+            comment: None,
+        })
+        .collect()
+}
+
+/// ... and every signal gate open, not read again before `far`.
+fn open_gates(plan: &UpgradePlanSpec, far: DateTime<Utc>) -> Vec<GateReading> {
+    plan.gates
+        .iter()
+        .flatten()
+        .map(|g| GateReading {
+            gate: g.name.clone(),
+            reading: Reading::Open,
+            next_check: far,
+        })
+        .collect()
+}
+
+/// What the forecast shows a group waiting for: time-bound holds only (the others it assumes
+/// away or lets pass).
+fn wait_reason(eval: &Evaluation) -> Option<&'static str> {
+    match eval.blocked() {
+        Some(Blocked::WindowClosed) => Some("WindowClosed"),
+        Some(Blocked::Frozen) => Some("Frozen"),
+        Some(Blocked::Soaking) => Some("Soaking"),
+        _ => None,
     }
 }
 
