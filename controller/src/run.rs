@@ -495,8 +495,9 @@ pub fn error_policy(run: Arc<UpgradeRun>, err: &Error, ctx: Arc<Ctx>) -> Action 
     Action::requeue(delay)
 }
 
-/// The binding writes request by request, against a mocked API server (the shapes; the real
-/// control plane runs them end to end in tests/tests).
+/// The controller's writes request by request, against a mocked API server: shapes, order,
+/// preconditions, field managers, conflicts (the real control plane runs them end to end in
+/// tests/tests).
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -670,5 +671,163 @@ mod tests {
         }
         let (_, answer) = serve_one(status(500, "InternalError"), call(patch)).await;
         assert!(answer.is_err(), "a server error is the pass's error: {answer:?}");
+    }
+
+    /// A controller context whose API server is `service`, with empty caches.
+    fn context(client: kube::Client) -> super::Ctx {
+        use kube::runtime::reflector::store;
+        use std::sync::atomic::AtomicBool;
+        let flag = || Arc::new(AtomicBool::new(true));
+        super::Ctx {
+            recorder: crate::events::Publisher::new(client.clone(), "upgradeplan-controller", "test".into()),
+            client,
+            snapshot_namespace: "kratix-platform-system".into(),
+            selector: None,
+            label_selector: None,
+            plans: store().0,
+            runs: store().0,
+            bindings: Default::default(),
+            revisions: store().0,
+            promises: store().0,
+            health: store().0,
+            approvals: store().0,
+            freezes: store().0,
+            approvals_synced: flag(),
+            health_synced: flag(),
+            freezes_synced: flag(),
+            freezes_not_served: flag(),
+            health_not_served: flag(),
+            approvals_not_served: flag(),
+            synced: Default::default(),
+            frozen: Default::default(),
+            snapshot_meta: store().0,
+            metrics: Arc::new(crate::metrics::Metrics::new()),
+            resources: Default::default(),
+            reported: Default::default(),
+            announced: Default::default(),
+            retries: Default::default(),
+            gates: Arc::new(crate::gates::GateReader::new(None, std::time::Duration::from_secs(30))),
+        }
+    }
+
+    /// Answers every request as the API server would for the objects this test writes, and
+    /// records (method, path, body) in the order they arrive.
+    async fn serve_all(
+        mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
+        log: Arc<std::sync::Mutex<Vec<(String, String, Value)>>>,
+    ) {
+        while let Some((request, respond)) = handle.next_request().await {
+            let (parts, body) = request.into_parts();
+            let bytes = body.collect().await.expect("the body").to_bytes();
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let path = parts.uri.path().to_string();
+            let reply = if parts.method == http::Method::GET {
+                // The run's events, listed before announcing: none yet.
+                json!({"kind": "EventList", "apiVersion": "v1", "metadata": {}, "items": []})
+            } else if path.contains("/events") {
+                body.clone()
+            } else {
+                let name = path
+                    .rsplit('/')
+                    .find(|s| *s != "status")
+                    .unwrap_or_default()
+                    .to_string();
+                let (api_version, kind) = if path.contains("upgradeapprovals") {
+                    ("platform.syntasso.io/v1alpha1", "UpgradeApproval")
+                } else {
+                    ("platform.syntasso.io/v1alpha1", "UpgradeRun")
+                };
+                json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "resourceVersion": "6"},
+                       "spec": {"upgradePlanRef": {"name": "p"}, "group": "prod", "upgradeRunRef": {"name": "r"}}})
+            };
+            log.lock()
+                .expect("the log")
+                .push((parts.method.to_string(), path, body));
+            respond.send_response(ok(reply));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_step_is_sent_in_order_with_the_status_last_and_conditional_on_the_run_as_patched() {
+        use upgradeplan::api::{RunState, UpgradeRunStatus};
+        use upgradeplan::engine::lifecycle::{Announcement, Gauges, Step};
+
+        let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = kube::Client::new(service, "default");
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let server = tokio::spawn(serve_all(handle, log.clone()));
+
+        let mut run = UpgradeRun::new("r", Default::default());
+        run.metadata.uid = Some("r-uid".into());
+        run.metadata.resource_version = Some("5".into());
+        let mut own = RunPatch::of("r");
+        own.labels.insert("platform.syntasso.io/plan".into(), "p".into());
+        let step = Step {
+            own,
+            supersede: vec![RunPatch::supersede("old", "r")],
+            write_snapshot: Vec::new(),
+            frozen: None,
+            adopt_approvals: vec![ApprovalPatch {
+                approval: "r-prod".into(),
+                resource_version: Some("3".into()),
+                owner_references: Vec::new(),
+            }],
+            evaluation: None,
+            binding_patches: Vec::new(),
+            to: "v2".into(),
+            announce: vec![Announcement {
+                warning: false,
+                reason: "UpgradeRunPending",
+                note: "waiting".into(),
+                key: String::new(),
+            }],
+            results: Vec::new(),
+            gauges: Gauges::Keep,
+            newly_superseded: false,
+            finished: None,
+            release: None,
+            status: UpgradeRunStatus {
+                state: RunState::Pending,
+                ..Default::default()
+            },
+            wake_at: None,
+        };
+        let ctx = context(client);
+        super::carry_out(&ctx, &run, step).await.expect("the step is sent");
+        drop(ctx);
+        server.await.expect("the server");
+
+        let log = log.lock().expect("the log");
+        let writes: Vec<(&str, &str)> = log
+            .iter()
+            .filter(|(method, _, _)| method != "GET")
+            .map(|(method, path, _)| (method.as_str(), path.as_str()))
+            .collect();
+        let runs = "/apis/platform.syntasso.io/v1alpha1/upgraderuns";
+        let events = writes.iter().filter(|(_, p)| p.contains("/events")).count();
+        assert_eq!(events, 1, "one announcement: {writes:#?}");
+        let others: Vec<_> = writes.iter().filter(|(_, p)| !p.contains("/events")).collect();
+        assert_eq!(
+            others,
+            [
+                &("PATCH", format!("{runs}/r").as_str()),
+                &("PATCH", "/apis/platform.syntasso.io/v1alpha1/upgradeapprovals/r-prod"),
+                &("PATCH", format!("{runs}/old").as_str()),
+                &("PATCH", format!("{runs}/r/status").as_str()),
+            ],
+            "its own metadata first, then approvals and supersede requests, the status last"
+        );
+        let event_at = writes.iter().position(|(_, p)| p.contains("/events")).unwrap();
+        assert_eq!(
+            event_at,
+            writes.len() - 2,
+            "announced before the status is written: {writes:#?}"
+        );
+        let (_, _, status) = log.last().expect("the status write");
+        assert_eq!(
+            status["metadata"]["resourceVersion"], "6",
+            "conditional on the run as its own patch left it: {status}"
+        );
+        assert_eq!(status["status"]["state"], "Pending");
     }
 }
