@@ -169,129 +169,12 @@ pub fn step(
     cluster: &dyn Cluster,
     now: DateTime<Utc>,
 ) -> PlanStep {
-    let name = plan.metadata.name.clone().unwrap_or_default();
-    let created = crate::time::created_at(&plan.metadata);
     let generation = plan.metadata.generation;
     let previous = plan.status.clone().unwrap_or_default();
     let mut status = previous.clone();
     let mut events = Vec::new();
-    let spec_changed = previous.observed_generation != generation;
-
-    let problems = validate_plan(&name, &plan.spec, now);
-    let valid = problems.is_empty();
-    let ready = Condition {
-        observed_generation: generation,
-        ..condition(
-            reasons::READY,
-            valid,
-            (reasons::VALID, reasons::INVALID_SPEC),
-            if valid {
-                "the plan is valid".to_string()
-            } else {
-                summarize_problems(&problems)
-            },
-            now,
-        )
-    };
-    let became_invalid = !valid
-        && find_condition(&previous.conditions, reasons::READY)
-            .is_none_or(|c| c.status != ConditionStatus::False || c.message != ready.message);
-    if became_invalid {
-        events.push(PlanEvent {
-            warning: true,
-            reason: events::INVALID_SPEC,
-            note: ready.message.clone(),
-        });
-    }
-    set_condition(&mut status.conditions, ready);
-    let promise = &plan.spec.promise_ref.name;
-    set_condition(
-        &mut status.conditions,
-        Condition {
-            observed_generation: generation,
-            ..condition(
-                reasons::PROMISE_RESOLVED,
-                promise_found,
-                (reasons::PROMISE_FOUND, reasons::PROMISE_NOT_FOUND),
-                format!(
-                    "Promise \"{promise}\" {}",
-                    if promise_found { "found" } else { "not found" }
-                ),
-                now,
-            )
-        },
-    );
-
-    // Triggers: only for a valid plan with a policy.
-    let triggers = plan
-        .spec
-        .upgrade_execution_policy
-        .as_ref()
-        .filter(|_| valid)
-        .and_then(Triggers::compile);
-    let mut create_run = None;
-    let mut next_trigger = None;
-    status.next_run_at = None;
-    if let Some(t) = &triggers {
-        match t.due(now, created, status.last_scheduled_at, plan.spec.suspend) {
-            TriggerAction::CreateRun(at) => {
-                create_run = Some(ScheduledRun {
-                    name: scheduled_run_name(&name, at),
-                    at,
-                });
-                status.last_scheduled_at = Some(at);
-            }
-            TriggerAction::Skip(at) => {
-                status.last_scheduled_at = Some(at);
-                events.push(PlanEvent {
-                    warning: false,
-                    reason: events::TRIGGER_SKIPPED,
-                    note: format!("Trigger {} skipped: the plan is suspended", at.to_rfc3339()),
-                });
-            }
-            TriggerAction::Missed { at, late } => {
-                status.last_scheduled_at = Some(at);
-                let deadline = plan
-                    .spec
-                    .upgrade_execution_policy
-                    .as_ref()
-                    .and_then(|p| p.starting_deadline.clone())
-                    .unwrap_or_default();
-                events.push(PlanEvent {
-                    warning: true,
-                    reason: events::TRIGGER_MISSED,
-                    note: format!(
-                        "trigger {} missed by {} (startingDeadline {deadline})",
-                        crate::time::rfc3339(at),
-                        crate::engine::schedule::go_duration(late)
-                    ),
-                });
-            }
-            TriggerAction::None => {}
-        }
-        if spec_changed && t.execute_at_before_creation(created) {
-            events.push(PlanEvent {
-                warning: true,
-                reason: events::EXECUTE_AT_IN_PAST,
-                note: "spec.upgradeExecutionPolicy.executeAt is before the plan was created and will never fire"
-                    .to_string(),
-            });
-        }
-        // While suspended nextRunAt is absent, but triggers are still recorded as skipped on time.
-        status.next_run_at = t.next_run_at(now, created, plan.spec.suspend);
-        next_trigger = t.next_after(now, created);
-    }
-    if let Some(run) = &create_run {
-        events.push(PlanEvent {
-            warning: false,
-            reason: events::RUN_CREATED,
-            note: format!(
-                "Created UpgradeRun \"{}\" for trigger {}",
-                run.name,
-                run.at.to_rfc3339()
-            ),
-        });
-    }
+    let valid = readiness(plan, &previous, &mut status, &mut events, promise_found, now);
+    let (create_run, next_trigger) = triggers(plan, valid, &previous, &mut status, &mut events, now);
 
     let summary = summarize(runs, status.last_run.as_ref(), None);
     let delete_runs = beyond_history_limit(runs, plan.spec.run_history_limit.as_ref(), &summary.active_run_ref);
@@ -322,6 +205,138 @@ pub fn step(
         // bring everything else.
         wake_at: next_trigger.into_iter().chain(window_change).min(),
     }
+}
+
+/// `Ready` (the plan is valid, announced once per distinct invalidity) and `PromiseResolved`.
+/// Returns whether the plan is valid.
+fn readiness(
+    plan: &UpgradePlan,
+    previous: &UpgradePlanStatus,
+    status: &mut UpgradePlanStatus,
+    events: &mut Vec<PlanEvent>,
+    promise_found: bool,
+    now: DateTime<Utc>,
+) -> bool {
+    let name = plan.metadata.name.clone().unwrap_or_default();
+    let generation = plan.metadata.generation;
+    let problems = validate_plan(&name, &plan.spec, now);
+    let valid = problems.is_empty();
+    let ready = Condition {
+        observed_generation: generation,
+        ..condition(
+            reasons::READY,
+            valid,
+            (reasons::VALID, reasons::INVALID_SPEC),
+            if valid {
+                "the plan is valid".to_string()
+            } else {
+                summarize_problems(&problems)
+            },
+            now,
+        )
+    };
+    let became_invalid = !valid
+        && find_condition(&previous.conditions, reasons::READY)
+            .is_none_or(|c| c.status != ConditionStatus::False || c.message != ready.message);
+    if became_invalid {
+        events.push(PlanEvent {
+            warning: true,
+            reason: events::INVALID_SPEC,
+            note: ready.message.clone(),
+        });
+    }
+    set_condition(&mut status.conditions, ready);
+    let promise = &plan.spec.promise_ref.name;
+    let found = if promise_found { "found" } else { "not found" };
+    set_condition(
+        &mut status.conditions,
+        Condition {
+            observed_generation: generation,
+            ..condition(
+                reasons::PROMISE_RESOLVED,
+                promise_found,
+                (reasons::PROMISE_FOUND, reasons::PROMISE_NOT_FOUND),
+                format!("Promise \"{promise}\" {found}"),
+                now,
+            )
+        },
+    );
+    valid
+}
+
+/// The plan's triggers (spec §6), only for a valid plan with a policy: the run a trigger due now
+/// asks for, what a skipped or missed one announces, `nextRunAt`, and when the next one is due.
+fn triggers(
+    plan: &UpgradePlan,
+    valid: bool,
+    previous: &UpgradePlanStatus,
+    status: &mut UpgradePlanStatus,
+    events: &mut Vec<PlanEvent>,
+    now: DateTime<Utc>,
+) -> (Option<ScheduledRun>, Option<DateTime<Utc>>) {
+    let name = plan.metadata.name.clone().unwrap_or_default();
+    let created = crate::time::created_at(&plan.metadata);
+    let spec_changed = previous.observed_generation != plan.metadata.generation;
+    let policy = plan.spec.upgrade_execution_policy.as_ref().filter(|_| valid);
+    status.next_run_at = None;
+    let Some(t) = policy.and_then(Triggers::compile) else {
+        return (None, None);
+    };
+    let mut create_run = None;
+    match t.due(now, created, status.last_scheduled_at, plan.spec.suspend) {
+        TriggerAction::CreateRun(at) => {
+            let run = ScheduledRun {
+                name: scheduled_run_name(&name, at),
+                at,
+            };
+            create_run = Some(run);
+            status.last_scheduled_at = Some(at);
+        }
+        TriggerAction::Skip(at) => {
+            status.last_scheduled_at = Some(at);
+            events.push(PlanEvent {
+                warning: false,
+                reason: events::TRIGGER_SKIPPED,
+                note: format!("Trigger {} skipped: the plan is suspended", at.to_rfc3339()),
+            });
+        }
+        TriggerAction::Missed { at, late } => {
+            status.last_scheduled_at = Some(at);
+            let deadline = policy.and_then(|p| p.starting_deadline.clone()).unwrap_or_default();
+            events.push(PlanEvent {
+                warning: true,
+                reason: events::TRIGGER_MISSED,
+                note: format!(
+                    "trigger {} missed by {} (startingDeadline {deadline})",
+                    crate::time::rfc3339(at),
+                    crate::engine::schedule::go_duration(late)
+                ),
+            });
+        }
+        TriggerAction::None => {}
+    }
+    if spec_changed && t.execute_at_before_creation(created) {
+        events.push(PlanEvent {
+            warning: true,
+            reason: events::EXECUTE_AT_IN_PAST,
+            note: "spec.upgradeExecutionPolicy.executeAt is before the plan was created and will never fire"
+                .to_string(),
+        });
+    }
+    if let Some(run) = &create_run {
+        events.push(PlanEvent {
+            warning: false,
+            reason: events::RUN_CREATED,
+            note: format!(
+                "Created UpgradeRun \"{}\" for trigger {}",
+                run.name,
+                run.at.to_rfc3339()
+            ),
+        });
+    }
+    // While suspended nextRunAt is absent, but triggers are still recorded as skipped on time.
+    status.next_run_at = t.next_run_at(now, created, plan.spec.suspend);
+    (create_run, t.next_after(now, created))
 }
 
 /// The next instant a group's gate (windows and freezes) opens or closes: the plan looks again
