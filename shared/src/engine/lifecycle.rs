@@ -812,56 +812,42 @@ fn progress(
     let verdict = eval.verdict.clone();
     out.evaluation = Some(eval);
     out.frozen = Some(frozen.clone());
-    match verdict {
-        Verdict::InProgress { .. } => {
-            if let Some(message) = gate_failure {
-                finish(
-                    out,
-                    owns_gauges,
-                    RunState::Failed,
-                    reasons::GATE_FAILED,
-                    message,
-                    &to,
-                    now,
-                );
-            }
-        }
+    if let Some((state, reason, message)) = ending(&verdict, gate_failure, &out.status, &frozen, promise, &to) {
+        finish(out, owns_gauges, state, reason, message, &to, now);
+    }
+}
+
+/// How an evaluated run ends now, if it does: completed (with failures within the budgets, or
+/// none), failed by a group past its budget, a gate closed for its `failAfter` or the target
+/// revision gone; `None` while it goes on.
+fn ending(
+    verdict: &Verdict,
+    gate_failure: Option<String>,
+    status: &UpgradeRunStatus,
+    frozen: &Frozen,
+    promise: &str,
+    to: &str,
+) -> Option<(RunState, &'static str, String)> {
+    match *verdict {
+        Verdict::InProgress { .. } => gate_failure.map(|message| (RunState::Failed, reasons::GATE_FAILED, message)),
         Verdict::Completed => {
-            let failed: i64 = out.status.rollout_groups.iter().map(|g| g.failed).sum();
-            let (completed, total) = (out.status.completed_resources, out.status.total_resources);
-            let (reason, message) = if failed > 0 {
-                (
-                    reasons::RUN_COMPLETED_WITH_FAILURES,
-                    texts::run_completed_with_failures(completed, total, &to, failed),
-                )
+            let failed: i64 = status.rollout_groups.iter().map(|g| g.failed).sum();
+            let (completed, total) = (status.completed_resources, status.total_resources);
+            Some(if failed > 0 {
+                let message = texts::run_completed_with_failures(completed, total, to, failed);
+                (RunState::Completed, reasons::RUN_COMPLETED_WITH_FAILURES, message)
             } else {
-                (reasons::RUN_COMPLETED, texts::run_summary(completed, total, &to))
-            };
-            finish(out, owns_gauges, RunState::Completed, reason, message, &to, now);
+                let message = texts::run_summary(completed, total, to);
+                (RunState::Completed, reasons::RUN_COMPLETED, message)
+            })
         }
         Verdict::Failed { group, failed } => {
             let message = texts::group_failed(failed, &frozen.snapshot.groups[group].name);
-            finish(
-                out,
-                owns_gauges,
-                RunState::Failed,
-                reasons::RESOURCE_UPGRADE_FAILED,
-                message,
-                &to,
-                now,
-            );
+            Some((RunState::Failed, reasons::RESOURCE_UPGRADE_FAILED, message))
         }
         Verdict::RevisionMissing => {
-            let message = texts::revision_not_found(promise, &to);
-            finish(
-                out,
-                owns_gauges,
-                RunState::Failed,
-                reasons::PROMISE_REVISION_NOT_FOUND,
-                message,
-                &to,
-                now,
-            );
+            let message = texts::revision_not_found(promise, to);
+            Some((RunState::Failed, reasons::PROMISE_REVISION_NOT_FOUND, message))
         }
     }
 }
