@@ -463,16 +463,16 @@ async fn announce_starts(ctx: &Ctx, run: &UpgradeRun, notes: Vec<String>) {
 /// or a binding gone (someone changed it first: the next reconcile re-evaluates; nothing is
 /// overwritten).
 async fn patch_binding(client: &kube::Client, patch: &BindingPatch) -> Result<bool> {
-    let pp = PatchParams {
-        field_manager: Some(upgradeplan::api::FIELD_MANAGER.into()),
-        ..Default::default()
-    };
     // The reply (the whole binding) is not read: the watch brings the change to the cache, and
     // parsing thousands of replies would cost the controller's CPU beside the API server's.
     use upgradeplan::api::kratix::ResourceBinding;
     let url = ResourceBinding::url_path(&(), Some(&patch.resource.namespace));
     let request = kube::core::Request::new(url)
-        .patch(&patch.resource.binding, &pp, &Patch::Merge(patch.merge_patch()))
+        .patch(
+            &patch.resource.binding,
+            &field_manager(),
+            &Patch::Merge(patch.merge_patch()),
+        )
         .map_err(kube::Error::BuildRequest)?;
     match client.request_text(request).await {
         Ok(_) => Ok(false),

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::api::kratix::{ResourceBinding, MANUAL_RECONCILIATION_LABEL};
 use kube::{Resource, ResourceExt};
@@ -144,15 +144,9 @@ impl BindingPatch {
     /// The JSON merge patch (RFC 7386) the API server receives; the resourceVersion in it makes
     /// the server refuse the patch (409) if the binding changed since.
     pub fn merge_patch(&self) -> Value {
-        let mut metadata = json!({
-            "labels": self.labels,
-            "annotations": self.annotations,
-        });
-        if self.labels.is_empty() {
-            metadata.as_object_mut().map(|m| m.remove("labels"));
-        }
+        let mut metadata = added_metadata(&self.labels, &self.annotations);
         if let Some(rv) = &self.resource_version {
-            metadata["resourceVersion"] = json!(rv);
+            metadata.insert("resourceVersion".into(), json!(rv));
         }
         let mut body = json!({ "metadata": metadata });
         if let Some(version) = self.version() {
@@ -169,22 +163,39 @@ impl BindingPatch {
             self.resource_version.as_ref(),
             binding.metadata.resource_version.as_ref(),
         )?;
-        if !self.labels.is_empty() {
-            binding
-                .metadata
-                .labels
-                .get_or_insert_with(Default::default)
-                .extend(self.labels.clone());
-        }
-        binding
-            .metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .extend(self.annotations.clone());
+        add_metadata(&mut binding.metadata, &self.labels, &self.annotations);
         if let Some(version) = self.version() {
             binding.spec.version = version.to_string();
         }
         Ok(())
+    }
+}
+
+/// Labels and annotations a patch adds, as merge-patch members (an empty map is left out: a merge
+/// patch merges maps key by key, so it would change nothing).
+fn added_metadata(
+    labels: &BTreeMap<String, String>,
+    annotations: &BTreeMap<String, String>,
+) -> serde_json::Map<String, Value> {
+    let mut metadata = serde_json::Map::new();
+    if !labels.is_empty() {
+        metadata.insert("labels".into(), json!(labels));
+    }
+    if !annotations.is_empty() {
+        metadata.insert("annotations".into(), json!(annotations));
+    }
+    metadata
+}
+
+/// The same labels and annotations merged into an object's own, as the API server merges them.
+fn add_metadata(meta: &mut ObjectMeta, labels: &BTreeMap<String, String>, annotations: &BTreeMap<String, String>) {
+    if !labels.is_empty() {
+        meta.labels.get_or_insert_with(Default::default).extend(labels.clone());
+    }
+    if !annotations.is_empty() {
+        meta.annotations
+            .get_or_insert_with(Default::default)
+            .extend(annotations.clone());
     }
 }
 
@@ -230,13 +241,7 @@ impl RunPatch {
 
     /// The JSON merge patch (RFC 7386) the API server receives.
     pub fn merge_patch(&self) -> Value {
-        let mut metadata = serde_json::Map::new();
-        if !self.labels.is_empty() {
-            metadata.insert("labels".into(), json!(self.labels));
-        }
-        if !self.annotations.is_empty() {
-            metadata.insert("annotations".into(), json!(self.annotations));
-        }
+        let mut metadata = added_metadata(&self.labels, &self.annotations);
         if let Some(owners) = &self.owner_references {
             metadata.insert("ownerReferences".into(), json!(owners));
         }
@@ -252,18 +257,7 @@ impl RunPatch {
 
     /// Applies the patch to `run` as the API server would.
     pub fn apply(&self, run: &mut UpgradeRun) {
-        if !self.labels.is_empty() {
-            run.metadata
-                .labels
-                .get_or_insert_with(Default::default)
-                .extend(self.labels.clone());
-        }
-        if !self.annotations.is_empty() {
-            run.metadata
-                .annotations
-                .get_or_insert_with(Default::default)
-                .extend(self.annotations.clone());
-        }
+        add_metadata(&mut run.metadata, &self.labels, &self.annotations);
         if let Some(owners) = &self.owner_references {
             run.metadata.owner_references = Some(owners.clone());
         }
