@@ -342,7 +342,9 @@ fn plan_recorded(run: &UpgradeRun, plan: Option<&UpgradePlan>, now: DateTime<Utc
 
 /// The run's next status and what to do, from the run, the gathered facts and the caches.
 pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step {
-    let mut out = decide(run, facts, cluster);
+    let mut out = Step::new(run_name(run), run.status.clone().unwrap_or_default());
+    // Each stage either decides the step (Break) or hands on what it established.
+    let _ = decide_stages(&mut out, run, facts, cluster);
     if let Some(selector) = facts.selector {
         if run.annotations().get(SELECTOR_ANNOTATION).map(String::as_str) != Some(selector) {
             out.own.annotations.insert(SELECTOR_ANNOTATION.into(), selector.into());
@@ -351,14 +353,6 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
     if let Some(eval) = &out.evaluation {
         out.binding_patches = BindingPatch::of_evaluation(eval, &out.to, run_name(run), facts.now);
     }
-    out
-}
-
-/// The step's decision: everything but the binding patches, which follow from its evaluation.
-fn decide(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step {
-    let mut out = Step::new(run_name(run), run.status.clone().unwrap_or_default());
-    // Each stage either decides the step (Break) or hands on what it established.
-    let _ = decide_stages(&mut out, run, facts, cluster);
     out
 }
 
