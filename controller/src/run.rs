@@ -107,7 +107,7 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
             "healthCheck",
         ),
         (
-            needs(upgradeplan::engine::stage::requires_approval),
+            needs(upgradeplan::engine::compile::requires_approval),
             flag(&ctx.approvals_synced),
             flag(&ctx.approvals_not_served),
             "upgradeapprovals.platform.syntasso.io",

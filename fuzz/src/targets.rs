@@ -11,9 +11,8 @@ use upgradeplan::api::kratix::ResourceBinding;
 use upgradeplan::api::{RolloutSelectors, UpgradePlanSpec, UpgradeWindow, WindowKind};
 use upgradeplan::engine::concurrency::Limit;
 use upgradeplan::engine::cron::{parse_zone, resolve_local_time, CronSchedule};
-use upgradeplan::engine::schedule::Triggers;
 use upgradeplan::engine::snapshot::{assign, eligibility};
-use upgradeplan::engine::version::{is_regex_pattern, VersionMatcher, VersionPattern};
+use upgradeplan::engine::version::{is_regex_pattern, VersionPattern};
 use upgradeplan::engine::window::{parse_go_duration, Gate};
 use upgradeplan::engine::{selector, validate_plan};
 
@@ -542,37 +541,27 @@ fn plan(input: &[u8]) -> String {
         return format!("invalid:{}", fields.into_iter().collect::<Vec<_>>().join(","));
     }
 
-    // A plan validation accepts must be one the engine can execute: every part compiles.
-    let matcher = VersionMatcher::compile(&spec.upgrade_path.from);
-    assert!(matcher.is_ok(), "valid plan, from does not compile");
-    for (i, g) in spec.rollout_groups.iter().enumerate() {
-        assert!(
-            Limit::parse(g.max_concurrent.as_ref()).is_ok(),
-            "valid plan, group {i} maxConcurrent"
-        );
-        let gate = Gate::compile(g.resource_upgrade_windows.as_deref().unwrap_or_default());
-        assert!(gate.is_ok(), "valid plan, group {i} windows do not compile");
-        if let Ok(gate) = gate {
-            let _ = gate.state(now);
-        }
+    // A plan validation accepts must be one the engine can execute: it compiles, and its windows
+    // and triggers answer.
+    let compiled = upgradeplan::engine::compile::compile(&spec);
+    assert!(compiled.is_ok(), "a valid plan does not compile: {:?}", compiled.err());
+    let Ok(compiled) = compiled else { return "valid".into() };
+    for g in &compiled.groups {
+        let _ = g.windows.state(now);
     }
-    if let Some(policy) = &spec.upgrade_execution_policy {
-        let triggers = Triggers::compile(policy);
-        assert!(triggers.is_some(), "valid plan, policy does not compile");
-        if let Some(t) = triggers {
-            let _ = t.upcoming(now, now - Duration::days(1), 3);
-            let _ = t.latest_at_or_before(now);
-        }
+    if let Some(t) = &compiled.triggers {
+        let _ = t.upcoming(now, now - Duration::days(1), 3);
+        let _ = t.latest_at_or_before(now);
     }
-    let Ok(matcher) = matcher else { return "valid".into() };
-    let assignment = assign(&spec, &matcher, &bindings);
+    let matcher = &compiled.from;
+    let assignment = assign(&compiled, &bindings);
     assert_eq!(assignment.snapshot.groups.len(), spec.rollout_groups.len());
     // Every eligible binding is placed in a group or reported unassigned, never both, never lost.
     let key = |ns: &str, binding: &str| (ns.to_string(), binding.to_string());
     let eligible: BTreeSet<(String, String)> = bindings
         .iter()
         .filter(|b| upgradeplan::engine::snapshot::belongs_to(*b, &spec.promise_ref.name))
-        .filter(|b| eligibility(*b, &matcher, &spec.upgrade_path.to).is_ok())
+        .filter(|b| eligibility(*b, matcher, &spec.upgrade_path.to).is_ok())
         .map(|b| {
             let r = upgradeplan::engine::snapshot::SnapshotResource::from_binding(b);
             key(&r.namespace, &r.binding)

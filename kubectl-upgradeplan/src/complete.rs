@@ -224,7 +224,7 @@ async fn names(global: &Global, kind: Kind<'_>) -> Vec<String> {
                         .spec
                         .rollout_groups
                         .iter()
-                        .filter(|g| upgradeplan::engine::stage::requires_approval(g) && !approved(&g.name))
+                        .filter(|g| upgradeplan::engine::compile::requires_approval(g) && !approved(&g.name))
                         .map(|g| g.name.clone())
                         .collect(),
                     Err(_) => recorded.into_iter().map(|g| g.name).collect(),

@@ -5,20 +5,31 @@ use chrono_tz::Tz;
 use serde::Serialize;
 use upgradeplan::api::kratix::ResourceBinding;
 use upgradeplan::api::{find_condition, reasons, ConditionStatus, UpgradePlan, UpgradePlanSpec, WindowKind};
-use upgradeplan::engine::budget::FailureBudget;
+use upgradeplan::engine::compile;
 use upgradeplan::engine::concurrency::Limit;
 use upgradeplan::engine::cron::CronSchedule;
 use upgradeplan::engine::freeze::{hold_at, Freeze};
 use upgradeplan::engine::gate::{self, Reading};
-use upgradeplan::engine::schedule::Triggers;
 use upgradeplan::engine::selector;
 use upgradeplan::engine::snapshot::assign;
 use upgradeplan::engine::validate::{validate_plan, Problem};
-use upgradeplan::engine::version::{is_regex_pattern, VersionMatcher};
+use upgradeplan::engine::version::is_regex_pattern;
 use upgradeplan::engine::window::GateState;
 use upgradeplan::prometheus::PrometheusClient;
 
 use crate::output::Style;
+
+/// The plan compiled, for the views that run it as the controller would (`match`, `forecast`);
+/// an invalid plan runs nothing, so they refuse it, naming its problems.
+pub fn compiled(plan: &UpgradePlan) -> anyhow::Result<compile::CompiledPlan> {
+    let name = plan.metadata.name.as_deref().unwrap_or_default();
+    compile::compile(&plan.spec).map_err(|problems| {
+        anyhow::anyhow!(
+            "UpgradePlan {name:?} is invalid, so no run of it would start: {}; `kubectl upgradeplan explain {name}` says more",
+            upgradeplan::engine::validate::summarize(&problems)
+        )
+    })
+}
 
 #[derive(Serialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -231,17 +242,22 @@ pub fn explain(
             .map(|p| (p.metadata.name.as_deref().unwrap_or_default(), &p.spec)),
     ));
     let created = upgradeplan::time::created_at(&plan.metadata);
-    let triggers = spec.upgrade_execution_policy.as_ref().and_then(Triggers::compile);
+    // Each part as it compiles on its own, so that an invalid plan is still explained.
+    let triggers = spec
+        .upgrade_execution_policy
+        .as_ref()
+        .and_then(|p| compile::triggers(p).ok());
+    let compiled = compile::compile(spec).ok();
     let next_runs = match &triggers {
         Some(t) if !spec.suspend => t.upcoming(now, created, runs),
         _ => vec![],
     };
-    let membership = match (bindings, VersionMatcher::compile(&spec.upgrade_path.from)) {
-        (Some(b), Ok(m)) => Some(assign(spec, &m, b).snapshot),
+    let membership = match (bindings, &compiled) {
+        (Some(b), Some(c)) => Some(assign(c, b).snapshot),
         _ => None,
     };
-    if let Some(snapshot) = &membership {
-        warnings.extend(upgradeplan::engine::budget::overlap_warnings(spec, snapshot));
+    if let (Some(snapshot), Some(c)) = (&membership, &compiled) {
+        warnings.extend(upgradeplan::engine::snapshot::overlap_warnings(c, snapshot));
     }
 
     let mut out = String::new();
@@ -345,23 +361,32 @@ pub fn explain(
     let mut groups = Vec::new();
     for (i, g) in spec.rollout_groups.iter().enumerate() {
         let windows = g.resource_upgrade_windows.as_deref().unwrap_or_default();
-        let (state, gate) = GateState::of_group(Some(windows), freezes, now);
-        let limit = Limit::parse(g.max_concurrent.as_ref());
+        let group = compile::group(i, g);
+        // What a field that does not compile says (the same text as under Problems).
+        let invalid = |field: &str| {
+            let at = format!("spec.rolloutGroups[{i}].{field}");
+            let problems = group.as_ref().err().into_iter().flatten();
+            let found = problems.filter(|p| p.field == at || p.field.starts_with(&format!("{at}[")));
+            let messages: Vec<&str> = found.map(|p| p.message.as_str()).collect();
+            (!messages.is_empty()).then(|| format!("invalid ({})", messages.join("; ")))
+        };
+        let group = group.as_ref().ok();
+        let gated = group.map(|c| GateState::of_group(&c.windows, freezes, now));
         let size = membership
             .as_ref()
             .and_then(|m| m.groups.get(i))
             .map(|g| g.resources.len());
-        let resolved = limit.as_ref().ok().and_then(|l| l.shown(size));
-        let limit_words = match (limit, size) {
-            (Err(e), _) => format!("invalid ({e})"),
-            (Ok(Limit::Unlimited), Some(n)) => format!("no limit (all {n} resources now)"),
-            (Ok(Limit::Unlimited), None) => "no limit".to_string(),
-            (Ok(Limit::Count(c)), Some(n)) => format!("{c} (of {n} resources now)"),
-            (Ok(Limit::Count(c)), None) => c.to_string(),
-            (Ok(l @ Limit::Percent(p)), Some(n)) => {
+        let resolved = group.and_then(|c| c.limit.shown(size));
+        let limit_words = match (group.map(|c| c.limit), size) {
+            (None, _) => invalid("maxConcurrent").unwrap_or_else(|| "unknown: the group is invalid".into()),
+            (Some(Limit::Unlimited), Some(n)) => format!("no limit (all {n} resources now)"),
+            (Some(Limit::Unlimited), None) => "no limit".to_string(),
+            (Some(Limit::Count(c)), Some(n)) => format!("{c} (of {n} resources now)"),
+            (Some(Limit::Count(c)), None) => c.to_string(),
+            (Some(l @ Limit::Percent(p)), Some(n)) => {
                 format!("{p}% of the group: {} of {n} resources now", l.resolve(n))
             }
-            (Ok(Limit::Percent(p)), None) => format!("{p}% of the group (rounded down, at least 1)"),
+            (Some(Limit::Percent(p)), None) => format!("{p}% of the group (rounded down, at least 1)"),
         };
         line(format!("  {}. {}", i + 1, style.bold(&g.name)));
         line(format!(
@@ -371,9 +396,9 @@ pub fn explain(
         line(format!("     at a time:   {limit_words}"));
         // Failure budget and deadline (spec §13.1): shown only when set, so SKE plans read as before.
         if g.max_failures.is_some() {
-            let words = match FailureBudget::parse(g.max_failures.as_ref()) {
-                Ok(b) => b.describe(size),
-                Err(e) => format!("invalid ({e})"),
+            let words = match group {
+                Some(c) => c.budget.describe(size),
+                None => invalid("maxFailures").unwrap_or_else(|| "unknown: the group is invalid".into()),
             };
             line(format!("     failures:    {words}"));
         }
@@ -389,7 +414,7 @@ pub fn explain(
                 h.timeout
             ));
         }
-        if upgradeplan::engine::stage::requires_approval(g) {
+        if compile::requires_approval(g) {
             line(format!(
                 "     approval:    starts only when approved: kubectl upgradeplan approve RUN {}",
                 g.name
@@ -413,11 +438,14 @@ pub fn explain(
                 w.duration
             ));
         }
-        let gate_line = if gate.is_some() {
-            gate_words(style, &state, windows, freezes, now)
-        } else {
-            "cannot be evaluated: the windows are invalid (see Problems)".to_string()
+        let gate_line = match &gated {
+            Some((state, _)) => gate_words(style, state, windows, freezes, now),
+            None if invalid("resourceUpgradeWindows").is_some() => {
+                "cannot be evaluated: the windows are invalid (see Problems)".to_string()
+            }
+            None => "cannot be evaluated: the group is invalid (see Problems)".to_string(),
         };
+        let state = gated.map_or(GateState::INVALID, |(s, _)| s);
         line(format!("     gate:        {gate_line}"));
         groups.push(GroupJson {
             name: g.name.clone(),
@@ -428,14 +456,13 @@ pub fn explain(
             },
             selector: selector::describe(g.selectors.as_ref()),
             max_concurrent: resolved,
-            max_failures: FailureBudget::parse(g.max_failures.as_ref())
-                .ok()
+            max_failures: group
                 .filter(|_| g.max_failures.is_some())
-                .and_then(|b| b.shown(size)),
+                .and_then(|c| c.budget.shown(size)),
             progress_deadline: g.progress_deadline.clone(),
             health_check_timeout: g.health_check.as_ref().map(|h| h.timeout.clone()),
             soak_duration: g.soak_duration.clone(),
-            require_approval: upgradeplan::engine::stage::requires_approval(g),
+            require_approval: compile::requires_approval(g),
         });
     }
     let mut freeze_json = Vec::new();

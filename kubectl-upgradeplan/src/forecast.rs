@@ -6,10 +6,8 @@ use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 use upgradeplan::api::kratix::ResourceBinding;
 use upgradeplan::api::UpgradePlan;
-use upgradeplan::engine::concurrency::Limit;
 use upgradeplan::engine::forecast::{forecast, quantile, ForecastInput, GroupForecast, Wait};
 use upgradeplan::engine::freeze::Freeze;
-use upgradeplan::engine::schedule::Triggers;
 
 use crate::output::{duration, Style};
 
@@ -115,7 +113,11 @@ pub fn start_of(
             Some((at, format!("given with --start, {local} in {zone}")))
         }
     };
-    let triggers = plan.spec.upgrade_execution_policy.as_ref().and_then(Triggers::compile);
+    let triggers = plan
+        .spec
+        .upgrade_execution_policy
+        .as_ref()
+        .and_then(|p| upgradeplan::engine::compile::triggers(p).ok());
     let created = plan
         .metadata
         .creation_timestamp
@@ -139,10 +141,11 @@ pub fn render(
     (start, start_words, next_trigger): (DateTime<Utc>, String, Option<DateTime<Utc>>),
     per_resource: &PerResource,
     style: &Style,
-) -> (ForecastJson, String) {
+) -> anyhow::Result<(ForecastJson, String)> {
+    let compiled = crate::explain::compiled(plan)?;
     let (each, each_words) = per_resource.chosen();
     let f = forecast(&ForecastInput {
-        plan: &plan.spec,
+        plan: &compiled,
         bindings,
         freezes,
         start,
@@ -160,13 +163,7 @@ pub fn render(
         .map(|g: &GroupForecast| GroupJson {
             name: g.name.clone(),
             resources: g.resources,
-            max_concurrent: plan
-                .spec
-                .rollout_groups
-                .iter()
-                .find(|pg| pg.name == g.name)
-                .and_then(|pg| Limit::parse(pg.max_concurrent.as_ref()).ok())
-                .map(|l| l.resolve(g.resources)),
+            max_concurrent: compiled.group(&g.name).map(|pg| pg.limit.resolve(g.resources)),
             start: g.start,
             finish: g.finish,
             waits: g.waits.clone(),
@@ -245,7 +242,7 @@ pub fn render(
             out.push_str(&format!("  {w}\n"));
         }
     }
-    (json, out)
+    Ok((json, out))
 }
 
 fn wait_words(reason: &str) -> &'static str {

@@ -267,7 +267,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 forecast::start_of(&plan, start.as_ref(), now)?,
                 &per_resource,
                 &style,
-            );
+            )?;
             emit(g, &json, &text)?;
         }
         Command::History { plan, run, limit } => {

@@ -5,10 +5,9 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use upgradeplan::api::kratix::ResourceBinding;
 use upgradeplan::api::UpgradePlan;
-use upgradeplan::engine::concurrency::Limit;
+use upgradeplan::engine::compile::CompiledPlan;
 use upgradeplan::engine::freeze::{hold_at, Freeze, Hold};
 use upgradeplan::engine::snapshot::{assign, belongs_to, Assignment, SnapshotResource};
-use upgradeplan::engine::version::VersionMatcher;
 use upgradeplan::engine::window::GateState;
 
 use crate::output::{table, Style};
@@ -106,24 +105,24 @@ pub struct PlaceJson {
 }
 
 /// What must happen, beyond windows and earlier groups, before group `index` of `plan` starts.
-fn waits_for(plan: &upgradeplan::api::UpgradePlanSpec, index: usize) -> Vec<String> {
+fn waits_for(plan: &CompiledPlan, index: usize) -> Vec<String> {
     let mut out = Vec::new();
-    for g in plan.rollout_groups.iter().take(index) {
-        if let Some(d) = &g.soak_duration {
-            out.push(format!("a {d} soak after group {}", g.name));
+    for g in plan.groups.iter().take(index) {
+        if let Some(d) = &g.soak {
+            out.push(format!("a {} soak after group {}", d.written, g.name));
         }
     }
-    for g in plan.rollout_groups.iter().take(index + 1) {
-        if upgradeplan::engine::stage::requires_approval(g) {
+    for g in plan.groups.iter().take(index + 1) {
+        if g.requires_approval {
             out.push(format!(
                 "an approval of group {} (kubectl upgradeplan approve RUN {})",
                 g.name, g.name
             ));
         }
     }
-    if let Some(g) = plan.rollout_groups.get(index) {
+    if let Some(g) = plan.groups.get(index) {
         for gate in upgradeplan::engine::gate::gates_of(plan, &g.name) {
-            out.push(format!("signal gate {} open", gate.name));
+            out.push(format!("signal gate {} open", gate.name()));
         }
     }
     out
@@ -145,7 +144,7 @@ pub struct MatchJson {
 }
 
 fn placement(
-    plan: &UpgradePlan,
+    (plan, compiled): (&UpgradePlan, &CompiledPlan),
     a: &Assignment,
     bindings: &[ResourceBinding],
     freezes: &[Freeze],
@@ -162,7 +161,7 @@ fn placement(
                 .get(gi)
                 .and_then(|g| g.resource_upgrade_windows.clone())
                 .unwrap_or_default();
-            let (state, _) = GateState::of_group(Some(&windows), freezes, now);
+            let (state, _) = GateState::of_group(&compiled.groups[gi].windows, freezes, now);
             let hold = hold_at(freezes, now);
             placements.push(PlaceJson {
                 group: g.name.clone(),
@@ -172,7 +171,7 @@ fn placement(
                 window_open: state.open,
                 next_open: if state.open { None } else { state.next_open },
                 zone: crate::output::windows_zone(&windows),
-                waits_for: waits_for(&plan.spec, gi),
+                waits_for: waits_for(compiled, gi),
                 frozen_by: hold.as_ref().map(|h| h.freeze.clone()),
                 frozen_until: hold.as_ref().and_then(|h| h.until),
                 hold,
@@ -222,24 +221,16 @@ pub fn matching(
 ) -> anyhow::Result<(MatchJson, String)> {
     let spec = &plan.spec;
     let name = plan.metadata.name.clone().unwrap_or_default();
-    let matcher = VersionMatcher::compile(&spec.upgrade_path.from).map_err(|errors| {
-        let list: Vec<String> = errors
-            .iter()
-            .map(|(i, e)| format!("spec.upgradePath.from[{i}]: {e}"))
-            .collect();
-        anyhow::anyhow!("the plan's upgradePath.from is invalid: {}", list.join("; "))
-    })?;
-    let a = assign(spec, &matcher, bindings);
+    let compiled = crate::explain::compiled(plan)?;
+    let a = assign(&compiled, bindings);
     let groups: Vec<GroupJson> = a
         .snapshot
         .groups
         .iter()
-        .zip(&spec.rollout_groups)
+        .zip(&compiled.groups)
         .map(|(g, pg)| GroupJson {
             name: g.name.clone(),
-            max_concurrent: Limit::parse(pg.max_concurrent.as_ref())
-                .ok()
-                .and_then(|l| l.shown(Some(g.resources.len()))),
+            max_concurrent: pg.limit.shown(Some(g.resources.len())),
             resources: g.resources.iter().map(|r| ResourceJson::from(&**r)).collect(),
         })
         .collect();
@@ -248,7 +239,7 @@ pub fn matching(
             let (ns, n) = r
                 .split_once('/')
                 .ok_or_else(|| anyhow::anyhow!("--resource takes NAMESPACE/NAME, got {r:?}"))?;
-            Some(placement(plan, &a, bindings, freezes, (ns, n), now))
+            Some(placement((plan, &compiled), &a, bindings, freezes, (ns, n), now))
         }
         None => None,
     };

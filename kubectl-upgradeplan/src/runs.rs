@@ -435,7 +435,7 @@ pub fn run_resources(
                 r,
                 b.map(|b| b as _),
                 &live.health,
-                (&frozen.plan, &g.name),
+                (&frozen.compiled, &g.name),
                 recorded,
                 (&name, admitted(run)),
                 chrono::Utc::now(),
@@ -570,14 +570,14 @@ pub fn failure_budgets(frozen: &Frozen, groups: &[GroupStatus]) -> Vec<BudgetUse
         .plan
         .rollout_groups
         .iter()
-        .filter(|g| g.max_failures.is_some())
-        .filter_map(|g| {
+        .zip(&frozen.compiled.groups)
+        .filter(|(written, _)| written.max_failures.is_some())
+        .filter_map(|(_, g)| {
             let counts = groups.iter().find(|c| c.name == g.name)?;
-            let budget = upgradeplan::engine::budget::FailureBudget::parse(g.max_failures.as_ref()).ok()?;
             Some(BudgetUse {
                 group: g.name.clone(),
                 failed: counts.failed,
-                allowed: budget.resolve(counts.total as usize),
+                allowed: g.budget.resolve(counts.total as usize),
             })
         })
         .collect()
@@ -771,7 +771,7 @@ pub fn status(
                 run_name: &name,
                 run_created: admitted(run),
                 suspended: run.spec.suspend || s.superseded_by.is_some(),
-                plan: &f.plan,
+                plan: &f.compiled,
                 snapshot: &f.snapshot,
                 recorded: &s.rollout_groups,
                 health: &live.health,
@@ -1019,7 +1019,7 @@ fn failed_resources(run: &UpgradeRun, f: &Frozen, live: &Live) -> Vec<FailedReso
                 r,
                 b.map(|b| b as _),
                 &live.health,
-                (&f.plan, &g.name),
+                (&f.compiled, &g.name),
                 recorded_groups(run),
                 (&name, admitted(run)),
                 chrono::Utc::now(),

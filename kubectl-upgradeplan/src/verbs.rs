@@ -375,7 +375,7 @@ pub async fn approve(
     let needing: Vec<String> = plan
         .iter()
         .flat_map(|p| &p.rollout_groups)
-        .filter(|rg| upgradeplan::engine::stage::requires_approval(rg))
+        .filter(|rg| upgradeplan::engine::compile::requires_approval(rg))
         .map(|rg| rg.name.clone())
         .collect();
     let waiting = status

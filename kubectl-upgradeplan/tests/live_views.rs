@@ -10,8 +10,8 @@ use kubectl_upgradeplan::runs;
 use serde_json::json;
 use upgradeplan::api::kratix::ResourceBinding;
 use upgradeplan::api::{UpgradePlan, UpgradeRun};
+use upgradeplan::engine::compile::compile;
 use upgradeplan::engine::snapshot::{assign, Frozen};
-use upgradeplan::engine::version::VersionMatcher;
 
 fn utc(s: &str) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
@@ -71,11 +71,8 @@ fn bindings() -> Vec<ResourceBinding> {
 }
 
 fn frozen(plan: &UpgradePlan, bindings: &[ResourceBinding]) -> Frozen {
-    let m = VersionMatcher::compile(&plan.spec.upgrade_path.from).unwrap();
-    Frozen {
-        snapshot: assign(&plan.spec, &m, bindings).snapshot,
-        plan: plan.spec.clone(),
-    }
+    let compiled = compile(&plan.spec).unwrap();
+    Frozen::new(assign(&compiled, bindings).snapshot, plan.spec.clone()).unwrap()
 }
 
 fn run(name: &str, status: serde_json::Value) -> UpgradeRun {

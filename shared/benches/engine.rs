@@ -15,10 +15,10 @@ use criterion::{criterion_group, Criterion};
 use serde_json::json;
 use upgradeplan::api::kratix::{BindingFacts, ResourceBinding};
 use upgradeplan::api::{UpgradeExecutionPolicy, UpgradePlan, UpgradeWindow, WindowKind};
+use upgradeplan::engine::compile::compile;
 use upgradeplan::engine::run::{evaluate, RunContext};
 use upgradeplan::engine::schedule::Triggers;
 use upgradeplan::engine::snapshot::assign;
-use upgradeplan::engine::version::VersionMatcher;
 use upgradeplan::engine::window::Gate;
 
 fn now() -> DateTime<Utc> {
@@ -74,8 +74,8 @@ fn plan() -> UpgradePlan {
 }
 
 fn group(bindings: &[ResourceBinding], plan: &UpgradePlan) -> usize {
-    let m = VersionMatcher::compile(&plan.spec.upgrade_path.from).unwrap_or_else(|_| panic!("valid from"));
-    assign(&plan.spec, &m, bindings)
+    let compiled = compile(&plan.spec).unwrap_or_else(|_| panic!("a valid plan"));
+    assign(&compiled, bindings)
         .snapshot
         .groups
         .iter()
@@ -105,8 +105,8 @@ fn run_world(
             s.last_applied_version = "v1.0.0".into();
         }
     }
-    let m = VersionMatcher::compile(&p.spec.upgrade_path.from).unwrap_or_else(|_| panic!("valid from"));
-    let snapshot = assign(&p.spec, &m, &bindings).snapshot;
+    let compiled = compile(&p.spec).unwrap_or_else(|_| panic!("a valid plan"));
+    let snapshot = assign(&compiled, &bindings).snapshot;
     let live = bindings
         .into_iter()
         .enumerate()
@@ -134,11 +134,12 @@ fn eval_run(
     snapshot: &upgradeplan::engine::snapshot::Snapshot,
     live: &HashMap<(String, String), ResourceBinding>,
 ) -> usize {
+    let plan = compile(&p.spec).unwrap_or_else(|_| panic!("a valid plan"));
     let ctx = RunContext {
         run_name: "bench",
         run_created: now(),
         suspended: false,
-        plan: &p.spec,
+        plan: &plan,
         snapshot,
         recorded: &[],
         health: &upgradeplan::engine::health::HealthRecords::default(),
@@ -211,8 +212,9 @@ fn forecast_world() -> (UpgradePlan, Vec<ResourceBinding>) {
 }
 
 fn run_forecast(p: &UpgradePlan, bindings: &[ResourceBinding]) -> upgradeplan::engine::forecast::Forecast {
+    let plan = compile(&p.spec).unwrap_or_else(|_| panic!("a valid plan"));
     upgradeplan::engine::forecast::forecast(&upgradeplan::engine::forecast::ForecastInput {
-        plan: &p.spec,
+        plan: &plan,
         bindings,
         freezes: &[],
         start: now(),
@@ -222,13 +224,13 @@ fn run_forecast(p: &UpgradePlan, bindings: &[ResourceBinding]) -> upgradeplan::e
 }
 
 fn triggers() -> Triggers {
-    Triggers::compile(&UpgradeExecutionPolicy {
+    upgradeplan::engine::compile::triggers(&UpgradeExecutionPolicy {
         repeat_schedule: Some("30 1 * * 1-5".into()),
         execute_at: Some("2026-10-25T01:30".into()),
         time_zone: Some("Europe/London".into()),
         starting_deadline: None,
     })
-    .unwrap_or_else(|| panic!("valid policy"))
+    .unwrap_or_else(|_| panic!("valid policy"))
 }
 
 fn benches(c: &mut Criterion) {

@@ -126,8 +126,9 @@ async fn a_forecast_made_before_the_run_predicts_when_each_group_finishes() {
         b.spec.version = "v1.0.0".into();
         b.status.as_mut().unwrap().last_applied_version = "v1.0.0".into();
     }
+    let compiled = upgradeplan::engine::compile::compile(&plan_obj.spec).expect("the plan is valid");
     let sim = forecast(&ForecastInput {
-        plan: &plan_obj.spec,
+        plan: &compiled,
         bindings: &before,
         freezes: &[],
         start: started,

@@ -4,11 +4,9 @@
 //! still complete, so that one broken tenant does not block the fleet. Omitted, both keep SKE's
 //! behaviour exactly.
 
-use chrono::Duration;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::concurrency::percentage;
-use super::window::parse_go_duration;
 
 /// A parsed `maxFailures`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,66 +79,6 @@ impl FailureBudget {
             (FailureBudget::Percent(p), None) => format!("tolerates {p}% of the group's resources, rounded up"),
         }
     }
-}
-
-/// Parses `progressDeadline`: a Go duration greater than zero. Omitted: no deadline.
-pub fn parse_progress_deadline(value: Option<&str>) -> Result<Option<Duration>, String> {
-    value.map(parse_go_duration).transpose()
-}
-
-/// Warnings for groups that share resources but not a budget (spec §13.1): a resource in several
-/// groups is upgraded once, in the first group that reaches it, and its failure counts against
-/// each group's budget as that group becomes current — so a failure `dev` tolerates fails a
-/// later `prod` whose budget is smaller. One warning per such pair, on the later group.
-pub fn overlap_warnings(
-    spec: &crate::api::UpgradePlanSpec,
-    snapshot: &super::snapshot::Snapshot,
-) -> Vec<super::problem::Problem> {
-    use std::collections::HashSet;
-    let budget = |name: &str, size: usize| {
-        spec.rollout_groups
-            .iter()
-            .find(|g| g.name == name)
-            .and_then(|g| FailureBudget::parse(g.max_failures.as_ref()).ok())
-            .unwrap_or(FailureBudget::NONE)
-            .resolve(size)
-    };
-    let members: Vec<HashSet<(&str, &str)>> = snapshot
-        .groups
-        .iter()
-        .map(|g| {
-            g.resources
-                .iter()
-                .map(|r| (r.namespace.as_str(), r.binding.as_str()))
-                .collect()
-        })
-        .collect();
-    let mut warnings = Vec::new();
-    for (j, later) in snapshot.groups.iter().enumerate() {
-        for (i, earlier) in snapshot.groups.iter().enumerate().take(j) {
-            let shared = members[i].intersection(&members[j]).count();
-            let (tolerated, allowed) = (
-                budget(&earlier.name, earlier.resources.len()),
-                budget(&later.name, later.resources.len()),
-            );
-            if shared > 0 && tolerated > allowed {
-                let index = spec
-                    .rollout_groups
-                    .iter()
-                    .position(|g| g.name == later.name)
-                    .unwrap_or(j);
-                warnings.push(super::problem::Problem {
-                    field: format!("spec.rolloutGroups[{index}].maxFailures"),
-                    message: format!(
-                        "group {:?} shares {shared} resource(s) with the earlier group {:?}, which tolerates {tolerated} \
-                         failure(s) where {:?} tolerates {allowed}: a failure {:?} tolerates fails the run when {:?} starts",
-                        later.name, earlier.name, later.name, earlier.name, later.name
-                    ),
-                });
-            }
-        }
-    }
-    warnings
 }
 
 #[cfg(test)]
@@ -222,61 +160,5 @@ mod tests {
             FailureBudget::Percent(25).describe(None),
             "tolerates 25% of the group's resources, rounded up"
         );
-    }
-
-    #[test]
-    fn deadlines() {
-        assert_eq!(parse_progress_deadline(None), Ok(None));
-        assert_eq!(parse_progress_deadline(Some("30m")), Ok(Some(Duration::minutes(30))));
-        assert!(parse_progress_deadline(Some("0s"))
-            .unwrap_err()
-            .contains("greater than zero"));
-        assert!(parse_progress_deadline(Some("soon")).is_err());
-    }
-}
-
-#[cfg(test)]
-mod overlap_tests {
-    use super::*;
-    use crate::engine::snapshot::assign;
-    use crate::engine::snapshot::tests::{binding, group, plan};
-    use crate::engine::version::VersionMatcher;
-
-    /// Spec §13.1 (issue 36 D6): overlapping groups whose budgets differ the harmful way are
-    /// named, on the later group's field.
-    #[test]
-    fn overlapping_groups_with_a_smaller_later_budget_are_warned_about() {
-        let bindings = vec![
-            binding("a", "shared", &[("env", "dev"), ("tier", "prod")], "v1", "v1"),
-            binding("a", "dev-only", &[("env", "dev")], "v1", "v1"),
-            binding("a", "prod-only", &[("tier", "prod")], "v1", "v1"),
-        ];
-        let warnings = |dev: Option<i32>, prod: Option<i32>, prod_labels: &[(&str, &str)]| {
-            let mut d = group("dev", &[("env", "dev")]);
-            d.max_failures = dev.map(IntOrString::Int);
-            let mut p = group("prod", prod_labels);
-            p.max_failures = prod.map(IntOrString::Int);
-            let spec = plan(&["v1"], "v2", vec![d, p]);
-            let m = VersionMatcher::compile(&spec.upgrade_path.from).unwrap();
-            let snapshot = assign(&spec, &m, &bindings).snapshot;
-            overlap_warnings(&spec, &snapshot)
-        };
-        let found = warnings(Some(1), None, &[("tier", "prod")]);
-        assert_eq!(found.len(), 1);
-        assert_eq!(found[0].field, "spec.rolloutGroups[1].maxFailures");
-        assert_eq!(
-            found[0].message,
-            "group \"prod\" shares 1 resource(s) with the earlier group \"dev\", which tolerates 1 failure(s) \
-             where \"prod\" tolerates 0: a failure \"dev\" tolerates fails the run when \"prod\" starts"
-        );
-        assert!(
-            warnings(None, Some(1), &[("tier", "prod")]).is_empty(),
-            "a larger later budget"
-        );
-        assert!(
-            warnings(Some(1), Some(1), &[("tier", "prod")]).is_empty(),
-            "the same budget"
-        );
-        assert!(warnings(Some(1), None, &[("tier", "none")]).is_empty(), "no overlap");
     }
 }

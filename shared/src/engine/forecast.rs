@@ -15,16 +15,16 @@ use std::collections::{BinaryHeap, HashMap};
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 
+use super::compile::CompiledPlan;
 use super::freeze::Freeze;
 use super::gate::{GateReading, Reading};
 use super::health::HealthRecords;
 use super::run::{evaluate, Blocked, Evaluation, Outcome, RunContext, Verdict};
 use super::snapshot::{assign, Snapshot};
-use super::stage::{requires_approval, ApprovalFact};
-use super::version::VersionMatcher;
+use super::stage::ApprovalFact;
 use super::write::BindingPatch;
 use crate::api::kratix::{BindingFacts, ResourceBinding};
-use crate::api::{GroupPhase, GroupStatus, UpgradePlanSpec, UPGRADE_STARTED_AT_ANNOTATION};
+use crate::api::{GroupPhase, GroupStatus, UPGRADE_STARTED_AT_ANNOTATION};
 
 /// How long a wait must be before it is reported as one.
 const WAIT_NOTICED: Duration = Duration::seconds(1);
@@ -37,7 +37,7 @@ const MAX_STEPS: usize = 1_000_000;
 /// What the forecast starts from.
 #[derive(Debug, Clone)]
 pub struct ForecastInput<'a> {
-    pub plan: &'a UpgradePlanSpec,
+    pub plan: &'a CompiledPlan,
     /// Every binding of the plan's Promise (the run's snapshot takes the eligible ones).
     pub bindings: &'a [ResourceBinding],
     /// The freezes holding the plan.
@@ -82,10 +82,10 @@ pub struct Forecast {
 
 /// The plan as the forecast runs it: health checks assumed to pass at once (stated), the rest
 /// as written.
-fn simulated_plan(plan: &UpgradePlanSpec) -> UpgradePlanSpec {
+fn simulated_plan(plan: &CompiledPlan) -> CompiledPlan {
     let mut p = plan.clone();
-    for g in &mut p.rollout_groups {
-        g.health_check = None;
+    for g in &mut p.groups {
+        g.health_timeout = None;
     }
     p
 }
@@ -93,11 +93,8 @@ fn simulated_plan(plan: &UpgradePlanSpec) -> UpgradePlanSpec {
 /// Simulates the plan's next run.
 pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
     let plan = simulated_plan(input.plan);
-    let to = plan.upgrade_path.to.clone();
-    let snapshot = match VersionMatcher::compile(&plan.upgrade_path.from) {
-        Ok(m) => assign(&plan, &m, input.bindings).snapshot,
-        Err(_) => Snapshot { groups: Vec::new() },
-    };
+    let to = plan.to.clone();
+    let snapshot = assign(&plan, input.bindings).snapshot;
     let (mut live, index) = simulated_bindings(&snapshot, input.bindings);
     let approvals = assumed_approvals(&plan, input.start);
     let gates = open_gates(&plan, input.start + Duration::days(3660));
@@ -266,10 +263,10 @@ fn simulated_bindings<'s>(
 }
 
 /// The forecast assumes every group that requires approval is approved when the run starts.
-fn assumed_approvals(plan: &UpgradePlanSpec, start: DateTime<Utc>) -> Vec<ApprovalFact> {
-    plan.rollout_groups
+fn assumed_approvals(plan: &CompiledPlan, start: DateTime<Utc>) -> Vec<ApprovalFact> {
+    plan.groups
         .iter()
-        .filter(|g| requires_approval(g))
+        .filter(|g| g.requires_approval)
         .map(|g| ApprovalFact {
             name: format!("forecast-{}", g.name),
             group: g.name.clone(),
@@ -283,12 +280,11 @@ fn assumed_approvals(plan: &UpgradePlanSpec, start: DateTime<Utc>) -> Vec<Approv
 }
 
 /// ... and every signal gate open, not read again before `far`.
-fn open_gates(plan: &UpgradePlanSpec, far: DateTime<Utc>) -> Vec<GateReading> {
+fn open_gates(plan: &CompiledPlan, far: DateTime<Utc>) -> Vec<GateReading> {
     plan.gates
         .iter()
-        .flatten()
         .map(|g| GateReading {
-            gate: g.name.clone(),
+            gate: g.name().to_string(),
             reading: Reading::Open,
             next_check: far,
         })
@@ -396,6 +392,7 @@ pub fn quantile(sorted: &[Duration], q: f64) -> Option<Duration> {
 mod tests {
     use super::*;
     use crate::api::{RolloutGroup, RolloutSelectors, UpgradeWindow, WindowKind};
+    use crate::engine::compile::compile;
     use crate::engine::snapshot::tests::{binding, plan};
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -431,7 +428,7 @@ mod tests {
             .collect()
     }
 
-    fn input<'a>(p: &'a UpgradePlanSpec, b: &'a [ResourceBinding], start: &str, minutes: i64) -> ForecastInput<'a> {
+    fn input<'a>(p: &'a CompiledPlan, b: &'a [ResourceBinding], start: &str, minutes: i64) -> ForecastInput<'a> {
         ForecastInput {
             plan: p,
             bindings: b,
@@ -463,7 +460,7 @@ mod tests {
         prod.require_approval = Some(true);
         let p = plan(&["v1"], "v2", vec![dev, prod]);
         let b = bindings(&[("dev", 3), ("prod", 2)]);
-        let f = forecast(&input(&p, &b, "2026-06-01T20:00:00Z", 10));
+        let f = forecast(&input(&compile(&p).unwrap(), &b, "2026-06-01T20:00:00Z", 10));
         assert_eq!(
             times(&f.groups[0]),
             (3, Some(utc("2026-06-01T20:00:00Z")), Some(utc("2026-06-01T20:20:00Z"))),
@@ -514,7 +511,7 @@ mod tests {
             "2026-05-01T00:00:00Z",
             Some("v2"),
         );
-        let f = forecast(&input(&p, &b, "2026-06-01T20:00:00Z", 10));
+        let f = forecast(&input(&compile(&p).unwrap(), &b, "2026-06-01T20:00:00Z", 10));
         let order: Vec<(DateTime<Utc>, &str)> = f.starts.iter().map(|(t, r)| (*t, r.as_str())).collect();
         assert_eq!(
             order,
@@ -534,7 +531,8 @@ mod tests {
         prod.resource_upgrade_windows = allow("0 22 * * *", "1h");
         let p = plan(&["v1"], "v2", vec![prod]);
         let b = bindings(&[("prod", 3)]);
-        let mut i = input(&p, &b, "2026-06-01T21:00:00Z", 40);
+        let c = compile(&p).unwrap();
+        let mut i = input(&c, &b, "2026-06-01T21:00:00Z", 40);
         i.next_trigger = Some(utc("2026-06-02T01:30:00Z"));
         let f = forecast(&i);
         // 22:00 and 22:40 start inside the window; the third waits for the next evening.
@@ -568,7 +566,8 @@ mod tests {
         };
         let freezes = [Freeze::compile("holidays", &spec).unwrap()];
         let p = plan(&["v1"], "v2", vec![group("prod", 3)]);
-        let mut i = input(&p, &b, "2026-06-01T12:00:00Z", 5);
+        let c = compile(&p).unwrap();
+        let mut i = input(&c, &b, "2026-06-01T12:00:00Z", 5);
         i.freezes = &freezes;
         let f = forecast(&i);
         assert_eq!(
@@ -585,16 +584,25 @@ mod tests {
     #[test]
     fn a_run_that_cannot_progress_says_so_and_an_empty_plan_finishes_at_once() {
         let mut prod = group("prod", 1);
-        prod.resource_upgrade_windows = allow("0 22 30 2 *", "1h"); // 30 February never comes
+        // Compiles, but a deny window that never ends closes the group for good.
+        prod.resource_upgrade_windows = allow("0 22 * * *", "1h").map(|mut w| {
+            w.push(UpgradeWindow {
+                kind: WindowKind::Deny,
+                schedule: "* * * * *".into(),
+                duration: "1h".into(),
+                time_zone: None,
+            });
+            w
+        });
         let p = plan(&["v1"], "v2", vec![prod]);
         let b = bindings(&[("prod", 1)]);
-        let f = forecast(&input(&p, &b, "2026-06-01T12:00:00Z", 5));
+        let f = forecast(&input(&compile(&p).unwrap(), &b, "2026-06-01T12:00:00Z", 5));
         assert_eq!(f.finish, None);
         assert_eq!(
             f.warnings,
             ["group \"prod\" would wait for ever: nothing it waits for changes within the search horizon"]
         );
-        let f = forecast(&input(&p, &[], "2026-06-01T12:00:00Z", 5));
+        let f = forecast(&input(&compile(&p).unwrap(), &[], "2026-06-01T12:00:00Z", 5));
         assert_eq!(
             (f.finish, f.groups[0].resources),
             (Some(utc("2026-06-01T12:00:00Z")), 0)

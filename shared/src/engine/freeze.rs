@@ -21,21 +21,14 @@ use crate::api::{
 
 // Defined here, not in `window`, so that windows stay below freezes (no import cycle).
 impl GateState {
-    /// The gate of a group's windows and of the freezes holding its plan at `t`, and the gate
-    /// itself when its windows compile: the one rule for how windows, freezes and an invalid
-    /// window gate, for the run, the plan's gauges, the plugin and the forecast.
-    pub fn of_group(
-        windows: Option<&[UpgradeWindow]>,
-        freezes: &[Freeze],
-        t: DateTime<Utc>,
-    ) -> (GateState, Option<Gate>) {
-        match Gate::compile(windows.unwrap_or_default()) {
-            Ok(gate) => {
-                let gate = gate.with_freezes(freezes.iter().flat_map(|f| f.periods.iter().cloned()));
-                (gate.state(t), Some(gate))
-            }
-            Err(_) => (GateState::INVALID, None),
-        }
+    /// The gate of a group's compiled windows and of the freezes holding its plan at `t`, and
+    /// the gate itself: the one rule for how windows and freezes gate, for the run, the plan's
+    /// gauges, the plugin and the forecast.
+    pub fn of_group(windows: &Gate, freezes: &[Freeze], t: DateTime<Utc>) -> (GateState, Gate) {
+        let gate = windows
+            .clone()
+            .with_freezes(freezes.iter().flat_map(|f| f.periods.iter().cloned()));
+        (gate.state(t), gate)
     }
 }
 

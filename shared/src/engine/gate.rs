@@ -6,10 +6,10 @@
 //! the query returns any series or a non-zero scalar, and whenever it cannot be evaluated: a
 //! rollout must not proceed because the alerting system is down.
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::window::parse_go_duration;
+use super::compile::{CompiledPlan, SignalGate};
 use crate::api::{find_condition, reasons, Condition, ConditionStatus, Gate, UpgradePlanSpec, UpgradeRunStatus};
 
 /// What one evaluation of a gate said.
@@ -121,14 +121,9 @@ fn describe_series(metric: Option<&Value>) -> String {
     format!("{name}{{{}}}", pairs.join(", "))
 }
 
-/// Whether `gate` holds rollout group `group`.
-pub fn applies(gate: &Gate, group: &str) -> bool {
-    gate.groups.as_ref().is_none_or(|g| g.iter().any(|n| n == group))
-}
-
 /// The gates of `plan` that hold `group`, in plan order.
-pub fn gates_of<'a>(plan: &'a UpgradePlanSpec, group: &'a str) -> impl Iterator<Item = &'a Gate> + 'a {
-    plan.gates.iter().flatten().filter(move |g| applies(g, group))
+pub fn gates_of<'a>(plan: &'a CompiledPlan, group: &'a str) -> impl Iterator<Item = &'a SignalGate> + 'a {
+    plan.gates.iter().filter(move |g| g.applies(group))
 }
 
 /// What the gates of a group say before its next starts.
@@ -145,19 +140,19 @@ pub enum GateCheck {
 /// Each gate of `plan` that holds `group`, in plan order, with its reading in `readings`; a gate
 /// without one is closed (fail safe: not evaluated yet).
 pub fn readings_of<'a>(
-    plan: &'a UpgradePlanSpec,
+    plan: &'a CompiledPlan,
     group: &'a str,
     readings: &[GateReading],
     now: DateTime<Utc>,
-) -> Vec<(&'a Gate, GateReading)> {
+) -> Vec<(&'a SignalGate, GateReading)> {
     gates_of(plan, group)
         .map(|gate| {
             let reading = readings
                 .iter()
-                .find(|r| r.gate == gate.name)
+                .find(|r| r.gate == gate.name())
                 .cloned()
                 .unwrap_or(GateReading {
-                    gate: gate.name.clone(),
+                    gate: gate.name().to_string(),
                     reading: Reading::Error("not evaluated yet".into()),
                     next_check: now,
                 });
@@ -167,14 +162,14 @@ pub fn readings_of<'a>(
 }
 
 /// Checks the gates of `group` against `readings`, now.
-pub fn check(plan: &UpgradePlanSpec, group: &str, readings: &[GateReading], now: DateTime<Utc>) -> GateCheck {
+pub fn check(plan: &CompiledPlan, group: &str, readings: &[GateReading], now: DateTime<Utc>) -> GateCheck {
     let gates = readings_of(plan, group, readings, now);
     if gates.is_empty() {
         return GateCheck::NotChecked;
     }
     match gates.into_iter().find(|(_, r)| !r.reading.is_open()) {
         Some((gate, reading)) => GateCheck::Closed {
-            gate: gate.clone(),
+            gate: gate.spec.clone(),
             reading,
         },
         None => GateCheck::Open,
@@ -199,9 +194,8 @@ pub fn closed_condition(gate: &str, reading: &Reading) -> (&'static str, String)
 }
 
 /// When a gate closed since `closed_since` fails the run under its `failAfter` (`None`: never).
-pub fn fails_at(gate: &Gate, closed_since: DateTime<Utc>) -> Option<DateTime<Utc>> {
-    let after: Duration = parse_go_duration(gate.fail_after.as_deref()?).ok()?;
-    closed_since.checked_add_signed(after)
+pub fn fails_at(gate: &SignalGate, closed_since: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    closed_since.checked_add_signed(gate.fail_after.as_ref()?.value)
 }
 
 /// The gates' readings as the run recorded them (`status.gates[]`), for views that do not query
@@ -300,6 +294,7 @@ pub mod texts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::compile::compile;
 
     #[test]
     fn responses_and_what_they_mean() {
@@ -424,12 +419,15 @@ mod tests {
     #[test]
     fn which_gates_hold_a_group_and_fail_safe() {
         let now = utc("2026-06-01T10:00:00Z");
-        let mut plan = UpgradePlanSpec::default();
+        use crate::engine::snapshot::tests::{match_all, plan as spec_of};
+        let mut spec = spec_of(&["v1"], "v2", vec![match_all("dev"), match_all("prod")]);
+        let plan = compile(&spec).unwrap();
         assert_eq!(check(&plan, "dev", &[], now), GateCheck::NotChecked, "no gates");
-        plan.gates = Some(vec![
+        spec.gates = Some(vec![
             gate("alerts", None, None),
             gate("prod-slo", Some(&["prod"]), Some("2h")),
         ]);
+        let plan = compile(&spec).unwrap();
         let open = [reading("alerts", Reading::Open), reading("prod-slo", Reading::Open)];
         assert_eq!(check(&plan, "dev", &open, now), GateCheck::Open);
         let slo_firing = [
@@ -464,11 +462,8 @@ mod tests {
             slo_firing[1].clone(),
         ];
         assert!(matches!(check(&plan, "prod", &both, now), GateCheck::Closed { gate, .. } if gate.name == "alerts"));
-        assert_eq!(
-            fails_at(&plan.gates.as_ref().unwrap()[1], now),
-            Some(utc("2026-06-01T12:00:00Z"))
-        );
-        assert_eq!(fails_at(&plan.gates.as_ref().unwrap()[0], now), None);
+        assert_eq!(fails_at(&plan.gates[1], now), Some(utc("2026-06-01T12:00:00Z")));
+        assert_eq!(fails_at(&plan.gates[0], now), None);
     }
 
     #[test]

@@ -8,39 +8,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 
 use super::outcome::Outcome;
 use super::snapshot::SnapshotResource;
 use super::texts;
-use super::window::parse_go_duration;
+use super::window::WrittenDuration;
 use crate::api::kratix::{BindingFacts, HealthRecord};
-use crate::api::{RolloutGroup, UPGRADE_STARTED_AT_ANNOTATION};
-
-/// A group's parsed `healthCheck`, with its timeout as written (for the detail).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verification {
-    pub timeout: Duration,
-    pub written: String,
-}
-
-impl Verification {
-    /// The group's health check; `None` without one (or, in a frozen plan, one whose timeout does
-    /// not parse: the plan was validated before its snapshot, and SKE's behaviour is the safe
-    /// reading of a field that cannot be read).
-    pub fn of(group: &RolloutGroup) -> Option<Verification> {
-        let written = &group.health_check.as_ref()?.timeout;
-        Some(Verification {
-            timeout: parse_go_duration(written).ok()?,
-            written: written.clone(),
-        })
-    }
-}
-
-/// Parses `healthCheck.timeout`: a Go duration greater than zero.
-pub fn parse_timeout(value: &str) -> Result<Duration, String> {
-    parse_go_duration(value)
-}
+use crate::api::UPGRADE_STARTED_AT_ANNOTATION;
 
 /// The HealthRecords of one Promise, by the (namespace, name) of the resource they describe.
 #[derive(Debug, Clone, Default)]
@@ -129,12 +104,12 @@ pub fn apply_health_check(
     outcome: Outcome,
     resource: &SnapshotResource,
     live: Option<&dyn BindingFacts>,
-    check: Option<&Verification>,
+    timeout: Option<&WrittenDuration>,
     records: &HealthRecords,
     (to, run_created): (&str, DateTime<Utc>),
     now: DateTime<Utc>,
 ) -> Outcome {
-    let (Outcome::Succeeded, Some(live), Some(check)) = (&outcome, live, check) else {
+    let (Outcome::Succeeded, Some(live), Some(timeout)) = (&outcome, live, timeout) else {
         return outcome;
     };
     let upgraded = upgraded_at(live, run_created);
@@ -153,11 +128,11 @@ pub fn apply_health_check(
         }
         Some(Verdict::Wait) | None => {
             let until = upgraded
-                .checked_add_signed(check.timeout)
+                .checked_add_signed(timeout.value)
                 .unwrap_or(DateTime::<Utc>::MAX_UTC);
             if until <= now {
                 // An `unknown` record is not a report, but saying it exists saves a search.
-                let mut message = texts::no_health_report(&check.written);
+                let mut message = texts::no_health_report(&timeout.written);
                 if let Some(r) = record {
                     message += &format!(
                         " (HealthRecord {}/{} says {})",
@@ -233,11 +208,8 @@ pub(crate) mod tests {
         })
     }
 
-    fn check(timeout: &str) -> Verification {
-        Verification {
-            timeout: parse_timeout(timeout).unwrap(),
-            written: timeout.into(),
-        }
+    fn check(timeout: &str) -> WrittenDuration {
+        WrittenDuration::parse(timeout).unwrap()
     }
 
     fn decide(records: Vec<Arc<HealthRecord>>, outcome: Outcome, now: &str) -> Outcome {

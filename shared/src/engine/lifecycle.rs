@@ -24,6 +24,7 @@ use kube::{Resource, ResourceExt};
 use super::admission::{
     admit, admitted_at, created_suspended, is_dormant, is_preview, last_run_of, superseded_by, Admission, RunFacts,
 };
+use super::compile::CompiledPlan;
 use super::freeze::holding;
 use super::gate::{self, GateCheck, GateReading};
 use super::health::HealthRecords;
@@ -34,8 +35,7 @@ use super::snapshot::{
     SNAPSHOT_SHARD_BYTES,
 };
 use super::stage::{self, ApprovalFact};
-use super::validate::{summarize as summarize_problems, validate_plan};
-use super::version::VersionMatcher;
+use super::validate::{check_plan, summarize as summarize_problems};
 use super::write::{ApprovalPatch, BindingPatch, Release, RunPatch};
 use crate::api::kratix::{BindingFacts, HealthRecord};
 use crate::api::{
@@ -425,8 +425,9 @@ fn cancelled(out: &mut Step, run: &UpgradeRun, facts: &Facts<'_>) -> ControlFlow
 /// The run's plan, and whether it is valid (spec §4.3).
 struct ResolvedPlan<'a> {
     plan: &'a UpgradePlan,
-    /// Why the live plan is invalid, for a run that follows it (before its snapshot).
-    invalid: Option<String>,
+    /// The live plan compiled, for a run that follows it (before its snapshot): or why it is
+    /// invalid.
+    live: Option<Result<CompiledPlan, String>>,
     /// The invalidity announced last: a different one is announced again (spec §14.2).
     announced_invalid: Option<String>,
 }
@@ -448,16 +449,15 @@ fn resolve_plan<'a>(out: &mut Step, run: &UpgradeRun, facts: &Facts<'a>) -> Cont
         set_condition(&mut out.status.conditions, c);
         return ControlFlow::Break(());
     };
-    let invalid = if matches!(out.status.state, RunState::Unresolved | RunState::Pending) {
-        let problems = validate_plan(plan_name, &plan.spec, now);
-        (!problems.is_empty()).then(|| texts::plan_invalid(plan_name, &summarize_problems(&problems)))
-    } else {
-        None
-    };
+    let live = matches!(out.status.state, RunState::Unresolved | RunState::Pending).then(|| {
+        check_plan(plan_name, &plan.spec, now)
+            .map_err(|problems: Vec<_>| texts::plan_invalid(plan_name, &summarize_problems(&problems)))
+    });
+    let invalid = live.as_ref().and_then(|l| l.as_ref().err());
     let announced_invalid = find_condition(&out.status.conditions, reasons::PLAN_RESOLVED)
         .filter(|c| c.reason == reasons::PLAN_INVALID)
         .map(|c| c.message.clone());
-    let (status, reason, message) = match &invalid {
+    let (status, reason, message) = match invalid {
         Some(message) => (ConditionStatus::False, reasons::PLAN_INVALID, message.clone()),
         None => (ConditionStatus::True, reasons::PLAN_FOUND, texts::plan_found(plan_name)),
     };
@@ -467,7 +467,7 @@ fn resolve_plan<'a>(out: &mut Step, run: &UpgradeRun, facts: &Facts<'a>) -> Cont
     );
     ControlFlow::Continue(ResolvedPlan {
         plan,
-        invalid,
+        live,
         announced_invalid,
     })
 }
@@ -574,14 +574,19 @@ fn start_run(
     cluster: &dyn Cluster,
 ) -> ControlFlow<()> {
     let (now, plan) = (facts.now, resolved.plan);
-    if let Some(message) = &resolved.invalid {
-        if resolved.announced_invalid.as_ref() != Some(message) {
-            // Keyed by the problem: once per problem, across restarts.
-            out.announce
-                .push(Announcement::warning(events::PLAN_INVALID, message.clone()).keyed(message.clone()));
+    let compiled = match &resolved.live {
+        Some(Ok(compiled)) => compiled,
+        Some(Err(message)) => {
+            if resolved.announced_invalid.as_ref() != Some(message) {
+                // Keyed by the problem: once per problem, across restarts.
+                out.announce
+                    .push(Announcement::warning(events::PLAN_INVALID, message.clone()).keyed(message.clone()));
+            }
+            return ControlFlow::Break(());
         }
-        return ControlFlow::Break(());
-    }
+        // Only a run before its snapshot starts, and it always has the live plan checked.
+        None => return ControlFlow::Break(()),
+    };
     let promise = plan.spec.promise_ref.name.as_str();
     let to = plan.spec.upgrade_path.to.as_str();
     out.to = to.to_string();
@@ -609,7 +614,7 @@ fn start_run(
     set_condition(&mut out.status.conditions, c);
     if !ready {
         if admitted.owns_gauges {
-            out.gauges = Gauges::Set(revision_gate_gauges(plan, cluster));
+            out.gauges = Gauges::Set(revision_gate_gauges(plan, compiled, cluster));
         }
         return ControlFlow::Break(());
     }
@@ -618,7 +623,7 @@ fn start_run(
     let (frozen, refs) = match &facts.snapshot {
         SnapshotFact::Found { frozen, refs } => (frozen.clone(), refs.clone()),
         _ => {
-            let frozen = Arc::new(take_snapshot(plan, cluster));
+            let frozen = Arc::new(take_snapshot(plan, compiled, cluster));
             out.write_snapshot = snapshot_config_maps(run_name(run), &frozen);
             let refs = out
                 .write_snapshot
@@ -690,26 +695,15 @@ fn run_name(run: &UpgradeRun) -> &str {
     run.metadata.name.as_deref().unwrap_or_default()
 }
 
-/// The run's snapshot of the live plan: eligible bindings of its Promise assigned to groups.
-fn take_snapshot(plan: &UpgradePlan, cluster: &dyn Cluster) -> Frozen {
-    let bindings = cluster.bindings_of(&plan.spec.promise_ref.name);
-    // The plan was validated just before: `from` compiles. Should it not, nothing is eligible.
-    let snapshot = VersionMatcher::compile(&plan.spec.upgrade_path.from)
-        .map(|m| group_bindings(&plan.spec, &m, bindings.iter().map(|b| b.as_ref())).snapshot(&plan.spec))
-        .unwrap_or_else(|_| Snapshot {
-            groups: plan
-                .spec
-                .rollout_groups
-                .iter()
-                .map(|g| super::snapshot::SnapshotGroup {
-                    name: g.name.clone(),
-                    resources: Vec::new(),
-                })
-                .collect(),
-        });
+/// The run's snapshot of the live plan (`compiled` from it): eligible bindings of its Promise
+/// assigned to groups.
+fn take_snapshot(plan: &UpgradePlan, compiled: &CompiledPlan, cluster: &dyn Cluster) -> Frozen {
+    let bindings = cluster.bindings_of(&compiled.promise);
+    let snapshot = group_bindings(compiled, bindings.iter().map(|b| b.as_ref())).snapshot(compiled);
     Frozen {
         snapshot,
         plan: plan.spec.clone(),
+        compiled: compiled.clone(),
     }
 }
 
@@ -751,8 +745,8 @@ fn progress(
     };
     // The frozen plan's Promise, not the live plan's: a promiseRef edited mid-run changes nothing
     // of this run (spec §14.2) — its revisions, health records and freezes stay those it began with.
-    let promise = frozen.plan.promise_ref.name.as_str();
-    let to = frozen.plan.upgrade_path.to.clone();
+    let promise = frozen.compiled.promise.as_str();
+    let to = frozen.compiled.to.clone();
     out.to = to.clone();
     let previous = out.status.rollout_groups.clone();
     // One consistent view of the live bindings for the whole evaluation, keyed by the snapshot's
@@ -765,7 +759,7 @@ fn progress(
             live.push(b);
         }
     }
-    let health = if frozen.plan.rollout_groups.iter().any(|g| g.health_check.is_some()) {
+    let health = if frozen.compiled.checks_health() {
         HealthRecords::index(promise, cluster.health_records(promise))
     } else {
         HealthRecords::default()
@@ -777,7 +771,7 @@ fn progress(
             run_name: run_name(run),
             run_created: admitted,
             suspended: run.spec.suspend,
-            plan: &frozen.plan,
+            plan: &frozen.compiled,
             snapshot: &frozen.snapshot,
             recorded: &previous,
             health: &health,
@@ -976,38 +970,36 @@ fn gate_transition(
     }
     let previous = std::mem::take(&mut out.status.gates);
     let mut failure = None;
-    for (g, reading) in gate::readings_of(&frozen.plan, group, readings, now) {
+    for (g, reading) in gate::readings_of(&frozen.compiled, group, readings, now) {
         let open = reading.reading.is_open();
-        let message = gate::message(&g.name, &reading.reading);
-        let before = previous.iter().find(|p| p.name == g.name);
+        let message = gate::message(g.name(), &reading.reading);
+        let before = previous.iter().find(|p| p.name == g.name());
         let since = match before {
             Some(b) if b.open == open => b.since,
             _ => now,
         };
         // Each change is its own event, also when it says what an earlier one said.
-        let key = format!("{}/{}", g.name, crate::time::rfc3339(now));
+        let key = format!("{}/{}", g.name(), crate::time::rfc3339(now));
         match (before.map(|b| b.open), open) {
             (None | Some(true), false) => out
                 .announce
                 .push(Announcement::warning(events::GATE_CLOSED, message.clone()).keyed(key)),
             (Some(false), true) => out
                 .announce
-                .push(Announcement::normal(events::GATE_OPENED, gate::texts::gate_opened(&g.name, group)).keyed(key)),
+                .push(Announcement::normal(events::GATE_OPENED, gate::texts::gate_opened(g.name(), group)).keyed(key)),
             _ => {}
         }
         if !open {
-            match gate::fails_at(g, since) {
-                Some(at) if at <= now => {
-                    failure.get_or_insert_with(|| {
-                        gate::texts::gate_failed(&g.name, g.fail_after.as_deref().unwrap_or_default())
-                    });
+            match (gate::fails_at(g, since), &g.fail_after) {
+                (Some(at), Some(after)) if at <= now => {
+                    failure.get_or_insert_with(|| gate::texts::gate_failed(g.name(), &after.written));
                 }
-                Some(at) => out.wake_at = out.wake_at.into_iter().chain([at]).min(),
-                None => {}
+                (Some(at), _) => out.wake_at = out.wake_at.into_iter().chain([at]).min(),
+                _ => {}
             }
         }
         out.status.gates.push(GateStatus {
-            name: g.name.clone(),
+            name: g.name().to_string(),
             open,
             since,
             message,
@@ -1065,8 +1057,8 @@ fn finish(
 
 /// The gauges of a run held at the revision gate: the groups its snapshot would have, every
 /// resource pending, blocked on `RevisionMissing` in the first group (spec §9.1).
-fn revision_gate_gauges(plan: &UpgradePlan, cluster: &dyn Cluster) -> RunGauges {
-    let groups = take_snapshot(plan, cluster).snapshot.initial_counts();
+fn revision_gate_gauges(plan: &UpgradePlan, compiled: &CompiledPlan, cluster: &dyn Cluster) -> RunGauges {
+    let groups = take_snapshot(plan, compiled, cluster).snapshot.initial_counts();
     let mut resources = Vec::new();
     for g in &groups {
         push_group_series(&mut resources, g, 0);

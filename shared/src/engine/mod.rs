@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod budget;
+pub mod compile;
 pub mod concurrency;
 pub mod cron;
 pub mod forecast;

@@ -13,6 +13,24 @@ pub const OBJECT_NAME_MAX: usize = 253;
 /// Characters of the name kept before the hash when it is shortened.
 const KEPT: usize = 54;
 
+/// An RFC 1123 subdomain, as Kubernetes requires of most object names.
+pub fn is_dns_subdomain(name: &str) -> bool {
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    name.len() <= 253
+        && name.split('.').all(|label| {
+            let bytes = label.as_bytes();
+            !bytes.is_empty()
+                && alnum(bytes[0])
+                && alnum(bytes[bytes.len() - 1])
+                && bytes.iter().all(|&b| alnum(b) || b == b'-')
+        })
+}
+
+/// An RFC 1123 label (at most 63 characters), as gate names are.
+pub fn is_dns_label(name: &str) -> bool {
+    name.len() <= 63 && !name.contains('.') && is_dns_subdomain(name)
+}
+
 /// Bytes as lower-case hex.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -140,7 +158,7 @@ mod tests {
         let long = approval_name(&"r".repeat(253), &"g".repeat(100));
         assert!(long.len() <= OBJECT_NAME_MAX);
         for name in [odd, long] {
-            assert!(crate::engine::validate::is_dns_subdomain(&name), "{name}");
+            assert!(is_dns_subdomain(&name), "{name}");
         }
     }
 

@@ -8,19 +8,18 @@ use std::ops::ControlFlow;
 
 use chrono::{DateTime, Utc};
 
-use super::budget::{parse_progress_deadline, FailureBudget};
-use super::concurrency::Limit;
+use super::compile::{CompiledGroup, CompiledPlan, WrittenDuration};
 use super::freeze::{hold_at, Freeze, Hold};
 use super::gate::{self, GateCheck, GateReading};
-use super::health::{apply_health_check, HealthRecords, Verification};
+use super::health::{apply_health_check, HealthRecords};
 use super::snapshot::{Snapshot, SnapshotGroup, SnapshotResource};
-use super::stage::{approval_for, requires_approval, soak_of, ApprovalFact};
+use super::stage::{approval_for, ApprovalFact};
 use super::starts::{admit_starts, StartFacts};
 use super::window::GateState;
 use crate::api::kratix::{BindingFacts, MANUAL_RECONCILIATION_LABEL, UPGRADE_FAILED};
 use crate::api::{
-    GroupPhase, GroupStatus, ResourceFailure, RolloutGroup, UpgradePlanSpec, RETRY_REQUESTED_BY_ANNOTATION,
-    UPGRADED_BY_ANNOTATION, UPGRADE_STARTED_AT_ANNOTATION,
+    GroupPhase, GroupStatus, ResourceFailure, RETRY_REQUESTED_BY_ANNOTATION, UPGRADED_BY_ANNOTATION,
+    UPGRADE_STARTED_AT_ANNOTATION,
 };
 
 pub use super::outcome::{Outcome, SkipReason};
@@ -82,30 +81,12 @@ pub fn evaluate_resource(
     Outcome::NotStarted
 }
 
-/// A group's `progressDeadline`, parsed, with the text it was written as (for the detail).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Deadline {
-    pub after: chrono::Duration,
-    pub written: String,
-}
-
-impl Deadline {
-    /// The group's deadline; `None` without one (or, in a frozen plan, one that does not parse).
-    pub fn of(group: &RolloutGroup) -> Option<Deadline> {
-        let written = group.progress_deadline.as_deref()?;
-        Some(Deadline {
-            after: parse_progress_deadline(Some(written)).ok()??,
-            written: written.to_string(),
-        })
-    }
-
-    /// When the upgrade of `live` runs out of time: its start (the annotation the start patch
-    /// wrote) plus the deadline. `None` when the start is not recorded.
-    pub fn expires(&self, live: &dyn BindingFacts) -> Option<DateTime<Utc>> {
-        let started = live.annotation(UPGRADE_STARTED_AT_ANNOTATION)?;
-        let started = DateTime::parse_from_rfc3339(started).ok()?.with_timezone(&Utc);
-        started.checked_add_signed(self.after)
-    }
+/// When the upgrade of `live` runs out of its group's `progressDeadline`: its start (the
+/// annotation the start patch wrote) plus the deadline. `None` when the start is not recorded.
+pub fn deadline_expires(deadline: &WrittenDuration, live: &dyn BindingFacts) -> Option<DateTime<Utc>> {
+    let started = live.annotation(UPGRADE_STARTED_AT_ANNOTATION)?;
+    let started = DateTime::parse_from_rfc3339(started).ok()?.with_timezone(&Utc);
+    started.checked_add_signed(deadline.value)
 }
 
 /// An in-flight upgrade past its group's deadline counts as Failed (`did not finish within
@@ -115,13 +96,15 @@ impl Deadline {
 pub fn apply_deadline(
     outcome: Outcome,
     live: Option<&dyn BindingFacts>,
-    deadline: Option<&Deadline>,
+    deadline: Option<&WrittenDuration>,
     now: DateTime<Utc>,
 ) -> Outcome {
     match (&outcome, live, deadline) {
-        (Outcome::InFlight, Some(b), Some(d)) if d.expires(b).is_some_and(|at| at <= now) => Outcome::Failed {
-            message: texts::deadline_passed(&d.written),
-        },
+        (Outcome::InFlight, Some(b), Some(d)) if deadline_expires(d, b).is_some_and(|at| at <= now) => {
+            Outcome::Failed {
+                message: texts::deadline_passed(&d.written),
+            }
+        }
         _ => outcome,
     }
 }
@@ -130,15 +113,17 @@ pub fn apply_deadline(
 /// outcome in the run: the `progressDeadline`, then the `healthCheck`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GroupRules {
-    pub deadline: Option<Deadline>,
-    pub health: Option<Verification>,
+    /// `progressDeadline`.
+    pub deadline: Option<WrittenDuration>,
+    /// `healthCheck.timeout`.
+    pub health: Option<WrittenDuration>,
 }
 
 impl GroupRules {
-    pub fn of(group: Option<&RolloutGroup>) -> GroupRules {
+    pub fn of(group: &CompiledGroup) -> GroupRules {
         GroupRules {
-            deadline: group.and_then(Deadline::of),
-            health: group.and_then(Verification::of),
+            deadline: group.deadline.clone(),
+            health: group.health_timeout.clone(),
         }
     }
 
@@ -174,24 +159,18 @@ impl GroupRules {
 
 /// One resource's outcome as the run decides it, for views that show single resources: the
 /// [`GroupRules`] of its group (`group`) in the frozen `plan`, after the failures the run's
-/// status records (`recorded`).
+/// status records (`recorded`). A group the plan does not have applies no rules.
 pub fn resource_outcome(
     resource: &SnapshotResource,
     live: Option<&dyn BindingFacts>,
     records: &HealthRecords,
-    (plan, group): (&UpgradePlanSpec, &str),
+    (plan, group): (&CompiledPlan, &str),
     recorded: &[GroupStatus],
     run: (&str, DateTime<Utc>),
     now: DateTime<Utc>,
 ) -> Outcome {
-    GroupRules::of(plan.rollout_groups.iter().find(|g| g.name == group)).outcome(
-        resource,
-        live,
-        records,
-        recorded,
-        (&plan.upgrade_path.to, run.0, run.1),
-        now,
-    )
+    let rules = plan.group(group).map(GroupRules::of).unwrap_or_default();
+    rules.outcome(resource, live, records, recorded, (&plan.to, run.0, run.1), now)
 }
 
 /// The failure a run recorded for `resource` in any of its groups (`recorded`: its status's
@@ -315,8 +294,8 @@ pub struct RunContext<'a> {
     pub run_created: DateTime<Utc>,
     /// `spec.suspend` of the run (user suspend, preview or superseded).
     pub suspended: bool,
-    /// The plan as frozen in the snapshot.
-    pub plan: &'a UpgradePlanSpec,
+    /// The plan as frozen in the snapshot, compiled.
+    pub plan: &'a CompiledPlan,
     pub snapshot: &'a Snapshot,
     /// `status.rolloutGroups` as last written: groups recorded complete stay complete.
     pub recorded: &'a [GroupStatus],
@@ -411,8 +390,9 @@ fn evaluate_groups<'b>(
         }
         return eval;
     }
-    for (index, group) in ctx.snapshot.groups.iter().enumerate() {
-        if evaluate_group(ctx, &lookup, &mut eval, index, group).is_break() {
+    // The snapshot's groups are the frozen plan's, in its order ([`super::snapshot::Frozen::new`]).
+    for (index, (group, rules)) in ctx.snapshot.groups.iter().zip(&ctx.plan.groups).enumerate() {
+        if evaluate_group(ctx, &lookup, &mut eval, index, (group, rules)).is_break() {
             return eval;
         }
     }
@@ -425,7 +405,7 @@ fn evaluate_groups<'b>(
 struct GroupAt<'a> {
     index: usize,
     group: &'a SnapshotGroup,
-    plan_group: Option<&'a RolloutGroup>,
+    rules: &'a CompiledGroup,
     recorded: Option<&'a GroupStatus>,
 }
 
@@ -436,22 +416,16 @@ fn evaluate_group<'b>(
     lookup: &impl Fn(&str, &str) -> Option<&'b dyn BindingFacts>,
     eval: &mut Evaluation,
     index: usize,
-    group: &SnapshotGroup,
+    (group, compiled): (&SnapshotGroup, &CompiledGroup),
 ) -> ControlFlow<()> {
-    let plan_group = ctx.plan.rollout_groups.iter().find(|g| g.name == group.name);
-    // A frozen plan was validated before its snapshot; a budget that no longer parses
-    // tolerates nothing (SKE's behaviour), a deadline that does not parse applies none.
-    let budget = plan_group
-        .map(|g| FailureBudget::parse(g.max_failures.as_ref()).unwrap_or(FailureBudget::NONE))
-        .unwrap_or(FailureBudget::NONE)
-        .resolve(group.resources.len());
-    let rules = GroupRules::of(plan_group);
+    let budget = compiled.budget.resolve(group.resources.len());
+    let rules = GroupRules::of(compiled);
     let recorded = ctx.recorded.get(index).filter(|g| g.name == group.name);
     let started_at = recorded.and_then(|g| g.started_at);
     let at = GroupAt {
         index,
         group,
-        plan_group,
+        rules: compiled,
         recorded,
     };
     let approved = group_entry(ctx, eval, &at)?;
@@ -468,7 +442,7 @@ fn evaluate_group<'b>(
         .iter()
         .map(|r| lookup(&r.namespace, &r.binding))
         .collect();
-    let run = (ctx.plan.upgrade_path.to.as_str(), ctx.run_name, ctx.run_created);
+    let run = (ctx.plan.to.as_str(), ctx.run_name, ctx.run_created);
     let outcomes: Vec<Outcome> = group
         .resources
         .iter()
@@ -508,19 +482,12 @@ fn group_entry(ctx: &RunContext<'_>, eval: &mut Evaluation, at: &GroupAt<'_>) ->
     let GroupAt {
         index,
         group,
-        plan_group,
+        rules,
         recorded,
     } = *at;
     let started = recorded.is_some_and(|g| g.started_at.is_some());
     if index > 0 && !started {
-        let before = &ctx.snapshot.groups[index - 1];
-        let soak = ctx
-            .plan
-            .rollout_groups
-            .iter()
-            .find(|g| g.name == before.name)
-            .and_then(soak_of);
-        if let Some(soak) = soak {
+        if let Some(soak) = ctx.plan.groups[index - 1].soak.as_ref().map(|s| s.value) {
             let completed = eval.groups[index - 1].completed_at.unwrap_or(ctx.now);
             let until = completed.checked_add_signed(soak).unwrap_or(DateTime::<Utc>::MAX_UTC);
             if ctx.now < until {
@@ -533,7 +500,7 @@ fn group_entry(ctx: &RunContext<'_>, eval: &mut Evaluation, at: &GroupAt<'_>) ->
         }
     }
     let recorded_approval = recorded.filter(|_| started).and_then(ApprovalFact::recorded);
-    if recorded_approval.is_some() || !plan_group.is_some_and(requires_approval) {
+    if recorded_approval.is_some() || !rules.requires_approval {
         return ControlFlow::Continue(recorded_approval);
     }
     match approval_for(ctx.approvals, &group.name) {
@@ -560,19 +527,12 @@ fn current_group(
     let GroupAt {
         index,
         group,
-        plan_group,
+        rules: compiled,
         ..
     } = *at;
-    // A frozen plan was validated before its snapshot; if it still does not parse, be
-    // conservative: one at a time, gate closed.
-    let limit = plan_group
-        .map(|g| Limit::parse(g.max_concurrent.as_ref()).unwrap_or(Limit::Count(1)))
-        .unwrap_or(Limit::Count(1))
-        .resolve(group.resources.len());
-    // The group's gate (windows and freezes); `None` when its windows do not compile.
-    let (gate_state, gate) = plan_group.map_or((GateState::INVALID, None), |g| {
-        GateState::of_group(g.resource_upgrade_windows.as_deref(), ctx.freezes, ctx.now)
-    });
+    let limit = compiled.limit.resolve(group.resources.len());
+    // The group's gate: its windows and the freezes.
+    let (gate_state, gate) = GateState::of_group(&compiled.windows, ctx.freezes, ctx.now);
     let action = |i: usize| BindingAction {
         resource: group.resources[i].clone(),
         resource_version: live[i].and_then(|b| b.object_version().map(str::to_string)),
@@ -602,7 +562,7 @@ fn current_group(
             suspended: ctx.suspended,
             entry: None,
             frozen: eval.frozen.is_some(),
-            windows_open: gate.as_ref().is_some_and(|g| g.windows_open(ctx.now)),
+            windows_open: gate.windows_open(ctx.now),
             gate_closed: matches!(eval.gate_check, GateCheck::Closed { .. }),
             limit,
             in_flight,
@@ -637,7 +597,7 @@ fn first_expiry(rules: &GroupRules, outcomes: &[Outcome], live: &[Option<&dyn Bi
             .iter()
             .zip(live)
             .filter(|(o, _)| matches!(o, Outcome::InFlight))
-            .filter_map(|(_, b)| d.expires((*b)?))
+            .filter_map(|(_, b)| deadline_expires(d, (*b)?))
             .min()
     });
     let health_expiry = outcomes
@@ -654,11 +614,12 @@ fn first_expiry(rules: &GroupRules, outcomes: &[Outcome], live: &[Option<&dyn Bi
 pub(crate) mod tests {
     use super::*;
     use crate::api::kratix::{BindingCondition, HealthRecord, ResourceBinding, UPGRADE_IN_PROGRESS, UPGRADE_SUCCEEDED};
+    use crate::api::UpgradePlanSpec;
     use crate::api::{UpgradeWindow, WindowKind};
+    use crate::engine::compile::compile;
     use crate::engine::gate::Reading;
     use crate::engine::snapshot::assign;
     use crate::engine::snapshot::tests::{binding, group, match_all, plan};
-    use crate::engine::version::VersionMatcher;
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     use std::sync::Arc;
 
@@ -899,8 +860,7 @@ pub(crate) mod tests {
 
     impl World {
         fn new(spec: UpgradePlanSpec, bindings: Vec<ResourceBinding>) -> World {
-            let m = VersionMatcher::compile(&spec.upgrade_path.from).unwrap();
-            let snapshot = assign(&spec, &m, &bindings).snapshot;
+            let snapshot = assign(&compile(&spec).unwrap(), &bindings).snapshot;
             World {
                 spec,
                 snapshot,
@@ -927,11 +887,12 @@ pub(crate) mod tests {
 
         fn eval(&self, recorded: &[GroupStatus], suspended: bool, now: &str) -> Evaluation {
             let health = HealthRecords::index(&self.spec.promise_ref.name, self.health.iter().cloned());
+            let plan = compile(&self.spec).unwrap();
             let ctx = RunContext {
                 run_name: "run-1",
                 run_created: utc(CREATED),
                 suspended,
-                plan: &self.spec,
+                plan: &plan,
                 snapshot: &self.snapshot,
                 recorded,
                 health: &health,
@@ -1455,11 +1416,12 @@ pub(crate) mod tests {
             plan(&["v1"], "v2", vec![match_all("all")]),
             vec![binding("a", "x", &[], "v1", "v1")],
         );
+        let plan = compile(&w.spec).unwrap();
         let ctx = RunContext {
             run_name: "run-1",
             run_created: utc(CREATED),
             suspended: false,
-            plan: &w.spec,
+            plan: &plan,
             snapshot: &w.snapshot,
             recorded: &[],
             health: &HealthRecords::default(),
@@ -2020,10 +1982,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_retry_restarts_the_deadline_clock() {
-        let deadline = Deadline {
-            after: chrono::Duration::minutes(30),
-            written: "30m".into(),
-        };
+        let deadline = WrittenDuration::parse("30m").unwrap();
         let mut b = binding("ns", "r", &[], "v1", "v2");
         b.metadata.annotations = Some(
             [(

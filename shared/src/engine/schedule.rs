@@ -3,8 +3,7 @@
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
-use super::cron::{parse_zone, resolve_local_time, CronSchedule};
-use crate::api::UpgradeExecutionPolicy;
+use super::cron::CronSchedule;
 
 /// Longest plan name whose scheduled run names (`<plan>-YYYYMMDD-HHMM`) fit in 253 characters.
 pub const MAX_SCHEDULED_PLAN_NAME: usize = 229;
@@ -16,7 +15,7 @@ pub struct Triggers {
     pub execute_at: Option<DateTime<Utc>>,
     pub repeat: Option<CronSchedule>,
     /// `startingDeadline`: a trigger found later than this is missed, not run.
-    pub starting_deadline: Option<chrono::Duration>,
+    pub starting_deadline: Option<super::window::WrittenDuration>,
 }
 
 /// What the controller should do about triggers now.
@@ -34,30 +33,6 @@ pub enum TriggerAction {
 }
 
 impl Triggers {
-    /// Compiles a policy. Errors are reported by [`crate::engine::validate`], which names fields;
-    /// here any error means "no triggers".
-    pub fn compile(policy: &UpgradeExecutionPolicy) -> Option<Triggers> {
-        let zone = parse_zone(policy.time_zone.as_deref()).ok()?;
-        let execute_at = match &policy.execute_at {
-            Some(v) => Some(resolve_local_time(v, zone).ok()?),
-            None => None,
-        };
-        let repeat = match &policy.repeat_schedule {
-            Some(s) => Some(s.parse().ok()?),
-            None => None,
-        };
-        let starting_deadline = match &policy.starting_deadline {
-            Some(d) => Some(super::window::parse_go_duration(d).ok()?),
-            None => None,
-        };
-        Some(Triggers {
-            zone,
-            execute_at,
-            repeat,
-            starting_deadline,
-        })
-    }
-
     /// The earliest trigger strictly after `now` (the plan's `nextRunAt`), ignoring an
     /// `executeAt` that precedes the plan's creation (it never fires).
     pub fn next_after(&self, now: DateTime<Utc>, created: DateTime<Utc>) -> Option<DateTime<Utc>> {
@@ -113,8 +88,8 @@ impl Triggers {
             return TriggerAction::Skip(t);
         }
         let late = now - t;
-        match self.starting_deadline {
-            Some(deadline) if late > deadline => TriggerAction::Missed { at: t, late },
+        match &self.starting_deadline {
+            Some(deadline) if late > deadline.value => TriggerAction::Missed { at: t, late },
             _ => TriggerAction::CreateRun(t),
         }
     }
@@ -150,6 +125,11 @@ pub fn scheduled_run_name(plan: &str, t: DateTime<Utc>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::UpgradeExecutionPolicy;
+
+    fn triggers(policy: &UpgradeExecutionPolicy) -> Result<Triggers, Vec<crate::engine::Problem>> {
+        crate::engine::compile::triggers(policy)
+    }
 
     fn utc(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
@@ -166,7 +146,7 @@ mod tests {
 
     #[test]
     fn seed_policy_next_runs() {
-        let t = Triggers::compile(&seed_policy()).unwrap();
+        let t = triggers(&seed_policy()).unwrap();
         let created = utc("2026-04-01T00:00:00Z");
         // executeAt 2026-05-01 23:00 BST is Friday 22:00Z; then Saturdays 23:00 BST.
         assert_eq!(
@@ -185,7 +165,7 @@ mod tests {
 
     #[test]
     fn due_trigger_table() {
-        let t = Triggers::compile(&seed_policy()).unwrap();
+        let t = triggers(&seed_policy()).unwrap();
         let created = utc("2026-04-01T00:00:00Z");
         let cases: &[(&str, &str, Option<&str>, bool, TriggerAction)] = &[
             (
@@ -239,7 +219,7 @@ mod tests {
 
     #[test]
     fn triggers_before_creation_never_fire() {
-        let t = Triggers::compile(&UpgradeExecutionPolicy {
+        let t = triggers(&UpgradeExecutionPolicy {
             repeat_schedule: None,
             execute_at: Some("2026-01-01T00:00".into()),
             time_zone: None,
@@ -254,7 +234,7 @@ mod tests {
         );
         assert_eq!(t.next_after(utc("2025-12-01T00:00:00Z"), created), None);
         // A schedule firing before creation is ignored too.
-        let t = Triggers::compile(&UpgradeExecutionPolicy {
+        let t = triggers(&UpgradeExecutionPolicy {
             repeat_schedule: Some("0 * * * *".into()),
             ..Default::default()
         })
@@ -267,7 +247,7 @@ mod tests {
 
     #[test]
     fn next_run_at_is_absent_while_suspended() {
-        let t = Triggers::compile(&seed_policy()).unwrap();
+        let t = triggers(&seed_policy()).unwrap();
         let (now, created) = (utc("2026-04-30T00:00:00Z"), utc("2026-04-01T00:00:00Z"));
         assert_eq!(t.next_run_at(now, created, false), Some(utc("2026-05-01T22:00:00Z")));
         assert_eq!(t.next_run_at(now, created, true), None);
@@ -338,7 +318,7 @@ mod tests {
             ),
         ];
         for (what, deadline, now, suspended, want) in table {
-            let t = Triggers::compile(&policy(deadline)).unwrap();
+            let t = triggers(&policy(deadline)).unwrap();
             assert_eq!(t.due(utc(now), created, None, suspended), want, "{what}");
         }
         assert_eq!(go_duration(chrono::Duration::seconds(3601)), "1h1s");

@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::compile::{compile, CompiledPlan};
+use super::problem::{summarize, Problem};
 use super::selector::{self, SelectorKind};
 use super::version::VersionMatcher;
 use crate::api::kratix::{AsBindingFacts, BindingFacts, NOT_SET_VERSION, RESOURCE_NAME_LABEL};
@@ -164,9 +166,9 @@ pub struct Grouping<'b> {
 }
 
 impl Grouping<'_> {
-    /// The groups as a run freezes them (`spec` is the plan grouped by).
-    pub fn snapshot(&self, spec: &UpgradePlanSpec) -> Snapshot {
-        let groups = spec.rollout_groups.iter().zip(&self.groups);
+    /// The groups as a run freezes them (`plan` is the plan grouped by).
+    pub fn snapshot(&self, plan: &CompiledPlan) -> Snapshot {
+        let groups = plan.groups.iter().zip(&self.groups);
         Snapshot {
             groups: groups
                 .map(|(group, members)| SnapshotGroup {
@@ -185,29 +187,28 @@ impl Grouping<'_> {
 /// several groups (groups are not de-duplicated); `matchAll` takes only bindings no earlier group
 /// took. Order within a group is (namespace, binding name): the order upgrades start in.
 pub fn group_bindings<'b, B: AsBindingFacts + ?Sized + 'b>(
-    spec: &UpgradePlanSpec,
-    matcher: &VersionMatcher,
+    plan: &CompiledPlan,
     bindings: impl IntoIterator<Item = &'b B>,
 ) -> Grouping<'b> {
     let mut ours: Vec<&dyn BindingFacts> = bindings
         .into_iter()
         .map(AsBindingFacts::facts)
-        .filter(|b| belongs_to(*b, &spec.promise_ref.name))
+        .filter(|b| belongs_to(*b, &plan.promise))
         .collect();
     ours.sort_by(|a, b| (a.binding_namespace(), a.binding_name()).cmp(&(b.binding_namespace(), b.binding_name())));
     let mut out = Grouping {
         eligible: Vec::new(),
         ineligible: Vec::new(),
-        groups: Vec::with_capacity(spec.rollout_groups.len()),
+        groups: Vec::with_capacity(plan.groups.len()),
     };
     for b in ours {
-        match eligibility(b, matcher, &spec.upgrade_path.to) {
+        match eligibility(b, &plan.from, &plan.to) {
             Ok(()) => out.eligible.push(b),
             Err(why) => out.ineligible.push((b, why)),
         }
     }
     let mut taken = vec![false; out.eligible.len()];
-    for group in &spec.rollout_groups {
+    for group in &plan.groups {
         let sel = group.selectors.as_ref();
         let all = matches!(selector::kind(sel), SelectorKind::All);
         let members: Vec<usize> = (0..out.eligible.len())
@@ -224,11 +225,10 @@ pub fn group_bindings<'b, B: AsBindingFacts + ?Sized + 'b>(
 /// Assigns the Promise's eligible bindings to the plan's groups ([`group_bindings`]), as the snapshot a run
 /// freezes, with the bindings no group or several groups select and those not eligible.
 pub fn assign<'b, B: AsBindingFacts + ?Sized + 'b>(
-    spec: &UpgradePlanSpec,
-    matcher: &VersionMatcher,
+    plan: &CompiledPlan,
     bindings: impl IntoIterator<Item = &'b B>,
 ) -> Assignment {
-    let grouping = group_bindings(spec, matcher, bindings);
+    let grouping = group_bindings(plan, bindings);
     let mut memberships = vec![0usize; grouping.eligible.len()];
     for members in &grouping.groups {
         for &i in members {
@@ -236,7 +236,7 @@ pub fn assign<'b, B: AsBindingFacts + ?Sized + 'b>(
         }
     }
     let groups_of = |i: usize| -> Vec<String> {
-        spec.rollout_groups
+        plan.groups
             .iter()
             .zip(&grouping.groups)
             .filter(|(_, members)| members.binary_search(&i).is_ok())
@@ -244,7 +244,7 @@ pub fn assign<'b, B: AsBindingFacts + ?Sized + 'b>(
             .collect()
     };
     let mut out = Assignment {
-        snapshot: grouping.snapshot(spec),
+        snapshot: grouping.snapshot(plan),
         ineligible: grouping
             .ineligible
             .iter()
@@ -259,8 +259,8 @@ pub fn assign<'b, B: AsBindingFacts + ?Sized + 'b>(
             // have: only selectors explain it).
             0 => out.unassigned.push(Unassigned {
                 resource: SnapshotResource::from_binding(*b),
-                why: spec
-                    .rollout_groups
+                why: plan
+                    .groups
                     .iter()
                     .filter_map(|g| {
                         let why = selector::check(g.selectors.as_ref(), *b).err()?;
@@ -333,11 +333,44 @@ pub fn shard(snapshot: &Snapshot, max_bytes: usize) -> Vec<Snapshot> {
     shards
 }
 
-/// A run's snapshot and the plan spec frozen with it.
-#[derive(Debug, Clone, PartialEq)]
+/// A run's snapshot and the plan spec frozen with it, compiled: everything the run does after
+/// its snapshot follows this plan (spec §14.2).
+#[derive(Debug, Clone)]
 pub struct Frozen {
     pub snapshot: Snapshot,
     pub plan: UpgradePlanSpec,
+    pub compiled: CompiledPlan,
+}
+
+impl Frozen {
+    /// The frozen plan `plan` with `snapshot`, or the plan's problems when it does not compile
+    /// (a snapshot written by a controller whose rules were laxer than this one's).
+    pub fn new(snapshot: Snapshot, plan: UpgradePlanSpec) -> Result<Frozen, Vec<Problem>> {
+        let compiled = compile(&plan)?;
+        let names = |g: &[SnapshotGroup]| g.iter().map(|g| g.name.clone()).collect::<Vec<_>>();
+        let planned: Vec<String> = compiled.groups.iter().map(|g| g.name.clone()).collect();
+        if names(&snapshot.groups) != planned {
+            return Err(vec![Problem {
+                field: "spec.rolloutGroups".into(),
+                message: format!(
+                    "the snapshot's groups {:?} are not the frozen plan's {planned:?}",
+                    names(&snapshot.groups)
+                ),
+            }]);
+        }
+        Ok(Frozen {
+            compiled,
+            snapshot,
+            plan,
+        })
+    }
+}
+
+/// `compiled` follows from `plan`.
+impl PartialEq for Frozen {
+    fn eq(&self, other: &Frozen) -> bool {
+        self.snapshot == other.snapshot && self.plan == other.plan
+    }
 }
 
 /// Why snapshot ConfigMaps cannot be read back.
@@ -353,6 +386,8 @@ pub enum FrozenError {
     },
     #[error("no snapshot ConfigMap carries the frozen plan")]
     NoPlan,
+    #[error("the frozen plan does not compile: {0}")]
+    PlanInvalid(String),
 }
 
 /// Reads a run's snapshot back from its ConfigMaps' data, given in shard order as
@@ -376,10 +411,8 @@ pub fn read_frozen<'a>(
             plan = Some(serde_json::from_str(p).map_err(|e| invalid(SNAPSHOT_PLAN_KEY, e))?);
         }
     }
-    Ok(Frozen {
-        snapshot: merge_shards(parts),
-        plan: plan.ok_or(FrozenError::NoPlan)?,
-    })
+    Frozen::new(merge_shards(parts), plan.ok_or(FrozenError::NoPlan)?)
+        .map_err(|problems| FrozenError::PlanInvalid(summarize(&problems)))
 }
 
 /// The data of a snapshot ConfigMap: a shard's resources and, in the first shard, the frozen
@@ -440,6 +473,47 @@ pub fn merge_shards(shards: impl IntoIterator<Item = Snapshot>) -> Snapshot {
         }
     }
     merged
+}
+
+/// Warnings for groups that share resources but not a budget (spec §13.1): a resource in several
+/// groups is upgraded once, in the first group that reaches it, and its failure counts against
+/// each group's budget as that group becomes current — so a failure `dev` tolerates fails a
+/// later `prod` whose budget is smaller. One warning per such pair, on the later group.
+pub fn overlap_warnings(plan: &CompiledPlan, snapshot: &Snapshot) -> Vec<Problem> {
+    use std::collections::HashSet;
+    let budget = |name: &str, size: usize| plan.group(name).map_or(0, |g| g.budget.resolve(size));
+    let members: Vec<HashSet<(&str, &str)>> = snapshot
+        .groups
+        .iter()
+        .map(|g| {
+            g.resources
+                .iter()
+                .map(|r| (r.namespace.as_str(), r.binding.as_str()))
+                .collect()
+        })
+        .collect();
+    let mut warnings = Vec::new();
+    for (j, later) in snapshot.groups.iter().enumerate() {
+        for (i, earlier) in snapshot.groups.iter().enumerate().take(j) {
+            let shared = members[i].intersection(&members[j]).count();
+            let (tolerated, allowed) = (
+                budget(&earlier.name, earlier.resources.len()),
+                budget(&later.name, later.resources.len()),
+            );
+            if shared > 0 && tolerated > allowed {
+                let index = plan.groups.iter().position(|g| g.name == later.name).unwrap_or(j);
+                warnings.push(Problem {
+                    field: format!("spec.rolloutGroups[{index}].maxFailures"),
+                    message: format!(
+                        "group {:?} shares {shared} resource(s) with the earlier group {:?}, which tolerates {tolerated} \
+                         failure(s) where {:?} tolerates {allowed}: a failure {:?} tolerates fails the run when {:?} starts",
+                        later.name, earlier.name, later.name, earlier.name, later.name
+                    ),
+                });
+            }
+        }
+    }
+    warnings
 }
 
 #[cfg(test)]
@@ -597,11 +671,7 @@ pub(crate) mod tests {
             binding("ns2", "d-old", &[("env", "dev")], "v0.9.0", "v0.9.0"),
             binding("ns0", "e-dev", &[("env", "dev")], "v1.0.0", "v1.0.0"),
         ];
-        let a = assign(
-            &spec,
-            &VersionMatcher::compile(&spec.upgrade_path.from).unwrap(),
-            &bindings,
-        );
+        let a = assign(&compile(&spec).unwrap(), &bindings);
         let groups: Vec<Vec<&str>> = a.snapshot.groups.iter().map(names).collect();
         assert_eq!(
             groups,
@@ -622,11 +692,7 @@ pub(crate) mod tests {
             "v2.0.0",
             vec![group("dev", &[("env", "dev")]), group("eu", &[("region", "eu")])],
         );
-        let a = assign(
-            &spec,
-            &VersionMatcher::compile(&spec.upgrade_path.from).unwrap(),
-            &bindings,
-        );
+        let a = assign(&compile(&spec).unwrap(), &bindings);
         assert_eq!(a.unassigned.len(), 1);
         assert_eq!(a.unassigned[0].resource.name, "c-prod-us");
         assert_eq!(
@@ -652,11 +718,7 @@ pub(crate) mod tests {
         };
         let spec = plan(&["v1"], "v2", vec![empty, match_all("all"), match_all("again")]);
         let bindings = vec![binding("a", "x", &[], "v1", "v1"), binding("a", "y", &[], "v1", "v1")];
-        let a = assign(
-            &spec,
-            &VersionMatcher::compile(&spec.upgrade_path.from).unwrap(),
-            &bindings,
-        );
+        let a = assign(&compile(&spec).unwrap(), &bindings);
         let groups: Vec<Vec<&str>> = a.snapshot.groups.iter().map(names).collect();
         assert_eq!(groups, vec![vec![], vec!["x", "y"], vec![]]);
     }
@@ -672,11 +734,7 @@ pub(crate) mod tests {
             .unwrap()
             .insert(PROMISE_NAME_LABEL.into(), "postgres".into());
         other.spec.promise_ref.name = "postgres".into();
-        let a = assign(
-            &spec,
-            &VersionMatcher::compile(&spec.upgrade_path.from).unwrap(),
-            &[other],
-        );
+        let a = assign(&compile(&spec).unwrap(), &[other]);
         assert!(a.snapshot.groups[0].resources.is_empty() && a.ineligible.is_empty());
     }
 
@@ -702,12 +760,7 @@ pub(crate) mod tests {
                 )
             })
             .collect();
-        let snapshot = assign(
-            &spec,
-            &VersionMatcher::compile(&spec.upgrade_path.from).unwrap(),
-            &bindings,
-        )
-        .snapshot;
+        let snapshot = assign(&compile(&spec).unwrap(), &bindings).snapshot;
         let limit = 4096;
         let shards = shard(&snapshot, limit);
         assert!(shards.len() > 5, "{} shards", shards.len());
@@ -745,12 +798,7 @@ pub(crate) mod tests {
         let bindings: Vec<ResourceBinding> = (0..50)
             .map(|i| binding("ns", &format!("r{i:02}"), &[], "v1", "v1"))
             .collect();
-        let snapshot = assign(
-            &spec,
-            &VersionMatcher::compile(&spec.upgrade_path.from).unwrap(),
-            &bindings,
-        )
-        .snapshot;
+        let snapshot = assign(&compile(&spec).unwrap(), &bindings).snapshot;
         let maps: Vec<(String, std::collections::BTreeMap<String, String>)> = shard(&snapshot, 1024)
             .into_iter()
             .enumerate()
@@ -782,11 +830,7 @@ pub(crate) mod tests {
     #[test]
     fn snapshot_json_shape() {
         let spec = plan(&["v1"], "v2", vec![match_all("all")]);
-        let a = assign(
-            &spec,
-            &VersionMatcher::compile(&spec.upgrade_path.from).unwrap(),
-            &[binding("ns", "x", &[], "v1", "latest")],
-        );
+        let a = assign(&compile(&spec).unwrap(), &[binding("ns", "x", &[], "v1", "latest")]);
         assert_eq!(
             serde_json::to_value(&a.snapshot).unwrap(),
             serde_json::json!({"groups":[{"name":"all","resources":[
@@ -797,12 +841,7 @@ pub(crate) mod tests {
     #[test]
     fn a_digest_changes_with_any_byte_and_tells_a_missing_shard() {
         let p = plan(&["v1"], "v2", vec![match_all("all")]);
-        let snapshot = assign(
-            &p,
-            &VersionMatcher::compile(&p.upgrade_path.from).unwrap(),
-            &[binding("a", "x", &[], "v1", "v1")],
-        )
-        .snapshot;
+        let snapshot = assign(&compile(&p).unwrap(), &[binding("a", "x", &[], "v1", "v1")]).snapshot;
         let data = config_map_data(&snapshot, Some(&p)).unwrap();
         let d = digest(&data);
         assert_eq!(d.len(), 64);
@@ -832,5 +871,50 @@ pub(crate) mod tests {
             snapshot,
             "what is written reads back"
         );
+    }
+}
+
+#[cfg(test)]
+mod overlap_tests {
+    use super::tests::{binding, group, plan};
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    /// Spec §13.1 (issue 36 D6): overlapping groups whose budgets differ the harmful way are
+    /// named, on the later group's field.
+    #[test]
+    fn overlapping_groups_with_a_smaller_later_budget_are_warned_about() {
+        let bindings = vec![
+            binding("a", "shared", &[("env", "dev"), ("tier", "prod")], "v1", "v1"),
+            binding("a", "dev-only", &[("env", "dev")], "v1", "v1"),
+            binding("a", "prod-only", &[("tier", "prod")], "v1", "v1"),
+        ];
+        let warnings = |dev: Option<i32>, prod: Option<i32>, prod_labels: &[(&str, &str)]| {
+            let mut d = group("dev", &[("env", "dev")]);
+            d.max_failures = dev.map(IntOrString::Int);
+            let mut p = group("prod", prod_labels);
+            p.max_failures = prod.map(IntOrString::Int);
+            let spec = plan(&["v1"], "v2", vec![d, p]);
+            let compiled = compile(&spec).unwrap();
+            let snapshot = assign(&compiled, &bindings).snapshot;
+            overlap_warnings(&compiled, &snapshot)
+        };
+        let found = warnings(Some(1), None, &[("tier", "prod")]);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].field, "spec.rolloutGroups[1].maxFailures");
+        assert_eq!(
+            found[0].message,
+            "group \"prod\" shares 1 resource(s) with the earlier group \"dev\", which tolerates 1 failure(s) \
+             where \"prod\" tolerates 0: a failure \"dev\" tolerates fails the run when \"prod\" starts"
+        );
+        assert!(
+            warnings(None, Some(1), &[("tier", "prod")]).is_empty(),
+            "a larger later budget"
+        );
+        assert!(
+            warnings(Some(1), Some(1), &[("tier", "prod")]).is_empty(),
+            "the same budget"
+        );
+        assert!(warnings(Some(1), None, &[("tier", "none")]).is_empty(), "no overlap");
     }
 }

@@ -4,11 +4,8 @@
 //! written by the run's transition and read back, never taken from a condition's transition time
 //! (which a rewrite can move) or from a process's memory (which a restart loses).
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-
-use super::window::parse_go_duration;
-use crate::api::RolloutGroup;
 
 /// An UpgradeApproval of the run being evaluated, as the controller found it.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,17 +59,6 @@ impl ApprovalFact {
         group.approved_at = Some(self.created);
         group.comment = self.comment.clone();
     }
-}
-
-/// The group's `soakDuration`; `None` without one (or, in a frozen plan, one that does not parse:
-/// it was validated before its snapshot).
-pub fn soak_of(group: &RolloutGroup) -> Option<Duration> {
-    parse_go_duration(group.soak_duration.as_deref()?).ok()
-}
-
-/// Whether the group waits for an UpgradeApproval.
-pub fn requires_approval(group: &RolloutGroup) -> bool {
-    group.require_approval == Some(true)
 }
 
 /// The approval that lets `group` start: the oldest for it (by creation, then name).
@@ -130,13 +116,5 @@ mod tests {
         ];
         assert_eq!(approval_for(&approvals, "prod").unwrap().name, "a-first");
         assert!(approval_for(&approvals, "qa").is_none());
-        let mut g = RolloutGroup::default();
-        assert_eq!((soak_of(&g), requires_approval(&g)), (None, false));
-        g.soak_duration = Some("1h30m".into());
-        g.require_approval = Some(true);
-        assert_eq!(
-            (soak_of(&g), requires_approval(&g)),
-            (Some(Duration::minutes(90)), true)
-        );
     }
 }

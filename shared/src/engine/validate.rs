@@ -8,28 +8,12 @@ use chrono::{DateTime, Utc};
 
 pub use super::problem::{summarize, Problem};
 
-use super::budget::{parse_progress_deadline, FailureBudget};
-use super::concurrency::Limit;
-use super::cron::{parse_zone, resolve_local_time, CronSchedule};
-use super::health::parse_timeout as parse_health_timeout;
+use super::compile::{compile, CompiledPlan};
+pub use super::naming::{is_dns_label, is_dns_subdomain};
 use super::schedule::MAX_SCHEDULED_PLAN_NAME;
-use super::version::{is_regex_pattern, VersionMatcher};
-use super::window::{parse_go_duration, Gate, SEARCH_HORIZON_DAYS};
-use crate::api::kratix::LATEST_VERSION;
-use crate::api::{RolloutGroup, SelectorOperator, UpgradeExecutionPolicy, UpgradePath, UpgradePlanSpec};
-
-/// An RFC 1123 subdomain, as Kubernetes requires of most object names.
-pub fn is_dns_subdomain(name: &str) -> bool {
-    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    name.len() <= 253
-        && name.split('.').all(|label| {
-            let bytes = label.as_bytes();
-            !bytes.is_empty()
-                && alnum(bytes[0])
-                && alnum(bytes[bytes.len() - 1])
-                && bytes.iter().all(|&b| alnum(b) || b == b'-')
-        })
-}
+use super::version::is_regex_pattern;
+use super::window::SEARCH_HORIZON_DAYS;
+use crate::api::UpgradePlanSpec;
 
 /// Every problem of the plan named `name`. `now` is needed to tell a window that can never open
 /// within the search horizon.
@@ -38,7 +22,8 @@ pub fn is_dns_subdomain(name: &str) -> bool {
 pub fn plan_warnings(spec: &UpgradePlanSpec, now: DateTime<Utc>) -> Vec<Problem> {
     let mut warnings = Vec::new();
     let to = spec.upgrade_path.to.as_str();
-    if !to.is_empty() && VersionMatcher::compile(&spec.upgrade_path.from).is_ok_and(|m| m.matches(to)) {
+    let compiled = compile(spec).ok();
+    if !to.is_empty() && compiled.as_ref().is_some_and(|c| c.from.matches(to)) {
         warnings.push(Problem {
             field: "spec.upgradePath.from".into(),
             message: format!(
@@ -46,11 +31,8 @@ pub fn plan_warnings(spec: &UpgradePlanSpec, now: DateTime<Utc>) -> Vec<Problem>
             ),
         });
     }
-    let executed = spec
-        .upgrade_execution_policy
-        .as_ref()
-        .and_then(super::schedule::Triggers::compile)
-        .and_then(|t| t.execute_at)
+    let executed = compiled
+        .and_then(|plan| plan.triggers?.execute_at)
         .filter(|t| *t <= now);
     if let Some(t) = executed {
         warnings.push(Problem {
@@ -83,7 +65,7 @@ pub fn overlapping_plans<'p>(
     spec: &UpgradePlanSpec,
     others: impl IntoIterator<Item = (&'p str, &'p UpgradePlanSpec)>,
 ) -> Vec<Problem> {
-    let Ok(mine) = VersionMatcher::compile(&spec.upgrade_path.from) else {
+    let Some(mine) = super::compile::from(&spec.upgrade_path) else {
         return Vec::new();
     };
     fn literals(from: &[String]) -> impl Iterator<Item = &str> {
@@ -94,7 +76,7 @@ pub fn overlapping_plans<'p>(
         if other_name == name || other.suspend || other.promise_ref.name != spec.promise_ref.name {
             continue;
         }
-        let Ok(theirs) = VersionMatcher::compile(&other.upgrade_path.from) else {
+        let Some(theirs) = super::compile::from(&other.upgrade_path) else {
             continue;
         };
         let shared: BTreeSet<&str> = literals(&other.upgrade_path.from)
@@ -117,257 +99,73 @@ pub fn overlapping_plans<'p>(
     warnings
 }
 
+/// Every problem of the plan named `name` at `now` (spec §3): its name, then what [`compile`]
+/// finds, then — once it compiles — windows that never open within the search horizon.
 pub fn validate_plan(name: &str, spec: &UpgradePlanSpec, now: DateTime<Utc>) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    let p = &mut problems;
-    check_identity(p, name, spec);
-    check_upgrade_path(p, &spec.upgrade_path);
-    if let Some(policy) = &spec.upgrade_execution_policy {
-        check_execution_policy(p, name, policy);
-    }
-    if spec.rollout_groups.is_empty() {
-        add(
-            p,
-            "spec.rolloutGroups".into(),
-            "must have at least one rollout group".into(),
-        );
-    }
-    let mut seen = BTreeSet::new();
-    for (gi, group) in spec.rollout_groups.iter().enumerate() {
-        let at = format!("spec.rolloutGroups[{gi}]");
-        if group.name.trim().is_empty() {
-            add(p, format!("{at}.name"), "must not be empty".into());
-        } else if !seen.insert(group.name.as_str()) {
-            add(
-                p,
-                format!("{at}.name"),
-                format!("duplicate group name {:?}: group names must be unique", group.name),
-            );
+    check_plan(name, spec, now).err().unwrap_or_default()
+}
+
+/// The plan compiled, when it has no problem ([`validate_plan`]).
+pub fn check_plan(name: &str, spec: &UpgradePlanSpec, now: DateTime<Utc>) -> Result<CompiledPlan, Vec<Problem>> {
+    let mut problems = name_problems(name, spec);
+    match compile(spec) {
+        Ok(plan) => {
+            problems.extend(closed_for_ever(&plan, now));
+            if problems.is_empty() {
+                Ok(plan)
+            } else {
+                Err(problems)
+            }
         }
-        check_group(p, &at, group, now);
+        Err(found) => {
+            problems.extend(found);
+            Err(problems)
+        }
     }
-    check_signal_gates(p, spec);
-    problems
 }
 
-fn add(problems: &mut Vec<Problem>, field: String, message: String) {
-    problems.push(Problem { field, message });
-}
-
-/// The plan's name and Promise.
-fn check_identity(p: &mut Vec<Problem>, name: &str, spec: &UpgradePlanSpec) {
+/// The plan's name: an object name, short enough for its scheduled runs' names.
+fn name_problems(name: &str, spec: &UpgradePlanSpec) -> Vec<Problem> {
+    let mut p = Vec::new();
     // The API server enforces this; checked here for plans read from files (`explain -f`).
     if !name.is_empty() && !is_dns_subdomain(name) {
-        add(
- p,
-            "metadata.name".into(),
-            format!(
+        p.push(Problem {
+            field: "metadata.name".into(),
+            message: format!(
                 "{:?} is not a valid object name: use at most 253 lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
                 name.chars().take(64).collect::<String>()
             ),
-        );
+        });
     }
-    if spec.promise_ref.name.trim().is_empty() {
-        add(p, "spec.promiseRef.name".into(), "must name a Promise".into());
-    }
-}
-
-/// `spec.upgradePath`: the versions upgraded from, and the one exact version upgraded to.
-fn check_upgrade_path(p: &mut Vec<Problem>, path: &UpgradePath) {
-    if path.from.is_empty() {
-        add(
-            p,
-            "spec.upgradePath.from".into(),
-            "must list at least one version or /regex/".into(),
-        );
-    }
-    if let Err(errors) = VersionMatcher::compile(&path.from) {
-        for (i, e) in errors {
-            add(p, format!("spec.upgradePath.from[{i}]"), e.to_string());
-        }
-    }
-    if path.to.is_empty() {
-        add(p, "spec.upgradePath.to".into(), "must name the target version".into());
-    } else if is_regex_pattern(&path.to) {
-        add(
-            p,
-            "spec.upgradePath.to".into(),
-            "must be an exact version, not a /regex/ pattern".into(),
-        );
-    } else if path.to == LATEST_VERSION {
-        add(
-            p,
-            "spec.upgradePath.to".into(),
-            "must be an exact version: 'latest' is not a version a resource can be pinned to".into(),
-        );
-    }
-}
-
-/// `spec.upgradeExecutionPolicy`: when runs are created (spec §6).
-fn check_execution_policy(p: &mut Vec<Problem>, name: &str, policy: &UpgradeExecutionPolicy) {
-    if name.len() > MAX_SCHEDULED_PLAN_NAME {
-        add(
- p,
-            "metadata.name".into(),
-            format!(
+    if spec.upgrade_execution_policy.is_some() && name.len() > MAX_SCHEDULED_PLAN_NAME {
+        p.push(Problem {
+            field: "metadata.name".into(),
+            message: format!(
                 "is {} characters; a plan with upgradeExecutionPolicy may have at most {MAX_SCHEDULED_PLAN_NAME}, so that its run names (<plan>-YYYYMMDD-HHMM) fit in 253",
                 name.len()
             ),
-        );
+        });
     }
-    if policy.repeat_schedule.is_none() && policy.execute_at.is_none() {
-        add(
-            p,
-            "spec.upgradeExecutionPolicy".into(),
-            "set repeatSchedule, executeAt, or both (or remove the policy to run only by hand)".into(),
-        );
-    }
-    let zone = match parse_zone(policy.time_zone.as_deref()) {
-        Ok(z) => Some(z),
-        Err(e) => {
-            add(p, "spec.upgradeExecutionPolicy.timeZone".into(), e.to_string());
-            None
-        }
-    };
-    if let Some(s) = &policy.repeat_schedule {
-        if let Err(e) = s.parse::<CronSchedule>() {
-            add(p, "spec.upgradeExecutionPolicy.repeatSchedule".into(), e.to_string());
-        }
-    }
-    if let (Some(v), Some(zone)) = (&policy.execute_at, zone) {
-        if let Err(e) = resolve_local_time(v, zone) {
-            add(p, "spec.upgradeExecutionPolicy.executeAt".into(), e.to_string());
-        }
-    }
-    match policy.starting_deadline.as_deref().map(parse_go_duration) {
-        Some(Err(e)) => add(p, "spec.upgradeExecutionPolicy.startingDeadline".into(), e),
-        Some(Ok(d)) if d <= chrono::Duration::zero() => add(
-            p,
-            "spec.upgradeExecutionPolicy.startingDeadline".into(),
-            "must be greater than zero (omit it to run the latest missed trigger however late)".into(),
-        ),
-        _ => {}
-    }
+    p
 }
 
-/// One rollout group's selectors, limits, durations and windows, `at` its field path.
-fn check_group(p: &mut Vec<Problem>, at: &str, group: &RolloutGroup, now: DateTime<Utc>) {
-    if let Some(sel) = &group.selectors {
-        let others = sel.match_labels.is_some() || sel.match_expressions.is_some();
-        if sel.match_all == Some(true) && others {
-            add(
-                p,
-                format!("{at}.selectors.matchAll"),
-                "cannot be combined with matchLabels or matchExpressions".into(),
-            );
-        }
-        for (ei, r) in sel.match_expressions.iter().flatten().enumerate() {
-            let values = r.values.as_deref().unwrap_or_default();
-            let field = format!("{at}.selectors.matchExpressions[{ei}]");
-            if r.key.is_empty() {
-                add(p, format!("{field}.key"), "must not be empty".into());
-            }
-            match r.operator {
-                SelectorOperator::In | SelectorOperator::NotIn if values.is_empty() => add(
-                    p,
-                    format!("{field}.values"),
-                    format!("must not be empty for operator {:?}", r.operator),
-                ),
-                SelectorOperator::Exists | SelectorOperator::DoesNotExist if !values.is_empty() => add(
-                    p,
-                    format!("{field}.values"),
-                    format!("must be omitted for operator {:?}", r.operator),
-                ),
-                _ => {}
-            }
-        }
-    }
-    if let Err(e) = Limit::parse(group.max_concurrent.as_ref()) {
-        add(p, format!("{at}.maxConcurrent"), e.to_string());
-    }
-    if let Err(e) = FailureBudget::parse(group.max_failures.as_ref()) {
-        add(p, format!("{at}.maxFailures"), e.to_string());
-    }
-    if let Err(e) = parse_progress_deadline(group.progress_deadline.as_deref()) {
-        add(p, format!("{at}.progressDeadline"), e);
-    }
-    if let Some(Err(e)) = group.health_check.as_ref().map(|h| parse_health_timeout(&h.timeout)) {
-        add(p, format!("{at}.healthCheck.timeout"), e);
-    }
-    if let Some(Err(e)) = group.soak_duration.as_deref().map(parse_go_duration) {
-        add(p, format!("{at}.soakDuration"), e);
-    }
-    let windows = group.resource_upgrade_windows.as_deref().unwrap_or_default();
-    let mut all_windows_ok = true;
-    for (wi, w) in windows.iter().enumerate() {
-        // Check each field on its own so that every problem of the window is reported.
-        let field = format!("{at}.resourceUpgradeWindows[{wi}]");
-        if let Err(e) = w.schedule.parse::<CronSchedule>() {
-            add(p, format!("{field}.schedule"), e.to_string());
-            all_windows_ok = false;
-        }
-        if let Err(e) = super::window::parse_go_duration(&w.duration) {
-            add(p, format!("{field}.duration"), e);
-            all_windows_ok = false;
-        }
-        if let Err(e) = parse_zone(w.time_zone.as_deref()) {
-            add(p, format!("{field}.timeZone"), e.to_string());
-            all_windows_ok = false;
-        }
-    }
-    if all_windows_ok && !windows.is_empty() {
-        if let Ok(gate) = Gate::compile(windows) {
-            let state = gate.state(now);
-            if !state.open && state.next_open.is_none() {
-                add(
- p,
-                    format!("{at}.resourceUpgradeWindows"),
-                    format!("the windows never let an upgrade start: the gate stays closed for the next {SEARCH_HORIZON_DAYS} days"),
-                );
-            }
-        }
-    }
-}
-
-/// Signal gates (spec §13.3).
-fn check_signal_gates(p: &mut Vec<Problem>, spec: &UpgradePlanSpec) {
-    let mut gate_names = std::collections::HashSet::new();
-    for (i, g) in spec.gates.iter().flatten().enumerate() {
-        let at = format!("spec.gates[{i}]");
-        if !is_dns_label(&g.name) {
-            add(
- p,
-                format!("{at}.name"),
-                format!("{:?} must be a DNS label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit", g.name),
-            );
-        } else if !gate_names.insert(g.name.as_str()) {
-            add(
-                p,
-                format!("{at}.name"),
-                format!("{:?} names an earlier gate too; names must be unique", g.name),
-            );
-        }
-        if g.prometheus.query.trim().is_empty() {
-            add(p, format!("{at}.prometheus.query"), "must be a PromQL query".into());
-        }
-        for (j, group) in g.groups.iter().flatten().enumerate() {
-            if !spec.rollout_groups.iter().any(|rg| &rg.name == group) {
-                add(
-                    p,
-                    format!("{at}.groups[{j}]"),
-                    format!("{group:?} is not a rollout group of this plan"),
-                );
-            }
-        }
-        if let Some(Err(e)) = g.fail_after.as_deref().map(parse_go_duration) {
-            add(p, format!("{at}.failAfter"), e);
-        }
-    }
-}
-
-/// An RFC 1123 label (at most 63 characters), as gate names are.
-pub fn is_dns_label(name: &str) -> bool {
-    name.len() <= 63 && !name.contains('.') && is_dns_subdomain(name)
+/// Groups whose windows never let an upgrade start within the search horizon from `now`.
+fn closed_for_ever(plan: &CompiledPlan, now: DateTime<Utc>) -> Vec<Problem> {
+    plan.groups
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| !g.windows.windows().is_empty())
+        .filter(|(_, g)| {
+            let state = g.windows.state(now);
+            !state.open && state.next_open.is_none()
+        })
+        .map(|(i, _)| Problem {
+            field: format!("spec.rolloutGroups[{i}].resourceUpgradeWindows"),
+            message: format!(
+                "the windows never let an upgrade start: the gate stays closed for the next {SEARCH_HORIZON_DAYS} days"
+            ),
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -61,6 +61,22 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::nanoseconds(nanos))
 }
 
+/// A positive Go duration as written (details and events quote the text) and as parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrittenDuration {
+    pub value: Duration,
+    pub written: String,
+}
+
+impl WrittenDuration {
+    pub fn parse(written: &str) -> Result<WrittenDuration, String> {
+        Ok(WrittenDuration {
+            value: parse_go_duration(written)?,
+            written: written.to_string(),
+        })
+    }
+}
+
 /// Go's `time.ParseDuration`, in nanoseconds. Written here rather than borrowed: the parser in
 /// kube-core panics on values past the range (found by `make fuzz`).
 fn parse_go_nanos(s: &str) -> Result<i64, &'static str> {
@@ -257,8 +273,8 @@ pub struct GateState {
 }
 
 impl GateState {
-    /// The gate of windows that do not compile: closed, with no known change. A group with an
-    /// invalid window starts nothing (the validator names the window).
+    /// The gate of a group that does not compile, as views of an invalid plan show it: closed,
+    /// with no known change (the controller runs no such group).
     pub const INVALID: GateState = GateState {
         open: false,
         next_open: None,
@@ -278,12 +294,17 @@ impl Gate {
             }
         }
         if errors.is_empty() {
-            Ok(Gate {
-                windows: compiled,
-                freezes: Vec::new(),
-            })
+            Ok(Gate::of_windows(compiled))
         } else {
             Err(errors)
+        }
+    }
+
+    /// The gate of compiled windows, with no freeze yet.
+    pub fn of_windows(windows: Vec<Window>) -> Gate {
+        Gate {
+            windows,
+            freezes: Vec::new(),
         }
     }
 

@@ -16,13 +16,12 @@ use crate::api::{
     RunState, UpgradePlan, UpgradePlanStatus, UpgradeRun, WindowKind,
 };
 use crate::engine::admission::{last_run_of, summarize};
-use crate::engine::budget::FailureBudget;
+use crate::engine::compile::CompiledPlan;
 use crate::engine::concurrency::Limit;
 use crate::engine::freeze::{holding, Freeze};
-use crate::engine::schedule::{scheduled_run_name, TriggerAction, Triggers};
+use crate::engine::schedule::{scheduled_run_name, TriggerAction};
 use crate::engine::snapshot::group_bindings;
-use crate::engine::validate::{summarize as summarize_problems, validate_plan};
-use crate::engine::version::VersionMatcher;
+use crate::engine::validate::{check_plan, summarize as summarize_problems};
 use crate::engine::window::GateState;
 
 /// Event reasons of a plan.
@@ -173,8 +172,8 @@ pub fn step(
     let previous = plan.status.clone().unwrap_or_default();
     let mut status = previous.clone();
     let mut events = Vec::new();
-    let valid = readiness(plan, &previous, &mut status, &mut events, promise_found, now);
-    let (create_run, next_trigger) = triggers(plan, valid, &previous, &mut status, &mut events, now);
+    let compiled = readiness(plan, &previous, &mut status, &mut events, promise_found, now);
+    let (create_run, next_trigger) = triggers(plan, compiled.as_ref(), &previous, &mut status, &mut events, now);
 
     let summary = summarize(runs, status.last_run.as_ref(), None);
     let delete_runs = beyond_history_limit(runs, plan.spec.run_history_limit.as_ref(), &summary.active_run_ref);
@@ -195,7 +194,7 @@ pub fn step(
         &plan.spec.promise_ref.name,
         kube::ResourceExt::labels(plan),
     );
-    let window_change = next_gate_change(&plan.spec, &freezes, now);
+    let window_change = compiled.as_ref().and_then(|c| next_gate_change(c, &freezes, now));
     PlanStep {
         create_run,
         delete_runs,
@@ -208,7 +207,7 @@ pub fn step(
 }
 
 /// `Ready` (the plan is valid, announced once per distinct invalidity) and `PromiseResolved`.
-/// Returns whether the plan is valid.
+/// Returns the plan compiled when it is valid.
 fn readiness(
     plan: &UpgradePlan,
     previous: &UpgradePlanStatus,
@@ -216,21 +215,20 @@ fn readiness(
     events: &mut Vec<PlanEvent>,
     promise_found: bool,
     now: DateTime<Utc>,
-) -> bool {
+) -> Option<CompiledPlan> {
     let name = plan.metadata.name.clone().unwrap_or_default();
     let generation = plan.metadata.generation;
-    let problems = validate_plan(&name, &plan.spec, now);
-    let valid = problems.is_empty();
+    let checked = check_plan(&name, &plan.spec, now);
+    let valid = checked.is_ok();
     let ready = Condition {
         observed_generation: generation,
         ..condition(
             reasons::READY,
             valid,
             (reasons::VALID, reasons::INVALID_SPEC),
-            if valid {
-                "the plan is valid".to_string()
-            } else {
-                summarize_problems(&problems)
+            match &checked {
+                Ok(_) => "the plan is valid".to_string(),
+                Err(problems) => summarize_problems(problems),
             },
             now,
         )
@@ -261,14 +259,14 @@ fn readiness(
             )
         },
     );
-    valid
+    checked.ok()
 }
 
 /// The plan's triggers (spec §6), only for a valid plan with a policy: the run a trigger due now
 /// asks for, what a skipped or missed one announces, `nextRunAt`, and when the next one is due.
 fn triggers(
     plan: &UpgradePlan,
-    valid: bool,
+    compiled: Option<&CompiledPlan>,
     previous: &UpgradePlanStatus,
     status: &mut UpgradePlanStatus,
     events: &mut Vec<PlanEvent>,
@@ -277,9 +275,8 @@ fn triggers(
     let name = plan.metadata.name.clone().unwrap_or_default();
     let created = crate::time::created_at(&plan.metadata);
     let spec_changed = previous.observed_generation != plan.metadata.generation;
-    let policy = plan.spec.upgrade_execution_policy.as_ref().filter(|_| valid);
     status.next_run_at = None;
-    let Some(t) = policy.and_then(Triggers::compile) else {
+    let Some(t) = compiled.and_then(|c| c.triggers.as_ref()) else {
         return (None, None);
     };
     let mut create_run = None;
@@ -302,7 +299,11 @@ fn triggers(
         }
         TriggerAction::Missed { at, late } => {
             status.last_scheduled_at = Some(at);
-            let deadline = policy.and_then(|p| p.starting_deadline.clone()).unwrap_or_default();
+            let deadline = t
+                .starting_deadline
+                .as_ref()
+                .map(|d| d.written.as_str())
+                .unwrap_or_default();
             events.push(PlanEvent {
                 warning: true,
                 reason: events::TRIGGER_MISSED,
@@ -341,15 +342,10 @@ fn triggers(
 
 /// The next instant a group's gate (windows and freezes) opens or closes: the plan looks again
 /// then, so that its window gauges stay true.
-fn next_gate_change(
-    spec: &crate::api::UpgradePlanSpec,
-    freezes: &[Freeze],
-    now: DateTime<Utc>,
-) -> Option<DateTime<Utc>> {
-    spec.rollout_groups
+fn next_gate_change(plan: &CompiledPlan, freezes: &[Freeze], now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    plan.groups
         .iter()
-        .filter_map(|g| GateState::of_group(g.resource_upgrade_windows.as_deref(), freezes, now).1)
-        .filter_map(|gate| gate.next_change(now))
+        .filter_map(|g| GateState::of_group(&g.windows, freezes, now).1.next_change(now))
         .min()
 }
 
@@ -364,7 +360,8 @@ pub fn gauges_of(
     now: DateTime<Utc>,
 ) -> PlanGauges {
     let name = plan.metadata.name.clone().unwrap_or_default();
-    let valid = validate_plan(&name, &plan.spec, now).is_empty();
+    let compiled = check_plan(&name, &plan.spec, now).ok();
+    let valid = compiled.is_some();
     let unset = UpgradePlanStatus::default();
     let status = plan.status.as_ref().unwrap_or(&unset);
     let promise = &plan.spec.promise_ref.name;
@@ -374,7 +371,7 @@ pub fn gauges_of(
         Vec::new()
     };
     let freezes = holding(&cluster.freezes(), promise, kube::ResourceExt::labels(plan));
-    let mut gauges = gauges(plan, status, valid, &bindings, &freezes, now);
+    let mut gauges = gauges(plan, status, compiled.as_ref(), &bindings, &freezes, now);
     gauges.active_run = runs
         .iter()
         .find(|r| {
@@ -410,42 +407,48 @@ pub fn gauges_of(
 fn gauges(
     plan: &UpgradePlan,
     status: &UpgradePlanStatus,
-    valid: bool,
+    compiled: Option<&CompiledPlan>,
     bindings: &[Arc<dyn BindingFacts>],
     freezes: &[Freeze],
     now: DateTime<Utc>,
 ) -> PlanGauges {
     let spec = &plan.spec;
     // Percentages resolve against the group's current membership.
-    let sizes: Option<Vec<usize>> = VersionMatcher::compile(&spec.upgrade_path.from)
-        .ok()
-        .filter(|_| valid)
-        .map(|m| {
-            let grouping = group_bindings(spec, &m, bindings.iter().map(|b| b.as_ref()));
-            grouping.groups.iter().map(Vec::len).collect()
-        });
+    let sizes: Option<Vec<usize>> = compiled.map(|c| {
+        let grouping = group_bindings(c, bindings.iter().map(|b| b.as_ref()));
+        grouping.groups.iter().map(Vec::len).collect()
+    });
+    // An invalid plan's groups are named, with nothing else known of them.
     let groups = spec
         .rollout_groups
         .iter()
         .enumerate()
         .map(|(i, g)| {
-            let (state, gate) = GateState::of_group(g.resource_upgrade_windows.as_deref(), freezes, now);
+            let Some(group) = compiled.map(|c| &c.groups[i]) else {
+                return GroupGauges {
+                    name: g.name.clone(),
+                    max_concurrent: None,
+                    failure_budget: None,
+                    window_open: false,
+                    windows: Vec::new(),
+                    next_open: None,
+                    next_close: None,
+                };
+            };
+            let (state, gate) = GateState::of_group(&group.windows, freezes, now);
             let size = sizes.as_ref().and_then(|s| s.get(i).copied());
             GroupGauges {
                 name: g.name.clone(),
-                max_concurrent: match Limit::parse(g.max_concurrent.as_ref()) {
-                    Ok(Limit::Unlimited) => size.map(|n| n as i64),
-                    Ok(l) => l.shown(size).map(|n| n as i64),
-                    Err(_) => None,
+                max_concurrent: match group.limit {
+                    Limit::Unlimited => size.map(|n| n as i64),
+                    l => l.shown(size).map(|n| n as i64),
                 },
-                failure_budget: FailureBudget::parse(g.max_failures.as_ref())
-                    .ok()
-                    .and_then(|b| b.shown(size))
-                    .map(|n| n as i64),
+                failure_budget: group.budget.shown(size).map(|n| n as i64),
                 window_open: state.open,
                 windows: gate
+                    .windows()
                     .iter()
-                    .flat_map(|g| g.windows().iter().enumerate())
+                    .enumerate()
                     .map(|(wi, w)| {
                         let kind = if w.kind == WindowKind::Allow { "allow" } else { "deny" };
                         (wi, kind, w.is_active(now))
@@ -466,7 +469,7 @@ fn gauges(
             .unwrap_or_else(|| "UTC".into()),
         running: status.phase == PlanPhase::Running,
         suspended: spec.suspend,
-        ready: valid,
+        ready: compiled.is_some(),
         next_run: status.next_run_at.map(|t| t.timestamp() as f64),
         last_schedule: status.last_scheduled_at.map(|t| t.timestamp() as f64),
         last_result: status.last_run.as_ref().map(|l| l.result.as_str()),
