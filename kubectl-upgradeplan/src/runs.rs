@@ -11,9 +11,7 @@ use kube::api::{Api, ListParams};
 use kube::Client;
 use serde::Serialize;
 use upgradeplan::api::kratix::{HealthRecord, PromiseRevision, ResourceBinding};
-use upgradeplan::api::{
-    find_condition, reasons, GroupPhase, GroupStatus, LastRun, RunState, UpgradePlanSpec, UpgradeRun,
-};
+use upgradeplan::api::{find_condition, reasons, GroupStatus, LastRun, RunState, UpgradePlanSpec, UpgradeRun};
 use upgradeplan::engine::admission::is_preview;
 use upgradeplan::engine::freeze::Freeze;
 use upgradeplan::engine::gate::{self, GateCheck};
@@ -22,6 +20,7 @@ use upgradeplan::engine::run::{
     evaluate, recorded_failure, resource_outcome, texts, Blocked, Evaluation, Outcome, RunContext,
 };
 use upgradeplan::engine::snapshot::{check_shard, read_frozen, ShardCheck};
+use upgradeplan::engine::view::{run_view, BudgetUse, GroupView};
 
 use crate::output::{duration, relative, table, Style};
 
@@ -489,10 +488,16 @@ pub fn run_resources(
         .as_ref()
         .map(|s| s.rollout_groups.as_slice())
         .unwrap_or_default();
-    let budgets: Vec<String> = failure_budgets(frozen, recorded)
-        .iter()
-        .map(|b| format!("{}: {}", b.group, b.words()))
-        .collect();
+    let budgets: Vec<String> = run_view(
+        run.status.as_ref().map(|s| s.state).unwrap_or_default(),
+        recorded,
+        Some(frozen),
+        None,
+    )
+    .budgets
+    .iter()
+    .map(|b| format!("{}: {}", b.group, b.words()))
+    .collect();
     let footer = if budgets.is_empty() {
         String::new()
     } else {
@@ -543,44 +548,6 @@ pub struct StatusJson {
     /// while the run goes on.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub gates: Vec<upgradeplan::api::GateStatus>,
-}
-
-#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
-pub struct BudgetUse {
-    pub group: String,
-    pub failed: i64,
-    pub allowed: usize,
-}
-
-impl BudgetUse {
-    /// "2 failed within budget (3 allowed)".
-    pub fn words(&self) -> String {
-        let verdict = if self.failed as usize > self.allowed {
-            "over budget"
-        } else {
-            "within budget"
-        };
-        format!("{} failed {verdict} ({} allowed)", self.failed, self.allowed)
-    }
-}
-
-/// Budget use of each group of the frozen plan that has a `maxFailures`.
-pub fn failure_budgets(frozen: &Frozen, groups: &[GroupStatus]) -> Vec<BudgetUse> {
-    frozen
-        .plan
-        .rollout_groups
-        .iter()
-        .zip(&frozen.compiled.groups)
-        .filter(|(written, _)| written.max_failures.is_some())
-        .filter_map(|(_, g)| {
-            let counts = groups.iter().find(|c| c.name == g.name)?;
-            Some(BudgetUse {
-                group: g.name.clone(),
-                failed: counts.failed,
-                allowed: g.budget.resolve(counts.total as usize),
-            })
-        })
-        .collect()
 }
 
 #[derive(Serialize, Debug, Clone, PartialEq, Eq)]
@@ -725,36 +692,6 @@ pub fn shared_entries_note(snapshot: &upgradeplan::engine::snapshot::Snapshot) -
 /// `waiting`.
 /// `groups` are the run's counts, so that a failed run's failing group (its last group with
 /// failures) is told from earlier groups whose failures their budget tolerated.
-pub fn group_phase(state: RunState, current: Option<usize>, index: usize, groups: &[GroupStatus]) -> &'static str {
-    let Some(g) = groups.get(index) else { return "waiting" };
-    // Between groups (spec §13.4): what the run recorded, while it runs.
-    if !state.is_terminal() {
-        match g.phase {
-            Some(GroupPhase::Soaking) => return "soaking",
-            Some(GroupPhase::AwaitingApproval) => return "awaiting approval",
-            _ => {}
-        }
-    }
-    let complete = g.failed == 0 && g.succeeded + g.skipped == g.total;
-    let failing = state == RunState::Failed && groups.iter().rposition(|g| g.failed > 0) == Some(index);
-    match current {
-        Some(c) if c == index => "current",
-        // Behind the current group, or before the one that failed the run: failures there were
-        // within budget.
-        Some(c) if index < c => "done",
-        _ if g.failed > 0 && !failing && state != RunState::Cancelled => "done",
-        _ if g.failed > 0 => "failed",
-        _ if complete && (g.total > 0 || state == RunState::Completed) => "done",
-        _ => match state {
-            RunState::Completed => "done",
-            RunState::Cancelled => "cancelled",
-            RunState::Failed if g.succeeded + g.skipped == 0 => "not started",
-            RunState::Failed => "stopped",
-            _ => "waiting",
-        },
-    }
-}
-
 pub fn status(
     run: &UpgradeRun,
     frozen: Option<&Frozen>,
@@ -786,23 +723,17 @@ pub fn status(
             |ns, b| live.binding(ns, b).map(|b| b as _),
         )
     });
-    let current = eval.as_ref().and_then(|e| match e.verdict {
-        upgradeplan::engine::run::Verdict::InProgress { group } => Some(group),
-        _ => None,
-    });
-    let groups = eval
-        .as_ref()
-        .map(|e| e.groups.clone())
-        .unwrap_or_else(|| s.rollout_groups.clone());
+    let view = run_view(s.state, &s.rollout_groups, frozen, eval.as_ref());
+    let groups: Vec<GroupStatus> = view.groups.iter().map(|g| g.status.clone()).collect();
     let json = StatusJson {
         name: name.clone(),
         plan: run.plan_name().to_string(),
         state: state_label(s.state).into(),
         completed_resources: groups.iter().map(|g| g.succeeded).sum(),
         total_resources: s.total_resources,
-        current_group: current.and_then(|i| groups.get(i)).map(|g| g.name.clone()),
-        in_flight: eval.as_ref().map(|e| e.in_flight).unwrap_or(0),
-        limit: eval.as_ref().and_then(|e| e.limit),
+        current_group: view.current.and_then(|i| groups.get(i)).map(|g| g.name.clone()),
+        in_flight: view.in_flight,
+        limit: view.limit,
         waiting: if s.state.is_terminal() {
             None
         } else {
@@ -810,13 +741,9 @@ pub fn status(
         },
         groups: groups.clone(),
         note: None,
-        waiting_until: eval
-            .as_ref()
-            .filter(|e| e.blocked() == Some(Blocked::WindowClosed))
-            .and_then(|e| e.gate)
-            .and_then(|g| g.next_open),
-        in_flight_resources: current_resources(eval.as_ref(), frozen, |o| matches!(o, Outcome::InFlight)),
-        verifying_resources: current_resources(eval.as_ref(), frozen, |o| matches!(o, Outcome::Verifying { .. })),
+        waiting_until: view.window_opens,
+        in_flight_resources: view.in_flight_resources.clone(),
+        verifying_resources: view.verifying_resources.clone(),
         // Failures that failed the run, or that a budget tolerated (in any state).
         failed_resources: match frozen {
             Some(f) if s.state == RunState::Failed || groups.iter().any(|g| g.failed > 0) => {
@@ -824,7 +751,7 @@ pub fn status(
             }
             _ => Vec::new(),
         },
-        failure_budgets: frozen.map(|f| failure_budgets(f, &groups)).unwrap_or_default(),
+        failure_budgets: view.budgets.clone(),
         gates: if s.state.is_terminal() {
             Vec::new()
         } else {
@@ -858,12 +785,13 @@ pub fn status(
         out.push_str(&format!("  {}: {}\n", c.reason, c.message));
     }
     if !groups.is_empty() {
-        let rows: Vec<Vec<String>> = groups
+        let rows: Vec<Vec<String>> = view
+            .groups
             .iter()
             .enumerate()
-            .map(|(i, g)| {
-                let phase = group_phase(s.state, current, i, &groups);
-                let in_flight = if Some(i) == current {
+            .map(|(i, GroupView { status: g, state })| {
+                let phase = state.as_str();
+                let in_flight = if Some(i) == view.current {
                     json.in_flight.to_string()
                 } else {
                     "-".into()
@@ -986,26 +914,6 @@ fn first_few(names: &[String], n: usize) -> String {
     }
 }
 
-/// The current group's resources being upgraded now.
-fn current_resources(eval: Option<&Evaluation>, frozen: Option<&Frozen>, which: fn(&Outcome) -> bool) -> Vec<String> {
-    let (Some(e), Some(f)) = (eval, frozen) else {
-        return Vec::new();
-    };
-    let upgradeplan::engine::run::Verdict::InProgress { group } = e.verdict else {
-        return Vec::new();
-    };
-    let Some((_, outcomes)) = e.outcomes.iter().find(|(i, _)| *i == group) else {
-        return Vec::new();
-    };
-    f.snapshot.groups[group]
-        .resources
-        .iter()
-        .zip(outcomes)
-        .filter(|(_, o)| which(o))
-        .map(|(r, _)| r.display_name())
-        .collect()
-}
-
 /// The resources of a failed run that failed, with the message of their binding's condition.
 fn failed_resources(run: &UpgradeRun, f: &Frozen, live: &Live) -> Vec<FailedResource> {
     let name = run.metadata.name.clone().unwrap_or_default();
@@ -1106,42 +1014,6 @@ mod tests {
             groups: vec![group("a", vec![r("x")]), group("b", vec![r("y")])],
         };
         assert_eq!(shared_entries_note(&apart), None);
-    }
-
-    #[test]
-    fn an_ended_run_never_shows_a_group_waiting() {
-        use RunState::*;
-        let cases = [
-            (InProgress, Some(1), 0, group(2, 2, 0, 0), "done"),
-            (InProgress, Some(1), 1, group(2, 0, 0, 0), "current"),
-            (InProgress, Some(1), 2, group(2, 0, 0, 0), "waiting"),
-            (Failed, None, 0, group(2, 1, 1, 0), "failed"),
-            (Failed, None, 1, group(2, 0, 0, 0), "not started"),
-            (Failed, None, 1, group(3, 1, 0, 0), "stopped"),
-            (Cancelled, None, 0, group(2, 2, 0, 0), "done"),
-            (Cancelled, None, 1, group(2, 1, 0, 0), "cancelled"),
-            (Cancelled, None, 2, group(2, 0, 0, 0), "cancelled"),
-            (Completed, None, 0, group(0, 0, 0, 0), "done"),
-            // Failures within a group's budget (maxFailures).
-            (Completed, None, 0, group(3, 2, 1, 0), "done"),
-            (InProgress, Some(1), 0, group(3, 2, 1, 0), "done"),
-            (InProgress, Some(0), 0, group(3, 1, 1, 0), "current"),
-            (Failed, None, 0, group(3, 2, 1, 0), "failed"),
-        ];
-        for (state, current, index, g, want) in cases {
-            // The group at `index`, after groups that completed cleanly.
-            let mut groups = vec![group(1, 1, 0, 0); index];
-            groups.push(g.clone());
-            assert_eq!(
-                group_phase(state, current, index, &groups),
-                want,
-                "{state:?} {current:?} {index} {g:?}"
-            );
-        }
-        // A failed run: a tolerated failure in dev, then prod over its budget.
-        let groups = vec![group(3, 2, 1, 0), group(2, 0, 2, 0), group(2, 0, 0, 0)];
-        let phases: Vec<&str> = (0..3).map(|i| group_phase(Failed, None, i, &groups)).collect();
-        assert_eq!(phases, vec!["done", "failed", "not started"]);
     }
 
     fn run(name: &str, created: &str, status: UpgradeRunStatus) -> UpgradeRun {

@@ -25,6 +25,7 @@ pub mod starts;
 pub mod texts;
 pub mod validate;
 pub mod version;
+pub mod view;
 pub mod window;
 pub mod write;
 

@@ -1,0 +1,372 @@
+//! What a run is doing, as the views show it (spec §10): one answer, computed by the engine from
+//! the run's evaluation while it goes on and from what its status recorded once it ended, so the
+//! plugin's `status`, `get` and `history` render it and never re-derive what the controller
+//! decided.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::run::{Blocked, Evaluation, Outcome, Verdict};
+use super::snapshot::Frozen;
+use crate::api::{GroupPhase, GroupStatus, RunState};
+
+/// What a group of a run is doing, or did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum GroupState {
+    /// Not reached yet.
+    Waiting,
+    /// The group in progress.
+    Current,
+    /// Completed, holding the next group for its soak.
+    Soaking,
+    /// Waiting for an UpgradeApproval before it starts.
+    AwaitingApproval,
+    /// Completed (failures within its budget included).
+    Done,
+    /// Its failures failed the run.
+    Failed,
+    /// In progress when the run failed (a gate's `failAfter`, a revision gone).
+    Stopped,
+    /// Not reached when the run failed.
+    NotStarted,
+    /// Not complete when the run was cancelled.
+    Cancelled,
+}
+
+impl GroupState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupState::Waiting => "waiting",
+            GroupState::Current => "current",
+            GroupState::Soaking => "soaking",
+            GroupState::AwaitingApproval => "awaiting approval",
+            GroupState::Done => "done",
+            GroupState::Failed => "failed",
+            GroupState::Stopped => "stopped",
+            GroupState::NotStarted => "not started",
+            GroupState::Cancelled => "cancelled",
+        }
+    }
+
+    /// The state of `groups[index]` of a run in `state` whose current group is `current`: from
+    /// the phase the run recorded for it, and for runs recorded before phases existed, from its
+    /// counts.
+    pub fn of(state: RunState, current: Option<usize>, index: usize, groups: &[GroupStatus]) -> GroupState {
+        let Some(g) = groups.get(index) else {
+            return GroupState::Waiting;
+        };
+        if !state.is_terminal() {
+            match g.phase {
+                Some(GroupPhase::Soaking) => return GroupState::Soaking,
+                Some(GroupPhase::AwaitingApproval) => return GroupState::AwaitingApproval,
+                _ => {}
+            }
+        }
+        match current {
+            Some(c) if c == index => return GroupState::Current,
+            Some(c) if index < c => return GroupState::Done,
+            _ => {}
+        }
+        let started = g.succeeded + g.skipped + g.failed > 0;
+        match (g.phase, state) {
+            (None, _) => Self::of_counts(state, index, groups),
+            (Some(GroupPhase::Completed | GroupPhase::Soaking), _) => GroupState::Done,
+            (Some(GroupPhase::Failed), _) => GroupState::Failed,
+            (_, RunState::Completed) => GroupState::Done,
+            (_, RunState::Cancelled) => GroupState::Cancelled,
+            (Some(GroupPhase::InProgress), RunState::Failed) if started => GroupState::Stopped,
+            (_, RunState::Failed) => GroupState::NotStarted,
+            _ => GroupState::Waiting,
+        }
+    }
+
+    /// A group recorded without a phase (by a controller from before phases): what its counts
+    /// and the run's state say.
+    fn of_counts(state: RunState, index: usize, groups: &[GroupStatus]) -> GroupState {
+        let g = &groups[index];
+        let complete = g.failed == 0 && g.succeeded + g.skipped == g.total;
+        // The last group with failures failed the run; failures before it were within budget.
+        let failing = state == RunState::Failed && groups.iter().rposition(|g| g.failed > 0) == Some(index);
+        match state {
+            _ if g.failed > 0 && !failing && state != RunState::Cancelled => GroupState::Done,
+            _ if g.failed > 0 => GroupState::Failed,
+            _ if complete && (g.total > 0 || state == RunState::Completed) => GroupState::Done,
+            RunState::Completed => GroupState::Done,
+            RunState::Cancelled => GroupState::Cancelled,
+            RunState::Failed if g.succeeded + g.skipped == 0 => GroupState::NotStarted,
+            RunState::Failed => GroupState::Stopped,
+            _ => GroupState::Waiting,
+        }
+    }
+}
+
+/// How much of a group's failure budget (`maxFailures`) its failures use.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct BudgetUse {
+    pub group: String,
+    pub failed: i64,
+    pub allowed: usize,
+}
+
+impl BudgetUse {
+    /// "2 failed within budget (3 allowed)".
+    pub fn words(&self) -> String {
+        let verdict = if self.failed as usize > self.allowed {
+            "over budget"
+        } else {
+            "within budget"
+        };
+        format!("{} failed {verdict} ({} allowed)", self.failed, self.allowed)
+    }
+}
+
+/// One group of a run, as shown.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupView {
+    /// Its counts (and approval, failure records) as evaluated now or last recorded.
+    pub status: GroupStatus,
+    pub state: GroupState,
+}
+
+/// A run, as shown.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RunView {
+    pub groups: Vec<GroupView>,
+    /// The group in progress (or waiting to enter), while the run goes on.
+    pub current: Option<usize>,
+    /// The current group's upgrades in flight (verifying and retries included) and its limit.
+    pub in_flight: usize,
+    pub limit: Option<usize>,
+    /// Every reason that holds the current group, in the spec's precedence (spec §14.1).
+    pub held_by: Vec<Blocked>,
+    /// When the current group's windows open, while they are what holds it.
+    pub window_opens: Option<DateTime<Utc>>,
+    /// The current group's resources being upgraded (`namespace/name`) and verifying.
+    pub in_flight_resources: Vec<String>,
+    pub verifying_resources: Vec<String>,
+    /// The groups of the frozen plan with a `maxFailures`.
+    pub budgets: Vec<BudgetUse>,
+}
+
+/// The view of a run in `state` whose status recorded `recorded`, with its frozen plan (when its
+/// snapshot is read) and, while it goes on, its evaluation now.
+pub fn run_view(
+    state: RunState,
+    recorded: &[GroupStatus],
+    frozen: Option<&Frozen>,
+    eval: Option<&Evaluation>,
+) -> RunView {
+    let current = eval.and_then(|e| match e.verdict {
+        Verdict::InProgress { group } => Some(group),
+        _ => None,
+    });
+    let groups: Vec<GroupStatus> = eval.map_or_else(|| recorded.to_vec(), |e| e.groups.clone());
+    let resources = |which: fn(&Outcome) -> bool| -> Vec<String> {
+        let (Some(e), Some(f), Some(c)) = (eval, frozen, current) else {
+            return Vec::new();
+        };
+        let Some((_, outcomes)) = e.outcomes.iter().find(|(i, _)| *i == c) else {
+            return Vec::new();
+        };
+        f.snapshot.groups[c]
+            .resources
+            .iter()
+            .zip(outcomes)
+            .filter(|(_, o)| which(o))
+            .map(|(r, _)| r.display_name())
+            .collect()
+    };
+    RunView {
+        current,
+        in_flight: eval.map_or(0, |e| e.in_flight),
+        limit: eval.and_then(|e| e.limit),
+        held_by: eval.map(|e| e.held_by.clone()).unwrap_or_default(),
+        window_opens: eval
+            .filter(|e| e.blocked() == Some(Blocked::WindowClosed))
+            .and_then(|e| e.gate)
+            .and_then(|g| g.next_open),
+        in_flight_resources: resources(|o| matches!(o, Outcome::InFlight)),
+        verifying_resources: resources(|o| matches!(o, Outcome::Verifying { .. })),
+        budgets: frozen.map(|f| budgets(f, &groups)).unwrap_or_default(),
+        groups: (0..groups.len())
+            .map(|i| GroupView {
+                status: groups[i].clone(),
+                state: GroupState::of(state, current, i, &groups),
+            })
+            .collect(),
+    }
+}
+
+/// Budget use of each group of the frozen plan that has a `maxFailures`.
+fn budgets(frozen: &Frozen, groups: &[GroupStatus]) -> Vec<BudgetUse> {
+    frozen
+        .plan
+        .rollout_groups
+        .iter()
+        .zip(&frozen.compiled.groups)
+        .filter(|(written, _)| written.max_failures.is_some())
+        .filter_map(|(_, g)| {
+            let counts = groups.iter().find(|c| c.name == g.name)?;
+            Some(BudgetUse {
+                group: g.name.clone(),
+                failed: counts.failed,
+                allowed: g.budget.resolve(counts.total as usize),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(total: i64, succeeded: i64, failed: i64, skipped: i64, phase: Option<GroupPhase>) -> GroupStatus {
+        GroupStatus {
+            name: "g".into(),
+            total,
+            succeeded,
+            failed,
+            skipped,
+            phase,
+            ..Default::default()
+        }
+    }
+
+    /// A group's state is what the run recorded for it; an ended run never shows one waiting.
+    #[test]
+    fn group_states_follow_the_recorded_phase() {
+        use GroupPhase as P;
+        use RunState::*;
+        // (run state, current group, index, the group, want); the groups before `index`
+        // completed cleanly.
+        let cases = [
+            (
+                InProgress,
+                Some(1),
+                0,
+                group(2, 2, 0, 0, Some(P::Completed)),
+                GroupState::Done,
+            ),
+            (
+                InProgress,
+                Some(1),
+                1,
+                group(2, 0, 0, 0, Some(P::InProgress)),
+                GroupState::Current,
+            ),
+            (
+                InProgress,
+                Some(1),
+                2,
+                group(2, 0, 0, 0, Some(P::Pending)),
+                GroupState::Waiting,
+            ),
+            (
+                InProgress,
+                Some(0),
+                0,
+                group(2, 2, 0, 0, Some(P::Soaking)),
+                GroupState::Soaking,
+            ),
+            (
+                InProgress,
+                Some(1),
+                1,
+                group(2, 0, 0, 0, Some(P::AwaitingApproval)),
+                GroupState::AwaitingApproval,
+            ),
+            // Failures within the budget: the group completed.
+            (Failed, None, 0, group(3, 2, 1, 0, Some(P::Completed)), GroupState::Done),
+            (Failed, None, 1, group(2, 0, 2, 0, Some(P::Failed)), GroupState::Failed),
+            (
+                Failed,
+                None,
+                1,
+                group(3, 1, 0, 0, Some(P::InProgress)),
+                GroupState::Stopped,
+            ),
+            (
+                Failed,
+                None,
+                1,
+                group(3, 0, 0, 0, Some(P::InProgress)),
+                GroupState::NotStarted,
+            ),
+            (
+                Failed,
+                None,
+                2,
+                group(2, 0, 0, 0, Some(P::Pending)),
+                GroupState::NotStarted,
+            ),
+            (
+                Cancelled,
+                None,
+                1,
+                group(2, 1, 0, 0, Some(P::InProgress)),
+                GroupState::Cancelled,
+            ),
+            (
+                Cancelled,
+                None,
+                0,
+                group(2, 2, 0, 0, Some(P::Completed)),
+                GroupState::Done,
+            ),
+            (
+                Completed,
+                None,
+                0,
+                group(0, 0, 0, 0, Some(P::Completed)),
+                GroupState::Done,
+            ),
+            (
+                Completed,
+                None,
+                1,
+                group(2, 2, 0, 0, Some(P::Soaking)),
+                GroupState::Done,
+            ),
+            // Recorded before phases: the counts say.
+            (InProgress, Some(1), 0, group(2, 2, 0, 0, None), GroupState::Done),
+            (InProgress, Some(1), 2, group(2, 0, 0, 0, None), GroupState::Waiting),
+            (Failed, None, 0, group(2, 1, 1, 0, None), GroupState::Failed),
+            (Failed, None, 1, group(2, 0, 0, 0, None), GroupState::NotStarted),
+            (Failed, None, 1, group(3, 1, 0, 0, None), GroupState::Stopped),
+            (Cancelled, None, 1, group(2, 1, 0, 0, None), GroupState::Cancelled),
+            (Completed, None, 0, group(3, 2, 1, 0, None), GroupState::Done),
+        ];
+        for (state, current, index, g, want) in cases {
+            let mut groups = vec![group(1, 1, 0, 0, Some(GroupPhase::Completed)); index];
+            groups.push(g.clone());
+            assert_eq!(
+                GroupState::of(state, current, index, &groups),
+                want,
+                "{state:?} {current:?} {index} {g:?}"
+            );
+        }
+        // Recorded before phases, a failed run: a tolerated failure in dev, then prod over its
+        // budget.
+        let groups = vec![
+            group(3, 2, 1, 0, None),
+            group(2, 0, 2, 0, None),
+            group(2, 0, 0, 0, None),
+        ];
+        let states: Vec<GroupState> = (0..3)
+            .map(|i| GroupState::of(RunState::Failed, None, i, &groups))
+            .collect();
+        assert_eq!(states, [GroupState::Done, GroupState::Failed, GroupState::NotStarted]);
+    }
+
+    #[test]
+    fn budget_words() {
+        let b = |failed, allowed| BudgetUse {
+            group: "dev".into(),
+            failed,
+            allowed,
+        };
+        assert_eq!(b(2, 3).words(), "2 failed within budget (3 allowed)");
+        assert_eq!(b(4, 3).words(), "4 failed over budget (3 allowed)");
+    }
+}
