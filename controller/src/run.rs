@@ -14,7 +14,7 @@ use kube::{Resource, ResourceExt};
 use upgradeplan::api::kratix::{BindingFacts, HealthRecord};
 use upgradeplan::api::{RunState, UpgradeApproval, UpgradeFreeze, UpgradeRun, UpgradeRunStatus, RUN_FINALIZER};
 use upgradeplan::engine::admission::{reads_gates, RunFacts, TriggerKind};
-use upgradeplan::engine::lifecycle::{self, events, Gauges, SnapshotFact, Step};
+use upgradeplan::engine::lifecycle::{self, events, Gauges, SnapshotFact, Step, Write};
 use upgradeplan::engine::outcome::Finished;
 use upgradeplan::engine::run::texts;
 use upgradeplan::engine::stage::ApprovalFact;
@@ -161,101 +161,100 @@ async fn deleted(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
     pass(&run, &ctx).await
 }
 
-/// Applies a step: everything else first, the status last, so that a crash anywhere leaves the
-/// old status and the next pass takes the same step again (which asks for nothing already done).
+/// Applies a step's writes in the order the engine gives them ([`Step::writes`]): everything
+/// else first, the status last.
 async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
     let run_name = run.name_any();
     let plan_name = run.plan_name().to_string();
     // The run as this pass saw it; this pass's own writes to it move the version on. The status
     // write is conditional on it (see `apply_status_at`).
     let mut version = run.resource_version();
-    if !step.own.is_empty() {
-        if let Some(patched) = patch_run(&ctx.client, &step.own).await? {
-            version = patched.resource_version();
-        }
-    }
-    adopt_approvals(&ctx.client, &step.adopt_approvals).await?;
-    for older in &step.supersede {
-        if patch_run(&ctx.client, older).await?.is_some() {
-            tracing::info!(run = %older.run, by = %run_name, "asked the older run to stand down");
-        }
-    }
-    if let (false, Some(frozen)) = (step.write_snapshot.is_empty(), &step.frozen) {
-        let versions = crate::snapshots::write_snapshot(ctx, run, &step.write_snapshot).await?;
-        if let (Some(uid), Ok(mut cache)) = (run.uid(), ctx.frozen.lock()) {
-            let verified = crate::context::Verified {
-                frozen: frozen.clone(),
-                versions,
-            };
-            cache.insert(uid, Arc::new(verified));
-        }
-    }
     let mut conflict = false;
-    if let (Some(eval), Some(frozen)) = (&step.evaluation, &step.frozen) {
-        if !eval.start.is_empty() || !eval.retry.is_empty() {
-            tracing::debug!(run = %run_name, limit = ?eval.limit, in_flight = eval.in_flight, starts = eval.start.len(), retries = eval.retry.len(), "patching bindings");
-        }
-        repair_announcements(ctx, run, &frozen.snapshot, &step.to).await;
-        conflict = patch_bindings(ctx, run, &step.binding_patches).await?;
-    }
-    if step.finished.is_some() {
-        // The run's counts are written before its end is announced: a crash afterwards loses none.
-        ctx.recorder.flush_counts(&run.uid().unwrap_or_default()).await;
-    }
-    for a in &step.announce {
-        let type_ = if a.warning {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        };
-        if a.key.is_empty() {
-            ctx.announce_once(run, type_, a.reason, a.note.clone()).await;
-        } else {
-            ctx.event_once(run, type_, a.reason, a.key.clone(), a.note.clone())
-                .await;
-        }
-    }
-    match &step.gauges {
-        Gauges::Keep => {}
-        Gauges::Set(g) => ctx.metrics.set_run(&plan_name, Some(g)),
-        Gauges::Clear => {
-            ctx.metrics.set_run(&plan_name, None);
-            ctx.metrics.set_gates(&plan_name, &[]);
-        }
-    }
-    if run.status.as_ref() != Some(&step.status) {
-        let written =
-            crate::context::apply_status_at::<UpgradeRun>(&ctx.client, &run_name, &step.status, version.as_deref())
-                .await;
-        match written {
-            // Computed from a copy older than the run: nothing of it is counted; the next pass,
-            // from the current run, decides again.
-            Err(Error::Kube(kube::Error::Api(e))) if e.code == 409 => {
-                tracing::debug!(run = %run_name, "status computed from a stale copy of the run; looking again");
-                return Ok(Action::requeue(std::time::Duration::from_millis(200)));
+    for write in step.writes(run.status.as_ref()) {
+        match write {
+            Write::Own(own) => {
+                if let Some(patched) = patch_run(&ctx.client, own).await? {
+                    version = patched.resource_version();
+                }
             }
-            other => other?,
+            Write::AdoptApprovals(patches) => adopt_approvals(&ctx.client, patches).await?,
+            Write::Supersede(older) => {
+                if patch_run(&ctx.client, older).await?.is_some() {
+                    tracing::info!(run = %older.run, by = %run_name, "asked the older run to stand down");
+                }
+            }
+            Write::Snapshot(shards, frozen) => {
+                let versions = crate::snapshots::write_snapshot(ctx, run, shards).await?;
+                if let (Some(uid), Ok(mut cache)) = (run.uid(), ctx.frozen.lock()) {
+                    let verified = crate::context::Verified {
+                        frozen: frozen.clone(),
+                        versions,
+                    };
+                    cache.insert(uid, Arc::new(verified));
+                }
+            }
+            Write::Bindings(patches, frozen) => {
+                if !patches.is_empty() {
+                    tracing::debug!(run = %run_name, patches = patches.len(), "patching bindings");
+                }
+                repair_announcements(ctx, run, &frozen.snapshot, &step.to).await;
+                conflict = patch_bindings(ctx, run, patches).await?;
+            }
+            Write::FlushCounts => ctx.recorder.flush_counts(&run.uid().unwrap_or_default()).await,
+            Write::Announce(a) => {
+                let type_ = if a.warning {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                };
+                if a.key.is_empty() {
+                    ctx.announce_once(run, type_, a.reason, a.note.clone()).await;
+                } else {
+                    ctx.event_once(run, type_, a.reason, a.key.clone(), a.note.clone())
+                        .await;
+                }
+            }
+            Write::Gauges(Gauges::Keep) => {}
+            Write::Gauges(Gauges::Set(g)) => ctx.metrics.set_run(&plan_name, Some(g)),
+            Write::Gauges(Gauges::Clear) => {
+                ctx.metrics.set_run(&plan_name, None);
+                ctx.metrics.set_gates(&plan_name, &[]);
+            }
+            Write::Status(status) => {
+                let written =
+                    crate::context::apply_status_at::<UpgradeRun>(&ctx.client, &run_name, status, version.as_deref())
+                        .await;
+                match written {
+                    // Computed from a copy older than the run: nothing of it is counted; the
+                    // next pass, from the current run, decides again.
+                    Err(Error::Kube(kube::Error::Api(e))) if e.code == 409 => {
+                        tracing::debug!(run = %run_name, "status computed from a stale copy of the run; looking again");
+                        return Ok(Action::requeue(std::time::Duration::from_millis(200)));
+                    }
+                    other => other?,
+                }
+                if status.state == RunState::InProgress
+                    && run.status.as_ref().map(|s| s.state) != Some(RunState::InProgress)
+                {
+                    tracing::info!(run = %run_name, plan = %plan_name, resources = status.total_resources, "snapshot taken; run in progress");
+                }
+            }
+            Write::Count => {
+                count_results(ctx, run, &step);
+                if step.newly_superseded {
+                    ctx.metrics.runs_superseded_total.with_label_values(&[&plan_name]).inc();
+                    tracing::info!(run = %run_name, by = ?step.status.superseded_by, "run superseded");
+                }
+                if let Some(state) = step.finished {
+                    record_finished(ctx, run, &step.status, state);
+                    ctx.forget_run(&run.uid().unwrap_or_default());
+                }
+            }
+            Write::Release(release) => {
+                release_run(ctx, run, release).await?;
+                return Ok(Action::await_change());
+            }
         }
-        if step.status.state == RunState::InProgress
-            && run.status.as_ref().map(|s| s.state) != Some(RunState::InProgress)
-        {
-            tracing::info!(run = %run_name, plan = %plan_name, resources = step.status.total_resources, "snapshot taken; run in progress");
-        }
-    }
-    // Counted once the status that records them is written (spec §14.2: counters once, also
-    // when a pass replays a stale copy, or a new leader its predecessor's last pass).
-    count_results(ctx, run, &step);
-    if step.newly_superseded {
-        ctx.metrics.runs_superseded_total.with_label_values(&[&plan_name]).inc();
-        tracing::info!(run = %run_name, by = ?step.status.superseded_by, "run superseded");
-    }
-    if let Some(state) = step.finished {
-        record_finished(ctx, run, &step.status, state);
-        ctx.forget_run(&run.uid().unwrap_or_default());
-    }
-    if let Some(release) = &step.release {
-        release_run(ctx, run, release).await?;
-        return Ok(Action::await_change());
     }
     Ok(match (conflict, step.wake_at) {
         (true, _) => Action::requeue(std::time::Duration::from_millis(200)),

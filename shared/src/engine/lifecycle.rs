@@ -230,7 +230,70 @@ pub struct Step {
     pub wake_at: Option<DateTime<Utc>>,
 }
 
+/// One write of a [`Step`], as [`Step::writes`] orders them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Write<'s> {
+    /// The run's own labels, annotations, plan ownership or self-suspension: first, so that
+    /// everything after it is found by them.
+    Own(&'s RunPatch),
+    /// The run's UpgradeApprovals adopted (owned by the run).
+    AdoptApprovals(&'s [ApprovalPatch]),
+    /// An older run asked to stand down.
+    Supersede(&'s RunPatch),
+    /// The snapshot ConfigMaps, and the snapshot they hold (verified once written).
+    Snapshot(&'s [SnapshotConfigMap], &'s Arc<Frozen>),
+    /// The start events an earlier pass lost repaired, then the version patches and retry
+    /// labels (possibly none).
+    Bindings(&'s [BindingPatch], &'s Arc<Frozen>),
+    /// The run's counters written out before its end is announced: a crash after loses none.
+    FlushCounts,
+    Announce(&'s Announcement),
+    Gauges(&'s Gauges),
+    /// The status, last of the writes to the API server: a crash before it leaves the old one,
+    /// and the next pass takes the same step again (asking for nothing already done).
+    Status(&'s UpgradeRunStatus),
+    /// Results, supersession and the run's end counted, once the status that records them is
+    /// written (spec §14.2: counters once).
+    Count,
+    /// Deleted and done: the snapshot deleted and the finalizer removed.
+    Release(&'s Release),
+}
+
 impl Step {
+    /// Every write of the step, in the order they must be applied; `current` is the run's status
+    /// as read (an unchanged status is not written again).
+    pub fn writes(&self, current: Option<&UpgradeRunStatus>) -> Vec<Write<'_>> {
+        let mut w = Vec::new();
+        if !self.own.is_empty() {
+            w.push(Write::Own(&self.own));
+        }
+        if !self.adopt_approvals.is_empty() {
+            w.push(Write::AdoptApprovals(&self.adopt_approvals));
+        }
+        w.extend(self.supersede.iter().map(Write::Supersede));
+        if let (false, Some(frozen)) = (self.write_snapshot.is_empty(), &self.frozen) {
+            w.push(Write::Snapshot(&self.write_snapshot, frozen));
+        }
+        if let (Some(_), Some(frozen)) = (&self.evaluation, &self.frozen) {
+            w.push(Write::Bindings(&self.binding_patches, frozen));
+        }
+        if self.finished.is_some() {
+            w.push(Write::FlushCounts);
+        }
+        w.extend(self.announce.iter().map(Write::Announce));
+        if self.gauges != Gauges::Keep {
+            w.push(Write::Gauges(&self.gauges));
+        }
+        if current != Some(&self.status) {
+            w.push(Write::Status(&self.status));
+        }
+        w.push(Write::Count);
+        if let Some(release) = &self.release {
+            w.push(Write::Release(release));
+        }
+        w
+    }
+
     fn new(run: &str, status: UpgradeRunStatus) -> Self {
         Step {
             own: RunPatch::of(run),

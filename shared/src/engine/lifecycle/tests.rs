@@ -1593,3 +1593,60 @@ fn a_run_is_owned_by_its_plan_keeping_its_other_owners_and_carries_the_controlle
         "the selector of the controller now working on the run"
     );
 }
+
+/// What each write of a step is, by name, in the order [`Step::writes`] gives them.
+fn write_names(step: &Step, current: Option<&UpgradeRunStatus>) -> Vec<&'static str> {
+    step.writes(current)
+        .iter()
+        .map(|w| match w {
+            Write::Own(_) => "own",
+            Write::AdoptApprovals(_) => "approvals",
+            Write::Supersede(_) => "supersede",
+            Write::Snapshot(..) => "snapshot",
+            Write::Bindings(..) => "bindings",
+            Write::FlushCounts => "flush",
+            Write::Announce(_) => "event",
+            Write::Gauges(_) => "gauges",
+            Write::Status(_) => "status",
+            Write::Count => "count",
+            Write::Release(_) => "release",
+        })
+        .collect()
+}
+
+/// Issue 36 item 3: a step's writes come in the order they must be applied — the run's own
+/// patch first, the snapshot before the bindings that follow it, events before the status, the
+/// status last of the API writes, counting after it, the release at the very end — and a step
+/// that changes nothing writes nothing but its (idempotent) count.
+#[test]
+fn a_steps_writes_come_in_the_order_they_must_be_applied() {
+    let plan = valid_plan(2);
+    let mut world = World::with(2);
+    let mut old = a_run("old", t(0), false);
+    let s = pass(&old, Some(&plan), &[], &world, t(1));
+    assert_eq!(
+        write_names(&s, old.status.as_ref()),
+        ["own", "snapshot", "bindings", "gauges", "status", "count"]
+    );
+    apply(&mut old, &s, &mut world);
+    let s = pass(&old, Some(&plan), &[], &world, t(1));
+    assert_eq!(write_names(&s, old.status.as_ref()), ["bindings", "gauges", "count"]);
+
+    let new = a_run("new", t(5), false);
+    let s = pass(&new, Some(&plan), &[RunFacts::of(&old)], &world, t(6));
+    let names = write_names(&s, new.status.as_ref());
+    assert_eq!(&names[..3], ["own", "supersede", "snapshot"], "{names:?}");
+    assert_eq!(&names[names.len() - 2..], ["status", "count"]);
+
+    // Deleted: cancelled (its counts flushed and its end announced before the status), then,
+    // without a plan to record it, released last.
+    old.metadata.deletion_timestamp = Some(Time(crate::time::to_jiff(t(7))));
+    let s = pass(&old, None, &[], &world, t(8));
+    assert_eq!(
+        write_names(&s, old.status.as_ref()),
+        ["flush", "event", "gauges", "status", "count"]
+    );
+    old.status = Some(s.status.clone());
+    let s = pass(&old, None, &[], &world, t(9));
+    assert_eq!(write_names(&s, old.status.as_ref()), ["count", "release"]);
+}
