@@ -8,6 +8,7 @@ use upgradeplan::api::kratix::ResourceBinding;
 use upgradeplan::api::UpgradePlan;
 use upgradeplan::engine::forecast::{forecast, quantile, ForecastInput, GroupForecast, Wait};
 use upgradeplan::engine::freeze::Freeze;
+use upgradeplan::engine::run::Blocked;
 
 use crate::output::{duration, Style};
 
@@ -245,11 +246,11 @@ pub fn render(
     Ok((json, out))
 }
 
-fn wait_words(reason: &str) -> &'static str {
+fn wait_words(reason: Blocked) -> &'static str {
     match reason {
-        "WindowClosed" => "window closed",
-        "Frozen" => "frozen",
-        "Soaking" => "soak",
+        Blocked::WindowClosed => "window closed",
+        Blocked::Frozen => "frozen",
+        Blocked::Soaking => "soak",
         _ => "waits",
     }
 }

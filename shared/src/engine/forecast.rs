@@ -54,7 +54,7 @@ pub struct ForecastInput<'a> {
 pub struct Wait {
     pub from: DateTime<Utc>,
     pub to: DateTime<Utc>,
-    pub reason: &'static str,
+    pub reason: Blocked,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -293,17 +293,13 @@ fn open_gates(plan: &CompiledPlan, far: DateTime<Utc>) -> Vec<GateReading> {
 
 /// What the forecast shows a group waiting for: time-bound holds only (the others it assumes
 /// away or lets pass).
-fn wait_reason(eval: &Evaluation) -> Option<&'static str> {
-    match eval.blocked() {
-        Some(Blocked::WindowClosed) => Some("WindowClosed"),
-        Some(Blocked::Frozen) => Some("Frozen"),
-        Some(Blocked::Soaking) => Some("Soaking"),
-        _ => None,
-    }
+fn wait_reason(eval: &Evaluation) -> Option<Blocked> {
+    eval.blocked()
+        .filter(|b| matches!(b, Blocked::WindowClosed | Blocked::Frozen | Blocked::Soaking))
 }
 
 /// Extends the last wait when it continues it (same reason, no gap); else records a new one.
-fn note_wait(waits: &mut Vec<Wait>, from: DateTime<Utc>, to: DateTime<Utc>, reason: &'static str) {
+fn note_wait(waits: &mut Vec<Wait>, from: DateTime<Utc>, to: DateTime<Utc>, reason: Blocked) {
     match waits.last_mut() {
         Some(last) if last.reason == reason && last.to == from => last.to = to,
         _ => waits.push(Wait { from, to, reason }),
@@ -323,7 +319,7 @@ fn warnings_of(
         let spills = g
             .waits
             .iter()
-            .any(|w| w.reason == "WindowClosed" && started.is_some_and(|s| w.from >= s));
+            .any(|w| w.reason == Blocked::WindowClosed && started.is_some_and(|s| w.from >= s));
         if spills {
             out.push(format!(
                 "group {:?} cannot finish inside one window: it waits for the next one after it started",
@@ -333,7 +329,7 @@ fn warnings_of(
         if let Some(w) = g
             .waits
             .iter()
-            .find(|w| w.reason == "Frozen" && w.to - w.from > LONG_FREEZE)
+            .find(|w| w.reason == Blocked::Frozen && w.to - w.from > LONG_FREEZE)
         {
             out.push(format!(
                 "a freeze holds group {:?} for longer than a day ({} to {})",
@@ -443,7 +439,7 @@ mod tests {
         (g.resources, g.start, g.finish)
     }
 
-    fn wait(from: &str, to: &str, reason: &'static str) -> Wait {
+    fn wait(from: &str, to: &str, reason: Blocked) -> Wait {
         Wait {
             from: utc(from),
             to: utc(to),
@@ -474,8 +470,8 @@ mod tests {
         assert_eq!(
             f.groups[1].waits,
             vec![
-                wait("2026-06-01T20:20:00Z", "2026-06-01T20:50:00Z", "Soaking"),
-                wait("2026-06-01T20:50:00Z", "2026-06-01T22:00:00Z", "WindowClosed"),
+                wait("2026-06-01T20:20:00Z", "2026-06-01T20:50:00Z", Blocked::Soaking),
+                wait("2026-06-01T20:50:00Z", "2026-06-01T22:00:00Z", Blocked::WindowClosed),
             ],
             "the approval is assumed granted"
         );
@@ -543,8 +539,8 @@ mod tests {
         assert_eq!(
             f.groups[0].waits,
             vec![
-                wait("2026-06-01T21:00:00Z", "2026-06-01T22:00:00Z", "WindowClosed"),
-                wait("2026-06-01T23:00:00Z", "2026-06-02T22:00:00Z", "WindowClosed"),
+                wait("2026-06-01T21:00:00Z", "2026-06-01T22:00:00Z", Blocked::WindowClosed),
+                wait("2026-06-01T23:00:00Z", "2026-06-02T22:00:00Z", Blocked::WindowClosed),
             ]
         );
         assert_eq!(
@@ -572,7 +568,7 @@ mod tests {
         let f = forecast(&i);
         assert_eq!(
             f.groups[0].waits,
-            vec![wait("2026-06-01T12:00:00Z", "2026-06-03T00:00:00Z", "Frozen")]
+            vec![wait("2026-06-01T12:00:00Z", "2026-06-03T00:00:00Z", Blocked::Frozen)]
         );
         assert_eq!(f.finish, Some(utc("2026-06-03T00:05:00Z")));
         assert_eq!(

@@ -21,6 +21,13 @@ pub enum Blocked {
     Frozen,
 }
 
+/// As its label: `forecast -o json`'s wait reasons and the views' JSON read it so.
+impl serde::Serialize for Blocked {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
 impl Blocked {
     /// The `reason` label of `upgradeplan_blocked` (spec §9.1).
     pub fn as_str(self) -> &'static str {
