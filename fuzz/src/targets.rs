@@ -13,7 +13,7 @@ use upgradeplan::engine::concurrency::Limit;
 use upgradeplan::engine::cron::{parse_zone, resolve_local_time, CronSchedule};
 use upgradeplan::engine::snapshot::{assign, eligibility};
 use upgradeplan::engine::version::{is_regex_pattern, VersionPattern};
-use upgradeplan::engine::window::{parse_go_duration, Gate};
+use upgradeplan::engine::window::{parse_go_duration, Windows};
 use upgradeplan::engine::{selector, validate_plan};
 
 /// The naive reference of spec §6 that the engine's property tests use.
@@ -411,7 +411,7 @@ fn duration(input: &[u8]) -> String {
             duration: s.clone(),
             time_zone: None,
         };
-        let gate = Gate::compile(std::slice::from_ref(&w));
+        let gate = Windows::compile(std::slice::from_ref(&w));
         assert!(gate.is_ok(), "duration {s:?} parses but its window does not compile");
         if let Ok(gate) = gate {
             for t in instants() {

@@ -14,7 +14,7 @@ use upgradeplan::engine::selector;
 use upgradeplan::engine::snapshot::assign;
 use upgradeplan::engine::validate::{validate_plan, Problem};
 use upgradeplan::engine::version::is_regex_pattern;
-use upgradeplan::engine::window::GateState;
+use upgradeplan::engine::window::WindowState;
 use upgradeplan::prometheus::PrometheusClient;
 
 use crate::output::Style;
@@ -145,7 +145,7 @@ fn local(t: DateTime<Utc>, zone: Tz) -> String {
 
 fn gate_words(
     style: &Style,
-    s: &GateState,
+    s: &WindowState,
     windows: &[upgradeplan::api::UpgradeWindow],
     freezes: &[Freeze],
     now: DateTime<Utc>,
@@ -371,7 +371,7 @@ pub fn explain(
             (!messages.is_empty()).then(|| format!("invalid ({})", messages.join("; ")))
         };
         let group = group.as_ref().ok();
-        let gated = group.map(|c| GateState::of_group(&c.windows, freezes, now));
+        let gated = group.map(|c| WindowState::of_group(&c.windows, freezes, now));
         let size = membership
             .as_ref()
             .and_then(|m| m.groups.get(i))
@@ -445,7 +445,7 @@ pub fn explain(
             }
             None => "cannot be evaluated: the group is invalid (see Problems)".to_string(),
         };
-        let state = gated.map_or(GateState::INVALID, |(s, _)| s);
+        let state = gated.map_or(WindowState::INVALID, |(s, _)| s);
         line(format!("     gate:        {gate_line}"));
         groups.push(GroupJson {
             name: g.name.clone(),

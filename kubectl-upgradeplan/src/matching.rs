@@ -8,7 +8,7 @@ use upgradeplan::api::UpgradePlan;
 use upgradeplan::engine::compile::CompiledPlan;
 use upgradeplan::engine::freeze::{hold_at, Freeze, Hold};
 use upgradeplan::engine::snapshot::{assign, belongs_to, Assignment, SnapshotResource};
-use upgradeplan::engine::window::GateState;
+use upgradeplan::engine::window::WindowState;
 
 use crate::output::{table, Style};
 
@@ -161,7 +161,7 @@ fn placement(
                 .get(gi)
                 .and_then(|g| g.resource_upgrade_windows.clone())
                 .unwrap_or_default();
-            let (state, _) = GateState::of_group(&compiled.groups[gi].windows, freezes, now);
+            let (state, _) = WindowState::of_group(&compiled.groups[gi].windows, freezes, now);
             let hold = hold_at(freezes, now);
             placements.push(PlaceJson {
                 group: g.name.clone(),

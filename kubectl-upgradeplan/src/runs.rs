@@ -624,7 +624,7 @@ fn held_words(blocked: Blocked, run: &UpgradeRun, e: &Evaluation, now: DateTime<
             "preview: nothing is patched until resumed (kubectl upgradeplan resume <run>)".to_string()
         }
         Blocked::Suspended => "suspended: no new upgrade starts (kubectl upgradeplan resume <run>)".to_string(),
-        Blocked::WindowClosed => match e.gate.and_then(|g| g.next_open) {
+        Blocked::WindowClosed => match e.windows.and_then(|g| g.next_open) {
             Some(t) => format!("window closed until {}", style.time(t, None)),
             None => "window closed, and it does not open within 400 days".to_string(),
         },
@@ -633,7 +633,7 @@ fn held_words(blocked: Blocked, run: &UpgradeRun, e: &Evaluation, now: DateTime<
             e.in_flight,
             e.limit.unwrap_or(0)
         ),
-        Blocked::Frozen => match &e.frozen {
+        Blocked::Frozen => match &e.freeze {
             Some(hold) => format!(
                 "{} (new upgrades are held; in-flight ones continue)",
                 crate::output::frozen_words(style, hold)

@@ -19,7 +19,7 @@ use upgradeplan::engine::compile::compile;
 use upgradeplan::engine::run::{evaluate, RunContext};
 use upgradeplan::engine::schedule::Triggers;
 use upgradeplan::engine::snapshot::assign;
-use upgradeplan::engine::window::Gate;
+use upgradeplan::engine::window::Windows;
 
 fn now() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-06-01T10:00:00Z")
@@ -157,7 +157,7 @@ fn eval_run(
 }
 
 /// A gate of windows `(kind, schedule, duration)` in one zone.
-fn gate_in(zone: &str, windows: &[(WindowKind, &str, &str)]) -> Gate {
+fn gate_in(zone: &str, windows: &[(WindowKind, &str, &str)]) -> Windows {
     let windows: Vec<UpgradeWindow> = windows
         .iter()
         .map(|(kind, schedule, duration)| UpgradeWindow {
@@ -167,10 +167,10 @@ fn gate_in(zone: &str, windows: &[(WindowKind, &str, &str)]) -> Gate {
             time_zone: Some(zone.into()),
         })
         .collect();
-    Gate::compile(&windows).unwrap_or_else(|_| panic!("valid windows"))
+    Windows::compile(&windows).unwrap_or_else(|_| panic!("valid windows"))
 }
 
-fn gate() -> Gate {
+fn gate() -> Windows {
     gate_in(
         "Europe/London",
         &[
@@ -182,7 +182,7 @@ fn gate() -> Gate {
 }
 
 /// The costly shape: openings every 5 minutes that overlap (always active), with a deny.
-fn dense_gate() -> Gate {
+fn dense_gate() -> Windows {
     gate_in(
         "Australia/Lord_Howe",
         &[

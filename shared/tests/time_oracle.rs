@@ -14,7 +14,7 @@ use oracle::{gate_changes, gen_cron, local_day, local_time_fires, transitions, N
 use upgradeplan::api::{FreezePeriod, UpgradeFreezeSpec, UpgradeWindow, WindowKind};
 use upgradeplan::engine::cron::{resolve_local_time, CronSchedule};
 use upgradeplan::engine::freeze::Freeze;
-use upgradeplan::engine::window::Gate;
+use upgradeplan::engine::window::Windows;
 
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -221,7 +221,7 @@ fn gate_case(rng: &mut Rng, transitions: &[(Tz, Vec<DateTime<Utc>>)]) -> Result<
             .map_err(|e| Failure(format!("{periods:?}: {e:?}")))?
             .periods
     };
-    let gate = Gate::compile(&specs)
+    let gate = Windows::compile(&specs)
         .map_err(|e| Failure(format!("{specs:?}: {e:?}")))?
         .with_freezes(frozen);
     let specs = (specs, periods);

@@ -17,7 +17,7 @@ use super::problem::Problem;
 use super::schedule::Triggers;
 use super::version::{is_regex_pattern, VersionMatcher};
 pub use super::window::WrittenDuration;
-use super::window::{parse_go_duration, Gate as WindowGate, Window};
+use super::window::{parse_go_duration, Window, Windows};
 use crate::api::kratix::LATEST_VERSION;
 use crate::api::{
     Gate as GateSpec, RolloutGroup, RolloutSelectors, SelectorOperator, UpgradeExecutionPolicy, UpgradePath,
@@ -65,7 +65,7 @@ pub struct CompiledGroup {
     pub soak: Option<WrittenDuration>,
     pub requires_approval: bool,
     /// `resourceUpgradeWindows` (no freezes: those are added per pass).
-    pub windows: WindowGate,
+    pub windows: Windows,
 }
 
 /// A signal gate (spec §13.3), compiled.
@@ -332,7 +332,7 @@ fn selectors(p: &mut Problems, at: &str, sel: &RolloutSelectors) {
 
 /// A group's windows; each field is checked on its own so that every problem of a window is
 /// reported.
-fn windows(p: &mut Problems, at: &str, windows: &[UpgradeWindow]) -> Option<WindowGate> {
+fn windows(p: &mut Problems, at: &str, windows: &[UpgradeWindow]) -> Option<Windows> {
     let mut compiled = Some(Vec::new());
     for (wi, w) in windows.iter().enumerate() {
         let field = format!("{at}.resourceUpgradeWindows[{wi}]");
@@ -352,7 +352,7 @@ fn windows(p: &mut Problems, at: &str, windows: &[UpgradeWindow]) -> Option<Wind
             _ => None,
         };
     }
-    compiled.map(WindowGate::of_windows)
+    compiled.map(Windows::of_windows)
 }
 
 /// `spec.gates` (spec §13.3).

@@ -1,7 +1,7 @@
 //! Freezes (spec §13.5): platform-wide blackout periods that close every group of every matching
 //! plan as a deny window would.
 //!
-//! A freeze's periods become [`DenyPeriod`]s of the group gate (one gate, one sweep: windows and
+//! A freeze's periods become [`DenyPeriod`]s of the group's [`Windows`] (one sweep: windows and
 //! freezes share the local-time resolver and the next-open/next-close search), so the run, the
 //! plan's gauges, `explain`, `match` and the forecast all see the same times.
 
@@ -13,22 +13,22 @@ use chrono::{DateTime, Utc};
 use super::cron::{parse_zone, resolve_local_time};
 use super::problem::{summarize, Problem};
 use super::selector;
-use super::window::{DenyPeriod, Gate, GateState, Window};
+use super::window::{DenyPeriod, Window, WindowState, Windows};
 use crate::api::{
     reasons, set_condition, Condition, ConditionStatus, RolloutSelectors, UpgradeFreeze, UpgradeFreezeSpec,
     UpgradeFreezeStatus, UpgradePlan, UpgradeWindow, WindowKind,
 };
 
 // Defined here, not in `window`, so that windows stay below freezes (no import cycle).
-impl GateState {
-    /// The gate of a group's compiled windows and of the freezes holding its plan at `t`, and
-    /// the gate itself: the one rule for how windows and freezes gate, for the run, the plan's
+impl WindowState {
+    /// A group's compiled windows with the freezes holding its plan, and their state at `t`: the
+    /// one rule for how windows and freezes hold a group's starts, for the run, the plan's
     /// gauges, the plugin and the forecast.
-    pub fn of_group(windows: &Gate, freezes: &[Freeze], t: DateTime<Utc>) -> (GateState, Gate) {
-        let gate = windows
+    pub fn of_group(windows: &Windows, freezes: &[Freeze], t: DateTime<Utc>) -> (WindowState, Windows) {
+        let held = windows
             .clone()
             .with_freezes(freezes.iter().flat_map(|f| f.periods.iter().cloned()));
-        (gate.state(t), gate)
+        (held.state(t), held)
     }
 }
 
@@ -131,9 +131,9 @@ impl Freeze {
         })
     }
 
-    /// The freeze alone, as a gate (closed while frozen).
-    fn gate(&self) -> Gate {
-        Gate::default().with_freezes(self.periods.iter().cloned())
+    /// The freeze alone, as windows closed while it is active.
+    fn as_windows(&self) -> Windows {
+        Windows::default().with_freezes(self.periods.iter().cloned())
     }
 
     /// Up to `n` stretches of frozen time from `t` on, as (start, end): the first starts at `t`
@@ -153,14 +153,14 @@ impl Freeze {
         out
     }
 
-    /// The freeze at `t`: the gate of its periods, read the other way round (the gate closes
-    /// when a period starts).
+    /// The freeze at `t`: its periods as windows, read the other way round (they close when a
+    /// period starts).
     pub fn state(&self, t: DateTime<Utc>) -> FreezeState {
-        let gate = self.gate().state(t);
+        let state = self.as_windows().state(t);
         FreezeState {
-            active: !gate.open,
-            next_start: gate.next_close,
-            next_end: gate.next_open,
+            active: !state.open,
+            next_start: state.next_close,
+            next_end: state.next_open,
         }
     }
 }

@@ -975,7 +975,7 @@ fn approval_transition(out: &mut Step, eval: &Evaluation, previous: &[GroupStatu
 /// the current group's next starts (naming it, its end and its reason), False once none does
 /// (only after it was True: a run never frozen does not carry the condition).
 fn freeze_transition(out: &mut Step, eval: &Evaluation, now: DateTime<Utc>) {
-    let condition = match &eval.frozen {
+    let condition = match &eval.freeze {
         Some(hold) => cond(
             reasons::FROZEN,
             ConditionStatus::True,

@@ -15,7 +15,7 @@ use super::health::{apply_health_check, HealthRecords};
 use super::snapshot::{Snapshot, SnapshotGroup, SnapshotResource};
 use super::stage::{approval_for, ApprovalFact};
 use super::starts::{admit_starts, StartFacts};
-use super::window::GateState;
+use super::window::WindowState;
 use crate::api::kratix::{BindingFacts, MANUAL_RECONCILIATION_LABEL, UPGRADE_FAILED};
 use crate::api::{
     GroupPhase, GroupStatus, ResourceFailure, RETRY_REQUESTED_BY_ANNOTATION, UPGRADED_BY_ANNOTATION,
@@ -256,19 +256,19 @@ pub struct Evaluation {
     pub start: Vec<BindingAction>,
     /// Bindings to label for a Kratix retry.
     pub retry: Vec<BindingAction>,
-    /// The current group's resolved limit, in-flight count and gate.
+    /// The current group's resolved limit, in-flight count and windows (with the freezes).
     pub limit: Option<usize>,
     pub in_flight: usize,
-    pub gate: Option<GateState>,
+    pub windows: Option<WindowState>,
     /// Everything that holds the not-started resources of the current group, in the order of
     /// precedence of spec §14.1 ([`admit_starts`]); empty when nothing does.
     pub held_by: Vec<Blocked>,
     /// The freeze holding the current group's not-started resources, if one does (also while
     /// the run is suspended: the `Frozen` condition says what would hold it).
-    pub frozen: Option<Hold>,
+    pub freeze: Option<Hold>,
     /// What the signal gates of the current group said, when starts were pending.
     pub gate_check: GateCheck,
-    /// When to look again without any watch event (the gate's next change).
+    /// When to look again without any watch event (the windows' next change, a deadline).
     pub wake_at: Option<DateTime<Utc>>,
 }
 
@@ -342,7 +342,7 @@ fn entry_holds(ctx: &RunContext<'_>, entry: Blocked) -> Vec<Blocked> {
     admit_starts(&StartFacts {
         suspended: ctx.suspended,
         entry: Some(entry),
-        frozen: hold_at(ctx.freezes, ctx.now).is_some(),
+        freeze: hold_at(ctx.freezes, ctx.now).is_some(),
         ..StartFacts::default()
     })
     .holds
@@ -357,8 +357,8 @@ pub fn evaluate<'b>(ctx: &RunContext<'_>, lookup: impl Fn(&str, &str) -> Option<
     }
     // A freeze holds the whole run while it goes on, whatever else holds it (a soak, an
     // approval, upgrades in flight): `Frozen` says so, never stale (spec §14.2).
-    if matches!(eval.verdict, Verdict::InProgress { .. }) && eval.frozen.is_none() {
-        eval.frozen = hold_at(ctx.freezes, ctx.now);
+    if matches!(eval.verdict, Verdict::InProgress { .. }) && eval.freeze.is_none() {
+        eval.freeze = hold_at(ctx.freezes, ctx.now);
     }
     eval
 }
@@ -375,9 +375,9 @@ fn evaluate_groups<'b>(
         retry: Vec::new(),
         limit: None,
         in_flight: 0,
-        gate: None,
+        windows: None,
         held_by: Vec::new(),
-        frozen: None,
+        freeze: None,
         gate_check: GateCheck::NotChecked,
         wake_at: None,
     };
@@ -531,8 +531,8 @@ fn current_group(
         ..
     } = *at;
     let limit = compiled.limit.resolve(group.resources.len());
-    // The group's gate: its windows and the freezes.
-    let (gate_state, gate) = GateState::of_group(&compiled.windows, ctx.freezes, ctx.now);
+    // The group's windows, with the freezes.
+    let (windows_now, windows) = WindowState::of_group(&compiled.windows, ctx.freezes, ctx.now);
     let action = |i: usize| BindingAction {
         resource: group.resources[i].clone(),
         resource_version: live[i].and_then(|b| b.object_version().map(str::to_string)),
@@ -557,12 +557,12 @@ fn current_group(
         if let GateCheck::Closed { reading, .. } = &eval.gate_check {
             gate_recheck = Some(reading.next_check.max(ctx.now));
         }
-        eval.frozen = hold_at(ctx.freezes, ctx.now);
+        eval.freeze = hold_at(ctx.freezes, ctx.now);
         let admission = admit_starts(&StartFacts {
             suspended: ctx.suspended,
             entry: None,
-            frozen: eval.frozen.is_some(),
-            windows_open: gate.windows_open(ctx.now),
+            freeze: eval.freeze.is_some(),
+            windows_open: windows.windows_open(ctx.now),
             gate_closed: matches!(eval.gate_check, GateCheck::Closed { .. }),
             limit,
             in_flight,
@@ -574,10 +574,10 @@ fn current_group(
             }
         }
         eval.held_by = admission.holds;
-        eval.wake_at = if gate_state.open {
-            gate_state.next_close
+        eval.wake_at = if windows_now.open {
+            windows_now.next_close
         } else {
-            gate_state.next_open
+            windows_now.next_open
         };
     }
     // ... and when an upgrade or health check runs out of time, and a closed gate is read again.
@@ -585,7 +585,7 @@ fn current_group(
     eval.wake_at = eval.wake_at.into_iter().chain(expiry).chain(gate_recheck).min();
     eval.limit = Some(limit);
     eval.in_flight = in_flight;
-    eval.gate = Some(gate_state);
+    eval.windows = Some(windows_now);
     eval.outcomes.push((index, outcomes));
     eval.verdict = Verdict::InProgress { group: index };
 }
@@ -1077,11 +1077,11 @@ pub(crate) mod tests {
         for (what, now, blocked, named, start, wake) in table {
             let e = w.eval(&[], false, now);
             assert_eq!(e.blocked(), blocked, "{what}");
-            assert_eq!(e.frozen.as_ref().map(|h| h.freeze.as_str()), named, "{what}");
+            assert_eq!(e.freeze.as_ref().map(|h| h.freeze.as_str()), named, "{what}");
             assert_eq!(started(&e), start, "{what}");
             assert_eq!(e.wake_at, wake.map(utc), "{what}");
         }
-        let held = w.eval(&[], false, "2026-06-01T10:45:00Z").frozen.unwrap();
+        let held = w.eval(&[], false, "2026-06-01T10:45:00Z").freeze.unwrap();
         assert_eq!(
             held.message(),
             "UpgradeFreeze \"release\" until 2026-06-01T11:30:00Z: release freeze"
@@ -1098,10 +1098,10 @@ pub(crate) mod tests {
 
         // Suspended outranks the freeze, which is still reported; a finished group is not held.
         let e = w.eval(&[], true, "2026-06-01T10:45:00Z");
-        assert_eq!((e.blocked(), e.frozen.is_some()), (Some(Blocked::Suspended), true));
+        assert_eq!((e.blocked(), e.freeze.is_some()), (Some(Blocked::Suspended), true));
         w.set("y", "v2", "v2");
         let e = w.eval(&[], false, "2026-06-01T10:45:00Z");
-        assert_eq!((e.blocked(), e.verdict, e.frozen), (None, Verdict::Completed, None));
+        assert_eq!((e.blocked(), e.verdict, e.freeze), (None, Verdict::Completed, None));
     }
 
     /// One admission for every start (spec §14.1): everything that holds the group is reported,
@@ -1333,7 +1333,7 @@ pub(crate) mod tests {
         w.freezes = vec![freeze("eoy", &[("2026-06-01T10:30", "2026-06-01T12:00")])];
         let e = w.eval(&recorded, false, "2026-06-01T10:45:00Z");
         assert_eq!(e.blocked(), Some(Blocked::Soaking));
-        assert_eq!(e.frozen.map(|h| h.freeze), Some("eoy".to_string()));
+        assert_eq!(e.freeze.map(|h| h.freeze), Some("eoy".to_string()));
         w.freezes.clear();
         // A pre-approval of prod, deleted before prod is reached, is revoked.
         w.approvals = vec![approval("early", "prod")];

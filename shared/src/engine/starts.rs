@@ -53,7 +53,7 @@ pub struct StartFacts {
     /// ([`Blocked::Soaking`]) or for its approval ([`Blocked::AwaitingApproval`]).
     pub entry: Option<Blocked>,
     /// An UpgradeFreeze holds the plan now.
-    pub frozen: bool,
+    pub freeze: bool,
     /// The group's windows (without freezes) are open now; windows that do not compile never are.
     pub windows_open: bool,
     /// A signal gate of the group is closed.
@@ -81,7 +81,7 @@ pub fn admit_starts(facts: &StartFacts) -> StartAdmission {
     let holds: Vec<Blocked> = [
         (facts.suspended, Blocked::Suspended),
         (!entered, facts.entry.unwrap_or(Blocked::Soaking)),
-        (facts.frozen, Blocked::Frozen),
+        (facts.freeze, Blocked::Frozen),
         (entered && !facts.windows_open, Blocked::WindowClosed),
         (entered && facts.gate_closed, Blocked::GateClosed),
         (entered && facts.in_flight >= facts.limit, Blocked::ConcurrencyLimit),
@@ -130,7 +130,7 @@ mod tests {
             ),
             ("suspended", with(|f| f.suspended = true), vec![Suspended], 0),
             ("window closed", with(|f| f.windows_open = false), vec![WindowClosed], 0),
-            ("frozen, windows open", with(|f| f.frozen = true), vec![Frozen], 0),
+            ("frozen, windows open", with(|f| f.freeze = true), vec![Frozen], 0),
             (
                 "signal gate closed",
                 with(|f| f.gate_closed = true),
@@ -142,7 +142,7 @@ mod tests {
                 StartFacts {
                     suspended: true,
                     entry: None,
-                    frozen: true,
+                    freeze: true,
                     windows_open: false,
                     gate_closed: true,
                     limit: 1,
@@ -166,7 +166,7 @@ mod tests {
                 with(|f| {
                     f.entry = Some(AwaitingApproval);
                     f.suspended = true;
-                    f.frozen = true;
+                    f.freeze = true;
                 }),
                 vec![Suspended, AwaitingApproval, Frozen],
                 0,
@@ -191,7 +191,7 @@ mod tests {
                     for in_flight in 0..4 {
                         let facts = StartFacts {
                             suspended: bits & 1 != 0,
-                            frozen: bits & 2 != 0,
+                            freeze: bits & 2 != 0,
                             windows_open: bits & 4 != 0,
                             gate_closed: bits & 8 != 0,
                             entry,
@@ -201,7 +201,7 @@ mod tests {
                         let a = admit_starts(&facts);
                         let anything_holds = facts.suspended
                             || entry.is_some()
-                            || facts.frozen
+                            || facts.freeze
                             || (entry.is_none() && (!facts.windows_open || facts.gate_closed || in_flight >= limit));
                         assert_eq!(a.holds.is_empty(), !anything_holds, "{facts:?}");
                         let expected = if anything_holds { 0 } else { limit - in_flight };
@@ -210,7 +210,7 @@ mod tests {
                             Some(Blocked::Suspended)
                         } else if entry.is_some() {
                             entry
-                        } else if facts.frozen {
+                        } else if facts.freeze {
                             Some(Blocked::Frozen)
                         } else {
                             a.holds.first().copied()

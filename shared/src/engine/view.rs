@@ -184,7 +184,7 @@ pub fn run_view(
         held_by: eval.map(|e| e.held_by.clone()).unwrap_or_default(),
         window_opens: eval
             .filter(|e| e.blocked() == Some(Blocked::WindowClosed))
-            .and_then(|e| e.gate)
+            .and_then(|e| e.windows)
             .and_then(|g| g.next_open),
         in_flight_resources: resources(|o| matches!(o, Outcome::InFlight)),
         verifying_resources: resources(|o| matches!(o, Outcome::Verifying { .. })),

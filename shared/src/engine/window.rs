@@ -1,4 +1,5 @@
-//! Resource upgrade windows and a group's gate (spec §7).
+//! Resource upgrade windows, and whether they let a group start upgrades (spec §7's "gate"; in
+//! code "gate" is kept for signal gates, §13.3).
 //!
 //! A window is active at t when some firing s of its schedule has s ≤ t < s + duration. Durations
 //! are elapsed time. The gate: no windows → open; only allow → open while an allow is active; only
@@ -11,7 +12,7 @@ use super::cron::{parse_zone, CronError, CronSchedule, TimeError};
 use super::localtime;
 use crate::api::{UpgradeWindow, WindowKind};
 
-/// How far ahead the gate is searched for its next change.
+/// How far ahead a group's windows are searched for their next change.
 pub const SEARCH_HORIZON_DAYS: i64 = 400;
 /// At most this many window boundaries are walked per search (a window that opens every minute
 /// still gets several days of look-ahead).
@@ -232,14 +233,15 @@ impl DenyPeriod {
     }
 }
 
-/// The gate of one rollout group: its windows, and the deny periods of the freezes that hold it.
+/// The windows of one rollout group, and the deny periods of the freezes that hold it: open or
+/// closed at each instant by spec §7's rule.
 #[derive(Debug, Clone, Default)]
-pub struct Gate {
+pub struct Windows {
     windows: Vec<Window>,
     freezes: Vec<DenyPeriod>,
 }
 
-/// A window or a freeze period of a gate, as its sweep sees them.
+/// A window or a freeze period of a group's [`Windows`], as its sweep sees them.
 enum Period<'a> {
     Window(&'a Window),
     Freeze(&'a DenyPeriod),
@@ -261,30 +263,30 @@ impl Period<'_> {
     }
 }
 
-/// The gate at an instant, with its next changes.
+/// A group's [`Windows`] at an instant (open or closed), with their next changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GateState {
+pub struct WindowState {
     pub open: bool,
-    /// The next instant the gate opens (after the next close, when open now). `None`: no windows,
+    /// The next instant they open (after the next close, when open now). `None`: no windows,
     /// or it does not open within the search horizon.
     pub next_open: Option<DateTime<Utc>>,
-    /// The next instant the gate closes (after the next open, when closed now).
+    /// The next instant they close (after the next open, when closed now).
     pub next_close: Option<DateTime<Utc>>,
 }
 
-impl GateState {
-    /// The gate of a group that does not compile, as views of an invalid plan show it: closed,
+impl WindowState {
+    /// The windows of a group that does not compile, as views of an invalid plan show it: closed,
     /// with no known change (the controller runs no such group).
-    pub const INVALID: GateState = GateState {
+    pub const INVALID: WindowState = WindowState {
         open: false,
         next_open: None,
         next_close: None,
     };
 }
 
-impl Gate {
+impl Windows {
     /// Compiles a group's windows; on failure returns each bad window's index and error.
-    pub fn compile(windows: &[UpgradeWindow]) -> Result<Gate, Vec<(usize, WindowError)>> {
+    pub fn compile(windows: &[UpgradeWindow]) -> Result<Windows, Vec<(usize, WindowError)>> {
         let mut compiled = Vec::new();
         let mut errors = Vec::new();
         for (i, w) in windows.iter().enumerate() {
@@ -294,15 +296,15 @@ impl Gate {
             }
         }
         if errors.is_empty() {
-            Ok(Gate::of_windows(compiled))
+            Ok(Windows::of_windows(compiled))
         } else {
             Err(errors)
         }
     }
 
-    /// The gate of compiled windows, with no freeze yet.
-    pub fn of_windows(windows: Vec<Window>) -> Gate {
-        Gate {
+    /// Compiled windows, with no freeze yet.
+    pub fn of_windows(windows: Vec<Window>) -> Windows {
+        Windows {
             windows,
             freezes: Vec::new(),
         }
@@ -312,8 +314,8 @@ impl Gate {
         &self.windows
     }
 
-    /// This gate, also closed while any of `periods` is active.
-    pub fn with_freezes(mut self, periods: impl IntoIterator<Item = DenyPeriod>) -> Gate {
+    /// These windows, also closed while any of `periods` is active.
+    pub fn with_freezes(mut self, periods: impl IntoIterator<Item = DenyPeriod>) -> Windows {
         self.freezes.extend(periods);
         self
     }
@@ -359,7 +361,7 @@ impl Gate {
     }
 
     /// The gate rule of spec §7 over each window's state (`active`: windows, then freeze
-    /// periods, as [`Gate::periods`] lists them); an active freeze closes it as a deny window.
+    /// periods, as [`Windows::periods`] lists them); an active freeze closes it as a deny window.
     /// Whether the windows alone, without the freezes, let starts begin at `t` (a freeze is a
     /// reason of its own, spec §14.1).
     pub fn windows_open(&self, t: DateTime<Utc>) -> bool {
@@ -391,19 +393,19 @@ impl Gate {
         !has_allow || allowed
     }
 
-    /// The gate at `t` and its next open and close instants.
-    pub fn state(&self, t: DateTime<Utc>) -> GateState {
+    /// Open or closed at `t`, and the next open and close instants.
+    pub fn state(&self, t: DateTime<Utc>) -> WindowState {
         let open = self.is_open(t);
         let first = self.next_change(t);
         let second = first.and_then(|c| self.next_change(c));
         if open {
-            GateState {
+            WindowState {
                 open,
                 next_close: first,
                 next_open: second,
             }
         } else {
-            GateState {
+            WindowState {
                 open,
                 next_open: first,
                 next_close: second,
@@ -429,8 +431,8 @@ mod tests {
         }
     }
 
-    fn gate(ws: &[UpgradeWindow]) -> Gate {
-        Gate::compile(ws).unwrap()
+    fn gate(ws: &[UpgradeWindow]) -> Windows {
+        Windows::compile(ws).unwrap()
     }
 
     use WindowKind::{Allow, Deny};
@@ -502,7 +504,7 @@ mod tests {
         }
         assert_eq!(
             g.state(utc("2026-03-28T12:00:00Z")),
-            GateState {
+            WindowState {
                 open: false,
                 next_open: Some(utc("2026-03-28T22:00:00Z")),
                 next_close: Some(utc("2026-03-29T02:00:00Z")),
@@ -510,7 +512,7 @@ mod tests {
         );
         assert_eq!(
             g.state(utc("2026-10-24T23:00:00Z")),
-            GateState {
+            WindowState {
                 open: true,
                 next_close: Some(utc("2026-10-25T01:00:00Z")),
                 next_open: Some(utc("2026-10-25T22:00:00Z")), // 22:00 GMT
@@ -526,7 +528,7 @@ mod tests {
         let berlin = gate(&[w(Allow, "0,43 2 * * 0,6", "4h", Some("Europe/Berlin"))]);
         assert_eq!(
             berlin.state(utc("2026-03-28T12:00:00Z")),
-            GateState {
+            WindowState {
                 open: false,
                 next_open: Some(utc("2026-03-29T01:00:00Z")),
                 next_close: Some(utc("2026-03-29T05:00:00Z")),
@@ -537,7 +539,7 @@ mod tests {
         let new_york = gate(&[w(Deny, "11,41 1-4 * * 0,6", "1h", Some("America/New_York"))]);
         assert_eq!(
             new_york.state(utc("2027-11-07T04:00:00Z")),
-            GateState {
+            WindowState {
                 open: true,
                 next_close: Some(utc("2027-11-07T05:11:00Z")),
                 next_open: Some(utc("2027-11-07T06:41:00Z")),
@@ -561,7 +563,7 @@ mod tests {
         let s = deny.state(utc("2026-06-01T12:00:00Z"));
         assert_eq!(
             s,
-            GateState {
+            WindowState {
                 open: false,
                 next_open: None,
                 next_close: None
@@ -626,7 +628,7 @@ mod tests {
         let s = g.state(utc("2026-03-02T10:00:00Z"));
         assert_eq!(
             s,
-            GateState {
+            WindowState {
                 open: true,
                 next_close: Some(utc("2026-03-02T12:00:00Z")),
                 next_open: Some(utc("2026-03-02T13:00:00Z"))
@@ -649,7 +651,7 @@ mod tests {
         let g = gate(&[w(Allow, "0 * * * *", "30m", None)]);
         assert_eq!(
             g.state(utc("2026-03-02T10:45:00Z")),
-            GateState {
+            WindowState {
                 open: false,
                 next_open: Some(utc("2026-03-02T11:00:00Z")),
                 next_close: Some(utc("2026-03-02T11:30:00Z"))
@@ -663,7 +665,7 @@ mod tests {
         let s = g.state(utc("2026-03-02T10:15:00Z"));
         assert_eq!(
             s,
-            GateState {
+            WindowState {
                 open: false,
                 next_open: None,
                 next_close: None
@@ -675,7 +677,7 @@ mod tests {
     fn no_windows_never_changes() {
         assert_eq!(
             gate(&[]).state(utc("2026-03-02T10:15:00Z")),
-            GateState {
+            WindowState {
                 open: true,
                 next_open: None,
                 next_close: None
@@ -685,7 +687,7 @@ mod tests {
 
     #[test]
     fn errors_name_the_field() {
-        let errs = Gate::compile(&[
+        let errs = Windows::compile(&[
             w(Allow, "0 22 * * *", "4h", None),
             w(Allow, "0 22 * *", "4h", None),
             w(Deny, "0 1 * * *", "0s", Some("Nowhere/Land")),

@@ -22,7 +22,7 @@ use crate::engine::freeze::{holding, Freeze};
 use crate::engine::schedule::{scheduled_run_name, TriggerAction};
 use crate::engine::snapshot::group_bindings;
 use crate::engine::validate::{check_plan, summarize as summarize_problems};
-use crate::engine::window::GateState;
+use crate::engine::window::WindowState;
 
 /// Event reasons of a plan.
 pub mod events {
@@ -345,7 +345,7 @@ fn triggers(
 fn next_gate_change(plan: &CompiledPlan, freezes: &[Freeze], now: DateTime<Utc>) -> Option<DateTime<Utc>> {
     plan.groups
         .iter()
-        .filter_map(|g| GateState::of_group(&g.windows, freezes, now).1.next_change(now))
+        .filter_map(|g| WindowState::of_group(&g.windows, freezes, now).1.next_change(now))
         .min()
 }
 
@@ -435,7 +435,7 @@ fn gauges(
                     next_close: None,
                 };
             };
-            let (state, gate) = GateState::of_group(&group.windows, freezes, now);
+            let (state, gate) = WindowState::of_group(&group.windows, freezes, now);
             let size = sizes.as_ref().and_then(|s| s.get(i).copied());
             GroupGauges {
                 name: g.name.clone(),
