@@ -211,12 +211,54 @@ pub fn explain(
     viewer: Tz,
     style: &Style,
 ) -> (ExplainJson, String) {
-    let Found {
-        bindings,
+    let f = findings(plan, unknown_fields, found, (now, runs));
+    let spec = &plan.spec;
+    let mut out = String::new();
+    let mut line = |s: String| {
+        out.push_str(&s);
+        out.push('\n');
+    };
+    what_section(&mut line, &f, spec, style);
+    when_section(&mut line, &f, spec, viewer, style);
+    keeps_section(&mut line, spec, style);
+    let groups = groups_section(&mut line, &f, spec, found.freezes, now, style);
+    let freezes = freezes_section(&mut line, found.freezes, now, style);
+    let gates = gates_section(&mut line, spec, found.gates, style);
+    problems_section(&mut line, &f, style);
+    let json = ExplainJson {
+        plan: f.name,
+        valid: f.problems.is_empty(),
+        problems: f.problems,
+        warnings: f.warnings,
+        next_runs: f.next_runs,
+        groups,
+        promise: spec.promise_ref.name.clone(),
+        from: spec.upgrade_path.from.clone(),
+        to: spec.upgrade_path.to.clone(),
         gates,
         freezes,
-        plans,
-    } = *found;
+    };
+    (json, out)
+}
+
+/// What `explain` found about a plan before it says anything: its problems and warnings, its
+/// next runs, and (with bindings) the resources each group takes.
+struct Findings {
+    name: String,
+    problems: Vec<Problem>,
+    warnings: Vec<Problem>,
+    triggers: Option<upgradeplan::engine::schedule::Triggers>,
+    next_runs: Vec<DateTime<Utc>>,
+    membership: Option<upgradeplan::engine::snapshot::Snapshot>,
+}
+
+fn findings(
+    plan: &UpgradePlan,
+    unknown_fields: &[Problem],
+    found: &Found<'_>,
+    (now, runs): (DateTime<Utc>, usize),
+) -> Findings {
+    let Found { bindings, plans, .. } = *found;
     let name = plan.metadata.name.clone().unwrap_or_default();
     let spec = &plan.spec;
     let mut problems = unknown_fields.to_vec();
@@ -259,12 +301,19 @@ pub fn explain(
     if let (Some(snapshot), Some(c)) = (&membership, &compiled) {
         warnings.extend(upgradeplan::engine::snapshot::overlap_warnings(c, snapshot));
     }
+    Findings {
+        name,
+        problems,
+        warnings,
+        triggers,
+        next_runs,
+        membership,
+    }
+}
 
-    let mut out = String::new();
-    let mut line = |s: String| {
-        out.push_str(&s);
-        out.push('\n');
-    };
+/// The plan's verdict, Promise and versions.
+fn what_section(line: &mut impl FnMut(String), f: &Findings, spec: &UpgradePlanSpec, style: &Style) {
+    let Findings { name, problems, .. } = f;
     let verdict = if problems.is_empty() {
         style.state("valid")
     } else {
@@ -273,7 +322,7 @@ pub fn explain(
     line(format!(
         "{} {} — Promise {} — {verdict}",
         style.bold("UpgradePlan"),
-        style.bold(&name),
+        style.bold(name),
         spec.promise_ref.name
     ));
     line(String::new());
@@ -296,7 +345,13 @@ pub fn explain(
     ));
     line(format!("      move to {}", spec.upgrade_path.to));
     line(String::new());
+}
 
+/// When its runs are created, with the next triggers in the plan's zone and the viewer's.
+fn when_section(line: &mut impl FnMut(String), f: &Findings, spec: &UpgradePlanSpec, viewer: Tz, style: &Style) {
+    let Findings {
+        triggers, next_runs, ..
+    } = f;
     match (&spec.upgrade_execution_policy, &triggers) {
         (None, _) => line(format!(
             "{} only when an UpgradeRun is created (no upgradeExecutionPolicy)",
@@ -343,6 +398,10 @@ pub fn explain(
             }
         }
     }
+}
+
+/// `runHistoryLimit`.
+fn keeps_section(line: &mut impl FnMut(String), spec: &UpgradePlanSpec, style: &Style) {
     if let Some(limit) = &spec.run_history_limit {
         let keep = |n: Option<i32>, kind: &str| match n {
             Some(n) => format!("the newest {n} {kind} runs"),
@@ -356,115 +415,147 @@ pub fn explain(
         ));
     }
     line(String::new());
+}
 
+/// Each group: what it selects, its limits, rules and windows, and whether they are open now.
+fn groups_section(
+    line: &mut impl FnMut(String),
+    f: &Findings,
+    spec: &UpgradePlanSpec,
+    freezes: &[Freeze],
+    now: DateTime<Utc>,
+    style: &Style,
+) -> Vec<GroupJson> {
     line(style.bold("Groups, in order:"));
-    let mut groups = Vec::new();
-    for (i, g) in spec.rollout_groups.iter().enumerate() {
-        let windows = g.resource_upgrade_windows.as_deref().unwrap_or_default();
-        let group = compile::group(i, g);
-        // What a field that does not compile says (the same text as under Problems).
-        let invalid = |field: &str| {
-            let at = format!("spec.rolloutGroups[{i}].{field}");
-            let problems = group.as_ref().err().into_iter().flatten();
-            let found = problems.filter(|p| p.field == at || p.field.starts_with(&format!("{at}[")));
-            let messages: Vec<&str> = found.map(|p| p.message.as_str()).collect();
-            (!messages.is_empty()).then(|| format!("invalid ({})", messages.join("; ")))
-        };
-        let group = group.as_ref().ok();
-        let gated = group.map(|c| WindowState::of_group(&c.windows, freezes, now));
-        let size = membership
+    let size = |i: usize| {
+        f.membership
             .as_ref()
             .and_then(|m| m.groups.get(i))
-            .map(|g| g.resources.len());
-        let resolved = group.and_then(|c| c.limit.shown(size));
-        let limit_words = match (group.map(|c| c.limit), size) {
-            (None, _) => invalid("maxConcurrent").unwrap_or_else(|| "unknown: the group is invalid".into()),
-            (Some(Limit::Unlimited), Some(n)) => format!("no limit (all {n} resources now)"),
-            (Some(Limit::Unlimited), None) => "no limit".to_string(),
-            (Some(Limit::Count(c)), Some(n)) => format!("{c} (of {n} resources now)"),
-            (Some(Limit::Count(c)), None) => c.to_string(),
-            (Some(l @ Limit::Percent(p)), Some(n)) => {
-                format!("{p}% of the group: {} of {n} resources now", l.resolve(n))
-            }
-            (Some(Limit::Percent(p)), None) => format!("{p}% of the group (rounded down, at least 1)"),
+            .map(|g| g.resources.len())
+    };
+    (spec.rollout_groups.iter().enumerate())
+        .map(|(i, g)| group_section(line, (i, g), size(i), freezes, now, style))
+        .collect()
+}
+
+/// Group `i` of the plan, `size` its resources now (with bindings).
+fn group_section(
+    line: &mut impl FnMut(String),
+    (i, g): (usize, &upgradeplan::api::RolloutGroup),
+    size: Option<usize>,
+    freezes: &[Freeze],
+    now: DateTime<Utc>,
+    style: &Style,
+) -> GroupJson {
+    let windows = g.resource_upgrade_windows.as_deref().unwrap_or_default();
+    let group = compile::group(i, g);
+    // What a field that does not compile says (the same text as under Problems).
+    let invalid = |field: &str| {
+        let at = format!("spec.rolloutGroups[{i}].{field}");
+        let problems = group.as_ref().err().into_iter().flatten();
+        let found = problems.filter(|p| p.field == at || p.field.starts_with(&format!("{at}[")));
+        let messages: Vec<&str> = found.map(|p| p.message.as_str()).collect();
+        (!messages.is_empty()).then(|| format!("invalid ({})", messages.join("; ")))
+    };
+    let group = group.as_ref().ok();
+    let gated = group.map(|c| WindowState::of_group(&c.windows, freezes, now));
+    let resolved = group.and_then(|c| c.limit.shown(size));
+    let limit_words = match (group.map(|c| c.limit), size) {
+        (None, _) => invalid("maxConcurrent").unwrap_or_else(|| "unknown: the group is invalid".into()),
+        (Some(Limit::Unlimited), Some(n)) => format!("no limit (all {n} resources now)"),
+        (Some(Limit::Unlimited), None) => "no limit".to_string(),
+        (Some(Limit::Count(c)), Some(n)) => format!("{c} (of {n} resources now)"),
+        (Some(Limit::Count(c)), None) => c.to_string(),
+        (Some(l @ Limit::Percent(p)), Some(n)) => {
+            format!("{p}% of the group: {} of {n} resources now", l.resolve(n))
+        }
+        (Some(Limit::Percent(p)), None) => format!("{p}% of the group (rounded down, at least 1)"),
+    };
+    line(format!("  {}. {}", i + 1, style.bold(&g.name)));
+    line(format!(
+        "     selects:     {}",
+        selector::describe(g.selectors.as_ref())
+    ));
+    line(format!("     at a time:   {limit_words}"));
+    // Failure budget and deadline (spec §13.1): shown only when set, so SKE plans read as before.
+    if g.max_failures.is_some() {
+        let words = match group {
+            Some(c) => c.budget.describe(size),
+            None => invalid("maxFailures").unwrap_or_else(|| "unknown: the group is invalid".into()),
         };
-        line(format!("  {}. {}", i + 1, style.bold(&g.name)));
-        line(format!(
-            "     selects:     {}",
-            selector::describe(g.selectors.as_ref())
-        ));
-        line(format!("     at a time:   {limit_words}"));
-        // Failure budget and deadline (spec §13.1): shown only when set, so SKE plans read as before.
-        if g.max_failures.is_some() {
-            let words = match group {
-                Some(c) => c.budget.describe(size),
-                None => invalid("maxFailures").unwrap_or_else(|| "unknown: the group is invalid".into()),
-            };
-            line(format!("     failures:    {words}"));
-        }
-        if let Some(d) = &g.progress_deadline {
-            line(format!(
-                "     deadline:    a resource that takes longer than {d} counts as failed"
-            ));
-        }
-        if let Some(h) = &g.health_check {
-            line("     health:      an upgraded resource is verifying, and keeps its slot, until its Kratix".into());
-            line(format!(
-                "                  HealthRecord says healthy or ready; unhealthy, degraded or no report within {} fails it",
-                h.timeout
-            ));
-        }
-        if compile::requires_approval(g) {
-            line(format!(
-                "     approval:    starts only when approved: kubectl upgradeplan approve RUN {}",
-                g.name
-            ));
-        }
-        if let Some(d) = &g.soak_duration {
-            line(format!(
-                "     after:       wait {d} before the next group starts (soak)"
-            ));
-        }
-        for w in windows {
-            let kind = match w.kind {
-                WindowKind::Allow => "allow",
-                WindowKind::Deny => "deny",
-            };
-            let zone = w.time_zone.clone().unwrap_or_else(|| "UTC".into());
-            line(format!(
-                "     window:      {kind} starts on \"{}\"{} for {} ({zone})",
-                w.schedule,
-                either_day_note(&w.schedule),
-                w.duration
-            ));
-        }
-        let gate_line = match &gated {
-            Some((state, _)) => gate_words(style, state, windows, freezes, now),
-            None if invalid("resourceUpgradeWindows").is_some() => {
-                "cannot be evaluated: the windows are invalid (see Problems)".to_string()
-            }
-            None => "cannot be evaluated: the group is invalid (see Problems)".to_string(),
-        };
-        let state = gated.map_or(WindowState::INVALID, |(s, _)| s);
-        line(format!("     gate:        {gate_line}"));
-        groups.push(GroupJson {
-            name: g.name.clone(),
-            window: WindowJson {
-                open: state.open,
-                next_open: state.next_open,
-                next_close: state.next_close,
-            },
-            selector: selector::describe(g.selectors.as_ref()),
-            max_concurrent: resolved,
-            max_failures: group
-                .filter(|_| g.max_failures.is_some())
-                .and_then(|c| c.budget.shown(size)),
-            progress_deadline: g.progress_deadline.clone(),
-            health_check_timeout: g.health_check.as_ref().map(|h| h.timeout.clone()),
-            soak_duration: g.soak_duration.clone(),
-            require_approval: compile::requires_approval(g),
-        });
+        line(format!("     failures:    {words}"));
     }
+    if let Some(d) = &g.progress_deadline {
+        line(format!(
+            "     deadline:    a resource that takes longer than {d} counts as failed"
+        ));
+    }
+    if let Some(h) = &g.health_check {
+        line("     health:      an upgraded resource is verifying, and keeps its slot, until its Kratix".into());
+        line(format!(
+            "                  HealthRecord says healthy or ready; unhealthy, degraded or no report within {} fails it",
+            h.timeout
+        ));
+    }
+    if compile::requires_approval(g) {
+        line(format!(
+            "     approval:    starts only when approved: kubectl upgradeplan approve RUN {}",
+            g.name
+        ));
+    }
+    if let Some(d) = &g.soak_duration {
+        line(format!(
+            "     after:       wait {d} before the next group starts (soak)"
+        ));
+    }
+    for w in windows {
+        let kind = match w.kind {
+            WindowKind::Allow => "allow",
+            WindowKind::Deny => "deny",
+        };
+        let zone = w.time_zone.clone().unwrap_or_else(|| "UTC".into());
+        line(format!(
+            "     window:      {kind} starts on \"{}\"{} for {} ({zone})",
+            w.schedule,
+            either_day_note(&w.schedule),
+            w.duration
+        ));
+    }
+    let gate_line = match &gated {
+        Some((state, _)) => gate_words(style, state, windows, freezes, now),
+        None if invalid("resourceUpgradeWindows").is_some() => {
+            "cannot be evaluated: the windows are invalid (see Problems)".to_string()
+        }
+        None => "cannot be evaluated: the group is invalid (see Problems)".to_string(),
+    };
+    let state = gated.map_or(WindowState::INVALID, |(s, _)| s);
+    line(format!("     gate:        {gate_line}"));
+    GroupJson {
+        name: g.name.clone(),
+        window: WindowJson {
+            open: state.open,
+            next_open: state.next_open,
+            next_close: state.next_close,
+        },
+        selector: selector::describe(g.selectors.as_ref()),
+        max_concurrent: resolved,
+        max_failures: group
+            .filter(|_| g.max_failures.is_some())
+            .and_then(|c| c.budget.shown(size)),
+        progress_deadline: g.progress_deadline.clone(),
+        health_check_timeout: g.health_check.as_ref().map(|h| h.timeout.clone()),
+        soak_duration: g.soak_duration.clone(),
+        require_approval: compile::requires_approval(g),
+    }
+}
+
+/// The UpgradeFreezes that hold the plan, and when.
+fn freezes_section(
+    line: &mut impl FnMut(String),
+    freezes: &[Freeze],
+    now: DateTime<Utc>,
+    style: &Style,
+) -> Vec<FreezeJson> {
     let mut freeze_json = Vec::new();
     if !freezes.is_empty() {
         line(String::new());
@@ -488,6 +579,16 @@ pub fn explain(
             });
         }
     }
+    freeze_json
+}
+
+/// The signal gates, with what each said when read (`--prometheus-url`).
+fn gates_section(
+    line: &mut impl FnMut(String),
+    spec: &UpgradePlanSpec,
+    gates: Option<&[Reading]>,
+    style: &Style,
+) -> Vec<GateJson> {
     let mut gate_json = Vec::new();
     if let Some(plan_gates) = spec.gates.as_deref().filter(|g| !g.is_empty()) {
         line(String::new());
@@ -530,35 +631,27 @@ pub fn explain(
             });
         }
     }
+    gate_json
+}
+
+/// Problems and warnings, each with its field.
+fn problems_section(line: &mut impl FnMut(String), f: &Findings, style: &Style) {
+    let Findings { problems, warnings, .. } = f;
     line(String::new());
     if problems.is_empty() {
         line(format!("{} none", style.bold("Problems:")));
     } else {
         line(style.bold(&format!("Problems ({}):", problems.len())));
-        for p in &problems {
+        for p in problems {
             line(format!("  {}: {}", p.field, p.message));
         }
     }
     if !warnings.is_empty() {
         line(style.bold(&format!("Warnings ({}):", warnings.len())));
-        for w in &warnings {
+        for w in warnings {
             line(format!("  {}: {}", w.field, w.message));
         }
     }
-    let json = ExplainJson {
-        plan: name,
-        valid: problems.is_empty(),
-        problems,
-        warnings,
-        next_runs,
-        groups,
-        promise: spec.promise_ref.name.clone(),
-        from: spec.upgrade_path.from.clone(),
-        to: spec.upgrade_path.to.clone(),
-        gates: gate_json,
-        freezes: freeze_json,
-    };
-    (json, out)
 }
 
 /// Evaluates each gate of `plan` now against the Prometheus at `url` (plan order).
