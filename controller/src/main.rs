@@ -1,6 +1,7 @@
 //! `upgradeplan-controller`: executes UpgradePlans and UpgradeRuns in a cluster.
 
 mod bindings;
+mod caches;
 mod client_metrics;
 mod clock;
 mod context;
@@ -15,11 +16,12 @@ mod plan;
 mod run;
 mod secure;
 mod snapshots;
+mod wakes;
 mod watch;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,13 +29,11 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
-use upgradeplan::api::kratix::{BindingFacts, CachedBinding, HealthRecord, Promise, PromiseRevision, ResourceBinding};
+use upgradeplan::api::kratix::{BindingFacts, CachedBinding, HealthRecord, Promise, PromiseRevision};
 use upgradeplan::api::{UpgradeApproval, UpgradeFreeze, UpgradePlan, UpgradeRun, DEFAULT_SNAPSHOT_NAMESPACE};
 
 use crate::context::Ctx;
@@ -421,6 +421,37 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The reconcile of a kind: the reconcile itself, the key its retries are counted under, and
+/// what to do on an error.
+type Reconciler<K, Fut> = (
+    fn(Arc<K>, Arc<Ctx>) -> Fut,
+    fn(&K) -> String,
+    fn(Arc<K>, &error::Error, Arc<Ctx>) -> kube::runtime::controller::Action,
+);
+
+/// `controller` run to its end, every reconcile [`timed`] as `name`.
+fn running<K, Fut>(
+    controller: Controller<K>,
+    name: &'static str,
+    (reconcile, retry_key, error_policy): Reconciler<K, Fut>,
+    ctx: Arc<Ctx>,
+) -> impl std::future::Future<Output = ()>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<kube::runtime::controller::Action, error::Error>> + Send + 'static,
+{
+    controller
+        .run(
+            move |object, ctx: Arc<Ctx>| {
+                let (key, version) = (retry_key(&object), object.resource_version());
+                timed(name, ctx.clone(), key, version, reconcile(object, ctx))
+            },
+            error_policy,
+            ctx,
+        )
+        .for_each(|_| futures::future::ready(()))
+}
+
 /// Runs one reconcile, records controller-runtime's metrics for it, and forgets the object's
 /// earlier failures when it succeeds (see [`context::RetryBackoff`]).
 async fn timed(
@@ -466,147 +497,27 @@ async fn run_controllers<F, Fut>(
     Fut: std::future::Future<Output = ()> + Send + Sync + 'static,
 {
     // Triggers flow once the controllers run; until then the caches fill and follow changes.
-    let forwarding = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let all = watcher::Config::default;
-    let (plans, plans_w) = reflector::store::<UpgradePlan>();
-    let (runs, runs_w) = reflector::store::<UpgradeRun>();
-    let bindings = bindings::BindingStore::default();
-    let (revisions, revisions_w) = reflector::store::<PromiseRevision>();
-    let (promises, promises_w) = reflector::store::<Promise>();
-    let (health, health_w) = reflector::store::<HealthRecord>();
-    let (approvals, approvals_w) = reflector::store::<UpgradeApproval>();
-    let (freezes, freezes_w) = reflector::store::<UpgradeFreeze>();
-    let plan_config = || match &cli.selector {
-        Some(s) => watcher::Config::default().labels(s),
-        None => watcher::Config::default(),
-    };
-    let synced = context::Synced::default();
-    // Each cache's stream marks its flag once the initial list has been applied to the store (and
-    // `not_served` when the API server does not serve the kind), and is split into one trigger per
-    // controller that watches the kind (see `watch::fan_out`).
-    macro_rules! cached {
-        ($writer:expr, $kind:ty, $config:expr, $triggers:expr, $flag:expr) => {
-            cached!(
-                $writer,
-                $kind,
-                $config,
-                $triggers,
-                $flag,
-                None::<Arc<std::sync::atomic::AtomicBool>>
-            )
-        };
-        ($writer:expr, $kind:ty, $config:expr, $triggers:expr, $flag:expr, $not_served:expr) => {{
-            let (flag, not_served) = ($flag, $not_served);
-            let stream =
-                reflector::reflector($writer, watch::watch_all::<$kind>(client.clone(), $config)).inspect(move |ev| {
-                    match ev {
-                        Ok(watcher::Event::InitDone) => {
-                            flag.store(true, Ordering::SeqCst);
-                            // Installed since: served now.
-                            if let Some(n) = &not_served {
-                                n.store(false, Ordering::SeqCst);
-                            }
-                        }
-                        // A 404 to the list: the kind is not served. Code, not reason: a group
-                        // that exists without this kind answers a plain-text "404 page not found",
-                        // which carries no reason (Status::is_not_found misses it).
-                        Err(watcher::Error::InitialListFailed(kube::Error::Api(e))) if e.code == 404 => {
-                            if let Some(n) = &not_served {
-                                n.store(true, Ordering::SeqCst);
-                            }
-                        }
-                        _ => {}
-                    }
-                });
-            watch::fan_out(stream, $triggers, forwarding.clone())
-        }};
-    }
-    let (drive_plans, mut plan_triggers) = cached!(plans_w, UpgradePlan, plan_config(), 3, synced.flag());
-    let (drive_runs, mut run_triggers) = cached!(runs_w, UpgradeRun, all(), 2, synced.flag());
-    // Bindings have a store of their own, compact (see `bindings`).
-    let (drive_bindings, mut binding_triggers) = {
-        let flag = synced.flag();
-        let stream = bindings::reflect(
-            bindings.clone(),
-            watch::watch_all::<ResourceBinding>(client.clone(), all()),
-        )
-        .inspect(move |ev| {
-            if let Ok(watcher::Event::InitDone) = ev {
-                flag.store(true, Ordering::SeqCst);
-            }
-        });
-        watch::fan_out(stream, 1, forwarding.clone())
-    };
-    let (drive_revisions, mut revision_triggers) = cached!(revisions_w, PromiseRevision, all(), 1, synced.flag());
-    let (drive_promises, mut promise_triggers) = cached!(promises_w, Promise, all(), 1, synced.flag());
-    // Caches apart from `synced`, each with its own flag: a cluster without their kind (Kratix
-    // without HealthRecords, or CRDs not yet updated to UpgradeApproval) must not stop every run;
-    // the runs that need one wait for it (see `run::pass`).
-    let health_synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let approvals_synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let health_not_served = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let approvals_not_served = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (drive_health, mut health_triggers) = cached!(
-        health_w,
-        HealthRecord,
-        all(),
-        1,
-        health_synced.clone(),
-        Some(health_not_served.clone())
-    );
-    let (drive_approvals, mut approval_triggers) = cached!(
-        approvals_w,
-        UpgradeApproval,
-        all(),
-        1,
-        approvals_synced.clone(),
-        Some(approvals_not_served.clone())
-    );
-    // Freezes hold every run: a run starts nothing until their list is in, unless the API server
-    // does not serve the kind (no freeze can exist then; see `Ctx::freezes_known`).
-    let freezes_synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let freezes_not_served = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (drive_freezes, mut freeze_triggers) = cached!(
-        freezes_w,
-        UpgradeFreeze,
-        all(),
-        3,
-        freezes_synced.clone(),
-        Some(freezes_not_served.clone())
-    );
-    // The metadata (no data) of the snapshot ConfigMaps: a change to one wakes its run, whose
-    // pass verifies it against the digest its status recorded.
-    let (snapshot_meta, snapshot_meta_w) = reflector::store::<PartialObjectMeta<ConfigMap>>();
-    let (drive_snapshots, mut snapshot_triggers) = {
-        let flag = synced.flag();
-        // An Api of PartialObjectMeta makes metadata-only requests.
-        let api: Api<PartialObjectMeta<ConfigMap>> = Api::namespaced(client.clone(), &cli.snapshot_namespace);
-        let config = watcher::Config::default().labels(upgradeplan::api::RUN_LABEL);
-        let stream = reflector::reflector(
-            snapshot_meta_w,
-            watcher(api, config).backoff(watch::reconnect_backoff()),
-        )
-        .inspect(move |ev| match ev {
-            Ok(watcher::Event::InitDone) => flag.store(true, Ordering::SeqCst),
-            Err(e) => tracing::warn!(kind = "ConfigMap", error = %e, "snapshot watch error; retrying"),
-            _ => {}
-        });
-        watch::fan_out(stream, 1, forwarding.clone())
-    };
-    let caches = async {
-        tokio::join!(
-            drive_snapshots,
-            drive_plans,
-            drive_runs,
-            drive_bindings,
-            drive_revisions,
-            drive_promises,
-            drive_health,
-            drive_approvals,
-            drive_freezes
-        );
-    };
-
+    let forwarding = Arc::new(AtomicBool::new(false));
+    let caches::Caches {
+        plans,
+        runs,
+        bindings,
+        revisions,
+        promises,
+        health,
+        approvals,
+        freezes,
+        snapshot_meta,
+        synced,
+        health_synced,
+        approvals_synced,
+        freezes_synced,
+        health_not_served,
+        approvals_not_served,
+        freezes_not_served,
+        drive: caches,
+        triggers: mut t,
+    } = caches::start(&client, cli.selector.as_deref(), &cli.snapshot_namespace, &forwarding);
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         recorder: events::Publisher::new(client.clone(), "upgradeplan-controller", identity()),
@@ -652,77 +563,46 @@ async fn run_controllers<F, Fut>(
     // Reconciles of one object never overlap; a little debounce merges bursts of binding events.
     let config = ControllerConfig::default().debounce(Duration::from_millis(50));
 
-    // Unfinished runs working on a Promise (their frozen plan's, spec §14.2); `dormant_too`:
-    // also superseded runs and previews not resumed, which only a revision concerns (a
-    // preview's snapshot waits for it).
-    let runs_of_promise = {
-        let (ctx, runs) = (Arc::downgrade(&ctx), runs.clone());
-        move |promise: &str, dormant_too: bool| -> Vec<ObjectRef<UpgradeRun>> {
-            let Some(ctx) = ctx.upgrade() else { return Vec::new() };
-            runs.state()
-                .iter()
-                .filter(|r| !r.status.as_ref().is_some_and(|s| s.state.is_terminal()))
-                .filter(|r| dormant_too || !upgradeplan::engine::admission::is_dormant(r))
-                .filter(|r| ctx.promise_of_run(r).as_deref() == Some(promise))
-                .map(|r| ObjectRef::from_obj(&**r))
-                .collect()
-        }
-    };
-    let binding_to_runs = {
-        let f = runs_of_promise.clone();
-        move |b: Arc<CachedBinding>| f(b.promise(), false)
-    };
-    let revision_to_runs = {
-        let f = runs_of_promise.clone();
-        move |r: PromiseRevision| f(r.promise(), true)
-    };
-    let health_to_runs = {
-        let f = runs_of_promise.clone();
-        move |h: HealthRecord| f(&h.data.promise_ref.name, false)
-    };
-    // A freeze can hold any run: every unfinished run that can act looks again.
-    let freeze_to_runs = {
-        let (plans, runs) = (plans.clone(), runs.clone());
-        move |_: UpgradeFreeze| -> Vec<ObjectRef<UpgradeRun>> {
-            runs.state()
-                .iter()
-                .filter(|r| plans.get(&ObjectRef::new(r.plan_name())).is_some())
-                .filter(|r| !r.status.as_ref().is_some_and(|s| s.state.is_terminal()))
-                .filter(|r| !upgradeplan::engine::admission::is_dormant(r))
-                .map(|r| ObjectRef::from_obj(&**r))
-                .collect()
-        }
-    };
-    let plan_to_runs = {
-        let runs = runs.clone();
-        move |p: UpgradePlan| -> Vec<ObjectRef<UpgradeRun>> {
-            let name = p.name_any();
-            runs.state()
-                .iter()
-                .filter(|r| r.plan_name() == name)
-                .map(|r| ObjectRef::from_obj(&**r))
-                .collect()
-        }
+    let wakes = wakes::Wakes {
+        runs: runs.clone(),
+        plans: plans.clone(),
+        freezes: freezes.clone(),
+        ctx: Arc::downgrade(&ctx),
     };
     // Started after the caches may have been filled while a standby (their triggers dropped):
     // each controller first looks at every object its cache holds.
     let at_start = || futures::stream::once(futures::future::ready(()));
-    let run_controller = Controller::for_stream(run_triggers.remove(0), runs.clone())
+    let run_controller = Controller::for_stream(t.runs.remove(0), runs.clone())
         .with_config(config.clone())
         .reconcile_all_on(at_start())
-        .reconcile_on(
-            binding_triggers
-                .remove(0)
-                .flat_map(move |b| futures::stream::iter(b.map(&binding_to_runs).into_iter().flatten())),
+        .reconcile_on(t.bindings.remove(0).flat_map({
+            let w = wakes.clone();
+            // A watch error wakes nothing (the watcher retries it).
+            move |b: Result<Arc<CachedBinding>, _>| {
+                let runs = b.map(|b| w.runs_of_promise(b.promise(), false));
+                futures::stream::iter(runs.into_iter().flatten())
+            }
+        }))
+        .watches_stream(
+            t.revisions.remove(0),
+            wakes.by(|w, r: PromiseRevision| w.runs_of_promise(r.promise(), true)),
         )
-        .watches_stream(revision_triggers.remove(0), revision_to_runs)
-        .watches_stream(health_triggers.remove(0), health_to_runs)
-        .watches_stream(approval_triggers.remove(0), |a: UpgradeApproval| {
+        .watches_stream(
+            t.health.remove(0),
+            wakes.by(|w, h: HealthRecord| w.runs_of_promise(&h.data.promise_ref.name, false)),
+        )
+        .watches_stream(t.approvals.remove(0), |a: UpgradeApproval| {
             Some(ObjectRef::<UpgradeRun>::new(&a.spec.upgrade_run_ref.name))
         })
-        .watches_stream(plan_triggers.remove(0), plan_to_runs)
-        .watches_stream(freeze_triggers.remove(0), freeze_to_runs)
-        .watches_stream(snapshot_triggers.remove(0), |cm: PartialObjectMeta<ConfigMap>| {
+        .watches_stream(
+            t.plans.remove(0),
+            wakes.by(|w, p: UpgradePlan| w.runs_of_plan(&p.name_any())),
+        )
+        .watches_stream(
+            t.freezes.remove(0),
+            wakes.by(|w, _: UpgradeFreeze| w.runs_a_freeze_may_hold()),
+        )
+        .watches_stream(t.snapshots.remove(0), |cm: PartialObjectMeta<ConfigMap>| {
             cm.metadata
                 .owner_references
                 .unwrap_or_default()
@@ -730,96 +610,42 @@ async fn run_controllers<F, Fut>(
                 .find(|o| o.kind == "UpgradeRun")
                 .map(|o| ObjectRef::<UpgradeRun>::new(&o.name))
         })
-        .graceful_shutdown_on(stopped())
-        .run(
-            |run, ctx: Arc<Ctx>| {
-                timed(
-                    "upgraderun",
-                    ctx.clone(),
-                    run::retry_key(&run),
-                    run.resource_version(),
-                    run::reconcile(run, ctx),
-                )
-            },
-            run::error_policy,
-            ctx.clone(),
-        )
-        .for_each(|_| futures::future::ready(()));
+        .graceful_shutdown_on(stopped());
+    let run_controller = running(
+        run_controller,
+        "upgraderun",
+        (run::reconcile, run::retry_key, run::error_policy),
+        ctx.clone(),
+    );
 
-    let run_to_plan = {
-        let plans = plans.clone();
-        move |r: UpgradeRun| {
-            let plan = ObjectRef::<UpgradePlan>::new(r.plan_name());
-            plans.get(&plan).map(|_| plan)
-        }
-    };
-    let promise_to_plans = {
-        let plans = plans.clone();
-        move |p: Promise| -> Vec<ObjectRef<UpgradePlan>> {
-            let name = p.name_any();
-            plans
-                .state()
-                .iter()
-                .filter(|pl| pl.spec.promise_ref.name == name)
-                .map(|pl| ObjectRef::from_obj(&**pl))
-                .collect()
-        }
-    };
-    // A freeze's periods move the gauges of every plan it holds.
-    let freeze_to_plans = {
-        let plans = plans.clone();
-        move |_: UpgradeFreeze| -> Vec<ObjectRef<UpgradePlan>> {
-            plans.state().iter().map(|p| ObjectRef::from_obj(&**p)).collect()
-        }
-    };
-    let plan_controller = Controller::for_stream(plan_triggers.remove(0), plans.clone())
+    let plan_controller = Controller::for_stream(t.plans.remove(0), plans.clone())
         .with_config(config.clone())
         .reconcile_all_on(at_start())
-        .watches_stream(run_triggers.remove(0), run_to_plan)
-        .watches_stream(promise_triggers.remove(0), promise_to_plans)
-        .watches_stream(freeze_triggers.remove(0), freeze_to_plans)
-        .graceful_shutdown_on(stopped())
-        .run(
-            |plan, ctx: Arc<Ctx>| {
-                timed(
-                    "upgradeplan",
-                    ctx.clone(),
-                    plan::retry_key(&plan),
-                    plan.resource_version(),
-                    plan::reconcile(plan, ctx),
-                )
-            },
-            plan::error_policy,
-            ctx.clone(),
+        .watches_stream(t.runs.remove(0), wakes.by(|w, r: UpgradeRun| w.plan_of_run(&r)))
+        .watches_stream(
+            t.promises.remove(0),
+            wakes.by(|w, p: Promise| w.plans_of_promise(&p.name_any())),
         )
-        .for_each(|_| futures::future::ready(()));
+        .watches_stream(t.freezes.remove(0), wakes.by(|w, _: UpgradeFreeze| w.every_plan()))
+        .graceful_shutdown_on(stopped());
+    let plan_controller = running(
+        plan_controller,
+        "upgradeplan",
+        (plan::reconcile, plan::retry_key, plan::error_policy),
+        ctx.clone(),
+    );
 
-    // A plan's labels decide which freezes hold it (matchingPlans).
-    let plan_to_freezes = {
-        let freezes = freezes.clone();
-        move |_: UpgradePlan| -> Vec<ObjectRef<UpgradeFreeze>> {
-            freezes.state().iter().map(|f| ObjectRef::from_obj(&**f)).collect()
-        }
-    };
-    let freeze_controller = Controller::for_stream(freeze_triggers.remove(0), freezes.clone())
+    let freeze_controller = Controller::for_stream(t.freezes.remove(0), freezes.clone())
         .with_config(config)
         .reconcile_all_on(at_start())
-        .watches_stream(plan_triggers.remove(0), plan_to_freezes)
-        .graceful_shutdown_on(stopped())
-        .run(
-            |freeze, ctx: Arc<Ctx>| {
-                timed(
-                    "upgradefreeze",
-                    ctx.clone(),
-                    freeze::retry_key(&freeze),
-                    freeze.resource_version(),
-                    freeze::reconcile(freeze, ctx),
-                )
-            },
-            freeze::error_policy,
-            ctx.clone(),
-        )
-        .for_each(|_| futures::future::ready(()));
+        .watches_stream(t.plans.remove(0), wakes.by(|w, _: UpgradePlan| w.every_freeze()))
+        .graceful_shutdown_on(stopped());
+    let freeze_controller = running(
+        freeze_controller,
+        "upgradefreeze",
+        (freeze::reconcile, freeze::retry_key, freeze::error_policy),
+        ctx.clone(),
+    );
 
     let controllers = async {
         if !leading.await {

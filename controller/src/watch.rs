@@ -162,6 +162,51 @@ where
         })
 }
 
+/// The flags a cache of one kind keeps: `synced` once its initial list has been applied to the
+/// store, and (for kinds a cluster may lack) `not_served` while the API server does not serve it.
+pub struct CacheFlags {
+    pub synced: Arc<AtomicBool>,
+    pub not_served: Option<Arc<AtomicBool>>,
+}
+
+/// A cache of every `K` (`config`): its store fed by [`watch_all`] through `writer`, its
+/// [`CacheFlags`] kept, and split into `n` triggers ([`fan_out`]) that flow once `forwarding`.
+pub fn cache<K>(
+    client: Client,
+    writer: kube::runtime::reflector::store::Writer<K>,
+    config: watcher::Config,
+    n: usize,
+    flags: CacheFlags,
+    forwarding: Arc<AtomicBool>,
+) -> (
+    impl std::future::Future<Output = ()> + Send,
+    Vec<impl Stream<Item = Result<K, watcher::Error>> + Send>,
+)
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Clone + std::fmt::Debug + Send + Sync + 'static,
+{
+    let CacheFlags { synced, not_served } = flags;
+    let stream = kube::runtime::reflector(writer, watch_all::<K>(client, config)).inspect(move |ev| match ev {
+        Ok(watcher::Event::InitDone) => {
+            synced.store(true, Ordering::SeqCst);
+            // Installed since: served now.
+            if let Some(n) = &not_served {
+                n.store(false, Ordering::SeqCst);
+            }
+        }
+        // A 404 to the list: the kind is not served. Code, not reason: a group that exists
+        // without this kind answers a plain-text "404 page not found", which carries no reason
+        // (Status::is_not_found misses it).
+        Err(watcher::Error::InitialListFailed(kube::Error::Api(e))) if e.code == 404 => {
+            if let Some(n) = &not_served {
+                n.store(true, Ordering::SeqCst);
+            }
+        }
+        _ => {}
+    });
+    fan_out(stream, n, forwarding)
+}
+
 /// Splits one cached watch into `n` trigger streams of the objects it touched.
 ///
 /// `source` is a reflector stream: it yields an event only after applying it to its store. Every
