@@ -16,11 +16,9 @@ use upgradeplan::engine::admission::is_preview;
 use upgradeplan::engine::freeze::Freeze;
 use upgradeplan::engine::gate::{self, GateCheck};
 use upgradeplan::engine::health::HealthRecords;
-use upgradeplan::engine::run::{
-    evaluate, recorded_failure, resource_outcome, texts, Blocked, Evaluation, Outcome, RunContext,
-};
+use upgradeplan::engine::run::{evaluate, recorded_failure, texts, Blocked, Evaluation, Outcome, RunContext};
 use upgradeplan::engine::snapshot::{check_shard, read_frozen, ShardCheck};
-use upgradeplan::engine::view::{run_view, BudgetUse, GroupView};
+use upgradeplan::engine::view::{resource_views, run_view, BudgetUse, GroupView, RunAt};
 
 use crate::output::{duration, relative, table, Style};
 
@@ -109,6 +107,11 @@ impl Live {
 
     pub fn binding(&self, namespace: &str, name: &str) -> Option<&ResourceBinding> {
         self.bindings.get(&(namespace.to_string(), name.to_string()))
+    }
+
+    /// The bindings as the engine's rules look them up.
+    pub fn lookup<'s>(&'s self) -> impl Fn(&str, &str) -> Option<&'s dyn BindingFacts> + 's {
+        move |namespace: &str, name: &str| self.binding(namespace, name).map(|b| b as &dyn BindingFacts)
     }
 }
 
@@ -384,6 +387,10 @@ pub struct ResourceRow {
     /// are combined beyond ten).
     pub started_at: Option<DateTime<Utc>>,
     pub outcome: String,
+    /// What its binding shows now, when the run counted something else (a Kratix retry, a later
+    /// run): the outcome the run counted stands.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
     pub detail: String,
 }
 
@@ -427,46 +434,47 @@ pub fn run_resources(
     let name = run.metadata.name.clone().unwrap_or_default();
     let recorded = recorded_groups(run);
     let mut rows = Vec::new();
-    for g in &frozen.snapshot.groups {
-        for r in &g.resources {
-            let b = live.binding(&r.namespace, &r.binding);
-            let outcome = resource_outcome(
-                r,
-                b.map(|b| b as _),
-                &live.health,
-                (&frozen.compiled, &g.name),
-                recorded,
-                (&name, admitted(run)),
-                chrono::Utc::now(),
-            );
-            let (word, mut detail) = outcome_words(&outcome);
-            let failure = recorded_failure(recorded, r);
-            if failure.is_some() && b.is_some_and(|b| b.last_applied_version() == to.as_str()) {
-                // The failure stands for the run; what happened after is worth saying.
-                detail = format!("{detail} (Kratix has since applied {to})");
-            } else if failure.is_none() && (word == "Failed" || word == "in flight") {
-                // The event carries the message Kratix gave when the run saw the failure.
-                let resource = r.display_name();
-                if let Some(d) = events
-                    .iter()
-                    .filter(|(_, reason, _)| reason == upgradeplan::engine::lifecycle::events::RESOURCE_UPGRADE_FAILED)
-                    .find_map(|(_, _, m)| texts::resource_failed_detail(m, &resource, to))
-                {
-                    detail = d.to_string();
-                }
+    for view in resource_views(
+        frozen,
+        run_at(run, &name),
+        recorded,
+        live.lookup(),
+        &live.health,
+        chrono::Utc::now(),
+    ) {
+        let r = view.resource;
+        let b = live.binding(&r.namespace, &r.binding);
+        let (word, mut detail) = outcome_words(&view.outcome);
+        let failure = recorded_failure(recorded, r);
+        if let Some(since) = &view.since {
+            // What the run counted stands; what happened after is worth saying.
+            let (now, _) = outcome_words(since);
+            detail = format!("{detail} (since: {now})").trim_start().to_string();
+        } else if failure.is_some() && b.is_some_and(|b| b.last_applied_version() == to.as_str()) {
+            detail = format!("{detail} (Kratix has since applied {to})");
+        } else if failure.is_none() && matches!(view.outcome, Outcome::Failed { .. } | Outcome::InFlight) {
+            // The event carries the message Kratix gave when the run saw the failure.
+            let resource = r.display_name();
+            if let Some(d) = events
+                .iter()
+                .filter(|(_, reason, _)| reason == upgradeplan::engine::lifecycle::events::RESOURCE_UPGRADE_FAILED)
+                .find_map(|(_, _, m)| texts::resource_failed_detail(m, &resource, to))
+            {
+                detail = d.to_string();
             }
-            rows.push(ResourceRow {
-                group: g.name.clone(),
-                namespace: r.namespace.clone(),
-                name: r.name.clone(),
-                binding: r.binding.clone(),
-                from: r.last_applied_version.clone(),
-                now: b.map(|b| b.last_applied_version().to_string()),
-                started_at: started_by(b, &name),
-                outcome: word.to_string(),
-                detail,
-            });
         }
+        rows.push(ResourceRow {
+            group: view.group.to_string(),
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+            binding: r.binding.clone(),
+            from: r.last_applied_version.clone(),
+            now: b.map(|b| b.last_applied_version().to_string()),
+            started_at: started_by(b, &name),
+            outcome: word.to_string(),
+            since: view.since.as_ref().map(|o| outcome_words(o).0.to_string()),
+            detail,
+        });
     }
     let table_rows: Vec<Vec<String>> = rows
         .iter()
@@ -917,29 +925,33 @@ fn first_few(names: &[String], n: usize) -> String {
 /// The resources of a failed run that failed, with the message of their binding's condition.
 fn failed_resources(run: &UpgradeRun, f: &Frozen, live: &Live) -> Vec<FailedResource> {
     let name = run.metadata.name.clone().unwrap_or_default();
-    f.snapshot
-        .groups
-        .iter()
-        .flat_map(|g| g.resources.iter().map(move |r| (g, r)))
-        .filter_map(|(g, r)| {
-            let b = live.binding(&r.namespace, &r.binding);
-            match resource_outcome(
-                r,
-                b.map(|b| b as _),
-                &live.health,
-                (&f.compiled, &g.name),
-                recorded_groups(run),
-                (&name, admitted(run)),
-                chrono::Utc::now(),
-            ) {
-                Outcome::Failed { message } => Some(FailedResource {
-                    resource: r.display_name(),
-                    message,
-                }),
-                _ => None,
-            }
-        })
-        .collect()
+    resource_views(
+        f,
+        run_at(run, &name),
+        recorded_groups(run),
+        live.lookup(),
+        &live.health,
+        chrono::Utc::now(),
+    )
+    .into_iter()
+    .filter_map(|v| match v.outcome {
+        Outcome::Failed { message } => Some(FailedResource {
+            resource: v.resource.display_name(),
+            message,
+        }),
+        _ => None,
+    })
+    .collect()
+}
+
+/// The run as the per-resource rules need it.
+fn run_at<'r>(run: &UpgradeRun, name: &'r str) -> RunAt<'r> {
+    RunAt {
+        name,
+        state: run.status.as_ref().map(|s| s.state).unwrap_or_default(),
+        admitted: admitted(run),
+        finished: ended_at(run),
+    }
 }
 
 /// The run's `status.rolloutGroups` as last written (their failure records stand, spec §5.5).

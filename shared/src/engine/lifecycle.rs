@@ -36,6 +36,7 @@ use super::snapshot::{
 };
 use super::stage::{self, ApprovalFact};
 use super::validate::{check_plan, summarize as summarize_problems};
+use super::view::{run_view, RunView};
 use super::write::{ApprovalPatch, BindingPatch, Release, RunPatch};
 use crate::api::kratix::{BindingFacts, HealthRecord};
 use crate::api::{
@@ -846,14 +847,16 @@ fn progress(
         },
         |ns, name| index.get(&(ns, name)).map(|&i| live[i].as_ref()),
     );
-    out.status.rollout_groups = eval.groups.clone();
+    // The status and the gauges say what the views show: one run view (spec §10).
+    let view = run_view(out.status.state, &previous, Some(&frozen), Some(&eval));
+    out.status.rollout_groups = view.groups.iter().map(|g| g.status.clone()).collect();
     out.status.completed_resources = eval.completed_resources();
     out.status.total_resources = eval.total_resources();
     let (announce, results) = resource_reports(&eval, &previous, &frozen.snapshot, &to);
     out.announce.extend(announce);
     out.results = results;
     if owns_gauges {
-        out.gauges = Gauges::Set(run_gauges(&eval, &frozen.snapshot));
+        out.gauges = Gauges::Set(run_gauges(&view, &frozen.snapshot));
     }
     out.wake_at = eval.wake_at;
     let gate_failure = gate_transition(out, &eval, &frozen, facts.gates, now);
@@ -1152,20 +1155,21 @@ fn push_group_series(resources: &mut Vec<(String, &'static str, i64)>, g: &Group
     }
 }
 
-/// The active run's gauges from an evaluation.
-pub fn run_gauges(eval: &Evaluation, snapshot: &Snapshot) -> RunGauges {
-    let current = match eval.verdict {
-        Verdict::InProgress { group } => Some(group),
-        _ => None,
-    };
+/// The active run's gauges from its view.
+pub fn run_gauges(view: &RunView, snapshot: &Snapshot) -> RunGauges {
     let mut resources = Vec::new();
-    for (i, g) in eval.groups.iter().enumerate() {
-        let in_flight = if Some(i) == current { eval.in_flight as i64 } else { 0 };
-        push_group_series(&mut resources, g, in_flight);
+    for (i, g) in view.groups.iter().enumerate() {
+        let in_flight = if Some(i) == view.current {
+            view.in_flight as i64
+        } else {
+            0
+        };
+        push_group_series(&mut resources, &g.status, in_flight);
     }
-    let blocked = current
+    let blocked = view
+        .current
         .and_then(|i| snapshot.groups.get(i))
-        .map(|g| eval.held_by.iter().map(|b| (g.name.clone(), b.as_str())).collect())
+        .map(|g| view.held_by.iter().map(|b| (g.name.clone(), b.as_str())).collect())
         .unwrap_or_default();
     RunGauges { resources, blocked }
 }

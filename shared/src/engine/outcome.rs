@@ -13,6 +13,8 @@ pub enum SkipReason {
         spec_version: String,
         last_applied_version: String,
     },
+    /// The run counted it skipped in a group it recorded complete; its binding has moved since.
+    Counted,
 }
 
 impl std::fmt::Display for SkipReason {
@@ -24,6 +26,7 @@ impl std::fmt::Display for SkipReason {
                 f,
                 "its ResourceBinding was changed by someone else (spec.version {spec_version:?}, lastAppliedVersion {last_applied_version:?})"
             ),
+            SkipReason::Counted => write!(f, "counted skipped when its group completed"),
         }
     }
 }

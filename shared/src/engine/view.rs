@@ -6,8 +6,11 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::run::{Blocked, Evaluation, Outcome, Verdict};
-use super::snapshot::Frozen;
+use super::health::HealthRecords;
+use super::outcome::SkipReason;
+use super::run::{resource_outcome, Blocked, Evaluation, Outcome, Verdict};
+use super::snapshot::{Frozen, SnapshotResource};
+use crate::api::kratix::BindingFacts;
 use crate::api::{GroupPhase, GroupStatus, RunState};
 
 /// What a group of a run is doing, or did.
@@ -198,6 +201,90 @@ pub fn run_view(
     }
 }
 
+/// One resource of a run, as `history RUN` and `status` show it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceView<'f> {
+    pub group: &'f str,
+    pub resource: &'f SnapshotResource,
+    /// Its outcome as the run counts it.
+    pub outcome: Outcome,
+    /// What its binding shows now, when the run counted something else: once counted, an
+    /// outcome stands for the run, and what happened after is only worth saying (spec §5.5).
+    pub since: Option<Outcome>,
+}
+
+/// Who the run is, for the per-resource rules: its name, its admission, and when it ended.
+#[derive(Debug, Clone, Copy)]
+pub struct RunAt<'r> {
+    pub name: &'r str,
+    pub state: RunState,
+    pub admitted: DateTime<Utc>,
+    pub finished: Option<DateTime<Utc>>,
+}
+
+/// Every resource of a run's snapshot with the outcome the run counts for it: the failures its
+/// status records, then each resource judged against its live binding by the frozen plan's
+/// rules — as of the run's end once it ended — except in a group the run recorded complete,
+/// whose resources stay done whatever their bindings do later.
+pub fn resource_views<'f, 'b>(
+    frozen: &'f Frozen,
+    run: RunAt<'_>,
+    recorded: &[GroupStatus],
+    lookup: impl Fn(&str, &str) -> Option<&'b dyn BindingFacts>,
+    records: &HealthRecords,
+    now: DateTime<Utc>,
+) -> Vec<ResourceView<'f>> {
+    let judged_at = match run.finished {
+        Some(at) if run.state.is_terminal() => at.min(now),
+        _ => now,
+    };
+    let mut views = Vec::new();
+    for (index, group) in frozen.snapshot.groups.iter().enumerate() {
+        let complete = recorded
+            .get(index)
+            .filter(|g| g.name == group.name && g.total == group.resources.len() as i64)
+            .filter(|g| g.succeeded + g.skipped + g.failed == g.total);
+        for r in &group.resources {
+            let live = resource_outcome(
+                r,
+                lookup(&r.namespace, &r.binding),
+                records,
+                (&frozen.compiled, &group.name),
+                recorded,
+                (run.name, run.admitted),
+                judged_at,
+            );
+            let (outcome, since) = match (complete, live) {
+                (None, Outcome::NeedsRetry) if run.state.is_terminal() => (Outcome::NotStarted, None),
+                (None, live) => (live, None),
+                (Some(_), live @ Outcome::Failed { .. }) if super::run::recorded_failure(recorded, r).is_some() => {
+                    (live, None)
+                }
+                (Some(g), live) => counted_done(g, live),
+            };
+            views.push(ResourceView {
+                group: &group.name,
+                resource: r,
+                outcome,
+                since,
+            });
+        }
+    }
+    views
+}
+
+/// A resource not recorded failed in group `g`, which the run recorded complete: it counted
+/// Succeeded or Skipped — which, the group's counts say when they can (Succeeded otherwise) —
+/// beside what its binding `live` shows now when that differs.
+fn counted_done(g: &GroupStatus, live: Outcome) -> (Outcome, Option<Outcome>) {
+    match live {
+        Outcome::Succeeded if g.succeeded > 0 => (live, None),
+        Outcome::Skipped(_) if g.skipped > 0 => (live, None),
+        live if g.succeeded == 0 && g.skipped > 0 => (Outcome::Skipped(SkipReason::Counted), Some(live)),
+        live => (Outcome::Succeeded, Some(live)),
+    }
+}
+
 /// Budget use of each group of the frozen plan that has a `maxFailures`.
 fn budgets(frozen: &Frozen, groups: &[GroupStatus]) -> Vec<BudgetUse> {
     frozen
@@ -357,6 +444,183 @@ mod tests {
             .map(|i| GroupState::of(RunState::Failed, None, i, &groups))
             .collect();
         assert_eq!(states, [GroupState::Done, GroupState::Failed, GroupState::NotStarted]);
+    }
+
+    /// Per-resource outcomes as the views show them: what the run counted stands; a terminal run is
+    /// judged as of its end; what happened after is said beside it.
+    #[test]
+    fn resource_views_keep_what_the_run_counted() {
+        use crate::api::kratix::ResourceBinding;
+        use crate::api::ResourceFailure;
+        use crate::engine::run::tests::with_condition;
+        use crate::engine::snapshot::tests::{binding, match_all, plan};
+        use crate::engine::snapshot::{Snapshot, SnapshotGroup};
+        use std::sync::Arc;
+
+        let at = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
+        let admitted = at("2026-06-01T10:00:00Z");
+        let now = at("2026-06-01T12:00:00Z");
+        let at_v1 = binding("ns", "r", &[], "v1", "v1");
+        let in_flight = binding("ns", "r", &[], "v1", "v2");
+        let upgraded = with_condition(
+            binding("ns", "r", &[], "v2", "v2"),
+            "True",
+            "UpgradeSucceeded",
+            "2026-06-01T10:05:00Z",
+            None,
+        );
+        let failed_now = with_condition(
+            in_flight.clone(),
+            "False",
+            "UpgradeFailed",
+            "2026-06-01T11:00:00Z",
+            Some("v2"),
+        );
+        let failed_before = with_condition(
+            in_flight.clone(),
+            "False",
+            "UpgradeFailed",
+            "2026-06-01T09:00:00Z",
+            Some("v2"),
+        );
+        let frozen = Frozen::new(
+            Snapshot {
+                groups: vec![SnapshotGroup {
+                    name: "all".into(),
+                    resources: vec![Arc::new(SnapshotResource::from_binding(&at_v1))],
+                }],
+            },
+            plan(&["v1"], "v2", vec![match_all("all")]),
+        )
+        .unwrap();
+        let counts = |succeeded, failed, skipped, phase| GroupStatus {
+            name: "all".into(),
+            total: 1,
+            succeeded,
+            failed,
+            skipped,
+            phase: Some(phase),
+            ..Default::default()
+        };
+        let mut failure = counts(0, 1, 0, GroupPhase::Failed);
+        failure.failed_resources = vec![ResourceFailure {
+            namespace: "ns".into(),
+            name: "r".into(),
+            at: at("2026-06-01T10:10:00Z"),
+            detail: "it broke".into(),
+        }];
+        let failed = |m: &str| Outcome::Failed { message: m.into() };
+        let counted_skip = Outcome::Skipped(SkipReason::Counted);
+        // (case, run state, recorded group, live binding, want: (outcome, since))
+        type Case<'a> = (
+            &'a str,
+            RunState,
+            GroupStatus,
+            Option<&'a ResourceBinding>,
+            (Outcome, Option<Outcome>),
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "going on, in flight",
+                RunState::InProgress,
+                counts(0, 0, 0, GroupPhase::InProgress),
+                Some(&in_flight),
+                (Outcome::InFlight, None),
+            ),
+            (
+                "going on, upgraded",
+                RunState::InProgress,
+                counts(0, 0, 0, GroupPhase::InProgress),
+                Some(&upgraded),
+                (Outcome::Succeeded, None),
+            ),
+            (
+                "ended: a retry it never asked for is not started",
+                RunState::Cancelled,
+                counts(0, 0, 0, GroupPhase::InProgress),
+                Some(&failed_before),
+                (Outcome::NotStarted, None),
+            ),
+            (
+                "going on: an old failure needs a retry",
+                RunState::InProgress,
+                counts(0, 0, 0, GroupPhase::InProgress),
+                Some(&failed_before),
+                (Outcome::NeedsRetry, None),
+            ),
+            (
+                "recorded failure stands after Kratix's own retry",
+                RunState::Failed,
+                failure.clone(),
+                Some(&upgraded),
+                (failed("it broke"), None),
+            ),
+            (
+                "counted succeeded, Kratix works on it again",
+                RunState::Completed,
+                counts(1, 0, 0, GroupPhase::Completed),
+                Some(&in_flight),
+                (Outcome::Succeeded, Some(Outcome::InFlight)),
+            ),
+            (
+                "counted succeeded, failed later",
+                RunState::Completed,
+                counts(1, 0, 0, GroupPhase::Completed),
+                Some(&failed_now),
+                (Outcome::Succeeded, Some(failed("workflow failed: simulated"))),
+            ),
+            (
+                "counted skipped, the binding moved since",
+                RunState::Completed,
+                counts(0, 0, 1, GroupPhase::Completed),
+                Some(&in_flight),
+                (counted_skip, Some(Outcome::InFlight)),
+            ),
+            (
+                "counted succeeded, the binding gone since",
+                RunState::Completed,
+                counts(1, 0, 0, GroupPhase::Completed),
+                None,
+                (Outcome::Succeeded, Some(Outcome::Skipped(SkipReason::BindingGone))),
+            ),
+            (
+                "counted skipped, still gone",
+                RunState::Completed,
+                counts(0, 0, 1, GroupPhase::Completed),
+                None,
+                (Outcome::Skipped(SkipReason::BindingGone), None),
+            ),
+            (
+                "counted succeeded, still succeeded",
+                RunState::Completed,
+                counts(1, 0, 0, GroupPhase::Completed),
+                Some(&upgraded),
+                (Outcome::Succeeded, None),
+            ),
+        ];
+        for (case, state, recorded, live, (outcome, since)) in cases {
+            let run = RunAt {
+                name: "run",
+                state,
+                admitted,
+                finished: state.is_terminal().then_some(at("2026-06-01T11:30:00Z")),
+            };
+            let views = resource_views(
+                &frozen,
+                run,
+                std::slice::from_ref(&recorded),
+                |_, _| live.map(|b| b as &dyn BindingFacts),
+                &HealthRecords::default(),
+                now,
+            );
+            assert_eq!(views.len(), 1, "{case}");
+            assert_eq!(
+                (views[0].group, views[0].resource.name.as_str()),
+                ("all", "r"),
+                "{case}"
+            );
+            assert_eq!((&views[0].outcome, &views[0].since), (&outcome, &since), "{case}");
+        }
     }
 
     #[test]
