@@ -93,9 +93,8 @@ fn simulated_plan(plan: &CompiledPlan) -> CompiledPlan {
 /// Simulates the plan's next run.
 pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
     let plan = simulated_plan(input.plan);
-    let to = plan.to.clone();
     let snapshot = assign(&plan, input.bindings).snapshot;
-    let (mut live, index) = simulated_bindings(&snapshot, input.bindings);
+    let mut kratix = SimulatedKratix::new(&snapshot, input.bindings, &plan.to, input.per_resource);
     let approvals = assumed_approvals(&plan, input.start);
     let gates = open_gates(&plan, input.start + Duration::days(3660));
     let health = HealthRecords::default();
@@ -112,23 +111,13 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
         })
         .collect();
     let mut recorded: Vec<GroupStatus> = snapshot.initial_counts();
-    // (when, index into `live`) of each upgrade in flight.
-    let mut completions: BinaryHeap<Reverse<(DateTime<Utc>, usize)>> = BinaryHeap::new();
-    // Whether a completion is already due for `live[i]`.
-    let mut completing = vec![false; live.len()];
     let mut starts = Vec::new();
     let mut warnings = Vec::new();
     let mut finish = None;
     let mut now = input.start;
     for _ in 0..MAX_STEPS {
         // Every upgrade due by now completes first, as Kratix would report it.
-        while let Some(&Reverse((at, i))) = completions.peek() {
-            if at > now {
-                break;
-            }
-            completions.pop();
-            live[i].status.get_or_insert_with(Default::default).last_applied_version = to.clone();
-        }
+        kratix.complete_due(now);
         let eval = evaluate(
             &RunContext {
                 run_name: "forecast",
@@ -144,7 +133,7 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
                 revision_present: true,
                 now,
             },
-            |ns, name| index.get(&(ns, name)).map(|&i| &live[i] as &dyn BindingFacts),
+            |ns, name| kratix.binding(ns, name),
         );
         // The group whose resources wait or start: the first neither done nor soaking (a soak
         // is a wait before the next group).
@@ -157,31 +146,8 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
                 g.start.get_or_insert(now);
             }
         }
-        // Upgrades already under way when the forecast begins (a resource whose `spec.version`
-        // is `to` already) complete like the ones it starts.
-        for (g, outcomes) in &eval.outcomes {
-            for (r, o) in snapshot.groups[*g].resources.iter().zip(outcomes) {
-                if let (Outcome::InFlight, Some(&i)) = (o, index.get(&(r.namespace.as_str(), r.binding.as_str()))) {
-                    if !completing[i] {
-                        completing[i] = true;
-                        completions.push(Reverse((now + input.per_resource, i)));
-                    }
-                }
-            }
-        }
-        for patch in BindingPatch::of_evaluation(&eval, &to, "forecast", now) {
-            let r = &patch.resource;
-            let Some(&i) = index.get(&(r.namespace.as_str(), r.binding.as_str())) else {
-                continue;
-            };
-            // The forecast's bindings are the ones evaluated: the precondition holds.
-            if patch.apply(&mut live[i]).is_err() {
-                continue;
-            }
-            starts.push((now, format!("{}/{}", r.namespace, r.binding)));
-            completing[i] = true;
-            completions.push(Reverse((now + input.per_resource, i)));
-        }
+        kratix.track_in_flight(&eval, &snapshot, now);
+        starts.extend(kratix.start(&eval, now));
         for (i, g) in eval.groups.iter().enumerate() {
             if let Some(f) = groups.get_mut(i) {
                 f.finish = f.finish.or(g.completed_at);
@@ -203,8 +169,7 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
             }
             Verdict::RevisionMissing => break,
         };
-        let next_completion = completions.peek().map(|Reverse((at, _))| *at);
-        let next = [next_completion, eval.wake_at]
+        let next = [kratix.next_completion(), eval.wake_at]
             .into_iter()
             .flatten()
             .filter(|t| *t > now)
@@ -234,32 +199,114 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
     }
 }
 
-/// The snapshot's bindings as the forecast changes them, indexed by (namespace, binding) borrowed
-/// from the snapshot: looked up for every resource at every step, so without allocating.
-fn simulated_bindings<'s>(
-    snapshot: &'s Snapshot,
-    bindings: &[ResourceBinding],
-) -> (Vec<ResourceBinding>, HashMap<(&'s str, &'s str), usize>) {
-    let by_key: HashMap<(&str, &str), &ResourceBinding> = bindings
-        .iter()
-        .map(|b| {
-            let key = (
-                b.metadata.namespace.as_deref().unwrap_or_default(),
-                b.metadata.name.as_deref().unwrap_or_default(),
-            );
-            (key, b)
-        })
-        .collect();
-    let mut live: Vec<ResourceBinding> = Vec::new();
-    let mut index: HashMap<(&str, &str), usize> = HashMap::new();
-    for r in snapshot.groups.iter().flat_map(|g| &g.resources) {
-        let key = (r.namespace.as_str(), r.binding.as_str());
-        if let (None, Some(b)) = (index.get(&key), by_key.get(&key)) {
-            index.insert(key, live.len());
-            live.push((*b).clone());
+/// Kratix as the forecast models it: the snapshot's bindings, each upgrade it works on applied
+/// `per_resource` after it began, every one succeeding.
+struct SimulatedKratix<'s> {
+    /// The snapshot's bindings, indexed by (namespace, binding) borrowed from the snapshot:
+    /// looked up for every resource at every step, so without allocating.
+    live: Vec<ResourceBinding>,
+    index: HashMap<(&'s str, &'s str), usize>,
+    /// (when, index into `live`) of each upgrade in flight.
+    completions: BinaryHeap<Reverse<(DateTime<Utc>, usize)>>,
+    /// Whether a completion is already due for `live[i]`.
+    completing: Vec<bool>,
+    to: String,
+    per_resource: Duration,
+}
+
+impl<'s> SimulatedKratix<'s> {
+    fn new(snapshot: &'s Snapshot, bindings: &[ResourceBinding], to: &str, per_resource: Duration) -> Self {
+        let by_key: HashMap<(&str, &str), &ResourceBinding> = bindings
+            .iter()
+            .map(|b| {
+                let key = (
+                    b.metadata.namespace.as_deref().unwrap_or_default(),
+                    b.metadata.name.as_deref().unwrap_or_default(),
+                );
+                (key, b)
+            })
+            .collect();
+        let mut live: Vec<ResourceBinding> = Vec::new();
+        let mut index: HashMap<(&str, &str), usize> = HashMap::new();
+        for r in snapshot.groups.iter().flat_map(|g| &g.resources) {
+            let key = (r.namespace.as_str(), r.binding.as_str());
+            if let (None, Some(b)) = (index.get(&key), by_key.get(&key)) {
+                index.insert(key, live.len());
+                live.push((*b).clone());
+            }
+        }
+        SimulatedKratix {
+            completing: vec![false; live.len()],
+            live,
+            index,
+            completions: BinaryHeap::new(),
+            to: to.to_string(),
+            per_resource,
         }
     }
-    (live, index)
+
+    fn binding(&self, namespace: &str, name: &str) -> Option<&dyn BindingFacts> {
+        self.index
+            .get(&(namespace, name))
+            .map(|&i| &self.live[i] as &dyn BindingFacts)
+    }
+
+    /// Applies every upgrade due by `now`.
+    fn complete_due(&mut self, now: DateTime<Utc>) {
+        while let Some(&Reverse((at, i))) = self.completions.peek() {
+            if at > now {
+                break;
+            }
+            self.completions.pop();
+            self.live[i]
+                .status
+                .get_or_insert_with(Default::default)
+                .last_applied_version = self.to.clone();
+        }
+    }
+
+    /// Upgrades already under way when the forecast begins (a resource whose `spec.version` is
+    /// `to` already) complete like the ones it starts.
+    fn track_in_flight(&mut self, eval: &Evaluation, snapshot: &Snapshot, now: DateTime<Utc>) {
+        for (g, outcomes) in &eval.outcomes {
+            for (r, o) in snapshot.groups[*g].resources.iter().zip(outcomes) {
+                let key = (r.namespace.as_str(), r.binding.as_str());
+                if let (Outcome::InFlight, Some(&i)) = (o, self.index.get(&key)) {
+                    if !self.completing[i] {
+                        self.work_on(i, now);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Applies the evaluation's starts and retries to the bindings; each one started, with when.
+    fn start(&mut self, eval: &Evaluation, now: DateTime<Utc>) -> Vec<(DateTime<Utc>, String)> {
+        let mut started = Vec::new();
+        for patch in BindingPatch::of_evaluation(eval, &self.to, "forecast", now) {
+            let r = &patch.resource;
+            let Some(&i) = self.index.get(&(r.namespace.as_str(), r.binding.as_str())) else {
+                continue;
+            };
+            // The forecast's bindings are the ones evaluated: the precondition holds.
+            if patch.apply(&mut self.live[i]).is_err() {
+                continue;
+            }
+            started.push((now, format!("{}/{}", r.namespace, r.binding)));
+            self.work_on(i, now);
+        }
+        started
+    }
+
+    /// Kratix begins `live[i]`'s upgrade at `now`: it is applied `per_resource` later.
+    fn work_on(&mut self, i: usize, now: DateTime<Utc>) {
+        self.completing[i] = true;
+        self.completions.push(Reverse((now + self.per_resource, i)));
+    }
+
+    fn next_completion(&self) -> Option<DateTime<Utc>> {
+        self.completions.peek().map(|Reverse((at, _))| *at)
+    }
 }
 
 /// The forecast assumes every group that requires approval is approved when the run starts.
