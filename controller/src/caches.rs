@@ -41,28 +41,157 @@ pub struct AllTriggers {
     pub snapshots: Triggers<PartialObjectMeta<ConfigMap>>,
 }
 
-pub struct Caches {
+/// Whether the cache of a kind the cluster may not serve has its list, or the API server said it
+/// does not serve the kind (a 404 to the list). Such kinds are apart from `Stores::synced`: a
+/// cluster without HealthRecords, or CRDs not yet updated to UpgradeApproval, must not stop every
+/// run; the runs that need one wait for it (see `run::pass`).
+#[derive(Clone, Default)]
+pub struct KindFlags {
+    synced: Arc<AtomicBool>,
+    not_served: Arc<AtomicBool>,
+}
+
+impl KindFlags {
+    pub fn synced(&self) -> bool {
+        self.synced.load(Ordering::SeqCst)
+    }
+
+    pub fn not_served(&self) -> bool {
+        self.not_served.load(Ordering::SeqCst)
+    }
+
+    /// Listed, or not served (no object of the kind can exist).
+    pub fn known(&self) -> bool {
+        self.synced() || self.not_served()
+    }
+
+    fn cache_flags(&self) -> watch::CacheFlags {
+        watch::CacheFlags {
+            synced: self.synced.clone(),
+            not_served: Some(self.not_served.clone()),
+        }
+    }
+
+    /// Listed and served, as a test's empty caches are.
+    #[cfg(test)]
+    pub fn listed() -> KindFlags {
+        let flags = KindFlags::default();
+        flags.synced.store(true, Ordering::SeqCst);
+        flags
+    }
+}
+
+/// The stores the controllers read, and whether they have their lists.
+pub struct Stores {
     pub plans: Store<UpgradePlan>,
     pub runs: Store<UpgradeRun>,
     pub bindings: bindings::BindingStore,
     pub revisions: Store<PromiseRevision>,
     pub promises: Store<Promise>,
+    /// Kratix's HealthRecords: only runs whose plan has a `healthCheck` wait for them.
     pub health: Store<HealthRecord>,
+    /// UpgradeApprovals: only runs whose plan has `requireApproval` wait for them.
     pub approvals: Store<UpgradeApproval>,
+    /// UpgradeFreezes: see `Ctx::freezes_known`.
     pub freezes: Store<UpgradeFreeze>,
+    /// The metadata of the snapshot ConfigMaps: a change to one, or its deletion, shows as a new
+    /// resourceVersion, or none, and wakes its run, which reads and verifies it.
     pub snapshot_meta: Store<PartialObjectMeta<ConfigMap>>,
-    /// The caches every run needs.
+    /// Whether every cache above but `health`, `approvals` and `freezes` has its initial list.
     pub synced: context::Synced,
-    /// Caches apart from `synced` (see `Ctx`): each with its own flags.
-    pub health_synced: Arc<AtomicBool>,
-    pub approvals_synced: Arc<AtomicBool>,
-    pub freezes_synced: Arc<AtomicBool>,
-    pub health_not_served: Arc<AtomicBool>,
-    pub approvals_not_served: Arc<AtomicBool>,
-    pub freezes_not_served: Arc<AtomicBool>,
+    pub health_kind: KindFlags,
+    pub approvals_kind: KindFlags,
+    pub freezes_kind: KindFlags,
+}
+
+impl Stores {
+    /// Empty stores, every list in (a test's controller context).
+    #[cfg(test)]
+    pub fn empty() -> Stores {
+        Stores {
+            plans: reflector::store().0,
+            runs: reflector::store().0,
+            bindings: Default::default(),
+            revisions: reflector::store().0,
+            promises: reflector::store().0,
+            health: reflector::store().0,
+            approvals: reflector::store().0,
+            freezes: reflector::store().0,
+            snapshot_meta: reflector::store().0,
+            synced: Default::default(),
+            health_kind: KindFlags::listed(),
+            approvals_kind: KindFlags::listed(),
+            freezes_kind: KindFlags::listed(),
+        }
+    }
+}
+
+pub struct Caches {
+    pub stores: Stores,
     /// Keeps every store current; polled for as long as the triggers are.
     pub drive: BoxFuture<'static, ()>,
     pub triggers: AllTriggers,
+}
+
+/// Builds the caches, collecting what drives each.
+struct Builder<'a> {
+    client: &'a Client,
+    forwarding: &'a Arc<AtomicBool>,
+    drives: Vec<BoxFuture<'static, ()>>,
+}
+
+impl Builder<'_> {
+    /// A cache of every `K` (`config`) with its `flags`, split into `n` triggers.
+    fn cache<K>(&mut self, config: watcher::Config, n: usize, flags: watch::CacheFlags) -> (Store<K>, Triggers<K>)
+    where
+        K: kube::Resource<DynamicType = ()>
+            + serde::de::DeserializeOwned
+            + Clone
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        let (store, writer) = reflector::store::<K>();
+        let (drive, triggers) =
+            watch::cache::<K>(self.client.clone(), writer, config, n, flags, self.forwarding.clone());
+        self.drives.push(drive.boxed());
+        (store, boxed(triggers))
+    }
+
+    /// A cache of a kind every run needs, counted in `synced`.
+    fn needed<K>(&mut self, synced: &context::Synced, config: watcher::Config, n: usize) -> (Store<K>, Triggers<K>)
+    where
+        K: kube::Resource<DynamicType = ()>
+            + serde::de::DeserializeOwned
+            + Clone
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        let flags = watch::CacheFlags {
+            synced: synced.flag(),
+            not_served: None,
+        };
+        self.cache(config, n, flags)
+    }
+
+    /// Marks `flag` when `stream`'s initial list is in and splits it into one trigger.
+    fn drive<K, S>(&mut self, stream: S, flag: Arc<AtomicBool>) -> Triggers<K>
+    where
+        K: Clone + Send + 'static,
+        S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    {
+        let stream = stream.inspect(move |ev| {
+            if let Ok(watcher::Event::InitDone) = ev {
+                flag.store(true, Ordering::SeqCst);
+            }
+        });
+        let (drive, triggers) = watch::fan_out(stream, 1, self.forwarding.clone());
+        self.drives.push(drive.boxed());
+        boxed(triggers)
+    }
 }
 
 /// The caches of the kinds the controllers read: plans of `selector` only (when sharded), the
@@ -75,93 +204,38 @@ pub fn start(
     forwarding: &Arc<AtomicBool>,
 ) -> Caches {
     let all = watcher::Config::default;
-    let (plans, plans_w) = reflector::store::<UpgradePlan>();
-    let (runs, runs_w) = reflector::store::<UpgradeRun>();
-    let bindings = bindings::BindingStore::default();
-    let (revisions, revisions_w) = reflector::store::<PromiseRevision>();
-    let (promises, promises_w) = reflector::store::<Promise>();
-    let (health, health_w) = reflector::store::<HealthRecord>();
-    let (approvals, approvals_w) = reflector::store::<UpgradeApproval>();
-    let (freezes, freezes_w) = reflector::store::<UpgradeFreeze>();
-    let plan_config = || match selector {
+    let plan_config = match selector {
         Some(s) => watcher::Config::default().labels(s),
         None => watcher::Config::default(),
     };
     let synced = context::Synced::default();
-    // Each cache marks its flags (see `watch::cache`) and is split into one trigger per
-    // controller that watches the kind (see `watch::fan_out`).
-    let cache = |flag: Arc<AtomicBool>, not_served: Option<&Arc<AtomicBool>>| watch::CacheFlags {
-        synced: flag,
-        not_served: not_served.cloned(),
+    let mut b = Builder {
+        client,
+        forwarding,
+        drives: Vec::new(),
     };
-    macro_rules! cached {
-        ($writer:expr, $kind:ty, $config:expr, $triggers:expr, $flags:expr) => {
-            watch::cache::<$kind>(
-                client.clone(),
-                $writer,
-                $config,
-                $triggers,
-                $flags,
-                forwarding.clone(),
-            )
-        };
-    }
-    let (drive_plans, plan_triggers) = cached!(plans_w, UpgradePlan, plan_config(), 3, cache(synced.flag(), None));
-    let (drive_runs, run_triggers) = cached!(runs_w, UpgradeRun, all(), 2, cache(synced.flag(), None));
+    // Each cache is split into one trigger per controller that watches the kind.
+    let (plans, plan_triggers) = b.needed::<UpgradePlan>(&synced, plan_config, 3);
+    let (runs, run_triggers) = b.needed::<UpgradeRun>(&synced, all(), 2);
+    let (revisions, revision_triggers) = b.needed::<PromiseRevision>(&synced, all(), 1);
+    let (promises, promise_triggers) = b.needed::<Promise>(&synced, all(), 1);
     // Bindings have a store of their own, compact (see `bindings`).
-    let (drive_bindings, binding_triggers) = {
-        let flag = synced.flag();
-        let stream = bindings::reflect(
+    let bindings = bindings::BindingStore::default();
+    let binding_triggers = b.drive(
+        bindings::reflect(
             bindings.clone(),
             watch::watch_all::<ResourceBinding>(client.clone(), all()),
-        )
-        .inspect(move |ev| {
-            if let Ok(watcher::Event::InitDone) = ev {
-                flag.store(true, Ordering::SeqCst);
-            }
-        });
-        watch::fan_out(stream, 1, forwarding.clone())
-    };
-    let (drive_revisions, revision_triggers) =
-        cached!(revisions_w, PromiseRevision, all(), 1, cache(synced.flag(), None));
-    let (drive_promises, promise_triggers) = cached!(promises_w, Promise, all(), 1, cache(synced.flag(), None));
-    // Caches apart from `synced`, each with its own flag: a cluster without their kind (Kratix
-    // without HealthRecords, or CRDs not yet updated to UpgradeApproval) must not stop every run;
-    // the runs that need one wait for it (see `run::pass`).
-    let health_synced = Arc::new(AtomicBool::new(false));
-    let approvals_synced = Arc::new(AtomicBool::new(false));
-    let health_not_served = Arc::new(AtomicBool::new(false));
-    let approvals_not_served = Arc::new(AtomicBool::new(false));
-    let (drive_health, health_triggers) = cached!(
-        health_w,
-        HealthRecord,
-        all(),
-        1,
-        cache(health_synced.clone(), Some(&health_not_served))
+        ),
+        synced.flag(),
     );
-    let (drive_approvals, approval_triggers) = cached!(
-        approvals_w,
-        UpgradeApproval,
-        all(),
-        1,
-        cache(approvals_synced.clone(), Some(&approvals_not_served))
-    );
-    // Freezes hold every run: a run starts nothing until their list is in, unless the API server
-    // does not serve the kind (no freeze can exist then; see `Ctx::freezes_known`).
-    let freezes_synced = Arc::new(AtomicBool::new(false));
-    let freezes_not_served = Arc::new(AtomicBool::new(false));
-    let (drive_freezes, freeze_triggers) = cached!(
-        freezes_w,
-        UpgradeFreeze,
-        all(),
-        3,
-        cache(freezes_synced.clone(), Some(&freezes_not_served))
-    );
+    let (health_kind, approvals_kind, freezes_kind) = Default::default();
+    let (health, health_triggers) = b.cache::<HealthRecord>(all(), 1, KindFlags::cache_flags(&health_kind));
+    let (approvals, approval_triggers) = b.cache::<UpgradeApproval>(all(), 1, KindFlags::cache_flags(&approvals_kind));
+    let (freezes, freeze_triggers) = b.cache::<UpgradeFreeze>(all(), 3, KindFlags::cache_flags(&freezes_kind));
     // The metadata (no data) of the snapshot ConfigMaps: a change to one wakes its run, whose
     // pass verifies it against the digest its status recorded.
     let (snapshot_meta, snapshot_meta_w) = reflector::store::<PartialObjectMeta<ConfigMap>>();
-    let (drive_snapshots, snapshot_triggers) = {
-        let flag = synced.flag();
+    let snapshot_triggers = {
         // An Api of PartialObjectMeta makes metadata-only requests.
         let api: Api<PartialObjectMeta<ConfigMap>> = Api::namespaced(client.clone(), snapshot_namespace);
         let config = watcher::Config::default().labels(upgradeplan::api::RUN_LABEL);
@@ -169,54 +243,41 @@ pub fn start(
             snapshot_meta_w,
             watcher(api, config).backoff(watch::reconnect_backoff()),
         )
-        .inspect(move |ev| match ev {
-            Ok(watcher::Event::InitDone) => flag.store(true, Ordering::SeqCst),
-            Err(e) => tracing::warn!(kind = "ConfigMap", error = %e, "snapshot watch error; retrying"),
-            _ => {}
+        .inspect(|ev| {
+            if let Err(e) = ev {
+                tracing::warn!(kind = "ConfigMap", error = %e, "snapshot watch error; retrying");
+            }
         });
-        watch::fan_out(stream, 1, forwarding.clone())
+        b.drive(stream, synced.flag())
     };
-    let drive = async move {
-        tokio::join!(
-            drive_snapshots,
-            drive_plans,
-            drive_runs,
-            drive_bindings,
-            drive_revisions,
-            drive_promises,
-            drive_health,
-            drive_approvals,
-            drive_freezes
-        );
-    };
+    let drive = futures::future::join_all(b.drives).map(|_| ());
     Caches {
-        plans,
-        runs,
-        bindings,
-        revisions,
-        promises,
-        health,
-        approvals,
-        freezes,
-        snapshot_meta,
-        synced,
-        health_synced,
-        approvals_synced,
-        freezes_synced,
-        health_not_served,
-        approvals_not_served,
-        freezes_not_served,
+        stores: Stores {
+            plans,
+            runs,
+            bindings,
+            revisions,
+            promises,
+            health,
+            approvals,
+            freezes,
+            snapshot_meta,
+            synced,
+            health_kind,
+            approvals_kind,
+            freezes_kind,
+        },
         drive: drive.boxed(),
         triggers: AllTriggers {
-            plans: boxed(plan_triggers),
-            runs: boxed(run_triggers),
-            bindings: boxed(binding_triggers),
-            revisions: boxed(revision_triggers),
-            promises: boxed(promise_triggers),
-            health: boxed(health_triggers),
-            approvals: boxed(approval_triggers),
-            freezes: boxed(freeze_triggers),
-            snapshots: boxed(snapshot_triggers),
+            plans: plan_triggers,
+            runs: run_triggers,
+            bindings: binding_triggers,
+            revisions: revision_triggers,
+            promises: promise_triggers,
+            health: health_triggers,
+            approvals: approval_triggers,
+            freezes: freeze_triggers,
+            snapshots: snapshot_triggers,
         },
     }
 }

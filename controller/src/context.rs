@@ -3,14 +3,13 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Event};
+use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
-use upgradeplan::api::kratix::{CachedBinding, HealthRecord, Promise, PromiseRevision};
-use upgradeplan::api::{UpgradeApproval, UpgradeFreeze, UpgradePlan, UpgradeRun, FIELD_MANAGER};
+use upgradeplan::api::kratix::{CachedBinding, HealthRecord};
+use upgradeplan::api::{UpgradeFreeze, UpgradePlan, UpgradeRun, FIELD_MANAGER};
 use upgradeplan::engine::snapshot::SnapshotResource;
 
 use crate::error::Result;
@@ -92,36 +91,11 @@ pub struct Ctx {
     pub selector: Option<String>,
     /// `--selector`, parsed: which freezes' status this controller writes.
     pub label_selector: Option<upgradeplan::engine::selector::LabelSelector>,
-    pub plans: Store<UpgradePlan>,
-    pub runs: Store<UpgradeRun>,
-    pub bindings: crate::bindings::BindingStore,
-    pub revisions: Store<PromiseRevision>,
-    pub promises: Store<Promise>,
-    /// Kratix's HealthRecords. Not part of `synced`: a Kratix without the HealthRecord kind must
-    /// not stop runs that never ask for health (`health_synced` says when it has its list).
-    pub health: Store<HealthRecord>,
-    /// UpgradeApprovals. Not part of `synced` either: a controller upgraded before its CRDs keeps
-    /// running the plans without `requireApproval` (`approvals_synced` says when it has its list).
-    pub approvals: Store<UpgradeApproval>,
-    /// UpgradeFreezes, apart from `synced` too: see [`Ctx::freezes_known`].
-    pub freezes: Store<UpgradeFreeze>,
-    pub approvals_synced: Arc<std::sync::atomic::AtomicBool>,
-    pub health_synced: Arc<std::sync::atomic::AtomicBool>,
-    pub freezes_synced: Arc<std::sync::atomic::AtomicBool>,
-    /// The API server answered the freezes' list with 404: the kind is not installed.
-    pub freezes_not_served: Arc<std::sync::atomic::AtomicBool>,
-    /// The same for HealthRecords and UpgradeApprovals: a run that needs one waits, saying so
-    /// (`KindsServed`), instead of waiting for a list that never comes.
-    pub health_not_served: Arc<std::sync::atomic::AtomicBool>,
-    pub approvals_not_served: Arc<std::sync::atomic::AtomicBool>,
-    /// Whether every cache above but `health`, `approvals` and `freezes` has its initial list.
-    pub synced: Synced,
+    /// The caches, and whether they have their lists.
+    pub caches: crate::caches::Stores,
     /// Snapshots by run UID, verified against their digests, with the resourceVersions of the
     /// ConfigMaps they were read from (or written at).
     pub frozen: Mutex<HashMap<String, Arc<Verified>>>,
-    /// The metadata of the snapshot ConfigMaps (a watch): a change to one, or its deletion,
-    /// shows as a new resourceVersion, or none, and wakes its run, which reads and verifies it.
-    pub snapshot_meta: Store<PartialObjectMeta<ConfigMap>>,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// What this process recorded of each run's resources, by run UID.
     pub resources: Mutex<HashMap<String, RunResources>>,
@@ -157,12 +131,11 @@ pub struct Recalled {
 impl Ctx {
     /// What a scrape shows (spec §9.1), from the caches; `None` until they are filled.
     pub fn scrape_state(&self, now: chrono::DateTime<chrono::Utc>) -> Option<crate::metrics::State> {
-        use std::sync::atomic::Ordering;
         use upgradeplan::engine::{freeze, lifecycle};
-        if !self.synced.all() {
+        if !self.caches.synced.all() {
             return None;
         }
-        let plans = self.plans.state();
+        let plans = self.caches.plans.state();
         let mut state = crate::metrics::State::default();
         for plan in &plans {
             let name = plan.name_any();
@@ -175,14 +148,15 @@ impl Ctx {
                 state.active.insert(name.clone());
             }
             let promise_found = self
+                .caches
                 .promises
                 .get(&ObjectRef::new(&plan.spec.promise_ref.name))
                 .is_some();
             let gauges = lifecycle::plan::gauges_of(plan, &runs, promise_found, self, now);
             state.plans.push((name, gauges));
         }
-        if self.freezes_synced.load(Ordering::SeqCst) {
-            for f in self.freezes.state() {
+        if self.caches.freezes_kind.synced() {
+            for f in self.caches.freezes.state() {
                 if self.writes_status_of(&f) {
                     let s = freeze::step(&f, &plans, now);
                     state.freezes.push((f.name_any(), s.active, s.ready));
@@ -201,7 +175,7 @@ impl Ctx {
     }
 
     pub fn plan(&self, name: &str) -> Option<Arc<UpgradePlan>> {
-        self.plans.get(&ObjectRef::new(name))
+        self.caches.plans.get(&ObjectRef::new(name))
     }
 
     /// The Promise `run` works on: its frozen plan's once this process has read its snapshot
@@ -217,7 +191,8 @@ impl Ctx {
 
     /// Runs of `plan` (by label or, for runs not yet labelled, by reference).
     pub fn runs_of(&self, plan: &str) -> Vec<Arc<UpgradeRun>> {
-        self.runs
+        self.caches
+            .runs
             .state()
             .into_iter()
             .filter(|r| r.plan_name() == plan)
@@ -226,16 +201,17 @@ impl Ctx {
 
     /// Bindings of `promise`, all namespaces, from the cache (shared, never copied).
     pub fn bindings_of(&self, promise: &str) -> Vec<Arc<CachedBinding>> {
-        self.bindings.of_promise(promise)
+        self.caches.bindings.of_promise(promise)
     }
 
     pub fn binding(&self, namespace: &str, name: &str) -> Option<Arc<CachedBinding>> {
-        self.bindings.get(namespace, name)
+        self.caches.bindings.get(namespace, name)
     }
 
     /// Whether the PromiseRevision of (promise, version) exists.
     pub fn revision_exists(&self, promise: &str, version: &str) -> bool {
-        self.revisions
+        self.caches
+            .revisions
             .state()
             .iter()
             .any(|r| r.promise() == promise && r.spec.version == version)
@@ -243,7 +219,8 @@ impl Ctx {
 
     /// Every HealthRecord of `promise`.
     pub fn health_records_of(&self, promise: &str) -> Vec<Arc<HealthRecord>> {
-        self.health
+        self.caches
+            .health
             .state()
             .into_iter()
             .filter(|r| r.data.promise_ref.name == promise)
@@ -254,7 +231,8 @@ impl Ctx {
     pub fn snapshot_unchanged(&self, versions: &[(String, String)]) -> bool {
         versions.iter().all(|(name, version)| {
             let key = ObjectRef::new(name).within(&self.snapshot_namespace);
-            self.snapshot_meta
+            self.caches
+                .snapshot_meta
                 .get(&key)
                 .is_some_and(|cm| cm.metadata.resource_version.as_deref() == Some(version.as_str()))
         })
@@ -264,8 +242,7 @@ impl Ctx {
     /// run starts anything: a freeze that exists but is not yet in the cache must still hold.
     /// A controller upgraded before its CRDs so keeps running plans.
     pub fn freezes_known(&self) -> bool {
-        use std::sync::atomic::Ordering::SeqCst;
-        self.freezes_synced.load(SeqCst) || self.freezes_not_served.load(SeqCst)
+        self.caches.freezes_kind.known()
     }
 
     /// Publishes an event on `obj`; failures are logged, never fatal.

@@ -16,14 +16,14 @@ use crate::events::EventType;
 
 pub async fn reconcile(freeze: Arc<UpgradeFreeze>, ctx: Arc<Ctx>) -> Result<Action> {
     // `matchingPlans` counts from the plan cache.
-    if !ctx.synced.all() {
+    if !ctx.caches.synced.all() {
         return Ok(Action::requeue(crate::context::CACHE_WAIT));
     }
     if !ctx.writes_status_of(&freeze) {
         return Ok(Action::await_change());
     }
     let name = freeze.name_any();
-    let step = freeze::step(&freeze, &ctx.plans.state(), crate::clock::now());
+    let step = freeze::step(&freeze, &ctx.caches.plans.state(), crate::clock::now());
     if freeze.status.as_ref() != Some(&step.status) {
         apply_status::<UpgradeFreeze>(&ctx.client, &name, &step.status).await?;
     }

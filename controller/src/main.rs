@@ -499,22 +499,7 @@ async fn run_controllers<F, Fut>(
     // Triggers flow once the controllers run; until then the caches fill and follow changes.
     let forwarding = Arc::new(AtomicBool::new(false));
     let caches::Caches {
-        plans,
-        runs,
-        bindings,
-        revisions,
-        promises,
-        health,
-        approvals,
-        freezes,
-        snapshot_meta,
-        synced,
-        health_synced,
-        approvals_synced,
-        freezes_synced,
-        health_not_served,
-        approvals_not_served,
-        freezes_not_served,
+        stores,
         drive: caches,
         triggers: mut t,
     } = caches::start(&client, cli.selector.as_deref(), &cli.snapshot_namespace, &forwarding);
@@ -524,25 +509,10 @@ async fn run_controllers<F, Fut>(
         snapshot_namespace: cli.snapshot_namespace.clone(),
         selector: cli.selector.clone(),
         label_selector: cli.selector.as_deref().and_then(|s| s.parse().ok()),
-        plans: plans.clone(),
-        runs: runs.clone(),
-        bindings: bindings.clone(),
-        revisions: revisions.clone(),
-        promises: promises.clone(),
-        health: health.clone(),
-        approvals: approvals.clone(),
-        freezes: freezes.clone(),
-        health_synced,
-        approvals_synced,
-        freezes_synced,
-        freezes_not_served,
-        health_not_served,
-        approvals_not_served,
-        synced,
+        caches: stores,
         metrics: metrics.clone(),
         resources: Default::default(),
         frozen: Default::default(),
-        snapshot_meta,
         reported: Default::default(),
         announced: Default::default(),
         retries: Default::default(),
@@ -564,15 +534,15 @@ async fn run_controllers<F, Fut>(
     let config = ControllerConfig::default().debounce(Duration::from_millis(50));
 
     let wakes = wakes::Wakes {
-        runs: runs.clone(),
-        plans: plans.clone(),
-        freezes: freezes.clone(),
+        runs: ctx.caches.runs.clone(),
+        plans: ctx.caches.plans.clone(),
+        freezes: ctx.caches.freezes.clone(),
         ctx: Arc::downgrade(&ctx),
     };
     // Started after the caches may have been filled while a standby (their triggers dropped):
     // each controller first looks at every object its cache holds.
     let at_start = || futures::stream::once(futures::future::ready(()));
-    let run_controller = Controller::for_stream(t.runs.remove(0), runs.clone())
+    let run_controller = Controller::for_stream(t.runs.remove(0), ctx.caches.runs.clone())
         .with_config(config.clone())
         .reconcile_all_on(at_start())
         .reconcile_on(t.bindings.remove(0).flat_map({
@@ -618,7 +588,7 @@ async fn run_controllers<F, Fut>(
         ctx.clone(),
     );
 
-    let plan_controller = Controller::for_stream(t.plans.remove(0), plans.clone())
+    let plan_controller = Controller::for_stream(t.plans.remove(0), ctx.caches.plans.clone())
         .with_config(config.clone())
         .reconcile_all_on(at_start())
         .watches_stream(t.runs.remove(0), wakes.by(|w, r: UpgradeRun| w.plan_of_run(&r)))
@@ -635,7 +605,7 @@ async fn run_controllers<F, Fut>(
         ctx.clone(),
     );
 
-    let freeze_controller = Controller::for_stream(t.freezes.remove(0), freezes.clone())
+    let freeze_controller = Controller::for_stream(t.freezes.remove(0), ctx.caches.freezes.clone())
         .with_config(config)
         .reconcile_all_on(at_start())
         .watches_stream(t.plans.remove(0), wakes.by(|w, _: UpgradePlan| w.every_freeze()))

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::events::EventType;
 
 pub async fn reconcile(plan: Arc<UpgradePlan>, ctx: Arc<Ctx>) -> Result<Action> {
-    if !ctx.synced.all() {
+    if !ctx.caches.synced.all() {
         return Ok(Action::requeue(crate::context::CACHE_WAIT));
     }
     if plan.meta().deletion_timestamp.is_some() {
@@ -29,7 +29,11 @@ pub async fn reconcile(plan: Arc<UpgradePlan>, ctx: Arc<Ctx>) -> Result<Action> 
     let name = plan.name_any();
     let runs = ctx.runs_of(&name);
     let runs: Vec<&UpgradeRun> = runs.iter().map(|r| r.as_ref()).collect();
-    let promise_found = ctx.promises.get(&ObjectRef::new(&plan.spec.promise_ref.name)).is_some();
+    let promise_found = ctx
+        .caches
+        .promises
+        .get(&ObjectRef::new(&plan.spec.promise_ref.name))
+        .is_some();
     let step = lifecycle::plan::step(&plan, &runs, promise_found, ctx.as_ref(), crate::clock::now());
 
     if let Some(run) = &step.create_run {

@@ -30,7 +30,7 @@ const PATCH_CONCURRENCY: usize = 16;
 pub async fn reconcile(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
     // Caches must be complete before a decision: a binding missing from a half-filled cache
     // would look deleted.
-    if !ctx.synced.all() {
+    if !ctx.caches.synced.all() {
         return Ok(Action::requeue(crate::context::CACHE_WAIT));
     }
     if !ctx.handles(&run) {
@@ -66,7 +66,7 @@ impl lifecycle::Cluster for Ctx {
         self.health_records_of(promise)
     }
     fn freezes(&self) -> Vec<Arc<UpgradeFreeze>> {
-        self.freezes.state()
+        self.caches.freezes.state()
     }
 }
 
@@ -95,21 +95,20 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
     let needs = |f: fn(&upgradeplan::api::RolloutGroup) -> bool| {
         run_plan.and_then(|p| p.rollout_groups.iter().find(|g| f(g)).map(|g| g.name.clone()))
     };
-    let flag = |f: &std::sync::atomic::AtomicBool| f.load(std::sync::atomic::Ordering::SeqCst);
     let mut missing_kinds = Vec::new();
     let waits = !status.state.is_terminal() && run.meta().deletion_timestamp.is_none();
     for (needed, cache_synced, not_served, resource, field) in [
         (
             needs(|g| g.health_check.is_some()),
-            flag(&ctx.health_synced),
-            flag(&ctx.health_not_served),
+            ctx.caches.health_kind.synced(),
+            ctx.caches.health_kind.not_served(),
             "healthrecords.platform.kratix.io",
             "healthCheck",
         ),
         (
             needs(upgradeplan::engine::compile::requires_approval),
-            flag(&ctx.approvals_synced),
-            flag(&ctx.approvals_not_served),
+            ctx.caches.approvals_kind.synced(),
+            ctx.caches.approvals_kind.not_served(),
             "upgradeapprovals.platform.syntasso.io",
             "requireApproval",
         ),
@@ -351,7 +350,8 @@ async fn adopt_approvals(client: &kube::Client, patches: &[ApprovalPatch]) -> Re
 
 /// The run's UpgradeApprovals, as the engine reads them.
 fn approvals_of(ctx: &Ctx, run: &UpgradeRun) -> Vec<ApprovalFact> {
-    ctx.approvals
+    ctx.caches
+        .approvals
         .state()
         .iter()
         .filter(|a| a.spec.upgrade_run_ref.name == run.name_any() && a.metadata.deletion_timestamp.is_none())
@@ -674,32 +674,14 @@ mod tests {
 
     /// A controller context whose API server is `service`, with empty caches.
     fn context(client: kube::Client) -> super::Ctx {
-        use kube::runtime::reflector::store;
-        use std::sync::atomic::AtomicBool;
-        let flag = || Arc::new(AtomicBool::new(true));
         super::Ctx {
             recorder: crate::events::Publisher::new(client.clone(), "upgradeplan-controller", "test".into()),
             client,
             snapshot_namespace: "kratix-platform-system".into(),
             selector: None,
             label_selector: None,
-            plans: store().0,
-            runs: store().0,
-            bindings: Default::default(),
-            revisions: store().0,
-            promises: store().0,
-            health: store().0,
-            approvals: store().0,
-            freezes: store().0,
-            approvals_synced: flag(),
-            health_synced: flag(),
-            freezes_synced: flag(),
-            freezes_not_served: flag(),
-            health_not_served: flag(),
-            approvals_not_served: flag(),
-            synced: Default::default(),
+            caches: crate::caches::Stores::empty(),
             frozen: Default::default(),
-            snapshot_meta: store().0,
             metrics: Arc::new(crate::metrics::Metrics::new()),
             resources: Default::default(),
             reported: Default::default(),
