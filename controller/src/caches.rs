@@ -60,6 +60,14 @@ impl KindFlags {
         self.not_served.load(Ordering::SeqCst)
     }
 
+    /// As the engine reads it.
+    pub fn cache(&self) -> upgradeplan::engine::lifecycle::KindCache {
+        upgradeplan::engine::lifecycle::KindCache {
+            listed: self.synced(),
+            not_served: self.not_served(),
+        }
+    }
+
     /// Listed, or not served (no object of the kind can exist).
     pub fn known(&self) -> bool {
         self.synced() || self.not_served()

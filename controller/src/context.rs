@@ -10,7 +10,11 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use upgradeplan::api::kratix::{CachedBinding, HealthRecord};
 use upgradeplan::api::{UpgradeFreeze, UpgradePlan, UpgradeRun, FIELD_MANAGER};
+use upgradeplan::engine::admission::TriggerKind;
+use upgradeplan::engine::lifecycle::Step;
+use upgradeplan::engine::outcome::Finished;
 use upgradeplan::engine::snapshot::SnapshotResource;
+use upgradeplan::engine::stage::ApprovalFact;
 
 use crate::error::Result;
 use crate::events::{EventType, Publisher, CLUSTER_SCOPED_EVENTS_NAMESPACE};
@@ -345,6 +349,83 @@ pub struct RunResources {
     pub started: HashMap<Arc<SnapshotResource>, chrono::DateTime<chrono::Utc>>,
     /// Resources whose result was counted (`upgradeplan_resource_upgrades_total`).
     pub counted: HashSet<Arc<SnapshotResource>>,
+}
+
+/// What this process counts of runs (spec §9.1): each resource's result once per run, how
+/// long the upgrades it started took, runs superseded and ended.
+impl Ctx {
+    /// Counts what `step` of `run` finished.
+    pub fn count(&self, run: &UpgradeRun, step: &Step) {
+        let plan = run.plan_name();
+        self.count_results(run, step);
+        if step.newly_superseded {
+            self.metrics.runs_superseded_total.with_label_values(&[plan]).inc();
+            tracing::info!(run = %run.name_any(), by = ?step.status.superseded_by, "run superseded");
+        }
+        if let Some(state) = step.finished {
+            let result = state.as_str();
+            self.metrics
+                .runs_total
+                .with_label_values(&[plan, TriggerKind::of(run).metric_label(), result])
+                .inc();
+            if let (Some(start), Some(end)) = (step.status.started_at, step.status.finished_at) {
+                self.metrics
+                    .run_duration
+                    .with_label_values(&[plan, result])
+                    .observe((end - start).num_milliseconds() as f64 / 1000.0);
+            }
+            tracing::info!(run = %run.name_any(), state = result, "run finished");
+            self.forget_run(&run.uid().unwrap_or_default());
+        }
+    }
+
+    /// Counts each resource's result once per run, and how long its upgrade took when this
+    /// process started it.
+    fn count_results(&self, run: &UpgradeRun, step: &Step) {
+        let (plan, Some(frozen)) = (run.plan_name(), &step.frozen) else {
+            return;
+        };
+        let Ok(mut runs) = self.resources.lock() else {
+            return;
+        };
+        let ours = runs.entry(run.uid().unwrap_or_default()).or_default();
+        for r in &step.results {
+            if !ours.counted.insert(Arc::clone(&r.resource)) {
+                continue;
+            }
+            let group = frozen.snapshot.groups.get(r.group).map_or("", |g| g.name.as_str());
+            self.metrics
+                .resource_upgrades_total
+                .with_label_values(&[plan, group, r.result.as_str()])
+                .inc();
+            if let (Some(began), Finished::Succeeded) = (ours.started.get(&r.resource), r.result) {
+                let secs = (crate::clock::now() - *began).num_milliseconds() as f64 / 1000.0;
+                self.metrics
+                    .resource_upgrade_duration
+                    .with_label_values(&[plan, group])
+                    .observe(secs);
+            }
+        }
+    }
+
+    /// This process started `resource`'s upgrade for `run` now (the start of its duration).
+    pub fn started(&self, run: &UpgradeRun, resource: &Arc<SnapshotResource>) {
+        if let Ok(mut runs) = self.resources.lock() {
+            let ours = runs.entry(run.uid().unwrap_or_default()).or_default();
+            ours.started.insert(Arc::clone(resource), crate::clock::now());
+        }
+    }
+
+    /// The run's UpgradeApprovals, as the engine reads them.
+    pub fn approvals_of(&self, run: &UpgradeRun) -> Vec<ApprovalFact> {
+        self.caches
+            .approvals
+            .state()
+            .iter()
+            .filter(|a| a.spec.upgrade_run_ref.name == run.name_any() && a.metadata.deletion_timestamp.is_none())
+            .map(|a| ApprovalFact::of(a))
+            .collect()
+    }
 }
 
 impl Ctx {

@@ -606,6 +606,20 @@ impl Metrics {
         };
     }
 
+    /// Applies a run step's gauges of `plan`: kept, set, or cleared with the gates' (the plan
+    /// has no active run any more).
+    pub fn set_run_gauges(&self, plan: &str, gauges: &upgradeplan::engine::lifecycle::Gauges) {
+        use upgradeplan::engine::lifecycle::Gauges;
+        match gauges {
+            Gauges::Keep => {}
+            Gauges::Set(g) => self.set_run(plan, Some(g)),
+            Gauges::Clear => {
+                self.set_run(plan, None);
+                self.set_gates(plan, &[]);
+            }
+        }
+    }
+
     /// Records one evaluation of `plan`'s gate `gate`.
     pub fn record_gate_evaluation(&self, plan: &str, gate: &str, result: &'static str) {
         {

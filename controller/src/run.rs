@@ -12,12 +12,10 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::{Resource, ResourceExt};
 use upgradeplan::api::kratix::{BindingFacts, HealthRecord};
-use upgradeplan::api::{RunState, UpgradeApproval, UpgradeFreeze, UpgradeRun, UpgradeRunStatus, RUN_FINALIZER};
-use upgradeplan::engine::admission::{reads_gates, RunFacts, TriggerKind};
-use upgradeplan::engine::lifecycle::{self, events, Gauges, SnapshotFact, Step, Write};
-use upgradeplan::engine::outcome::Finished;
+use upgradeplan::api::{RunState, UpgradeApproval, UpgradeFreeze, UpgradeRun, RUN_FINALIZER};
+use upgradeplan::engine::admission::{reads_gates, RunFacts};
+use upgradeplan::engine::lifecycle::{self, events, KindsNeeded, SnapshotFact, Step, Write};
 use upgradeplan::engine::run::texts;
-use upgradeplan::engine::stage::ApprovalFact;
 use upgradeplan::engine::write::{ApprovalPatch, Attempt, BindingPatch, Release, RunPatch};
 
 use crate::context::Ctx;
@@ -88,41 +86,20 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         SnapshotFact::Found { frozen, .. } => Some(&frozen.plan),
         _ => plan.as_deref().map(|p| &p.spec),
     };
-    // Caches a run may need that are apart from `synced` (see `Ctx::health`, `Ctx::approvals`):
-    // without their list, resources would look unreported and groups unapproved. A kind the API
-    // server does not serve is a fact for the step (KindsServed, spec §14.2); a list still to
-    // come is a short wait. Neither holds a deleted run: its cancel needs neither.
-    let needs = |f: fn(&upgradeplan::api::RolloutGroup) -> bool| {
-        run_plan.and_then(|p| p.rollout_groups.iter().find(|g| f(g)).map(|g| g.name.clone()))
-    };
-    let mut missing_kinds = Vec::new();
-    let waits = !status.state.is_terminal() && run.meta().deletion_timestamp.is_none();
-    for (needed, cache_synced, not_served, resource, field) in [
-        (
-            needs(|g| g.health_check.is_some()),
-            ctx.caches.health_kind.synced(),
-            ctx.caches.health_kind.not_served(),
-            "healthrecords.platform.kratix.io",
-            "healthCheck",
-        ),
-        (
-            needs(upgradeplan::engine::compile::requires_approval),
-            ctx.caches.approvals_kind.synced(),
-            ctx.caches.approvals_kind.not_served(),
-            "upgradeapprovals.platform.syntasso.io",
-            "requireApproval",
-        ),
-    ] {
-        let Some(group) = needed.filter(|_| waits && !cache_synced) else {
-            continue;
-        };
-        if not_served {
-            missing_kinds.push(lifecycle::MissingKind { resource, group, field });
-        } else {
+    // A kind the API server does not serve is a fact for the step (KindsServed, spec §14.2); a
+    // list still to come is a short wait.
+    let missing_kinds = match lifecycle::kinds_needed(
+        run,
+        run_plan,
+        ctx.caches.health_kind.cache(),
+        ctx.caches.approvals_kind.cache(),
+    ) {
+        KindsNeeded::Known(missing) => missing,
+        KindsNeeded::ListPending { resource } => {
             tracing::debug!(run = %run.name_any(), "waiting for the {resource} cache");
             return Ok(Action::requeue(std::time::Duration::from_secs(5)));
         }
-    }
+    };
     // A freeze must hold before anything starts; its list comes moments after the start (a
     // watch that cannot list freezes logs why).
     if !ctx.freezes_known() && !status.state.is_terminal() {
@@ -136,7 +113,7 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         }
         _ => Vec::new(),
     };
-    let approvals = approvals_of(ctx, run);
+    let approvals = ctx.approvals_of(run);
     let facts = lifecycle::Facts {
         plan: plan.as_deref(),
         others: &others,
@@ -213,12 +190,7 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
                         .await;
                 }
             }
-            Write::Gauges(Gauges::Keep) => {}
-            Write::Gauges(Gauges::Set(g)) => ctx.metrics.set_run(&plan_name, Some(g)),
-            Write::Gauges(Gauges::Clear) => {
-                ctx.metrics.set_run(&plan_name, None);
-                ctx.metrics.set_gates(&plan_name, &[]);
-            }
+            Write::Gauges(gauges) => ctx.metrics.set_run_gauges(&plan_name, gauges),
             Write::Status(status) => {
                 let written =
                     crate::context::apply_status_at::<UpgradeRun>(&ctx.client, &run_name, status, version.as_deref())
@@ -238,17 +210,7 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
                     tracing::info!(run = %run_name, plan = %plan_name, resources = status.total_resources, "snapshot taken; run in progress");
                 }
             }
-            Write::Count => {
-                count_results(ctx, run, &step);
-                if step.newly_superseded {
-                    ctx.metrics.runs_superseded_total.with_label_values(&[&plan_name]).inc();
-                    tracing::info!(run = %run_name, by = ?step.status.superseded_by, "run superseded");
-                }
-                if let Some(state) = step.finished {
-                    record_finished(ctx, run, &step.status, state);
-                    ctx.forget_run(&run.uid().unwrap_or_default());
-                }
-            }
+            Write::Count => ctx.count(run, &step),
             Write::Release(release) => {
                 release_run(ctx, run, release).await?;
                 return Ok(Action::await_change());
@@ -260,52 +222,6 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
         (false, Some(at)) => Action::requeue(crate::clock::until(at)),
         (false, None) => Action::await_change(),
     })
-}
-
-/// Metrics of a run that just ended.
-fn record_finished(ctx: &Ctx, run: &UpgradeRun, status: &UpgradeRunStatus, state: RunState) {
-    let plan = run.plan_name();
-    let result = state.as_str();
-    ctx.metrics
-        .runs_total
-        .with_label_values(&[plan, TriggerKind::of(run).metric_label(), result])
-        .inc();
-    if let (Some(start), Some(end)) = (status.started_at, status.finished_at) {
-        ctx.metrics
-            .run_duration
-            .with_label_values(&[plan, result])
-            .observe((end - start).num_milliseconds() as f64 / 1000.0);
-    }
-    tracing::info!(run = %run.name_any(), state = result, "run finished");
-}
-
-/// Counts each resource's result once per run, and how long its upgrade took when this process
-/// started it.
-fn count_results(ctx: &Ctx, run: &UpgradeRun, step: &Step) {
-    let (plan, Some(frozen)) = (run.plan_name(), &step.frozen) else {
-        return;
-    };
-    let Ok(mut runs) = ctx.resources.lock() else {
-        return;
-    };
-    let ours = runs.entry(run.uid().unwrap_or_default()).or_default();
-    for r in &step.results {
-        if !ours.counted.insert(Arc::clone(&r.resource)) {
-            continue;
-        }
-        let group = frozen.snapshot.groups.get(r.group).map_or("", |g| g.name.as_str());
-        ctx.metrics
-            .resource_upgrades_total
-            .with_label_values(&[plan, group, r.result.as_str()])
-            .inc();
-        if let (Some(began), Finished::Succeeded) = (ours.started.get(&r.resource), r.result) {
-            let secs = (crate::clock::now() - *began).num_milliseconds() as f64 / 1000.0;
-            ctx.metrics
-                .resource_upgrade_duration
-                .with_label_values(&[plan, group])
-                .observe(secs);
-        }
-    }
 }
 
 fn field_manager() -> PatchParams {
@@ -348,17 +264,6 @@ async fn adopt_approvals(client: &kube::Client, patches: &[ApprovalPatch]) -> Re
     Ok(())
 }
 
-/// The run's UpgradeApprovals, as the engine reads them.
-fn approvals_of(ctx: &Ctx, run: &UpgradeRun) -> Vec<ApprovalFact> {
-    ctx.caches
-        .approvals
-        .state()
-        .iter()
-        .filter(|a| a.spec.upgrade_run_ref.name == run.name_any() && a.metadata.deletion_timestamp.is_none())
-        .map(|a| ApprovalFact::of(a))
-        .collect()
-}
-
 /// Sends the step's binding patches, concurrently (bounded): a group of thousands starts at the
 /// API server's pace, not one round trip at a time. Each carries its own precondition. Returns
 /// whether any conflicted (the next pass re-evaluates; nothing is overwritten).
@@ -384,10 +289,7 @@ async fn patch_bindings(ctx: &Ctx, run: &UpgradeRun, patches: &[BindingPatch]) -
                 let Attempt::Start { from, to } = &patch.attempt else {
                     continue;
                 };
-                if let Ok(mut runs) = ctx.resources.lock() {
-                    let ours = runs.entry(run.uid().unwrap_or_default()).or_default();
-                    ours.started.insert(Arc::clone(&patch.resource), crate::clock::now());
-                }
+                ctx.started(run, &patch.resource);
                 let note = texts::resource_started(&patch.resource.display_name(), from, to);
                 ctx.event(run, EventType::Normal, events::RESOURCE_UPGRADE_STARTED, note)
                     .await;

@@ -41,8 +41,8 @@ use super::write::{ApprovalPatch, BindingPatch, Release, RunPatch};
 use crate::api::kratix::{BindingFacts, HealthRecord};
 use crate::api::{
     find_condition, reasons, set_condition, Condition, ConditionStatus, GateStatus, GroupPhase, GroupStatus,
-    ResourceListRef, RunState, UpgradeFreeze, UpgradePlan, UpgradeRun, UpgradeRunStatus, ADMITTED_AT_ANNOTATION,
-    PLAN_LABEL, PREVIEW_ANNOTATION, SELECTOR_ANNOTATION, UPGRADED_BY_ANNOTATION,
+    ResourceListRef, RunState, UpgradeFreeze, UpgradePlan, UpgradePlanSpec, UpgradeRun, UpgradeRunStatus,
+    ADMITTED_AT_ANNOTATION, PLAN_LABEL, PREVIEW_ANNOTATION, SELECTOR_ANNOTATION, UPGRADED_BY_ANNOTATION,
 };
 
 /// How often a run waiting for a kind the cluster does not serve looks again (a CRD installed
@@ -128,6 +128,67 @@ impl MissingKind {
             self.resource, self.group, self.field
         )
     }
+}
+
+/// Where the controller's cache of a kind the cluster may not serve stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KindCache {
+    /// It has its initial list.
+    pub listed: bool,
+    /// The API server answered its list with 404: the kind is not served.
+    pub not_served: bool,
+}
+
+/// What a run needs of the kinds apart from the caches every run needs (spec §14.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KindsNeeded {
+    /// The pass can go on; the kinds the plan needs that are not served are facts for the step.
+    Known(Vec<MissingKind>),
+    /// The list of `resource`, which the plan needs, is still to come: look again shortly
+    /// (without it, resources would look unreported and groups unapproved).
+    ListPending { resource: &'static str },
+}
+
+/// What run `run`, following `plan` (the frozen plan once the snapshot exists, else the live
+/// one), needs of the HealthRecord (`health`) and UpgradeApproval (`approvals`) caches. An ended
+/// or deleted run needs neither: its cancel reads neither.
+pub fn kinds_needed(
+    run: &UpgradeRun,
+    plan: Option<&UpgradePlanSpec>,
+    health: KindCache,
+    approvals: KindCache,
+) -> KindsNeeded {
+    let ended = run.status.as_ref().is_some_and(|s| s.state.is_terminal());
+    if ended || run.metadata.deletion_timestamp.is_some() {
+        return KindsNeeded::Known(Vec::new());
+    }
+    let first_group = |needs: fn(&crate::api::RolloutGroup) -> bool| {
+        plan.and_then(|p| p.rollout_groups.iter().find(|g| needs(g)).map(|g| g.name.clone()))
+    };
+    let mut missing = Vec::new();
+    for (group, cache, resource, field) in [
+        (
+            first_group(|g| g.health_check.is_some()),
+            health,
+            "healthrecords.platform.kratix.io",
+            "healthCheck",
+        ),
+        (
+            first_group(super::compile::requires_approval),
+            approvals,
+            "upgradeapprovals.platform.syntasso.io",
+            "requireApproval",
+        ),
+    ] {
+        let Some(group) = group.filter(|_| !cache.listed) else {
+            continue;
+        };
+        if !cache.not_served {
+            return KindsNeeded::ListPending { resource };
+        }
+        missing.push(MissingKind { resource, group, field });
+    }
+    KindsNeeded::Known(missing)
 }
 
 /// An event to publish on the run.

@@ -1464,6 +1464,73 @@ fn a_run_needing_a_kind_not_served_waits_says_why_and_can_be_cancelled() {
     );
 }
 
+/// Which of the optional kinds a run waits for, is told are missing, or needs not at all
+/// (spec §14.2): only the kinds its plan's groups need, never for an ended or deleted run.
+#[test]
+fn kinds_needed_table() {
+    let mut plan = valid_plan(1).spec;
+    plan.rollout_groups[0].health_check = Some(Default::default());
+    let plain = valid_plan(1).spec;
+    let listed = KindCache {
+        listed: true,
+        not_served: false,
+    };
+    let pending = KindCache::default();
+    let not_served = KindCache {
+        listed: false,
+        not_served: true,
+    };
+    let health = "healthrecords.platform.kratix.io";
+    let live = a_run("r", t(0), false);
+    let mut ended = live.clone();
+    ended.status.get_or_insert_with(Default::default).state = RunState::Completed;
+    let mut deleted = live.clone();
+    deleted.metadata.deletion_timestamp = Some(Time(crate::time::to_jiff(t(1))));
+    let missing = vec![MissingKind {
+        resource: health,
+        group: "all".into(),
+        field: "healthCheck",
+    }];
+    // (case, run, plan, health cache, want); the approvals' cache is pending throughout: no
+    // group requires approval.
+    let cases = [
+        ("listed", &live, Some(&plan), listed, KindsNeeded::Known(vec![])),
+        (
+            "list to come",
+            &live,
+            Some(&plan),
+            pending,
+            KindsNeeded::ListPending { resource: health },
+        ),
+        (
+            "not served",
+            &live,
+            Some(&plan),
+            not_served,
+            KindsNeeded::Known(missing),
+        ),
+        (
+            "the plan needs no health",
+            &live,
+            Some(&plain),
+            pending,
+            KindsNeeded::Known(vec![]),
+        ),
+        ("no plan yet", &live, None, pending, KindsNeeded::Known(vec![])),
+        ("ended", &ended, Some(&plan), pending, KindsNeeded::Known(vec![])),
+        (
+            "deleted: its cancel needs neither",
+            &deleted,
+            Some(&plan),
+            not_served,
+            KindsNeeded::Known(vec![]),
+        ),
+    ];
+    for (case, run, plan, health, want) in cases {
+        assert_eq!(kinds_needed(run, plan, health, pending), want, "{case}");
+    }
+}
+
 /// Issue 40 item 7 (spec §5.10): a run suspended right after it was created (before the
 /// controller first saw it) is a suspended run — admitted, the plan's active run — not a preview.
 #[test]
