@@ -141,6 +141,16 @@ pub struct Caches {
     pub triggers: AllTriggers,
 }
 
+/// What a kind needs to be cached by a reflector.
+trait Cached:
+    kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned + Clone + std::fmt::Debug + Send + Sync + 'static
+{
+}
+impl<K> Cached for K where
+    K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned + Clone + std::fmt::Debug + Send + Sync + 'static
+{
+}
+
 /// Builds the caches, collecting what drives each.
 struct Builder<'a> {
     client: &'a Client,
@@ -150,16 +160,12 @@ struct Builder<'a> {
 
 impl Builder<'_> {
     /// A cache of every `K` (`config`) with its `flags`, split into `n` triggers.
-    fn cache<K>(&mut self, config: watcher::Config, n: usize, flags: watch::CacheFlags) -> (Store<K>, Triggers<K>)
-    where
-        K: kube::Resource<DynamicType = ()>
-            + serde::de::DeserializeOwned
-            + Clone
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
-    {
+    fn cache<K: Cached>(
+        &mut self,
+        config: watcher::Config,
+        n: usize,
+        flags: watch::CacheFlags,
+    ) -> (Store<K>, Triggers<K>) {
         let (store, writer) = reflector::store::<K>();
         let (drive, triggers) =
             watch::cache::<K>(self.client.clone(), writer, config, n, flags, self.forwarding.clone());
@@ -168,16 +174,12 @@ impl Builder<'_> {
     }
 
     /// A cache of a kind every run needs, counted in `synced`.
-    fn needed<K>(&mut self, synced: &context::Synced, config: watcher::Config, n: usize) -> (Store<K>, Triggers<K>)
-    where
-        K: kube::Resource<DynamicType = ()>
-            + serde::de::DeserializeOwned
-            + Clone
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
-    {
+    fn needed<K: Cached>(
+        &mut self,
+        synced: &context::Synced,
+        config: watcher::Config,
+        n: usize,
+    ) -> (Store<K>, Triggers<K>) {
         let flags = watch::CacheFlags {
             synced: synced.flag(),
             not_served: None,
