@@ -510,9 +510,9 @@ impl TestEnv {
         ))
     }
 
-    /// The usual world of an upgrade test: the Promise with v1.0.0 and v2.0.0 (latest), a
-    /// namespace `apps` with `bindings` (name, value of label `env`) applied at v1.0.0, and
-    /// kratix-sim (`sim`, with `sim_args`). Returns the namespace.
+    /// The usual world of an upgrade test on this environment (see [`World`]): the Promise with
+    /// v1.0.0 and v2.0.0 (latest), a namespace `apps` with `bindings` (name, value of label `env`)
+    /// applied at v1.0.0, and kratix-sim (`sim`, with `sim_args`). Returns the namespace.
     pub async fn upgrade_world(
         &mut self,
         bindings: &[(&str, &str)],
@@ -521,12 +521,31 @@ impl TestEnv {
     ) -> anyhow::Result<String> {
         self.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0").await?;
         let ns = self.namespace("apps").await?;
-        for (name, env) in bindings {
-            self.binding(&ns, name, &[("env", env)], "v1.0.0", Some("v1.0.0"))
-                .await?;
-        }
+        self.bindings_at_v1(&ns, bindings.iter().copied()).await?;
         self.start_sim(sim, sim_args)?;
         Ok(ns)
+    }
+
+    /// Bindings (name, value of label `env`) in `ns`, applied at v1.0.0; their names by
+    /// `namespace/binding`, with their `env`.
+    async fn bindings_at_v1<'b>(
+        &self,
+        ns: &str,
+        bindings: impl IntoIterator<Item = (&'b str, &'b str)>,
+    ) -> anyhow::Result<BTreeMap<String, String>> {
+        let mut names = BTreeMap::new();
+        for (name, env) in bindings {
+            let b = self
+                .binding(ns, name, &[("env", env)], "v1.0.0", Some("v1.0.0"))
+                .await?;
+            names.insert(format!("{ns}/{}", b.name_any()), env.to_string());
+        }
+        Ok(names)
+    }
+
+    /// The binding of resource `name` in `ns` as the API server has it now.
+    pub async fn live_binding(&self, ns: &str, name: &str) -> anyhow::Result<ResourceBinding> {
+        Ok(self.bindings_api(ns).get(&format!("{name}-{}", self.promise)).await?)
     }
 
     /// Creates the Promise with a PromiseRevision per version; `latest` is marked latest.
@@ -1759,4 +1778,92 @@ pub fn group_counts(groups: &[upgradeplan::api::GroupStatus]) -> Vec<(String, i6
         .iter()
         .map(|g| (g.name.clone(), g.total, g.succeeded, g.failed, g.skipped))
         .collect()
+}
+
+/// The world of an end-to-end test, built in the order every test needs: the Promise and its
+/// revisions, the bindings at v1.0.0, then kratix-sim. A controller the test starts after it
+/// ([`TestEnv::start_controller`]) so finds every binding in its first list.
+pub struct World<'a> {
+    prefix: &'a str,
+    sim: &'a str,
+    versions: (&'a [&'a str], &'a str),
+    /// (name, value of label `env`) in namespace `apps`.
+    bindings: &'a [(&'a str, &'a str)],
+    /// (env, how many): `n` bindings `<env>-<i>` labelled `env` in a namespace of their own.
+    per_env: &'a [(&'a str, usize)],
+    sim_args: &'a [&'a str],
+}
+
+/// A [`World`], built.
+pub struct Built {
+    pub env: TestEnv,
+    /// The namespace `apps`.
+    pub ns: String,
+    /// Every binding made, by `namespace/binding`, with its `env`.
+    pub bindings: BTreeMap<String, String>,
+}
+
+impl<'a> World<'a> {
+    /// A Promise with v1.0.0 and v2.0.0 (latest), no bindings, kratix-sim (`sim`) as it starts by
+    /// default.
+    pub fn new(prefix: &'a str, sim: &'a str) -> World<'a> {
+        World {
+            prefix,
+            sim,
+            versions: (&["v1.0.0", "v2.0.0"], "v2.0.0"),
+            bindings: &[],
+            per_env: &[],
+            sim_args: &[],
+        }
+    }
+
+    /// The Promise's revisions, `latest` marked latest.
+    pub fn versions(mut self, versions: &'a [&'a str], latest: &'a str) -> Self {
+        self.versions = (versions, latest);
+        self
+    }
+
+    pub fn bindings(mut self, bindings: &'a [(&'a str, &'a str)]) -> Self {
+        self.bindings = bindings;
+        self
+    }
+
+    pub fn per_env(mut self, per_env: &'a [(&'a str, usize)]) -> Self {
+        self.per_env = per_env;
+        self
+    }
+
+    pub fn sim_args(mut self, args: &'a [&'a str]) -> Self {
+        self.sim_args = args;
+        self
+    }
+
+    pub async fn build(self) -> anyhow::Result<Built> {
+        let mut env = TestEnv::new(self.prefix).await?;
+        env.promise_with_revisions(self.versions.0, self.versions.1).await?;
+        let ns = env.namespace("apps").await?;
+        let mut bindings = env.bindings_at_v1(&ns, self.bindings.iter().copied()).await?;
+        for (group, n) in self.per_env {
+            let group_ns = env.namespace(group).await?;
+            let names: Vec<String> = (0..*n).map(|i| format!("{group}-{i}")).collect();
+            let made = env
+                .bindings_at_v1(&group_ns, names.iter().map(|name| (name.as_str(), *group)))
+                .await?;
+            bindings.extend(made);
+        }
+        env.start_sim(self.sim, self.sim_args)?;
+        Ok(Built { env, ns, bindings })
+    }
+}
+
+/// When the controller started `b`'s upgrade (its `upgrade-started-at` annotation, on the
+/// controller's clock); panics, naming the binding, when it never did.
+pub fn started_at(b: &ResourceBinding) -> chrono::DateTime<chrono::Utc> {
+    b.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(upgradeplan::api::UPGRADE_STARTED_AT_ANNOTATION))
+        .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .unwrap_or_else(|| panic!("{} never started (no upgrade-started-at annotation)", b.name_any()))
 }

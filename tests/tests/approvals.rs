@@ -6,34 +6,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use upgradeplan::api::{
-    find_condition, reasons, ConditionStatus, GroupPhase, RunState, UpgradeApproval, UpgradeRun,
-    UPGRADE_STARTED_AT_ANNOTATION,
-};
-use upgradeplan_e2e::harness::{run_plugin, TestEnv};
+use upgradeplan::api::{find_condition, reasons, ConditionStatus, GroupPhase, RunState, UpgradeApproval, UpgradeRun};
+use upgradeplan_e2e::harness::{run_plugin, started_at, Built, TestEnv, World};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
 
 fn phase(r: &UpgradeRun, group: usize) -> Option<GroupPhase> {
     r.status.as_ref()?.rollout_groups.get(group)?.phase
-}
-
-async fn started_at(env: &TestEnv, ns: &str, name: &str) -> DateTime<Utc> {
-    let b = env
-        .bindings_api(ns)
-        .get(&format!("{name}-{}", env.promise))
-        .await
-        .unwrap();
-    let at = &b.metadata.annotations.as_ref().unwrap()[UPGRADE_STARTED_AT_ANNOTATION];
-    DateTime::parse_from_rfc3339(at).unwrap().with_timezone(&Utc)
-}
-
-/// A world with a Promise (v1.0.0 → v2.0.0), kratix-sim, and bindings labelled by group.
-async fn world(prefix: &str, bindings: &[(&str, &str)]) -> (TestEnv, String) {
-    let mut env = TestEnv::new(prefix).await.unwrap();
-    let ns = env.upgrade_world(bindings, SIM, &[]).await.unwrap();
-    (env, ns)
 }
 
 /// Waits until the run's first group soaks; when it completed, as the run records it.
@@ -57,11 +37,8 @@ fn group(name: &str, extra: serde_json::Value) -> serde_json::Value {
 
 #[tokio::test]
 async fn a_canary_soaks_then_production_waits_for_approval() {
-    let (mut env, ns) = world(
-        "approve",
-        &[("c0", "canary"), ("m0", "middle"), ("p0", "prod"), ("p1", "prod")],
-    )
-    .await;
+    let bindings = [("c0", "canary"), ("m0", "middle"), ("p0", "prod"), ("p1", "prod")];
+    let Built { mut env, ns, .. } = World::new("approve", SIM).bindings(&bindings).build().await.unwrap();
     let controller = env.start_controller(&[]).await.unwrap();
     let plan = env
         .create_plan(
@@ -90,7 +67,10 @@ async fn a_canary_soaks_then_production_waits_for_approval() {
         "middle started {middle_started}, the canary completed {canary_done}: no 6 s soak"
     );
     // The start annotation is to the second.
-    assert!(started_at(&env, &ns, "m0").await.timestamp() >= (canary_done + chrono::Duration::seconds(6)).timestamp());
+    assert!(
+        started_at(&env.live_binding(&ns, "m0").await.unwrap()).timestamp()
+            >= (canary_done + chrono::Duration::seconds(6)).timestamp()
+    );
 
     // Production waits for its approval, says so once, and starts nothing.
     let waiting = env
@@ -230,7 +210,11 @@ async fn a_canary_soaks_then_production_waits_for_approval() {
 
 #[tokio::test]
 async fn a_pre_approved_group_never_waits_and_a_restart_keeps_the_soak_clock() {
-    let (mut env, ns) = world("preapproved", &[("c0", "canary"), ("p0", "prod")]).await;
+    let Built { mut env, ns, .. } = World::new("preapproved", SIM)
+        .bindings(&[("c0", "canary"), ("p0", "prod")])
+        .build()
+        .await
+        .unwrap();
     let mut controller = env.start_controller(&[]).await.unwrap();
     let plan = env
         .create_plan(
@@ -257,7 +241,7 @@ async fn a_pre_approved_group_never_waits_and_a_restart_keeps_the_soak_clock() {
     let done = env.wait_ended(&run).await.unwrap();
     let status = done.status.as_ref().unwrap();
     assert_eq!(status.state, RunState::Completed);
-    let prod_started = started_at(&env, &ns, "p0").await;
+    let prod_started = started_at(&env.live_binding(&ns, "p0").await.unwrap());
     let soak_end = canary_done + chrono::Duration::seconds(12);
     assert!(
         // The start annotation is to the second.

@@ -5,44 +5,12 @@
 use std::time::Duration;
 use upgradeplan::api::kratix::BindingFacts;
 
-use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
-use upgradeplan::api::kratix::ResourceBinding;
-use upgradeplan::api::{find_condition, reasons, ConditionStatus, RunState, UPGRADE_STARTED_AT_ANNOTATION};
-use upgradeplan_e2e::harness::{run_plugin, TestEnv};
+use upgradeplan::api::{find_condition, reasons, ConditionStatus, RunState};
+use upgradeplan_e2e::harness::{run_plugin, started_at, Built, TestEnv, World};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
-
-/// A world with a Promise (v1.0.0, v2.0.0), kratix-sim and a controller; bindings are added per
-/// test, labelled `set` (which plan selects them) and `env` (which group).
-async fn world(prefix: &str) -> (TestEnv, String, upgradeplan_e2e::harness::ControllerProcess) {
-    world_with(prefix, &[]).await
-}
-
-/// [`world`] with extra controller flags.
-async fn world_with(
-    prefix: &str,
-    controller_args: &[&str],
-) -> (TestEnv, String, upgradeplan_e2e::harness::ControllerProcess) {
-    world_of(prefix, controller_args, &[]).await
-}
-
-/// [`world`] with extra controller and kratix-sim flags.
-async fn world_of(
-    prefix: &str,
-    controller_args: &[&str],
-    sim_args: &[&str],
-) -> (TestEnv, String, upgradeplan_e2e::harness::ControllerProcess) {
-    let mut env = TestEnv::new(prefix).await.unwrap();
-    env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
-        .await
-        .unwrap();
-    let ns = env.namespace("apps").await.unwrap();
-    env.start_sim(SIM, sim_args).unwrap();
-    let controller = env.start_controller(controller_args).await.unwrap();
-    (env, ns, controller)
-}
 
 async fn binding(env: &TestEnv, ns: &str, name: &str, set: &str, group: &str, annotations: Value) {
     env.binding(ns, name, &[("set", set), ("env", group)], "v1.0.0", Some("v1.0.0"))
@@ -66,13 +34,6 @@ fn two_groups(set: &str, first: Value) -> Value {
            "rolloutGroups": [dev, {"name": "prod", "selectors": {"matchLabels": {"set": set, "env": "prod"}}}]})
 }
 
-async fn live(env: &TestEnv, ns: &str, name: &str) -> ResourceBinding {
-    env.bindings_api(ns)
-        .get(&format!("{name}-{}", env.promise))
-        .await
-        .unwrap()
-}
-
 /// The names of `plan`'s runs that exist and are not being deleted, sorted.
 async fn live_runs(env: &TestEnv, plan: &str) -> Vec<String> {
     let mut names: Vec<String> = env
@@ -89,14 +50,10 @@ async fn live_runs(env: &TestEnv, plan: &str) -> Vec<String> {
     names
 }
 
-fn started_at(b: &ResourceBinding) -> DateTime<Utc> {
-    let at = &b.metadata.annotations.as_ref().unwrap()[UPGRADE_STARTED_AT_ANNOTATION];
-    DateTime::parse_from_rfc3339(at).unwrap().with_timezone(&Utc)
-}
-
 #[tokio::test]
 async fn a_failure_within_budget_completes_the_run_and_one_more_fails_it() {
-    let (env, ns, controller) = world("budget").await;
+    let Built { mut env, ns, .. } = World::new("budget", SIM).build().await.unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
     let fail = json!({"kratix-sim/fail-version": "v2.0.0"});
     // Set a: one of two dev resources fails; the budget is 1.
     binding(&env, &ns, "a-d0", "a", "dev", fail.clone()).await;
@@ -134,7 +91,10 @@ async fn a_failure_within_budget_completes_the_run_and_one_more_fails_it() {
         (1, 1),
         "the second group ran"
     );
-    assert_eq!(live(&env, &ns, "a-p0").await.last_applied_version(), "v2.0.0");
+    assert_eq!(
+        env.live_binding(&ns, "a-p0").await.unwrap().last_applied_version(),
+        "v2.0.0"
+    );
     let events = env
         .events_when(&run_a, |(t, r, _)| t == "Warning" && r == "UpgradeRunCompleted")
         .await
@@ -214,7 +174,7 @@ async fn a_failure_within_budget_completes_the_run_and_one_more_fails_it() {
         )
     );
     assert_eq!(
-        live(&env, &ns, "b-p0").await.spec.version,
+        env.live_binding(&ns, "b-p0").await.unwrap().spec.version,
         "v1.0.0",
         "prod never started"
     );
@@ -226,7 +186,12 @@ async fn a_failure_within_budget_completes_the_run_and_one_more_fails_it() {
 /// (spec §5.5): the run completes with one failure within its budget, not as a clean success.
 #[tokio::test]
 async fn a_failure_stands_when_kratix_retries_the_resource_by_itself() {
-    let (env, ns, controller) = world_of("stands", &[], &["--retry-after-failure", "2s"]).await;
+    let Built { mut env, ns, .. } = World::new("stands", SIM)
+        .sim_args(&["--retry-after-failure", "2s"])
+        .build()
+        .await
+        .unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
     binding(&env, &ns, "x", "s", "dev", json!({"kratix-sim/fail-version": "v2.0.0"})).await;
     // y keeps the dev group open until the retry of x has succeeded.
     binding(&env, &ns, "y", "s", "dev", json!({"kratix-sim/hold": "true"})).await;
@@ -299,7 +264,8 @@ async fn a_failure_stands_when_kratix_retries_the_resource_by_itself() {
 
 #[tokio::test]
 async fn a_resource_past_its_deadline_counts_as_failed_and_frees_its_slot() {
-    let (env, ns, controller) = world("deadline").await;
+    let Built { mut env, ns, .. } = World::new("deadline", SIM).build().await.unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
     // One at a time: a-slow never finishes (kratix-sim waits an hour); after 3 s it counts as
     // failed and b-next takes its slot.
     binding(&env, &ns, "a-slow", "c", "dev", json!({"kratix-sim/delay": "1h"})).await;
@@ -319,7 +285,10 @@ async fn a_resource_past_its_deadline_counts_as_failed_and_frees_its_slot() {
     let r = env.wait_ended(&run).await.unwrap().status.unwrap();
     assert_eq!(r.state, RunState::Completed, "{}", controller.log_text());
     assert_eq!((r.rollout_groups[0].failed, r.rollout_groups[0].succeeded), (1, 1));
-    let (slow, next) = (live(&env, &ns, "a-slow").await, live(&env, &ns, "b-next").await);
+    let (slow, next) = (
+        env.live_binding(&ns, "a-slow").await.unwrap(),
+        env.live_binding(&ns, "b-next").await.unwrap(),
+    );
     assert_eq!(slow.last_applied_version(), "v1.0.0", "still running in Kratix");
     let waited = started_at(&next) - started_at(&slow);
     assert!(
@@ -343,7 +312,8 @@ async fn a_resource_past_its_deadline_counts_as_failed_and_frees_its_slot() {
 
 #[tokio::test]
 async fn run_history_limit_keeps_the_newest_runs_of_each_kind() {
-    let (env, ns, controller) = world("history").await;
+    let Built { mut env, ns, .. } = World::new("history", SIM).build().await.unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
     binding(&env, &ns, "d0", "d", "dev", json!({})).await;
     binding(
         &env,
@@ -427,7 +397,8 @@ async fn run_history_limit_keeps_the_newest_runs_of_each_kind() {
 /// runs 20 times as fast (hidden `--clock-rate`): a cron minute passes in three seconds.
 #[tokio::test]
 async fn run_history_limit_applies_to_scheduled_runs_and_takes_their_snapshots() {
-    let (env, _ns, controller) = world_with("sched-history", &["--clock-rate", "20"]).await;
+    let Built { mut env, ns: _ns, .. } = World::new("sched-history", SIM).build().await.unwrap();
+    let controller = env.start_controller(&["--clock-rate", "20"]).await.unwrap();
     let mut spec = two_groups("nothing", json!({}));
     spec["upgradeExecutionPolicy"] = json!({"repeatSchedule": "* * * * *"});
     spec["runHistoryLimit"] = json!({"succeeded": 1});

@@ -12,55 +12,12 @@ use upgradeplan::api::kratix::{ResourceBinding, PROMISE_NAME_LABEL};
 use upgradeplan::api::{find_condition, reasons, ConditionStatus, PlanPhase, RunResult, RunState, UpgradeRun};
 use upgradeplan_e2e::harness::{
     group_counts, group_row, http_get, observe_bindings, run_ended, run_plugin, run_state, wait_gone, wait_in_flight,
-    ControllerProcess, TestEnv,
+    Built, ControllerProcess, TestEnv, World,
 };
 use upgradeplan_e2e::proxy::{FaultProxy, Faults};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
-
-/// A Promise with v1.0.0 and v2.0.0, bindings at v1.0.0 labelled `env` in three namespaces,
-/// kratix-sim with a per-upgrade delay, and a controller.
-async fn world(
-    prefix: &str,
-    per_env: &[(&str, usize)],
-    sim_delay: &str,
-) -> (TestEnv, ControllerProcess, BTreeMap<String, String>) {
-    world_with(prefix, per_env, sim_delay, &[]).await
-}
-
-/// [`world`] with extra controller flags.
-async fn world_with(
-    prefix: &str,
-    per_env: &[(&str, usize)],
-    sim_delay: &str,
-    controller_args: &[&str],
-) -> (TestEnv, ControllerProcess, BTreeMap<String, String>) {
-    let mut env = TestEnv::new(prefix).await.unwrap();
-    env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
-        .await
-        .unwrap();
-    let mut bindings = BTreeMap::new();
-    for (group, n) in per_env {
-        let ns = env.namespace(group).await.unwrap();
-        for i in 0..*n {
-            let b = env
-                .binding(
-                    &ns,
-                    &format!("{group}-{i}"),
-                    &[("env", group)],
-                    "v1.0.0",
-                    Some("v1.0.0"),
-                )
-                .await
-                .unwrap();
-            bindings.insert(format!("{ns}/{}", b.name_any()), group.to_string());
-        }
-    }
-    env.start_sim(SIM, &["--delay", sim_delay]).unwrap();
-    let controller = env.start_controller(controller_args).await.unwrap();
-    (env, controller, bindings)
-}
 
 fn three_groups() -> serde_json::Value {
     json!({
@@ -79,7 +36,13 @@ fn three_groups() -> serde_json::Value {
 /// filled its slots; its remaining upgrades then start and finish as the limit allows.
 #[tokio::test]
 async fn three_group_plan_completes_in_order_within_limits() {
-    let (env, controller, bindings) = world("e2e-three", &[("dev", 4), ("staging", 4), ("prod", 3)], "100ms").await;
+    let Built { mut env, bindings, .. } = World::new("e2e-three", SIM)
+        .per_env(&[("dev", 4), ("staging", 4), ("prod", 3)])
+        .sim_args(&["--delay", "100ms"])
+        .build()
+        .await
+        .unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
     env.hold(bindings.keys(), true).await.unwrap();
     let seen = observe_bindings(&env, "v2.0.0");
     let plan = env.create_plan("plan", three_groups()).await.unwrap();
@@ -254,7 +217,13 @@ async fn snapshot_config_maps(env: &TestEnv, run: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn a_failing_resource_fails_the_run_and_later_groups_never_start() {
-    let (env, controller, _) = world("e2e-fail", &[("dev", 2), ("prod", 2)], "0s").await;
+    let Built { mut env, .. } = World::new("e2e-fail", SIM)
+        .per_env(&[("dev", 2), ("prod", 2)])
+        .sim_args(&["--delay", "0s"])
+        .build()
+        .await
+        .unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
     let dev_ns = format!("{}-dev", env.id);
     let failing = format!("dev-0-{}", env.promise);
     env.patch_binding(
@@ -322,7 +291,13 @@ async fn a_failing_resource_fails_the_run_and_later_groups_never_start() {
 #[tokio::test]
 async fn a_preview_snapshots_and_patches_nothing_until_resumed() {
     let metrics_addr = format!("127.0.0.1:{}", upgradeplan_e2e::harness::free_port().unwrap());
-    let (env, controller, _) = world_with("e2e-preview", &[("dev", 3)], "2s", &["--metrics-addr", &metrics_addr]).await;
+    let Built { mut env, .. } = World::new("e2e-preview", SIM)
+        .per_env(&[("dev", 3)])
+        .sim_args(&["--delay", "2s"])
+        .build()
+        .await
+        .unwrap();
+    let controller = env.start_controller(&["--metrics-addr", &metrics_addr]).await.unwrap();
     let mut spec = two_groups();
     spec["rolloutGroups"][0]["maxConcurrent"] = json!(1);
     let plan = env.create_plan("plan", spec).await.unwrap();
@@ -427,7 +402,13 @@ fn next_minute(margin: i64) -> chrono::DateTime<chrono::Utc> {
 
 #[tokio::test]
 async fn scheduled_runs_fire_once_per_trigger_and_not_while_suspended() {
-    let (env, controller, _) = world("e2e-sched", &[("dev", 1)], "0s").await;
+    let Built { mut env, .. } = World::new("e2e-sched", SIM)
+        .per_env(&[("dev", 1)])
+        .sim_args(&["--delay", "0s"])
+        .build()
+        .await
+        .unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
     let t = next_minute(15);
     let london = t.with_timezone(&chrono_tz::Europe::London);
     // No eligible resources (from v9): the runs complete at once, as records.
@@ -581,7 +562,13 @@ async fn scheduled_runs_fire_once_per_trigger_and_not_while_suspended() {
 
 #[tokio::test]
 async fn a_newer_run_supersedes_the_active_one() {
-    let (env, controller, _) = world("e2e-super", &[("dev", 4)], "2s").await;
+    let Built { mut env, .. } = World::new("e2e-super", SIM)
+        .per_env(&[("dev", 4)])
+        .sim_args(&["--delay", "2s"])
+        .build()
+        .await
+        .unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
     let mut spec = two_groups();
     spec["rolloutGroups"][0]["maxConcurrent"] = json!(1);
     let plan = env.create_plan("plan", spec).await.unwrap();
@@ -679,7 +666,13 @@ async fn a_newer_run_supersedes_the_active_one() {
 /// fails the run (PromiseRevisionNotFound) nor stops it: its bindings' changes still wake it.
 #[tokio::test]
 async fn a_promise_ref_edited_mid_run_changes_nothing_of_the_run() {
-    let (env, controller, _) = world("e2e-repromise", &[("dev", 3)], "1s").await;
+    let Built { mut env, .. } = World::new("e2e-repromise", SIM)
+        .per_env(&[("dev", 3)])
+        .sim_args(&["--delay", "1s"])
+        .build()
+        .await
+        .unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
     let spec = json!({
         "upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
         "rolloutGroups": [{"name": "dev", "selectors": {"matchLabels": {"env": "dev"}}, "maxConcurrent": 1}]
@@ -724,18 +717,21 @@ async fn a_trigger_found_past_the_starting_deadline_is_missed_not_run() {
         .with_nanosecond(0)
         .unwrap();
     let trigger = clock_start - chrono::Duration::minutes(30);
-    let (env, controller, _) = world_with(
-        "e2e-deadline",
-        &[("dev", 1)],
-        "0s",
-        &[
+    let Built { mut env, .. } = World::new("e2e-deadline", SIM)
+        .per_env(&[("dev", 1)])
+        .sim_args(&["--delay", "0s"])
+        .build()
+        .await
+        .unwrap();
+    let controller = env
+        .start_controller(&[
             "--clock-start",
             &upgradeplan::time::rfc3339(clock_start),
             "--metrics-addr",
             &metrics_addr,
-        ],
-    )
-    .await;
+        ])
+        .await
+        .unwrap();
     let mut spec = two_groups();
     spec["upgradeExecutionPolicy"] = json!({"repeatSchedule": "0 * * * *", "startingDeadline": "10m"});
     let plan = env.create_plan("plan", spec).await.unwrap();
@@ -781,7 +777,13 @@ async fn a_trigger_found_past_the_starting_deadline_is_missed_not_run() {
 /// records it as its last run.
 #[tokio::test]
 async fn cancel_keeps_the_run_as_the_record_of_what_it_did() {
-    let (env, controller, bindings) = world("e2e-keep", &[("dev", 2)], "0s").await;
+    let Built { mut env, bindings, .. } = World::new("e2e-keep", SIM)
+        .per_env(&[("dev", 2)])
+        .sim_args(&["--delay", "0s"])
+        .build()
+        .await
+        .unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
     env.hold(bindings.keys(), true).await.unwrap();
     let mut spec = two_groups();
     spec["rolloutGroups"][0]["maxConcurrent"] = json!(1);
@@ -858,7 +860,13 @@ async fn cancel_keeps_the_run_as_the_record_of_what_it_did() {
 
 #[tokio::test]
 async fn deleting_a_run_cancels_it_and_deleting_the_plan_removes_its_runs() {
-    let (env, controller, _) = world("e2e-cancel", &[("dev", 3)], "3s").await;
+    let Built { mut env, .. } = World::new("e2e-cancel", SIM)
+        .per_env(&[("dev", 3)])
+        .sim_args(&["--delay", "3s"])
+        .build()
+        .await
+        .unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
     let mut spec = two_groups();
     spec["rolloutGroups"][0]["maxConcurrent"] = json!(1);
     let plan = env.create_plan("plan", spec).await.unwrap();
@@ -910,7 +918,13 @@ async fn deleting_a_run_cancels_it_and_deleting_the_plan_removes_its_runs() {
 
 #[tokio::test]
 async fn drifted_and_deleted_bindings_are_skipped_and_never_overwritten() {
-    let (env, controller, _) = world("e2e-drift", &[("dev", 3)], "0s").await;
+    let Built { mut env, .. } = World::new("e2e-drift", SIM)
+        .per_env(&[("dev", 3)])
+        .sim_args(&["--delay", "0s"])
+        .build()
+        .await
+        .unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
     let plan = env.create_plan("plan", two_groups()).await.unwrap();
     let run = env.create_run(&format!("{plan}-1"), &plan, true).await.unwrap();
     env.wait_run(&run, WAIT, "snapshot", |r| run_state(r) == RunState::InProgress)
@@ -1048,7 +1062,13 @@ async fn a_missing_revision_makes_the_run_wait_and_a_deleted_one_fails_it() {
 
 #[tokio::test]
 async fn windows_gate_the_start_of_upgrades() {
-    let (env, controller, _) = world("e2e-window", &[("dev", 2), ("prod", 2)], "0s").await;
+    let Built { mut env, .. } = World::new("e2e-window", SIM)
+        .per_env(&[("dev", 2), ("prod", 2)])
+        .sim_args(&["--delay", "0s"])
+        .build()
+        .await
+        .unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
     let seen = observe_bindings(&env, "v2.0.0");
     let t = next_minute(20);
     let cron = format!("{} {} * * *", t.format("%M"), t.format("%H"));
@@ -1114,7 +1134,13 @@ async fn a_window_opens_at_the_end_of_a_daylight_saving_gap() {
     let clock_start = (gap - chrono::Duration::from_std(LEAD).unwrap()).to_rfc3339();
     // Taken before the controller starts: its clock reaches the gap LEAD after this, or later.
     let started = std::time::Instant::now();
-    let (env, controller, _) = world_with("e2e-dst-gap", &[("dev", 2)], "0s", &["--clock-start", &clock_start]).await;
+    let Built { mut env, .. } = World::new("e2e-dst-gap", SIM)
+        .per_env(&[("dev", 2)])
+        .sim_args(&["--delay", "0s"])
+        .build()
+        .await
+        .unwrap();
+    let controller = env.start_controller(&["--clock-start", &clock_start]).await.unwrap();
     let seen = observe_bindings(&env, "v2.0.0");
     let spec = json!({
         "upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
@@ -1159,7 +1185,13 @@ async fn a_window_opens_at_the_end_of_a_daylight_saving_gap() {
 async fn the_longest_names_work_end_to_end() {
     use upgradeplan::api::{PLAN_LABEL, RUN_LABEL};
     use upgradeplan::engine::naming::label_value;
-    let (env, controller, _) = world("e2e-names", &[("dev", 2), ("prod", 2)], "0s").await;
+    let Built { mut env, .. } = World::new("e2e-names", SIM)
+        .per_env(&[("dev", 2), ("prod", 2)])
+        .sim_args(&["--delay", "0s"])
+        .build()
+        .await
+        .unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
     let named = |len: usize, tag: &str| {
         let stem = format!("{tag}-{}", "x".repeat(300));
         stem[..len - env.id.len() - 1].to_string()
@@ -1357,7 +1389,13 @@ async fn invalid_plans_are_not_ready_and_create_no_runs() {
 
 #[tokio::test]
 async fn a_controller_killed_mid_run_resumes_without_double_patches() {
-    let (mut env, mut controller, _) = world("e2e-crash", &[("dev", 6)], "1500ms").await;
+    let Built { mut env, .. } = World::new("e2e-crash", SIM)
+        .per_env(&[("dev", 6)])
+        .sim_args(&["--delay", "1500ms"])
+        .build()
+        .await
+        .unwrap();
+    let mut controller = env.start_controller(&[]).await.unwrap();
     let seen = observe_bindings(&env, "v2.0.0");
     let mut spec = two_groups();
     spec["rolloutGroups"][0]["maxConcurrent"] = json!(2);
@@ -1614,7 +1652,13 @@ async fn a_world_dropped_without_teardown_is_removed() {
 
 #[tokio::test]
 async fn a_lost_snapshot_fails_the_run_once() {
-    let (mut env, mut controller, bindings) = world("e2e-lost", &[("dev", 2)], "0s").await;
+    let Built { mut env, bindings, .. } = World::new("e2e-lost", SIM)
+        .per_env(&[("dev", 2)])
+        .sim_args(&["--delay", "0s"])
+        .build()
+        .await
+        .unwrap();
+    let mut controller = env.start_controller(&[]).await.unwrap();
     let plan = env.create_plan("plan", two_groups()).await.unwrap();
     // Upgrades held in kratix-sim: a run that stays InProgress. (Not a preview: a preview is
     // dormant until resumed and cannot fail, spec §5.2.)

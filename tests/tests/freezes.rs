@@ -8,10 +8,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
-use upgradeplan::api::{
-    find_condition, reasons, ConditionStatus, RunState, UpgradeFreeze, UpgradeRun, UPGRADE_STARTED_AT_ANNOTATION,
-};
-use upgradeplan_e2e::harness::{free_port, http_get, run_ended, run_plugin, run_state, TestEnv};
+use upgradeplan::api::{find_condition, reasons, ConditionStatus, RunState, UpgradeFreeze, UpgradeRun};
+use upgradeplan_e2e::harness::{free_port, http_get, run_ended, run_plugin, run_state, started_at, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(120);
@@ -60,13 +58,8 @@ fn freezes(env: &TestEnv) -> Api<UpgradeFreeze> {
 async fn starts(env: &TestEnv, ns: &str, names: &[&str]) -> Vec<(String, DateTime<Utc>)> {
     let mut out = Vec::new();
     for n in names {
-        let b = env.bindings_api(ns).get(&format!("{n}-{}", env.promise)).await.unwrap();
-        let at = b
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(UPGRADE_STARTED_AT_ANNOTATION));
-        out.push((n.to_string(), utc(at.unwrap_or_else(|| panic!("{n} never started")))));
+        let b = env.live_binding(ns, n).await.unwrap();
+        out.push((n.to_string(), started_at(&b)));
     }
     out
 }
@@ -157,11 +150,7 @@ async fn a_freeze_holds_new_starts_while_in_flight_upgrades_finish_and_the_run_r
         "finished during the freeze"
     );
     for n in ["a2", "a3"] {
-        let b = env
-            .bindings_api(&ns)
-            .get(&format!("{n}-{}", env.promise))
-            .await
-            .unwrap();
+        let b = env.live_binding(&ns, n).await.unwrap();
         assert_eq!(b.spec.version, "v1.0.0", "{n} started during the freeze");
     }
 

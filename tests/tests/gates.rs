@@ -9,8 +9,8 @@ use upgradeplan::api::kratix::BindingFacts;
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use upgradeplan::api::{find_condition, reasons, ConditionStatus, RunState, UpgradeRun, UPGRADE_STARTED_AT_ANNOTATION};
-use upgradeplan_e2e::harness::{run_plugin, Prometheus, Signal, TestEnv};
+use upgradeplan::api::{find_condition, reasons, ConditionStatus, RunState, UpgradeRun};
+use upgradeplan_e2e::harness::{run_plugin, started_at, Prometheus, Signal, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
@@ -38,13 +38,7 @@ async fn starts(env: &TestEnv, ns: &str) -> Vec<(DateTime<Utc>, bool)> {
         .items
         .iter()
         .filter(|b| b.spec.version == TO)
-        .map(|b| {
-            let at = &b.metadata.annotations.as_ref().unwrap()[UPGRADE_STARTED_AT_ANNOTATION];
-            (
-                DateTime::parse_from_rfc3339(at).unwrap().with_timezone(&Utc),
-                b.last_applied_version() == TO,
-            )
-        })
+        .map(|b| (started_at(b), b.last_applied_version() == TO))
         .collect()
 }
 

@@ -8,7 +8,7 @@ use serde_json::json;
 use upgradeplan::api::kratix::{
     ResourceBinding, MANUAL_RECONCILIATION_LABEL, UPGRADE_COMPLETE, UPGRADE_FAILED, UPGRADE_IN_PROGRESS,
 };
-use upgradeplan_e2e::harness::TestEnv;
+use upgradeplan_e2e::harness::{Built, World};
 use upgradeplan_e2e::sim::{DELAY_ANNOTATION, FAILURE_MESSAGE, FAIL_VERSION_ANNOTATION};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
@@ -26,17 +26,13 @@ fn failed(b: &ResourceBinding) -> bool {
     reason(b) == UPGRADE_FAILED
 }
 
-async fn world(prefix: &str, versions: &[&str], latest: &str) -> (TestEnv, String) {
-    let mut env = TestEnv::new(prefix).await.unwrap();
-    let ns = env.namespace("apps").await.unwrap();
-    env.promise_with_revisions(versions, latest).await.unwrap();
-    env.start_sim(SIM, &[]).unwrap();
-    (env, ns)
-}
-
 #[tokio::test]
 async fn upgrade_succeeds_through_in_progress() {
-    let (env, ns) = world("sim-ok", &["v1.0.0", "v2.0.0"], "v2.0.0").await;
+    let Built { env, ns, .. } = World::new("sim-ok", SIM)
+        .versions(&["v1.0.0", "v2.0.0"], "v2.0.0")
+        .build()
+        .await
+        .unwrap();
     let b = env.binding(&ns, "cache", &[], "v1.0.0", Some("v1.0.0")).await.unwrap();
     let name = b.metadata.name.clone().unwrap();
     env.patch_binding(
@@ -69,7 +65,11 @@ async fn upgrade_succeeds_through_in_progress() {
 
 #[tokio::test]
 async fn failure_is_reported_and_never_retried_until_asked() {
-    let (env, ns) = world("sim-fail", &["v1.0.0", "v2.0.0"], "v2.0.0").await;
+    let Built { env, ns, .. } = World::new("sim-fail", SIM)
+        .versions(&["v1.0.0", "v2.0.0"], "v2.0.0")
+        .build()
+        .await
+        .unwrap();
     let b = env.binding(&ns, "db", &[], "v1.0.0", Some("v1.0.0")).await.unwrap();
     let name = b.metadata.name.clone().unwrap();
     env.patch_binding(
@@ -130,7 +130,11 @@ async fn failure_is_reported_and_never_retried_until_asked() {
 
 #[tokio::test]
 async fn missing_revision_keeps_the_binding_in_progress() {
-    let (env, ns) = world("sim-norev", &["v1.0.0"], "v1.0.0").await;
+    let Built { env, ns, .. } = World::new("sim-norev", SIM)
+        .versions(&["v1.0.0"], "v1.0.0")
+        .build()
+        .await
+        .unwrap();
     let b = env.binding(&ns, "queue", &[], "v1.0.0", Some("v1.0.0")).await.unwrap();
     let name = b.metadata.name.clone().unwrap();
     env.patch_binding(&ns, &name, json!({"spec": {"version": "v3.0.0"}}))
@@ -164,7 +168,11 @@ async fn missing_revision_keeps_the_binding_in_progress() {
 
 #[tokio::test]
 async fn delay_annotation_holds_the_upgrade_in_progress() {
-    let (env, ns) = world("sim-delay", &["v1.0.0", "v2.0.0"], "v2.0.0").await;
+    let Built { env, ns, .. } = World::new("sim-delay", SIM)
+        .versions(&["v1.0.0", "v2.0.0"], "v2.0.0")
+        .build()
+        .await
+        .unwrap();
     let b = env.binding(&ns, "slow", &[], "v1.0.0", Some("v1.0.0")).await.unwrap();
     let name = b.metadata.name.clone().unwrap();
     env.patch_binding(
@@ -195,7 +203,11 @@ async fn delay_annotation_holds_the_upgrade_in_progress() {
 
 #[tokio::test]
 async fn floating_latest_binding_follows_the_latest_revision() {
-    let (env, ns) = world("sim-latest", &["v1.0.0", "v2.0.0"], "v2.0.0").await;
+    let Built { env, ns, .. } = World::new("sim-latest", SIM)
+        .versions(&["v1.0.0", "v2.0.0"], "v2.0.0")
+        .build()
+        .await
+        .unwrap();
     let b = env
         .binding(&ns, "floating", &[], "latest", Some("v1.0.0"))
         .await
@@ -240,7 +252,11 @@ fn help_documents_the_knobs() {
 async fn health_records_follow_successful_upgrades() {
     use upgradeplan::api::kratix::HealthRecord;
     use upgradeplan_e2e::sim::{HEALTH_ANNOTATION, HEALTH_DELAY_ANNOTATION};
-    let (env, ns) = world("sim-health", &["v1.0.0", "v2.0.0"], "v2.0.0").await;
+    let Built { env, ns, .. } = World::new("sim-health", SIM)
+        .versions(&["v1.0.0", "v2.0.0"], "v2.0.0")
+        .build()
+        .await
+        .unwrap();
     let records: kube::Api<HealthRecord> = kube::Api::namespaced(env.client.clone(), &ns);
     let upgrade = |name: &'static str, annotations: serde_json::Value| {
         let (env, ns) = (&env, ns.clone());

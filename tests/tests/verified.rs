@@ -5,20 +5,15 @@
 use std::time::Duration;
 use upgradeplan::api::kratix::BindingFacts;
 
-use chrono::{DateTime, Utc};
+use chrono::DateTime;
 use kube::api::Api;
 use serde_json::json;
-use upgradeplan::api::kratix::{HealthRecord, ResourceBinding};
-use upgradeplan::api::{find_condition, reasons, ConditionStatus, RunState, UPGRADE_STARTED_AT_ANNOTATION};
-use upgradeplan_e2e::harness::TestEnv;
+use upgradeplan::api::kratix::HealthRecord;
+use upgradeplan::api::{find_condition, reasons, ConditionStatus, RunState};
+use upgradeplan_e2e::harness::{started_at, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
-
-fn started_at(b: &ResourceBinding) -> DateTime<Utc> {
-    let at = &b.metadata.annotations.as_ref().unwrap()[UPGRADE_STARTED_AT_ANNOTATION];
-    DateTime::parse_from_rfc3339(at).unwrap().with_timezone(&Utc)
-}
 
 /// One at a time, so that each start shows when the slot before it was freed: a resource is
 /// Verifying (and holds the slot) until its HealthRecord is conclusive or the check times out.
