@@ -907,18 +907,15 @@ impl TestEnv {
         self.wait_run(name, RUN_WAIT, "its end", run_ended).await
     }
 
-    /// Waits (watch-driven) until the UpgradeFreeze `name` satisfies `pred`; its status then.
-    pub async fn wait_for_freeze(
+    /// Waits (watch-driven) until the UpgradeFreeze `name` satisfies `pred`.
+    pub async fn wait_freeze(
         &self,
         name: &str,
+        timeout: Duration,
+        what: &str,
         pred: impl Fn(&upgradeplan::api::UpgradeFreeze) -> bool,
-    ) -> upgradeplan::api::UpgradeFreezeStatus {
-        let api: Api<upgradeplan::api::UpgradeFreeze> = Api::all(self.client.clone());
-        wait_for(api, name, Duration::from_secs(60), "freeze status", pred)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"))
-            .status
-            .unwrap_or_default()
+    ) -> anyhow::Result<upgradeplan::api::UpgradeFreeze> {
+        wait_for(Api::all(self.client.clone()), name, timeout, what, pred).await
     }
 
     /// Waits (watch-driven) until the plan satisfies `pred`.

@@ -131,8 +131,11 @@ async fn a_freeze_holds_new_starts_while_in_flight_upgrades_finish_and_the_run_r
         Some(1.0)
     );
     let status = env
-        .wait_for_freeze(&freeze, |f| f.status.as_ref().is_some_and(|s| s.active))
-        .await;
+        .wait_freeze(&freeze, WAIT, "active", |f| f.status.as_ref().is_some_and(|s| s.active))
+        .await
+        .unwrap()
+        .status
+        .unwrap_or_default();
     assert_eq!(
         (status.next_end, status.matching_plans),
         (Some(utc("2026-12-24T12:01:00Z")), 1),
@@ -175,8 +178,13 @@ async fn a_freeze_holds_new_starts_while_in_flight_upgrades_finish_and_the_run_r
         "not resumed at the freeze's end: {starts:?}"
     );
     let status = env
-        .wait_for_freeze(&freeze, |f| f.status.as_ref().is_some_and(|s| !s.active))
-        .await;
+        .wait_freeze(&freeze, WAIT, "inactive", |f| {
+            f.status.as_ref().is_some_and(|s| !s.active)
+        })
+        .await
+        .unwrap()
+        .status
+        .unwrap_or_default();
     assert_eq!((status.next_start, status.next_end), (None, None), "{status:?}");
 
     // The plugin lists it, with the plan it holds.
@@ -232,8 +240,11 @@ async fn a_freeze_holds_the_plans_it_selects_and_no_other() {
     )
     .await;
     let status = env
-        .wait_for_freeze(&freeze, |f| f.status.as_ref().is_some_and(|s| s.active))
-        .await;
+        .wait_freeze(&freeze, WAIT, "active", |f| f.status.as_ref().is_some_and(|s| s.active))
+        .await
+        .unwrap()
+        .status
+        .unwrap_or_default();
     assert_eq!(status.matching_plans, 1);
 
     let held = env
@@ -342,7 +353,12 @@ async fn a_recurring_freeze_in_a_daylight_saving_zone_holds_where_the_resolver_s
         first_after < end + chrono::Duration::seconds(3),
         "resumed at {first_after}, not at the freeze's end: {starts:?}"
     );
-    let status = env.wait_for_freeze(&freeze, |f| f.status.is_some()).await;
+    let status = env
+        .wait_freeze(&freeze, WAIT, "a status", |f| f.status.is_some())
+        .await
+        .unwrap()
+        .status
+        .unwrap_or_default();
     // The next occurrence: 01:30 BST on 30 March is 00:30Z.
     assert_eq!(status.next_start, Some(utc("2026-03-30T00:30:00Z")), "{status:?}");
     env.teardown().await.unwrap();
