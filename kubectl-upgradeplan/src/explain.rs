@@ -492,10 +492,15 @@ fn group_section(
     }
     if let Some(h) = &g.health_check {
         line("     health:      an upgraded resource is verifying, and keeps its slot, until its Kratix".into());
+        line(
+            "                  HealthRecords say healthy or ready (the worst of them wins, as Kratix combines them);"
+                .into(),
+        );
         line(format!(
-            "                  HealthRecord says healthy or ready; unhealthy, degraded or no report within {} fails it",
+            "                  unhealthy, degraded or no report within {} fails it. Kratix's health checks run on",
             h.timeout
         ));
+        line("                  their own schedule: the timeout must be longer than their period".into());
     }
     if compile::requires_approval(g) {
         line(format!(

@@ -577,12 +577,17 @@ impl TestEnv {
             labels.insert(LATEST_REVISION_LABEL.to_string(), "true".to_string());
         }
         let name = self.revision_name(version);
-        let rev: PromiseRevision = serde_json::from_value(json!({
+        // As Kratix writes it: with the Promise's spec at that version (required by Kratix's
+        // schema; upgradeplan never reads it, so its PromiseRevision type has no such field and
+        // the object is written untyped).
+        let resource = kube::api::ApiResource::erase::<PromiseRevision>(&());
+        let untyped: Api<kube::api::DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let rev: kube::api::DynamicObject = serde_json::from_value(json!({
             "apiVersion": "platform.kratix.io/v1alpha1", "kind": "PromiseRevision",
             "metadata": {"name": name, "labels": labels},
-            "spec": {"promiseRef": {"name": self.promise}, "version": version}
+            "spec": {"promiseRef": {"name": self.promise}, "version": version, "promiseSpec": {}}
         }))?;
-        api.create(&PostParams::default(), &rev).await?;
+        untyped.create(&PostParams::default(), &rev).await?;
         api.patch_status(
             &name,
             &PatchParams::default(),

@@ -1,3 +1,5 @@
 pub mod harness;
+#[cfg(test)]
+mod kratix_schema;
 pub mod proxy;
 pub mod sim;

@@ -16,8 +16,11 @@
 //!
 //! Health (spec §13.2): after a successful upgrade of a binding annotated `kratix-sim/health:
 //! <state>`, and `kratix-sim/health-delay` (Go duration, default 0) after its success, a
-//! HealthRecord named after the binding, in its namespace, says that state for the upgraded
-//! version (`promiseVersion`, `lastRun`). A changed annotation rewrites it; no annotation, none.
+//! HealthRecord named after the binding, in its namespace, says that state, with the check's
+//! `lastRun` and, as Kratix's records, no version. `kratix-sim/health-records: N` writes N
+//! records (`<binding>`, `<binding>-2`, …): the first says the annotated state, the others
+//! `healthy`, as a resource with several health checks has. A changed annotation, or an upgrade
+//! after the record, rewrites them; no annotation, none.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,6 +49,9 @@ pub const HEALTH_ANNOTATION: &str = "kratix-sim/health";
 /// may have passed). Tests that assert a concurrency limit is *used* hold upgrades with it and
 /// release them by removing it, so that no timing decides what they see.
 pub const HOLD_ANNOTATION: &str = "kratix-sim/hold";
+/// Annotation: how many HealthRecords the resource has (default 1); the first says the state of
+/// [`HEALTH_ANNOTATION`], the others `healthy`.
+pub const HEALTH_RECORDS_ANNOTATION: &str = "kratix-sim/health-records";
 /// Annotation: Go duration between the upgrade's success and its HealthRecord.
 pub const HEALTH_DELAY_ANNOTATION: &str = "kratix-sim/health-delay";
 /// The states a HealthRecord may report (Kratix's enum).
@@ -175,38 +181,39 @@ pub fn decide(
     }
 }
 
-/// What the simulator does about a binding's HealthRecord (pure, so it is unit-tested).
+/// What the simulator does about a binding's HealthRecords (pure, so it is unit-tested).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HealthStep {
     Nothing,
-    /// Write the record then.
+    /// Write the records then.
     At(DateTime<Utc>),
-    /// Write the record saying `state` for `version` now.
+    /// Write `count` records, the first saying `state`, the others `healthy`, now.
     Write {
         state: String,
-        version: String,
+        count: usize,
     },
 }
 
-/// Decides whether the binding's HealthRecord must be written: only after a successful upgrade
+/// Decides whether the binding's HealthRecords must be written: only after a successful upgrade
 /// (`lastAppliedVersion` and `UpgradeSucceeded=True`), when annotated, once the delay has passed
-/// since the success, and only if `record` does not already say the same for that version.
-pub fn decide_health(b: &ResourceBinding, record: Option<&HealthRecord>, now: DateTime<Utc>) -> HealthStep {
+/// since the success, and only if `first` (the record named after the binding) does not already
+/// say the same from a check run since that success.
+pub fn decide_health(b: &ResourceBinding, first: Option<&HealthRecord>, now: DateTime<Utc>) -> HealthStep {
     let Some(state) = b.annotations().get(HEALTH_ANNOTATION) else {
         return HealthStep::Nothing;
     };
     if !HEALTH_STATES.contains(&state.as_str()) {
         return HealthStep::Nothing;
     }
-    let version = b.last_applied_version();
     let Some(succeeded) = b
         .upgrade_condition()
-        .filter(|c| c.status == "True" && !version.is_empty())
+        .filter(|c| c.status == "True" && !b.last_applied_version().is_empty())
         .map(|c| c.last_transition_time.unwrap_or(now))
     else {
         return HealthStep::Nothing;
     };
-    if record.is_some_and(|r| r.data.promise_version.as_deref() == Some(version) && r.data.state == *state) {
+    let since_success = |r: &HealthRecord| r.data.last_run.is_some_and(|t| t >= succeeded.timestamp());
+    if first.is_some_and(|r| since_success(r) && r.data.state == *state) {
         return HealthStep::Nothing;
     }
     let delay = b
@@ -217,16 +224,31 @@ pub fn decide_health(b: &ResourceBinding, record: Option<&HealthRecord>, now: Da
         .unwrap_or_default();
     let at = succeeded + chrono::Duration::from_std(delay).unwrap_or_default();
     if at > now {
-        HealthStep::At(at)
-    } else {
-        HealthStep::Write {
-            state: state.clone(),
-            version: version.to_string(),
-        }
+        return HealthStep::At(at);
+    }
+    let count = b
+        .annotations()
+        .get(HEALTH_RECORDS_ANNOTATION)
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1);
+    HealthStep::Write {
+        state: state.clone(),
+        count,
     }
 }
 
-/// Writes (server-side apply) the HealthRecord of `b` when [`decide_health`] says so.
+/// The name of the `i`-th (from 0) HealthRecord of binding `name`.
+pub fn health_record_name(name: &str, i: usize) -> String {
+    match i {
+        0 => name.to_string(),
+        _ => format!("{name}-{}", i + 1),
+    }
+}
+
+/// Writes (server-side apply) the HealthRecords of `b` when [`decide_health`] says so, as
+/// Kratix's health pipelines write theirs: `data` with the Promise, the Resource Request, the
+/// state and when the check ran.
 async fn report_health(b: &ResourceBinding, ctx: &Ctx) -> Result<Action, SimError> {
     if !b.annotations().contains_key(HEALTH_ANNOTATION) {
         return Ok(Action::await_change());
@@ -234,24 +256,30 @@ async fn report_health(b: &ResourceBinding, ctx: &Ctx) -> Result<Action, SimErro
     let ns = b.namespace().unwrap_or_default();
     let name = b.name_any();
     let api: Api<HealthRecord> = Api::namespaced(ctx.client.clone(), &ns);
-    let record = api.get_opt(&name).await?;
+    let first = api.get_opt(&name).await?;
     let now = Utc::now();
-    match decide_health(b, record.as_ref(), now) {
+    match decide_health(b, first.as_ref(), now) {
         HealthStep::Nothing => Ok(Action::await_change()),
         HealthStep::At(at) => Ok(Action::requeue((at - now).to_std().unwrap_or_default())),
-        HealthStep::Write { state, version } => {
-            let body = json!({
-                "apiVersion": "platform.kratix.io/v1alpha1", "kind": "HealthRecord",
-                "metadata": {"name": name, "namespace": ns},
-                "data": {
-                    "promiseRef": {"name": promise_of(b)},
-                    "resourceRef": {"name": b.spec.resource_ref.name, "namespace": ns},
-                    "state": state, "lastRun": now.timestamp(), "promiseVersion": version,
-                },
-            });
-            api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(body))
-                .await?;
-            tracing::info!(binding = %format!("{ns}/{name}"), %state, %version, "health reported");
+        HealthStep::Write { state, count } => {
+            // The first last: it is the one `decide_health` reads, so a crash between the writes
+            // writes them all again.
+            for i in (0..count).rev() {
+                let record = health_record_name(&name, i);
+                let said = if i == 0 { state.as_str() } else { "healthy" };
+                let body = json!({
+                    "apiVersion": "platform.kratix.io/v1alpha1", "kind": "HealthRecord",
+                    "metadata": {"name": record, "namespace": ns},
+                    "data": {
+                        "promiseRef": {"name": promise_of(b)},
+                        "resourceRef": {"name": b.spec.resource_ref.name, "namespace": ns},
+                        "state": said, "lastRun": now.timestamp(),
+                    },
+                });
+                api.patch(&record, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(body))
+                    .await?;
+            }
+            tracing::info!(binding = %format!("{ns}/{name}"), %state, count, "health reported");
             Ok(Action::await_change())
         }
     }
@@ -710,18 +738,26 @@ mod tests {
             b
         };
         let done = || b("v2", Some(("True", "", "2026-06-01T10:00:00Z")), None);
-        let record = |state: &str, version: &str| HealthRecord {
+        // A record from a check run at `ran`.
+        let record = |state: &str, ran: &str| HealthRecord {
             data: upgradeplan::api::kratix::HealthRecordData {
                 state: state.into(),
-                promise_version: Some(version.into()),
+                last_run: Some(utc(ran).timestamp()),
                 ..Default::default()
             },
             ..Default::default()
         };
         let write = |state: &str| HealthStep::Write {
             state: state.into(),
-            version: "v2".into(),
+            count: 1,
         };
+        let mut three = annotated("unhealthy", None, done());
+        three
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(HEALTH_RECORDS_ANNOTATION.into(), "3".into());
         let cases: Vec<(&str, ResourceBinding, Option<HealthRecord>, HealthStep)> = vec![
             ("no annotation: no record", done(), None, HealthStep::Nothing),
             (
@@ -767,22 +803,31 @@ mod tests {
                 HealthStep::Nothing,
             ),
             (
-                "already said for this version",
+                "already said since the upgrade",
                 annotated("healthy", None, done()),
-                Some(record("healthy", "v2")),
+                Some(record("healthy", "2026-06-01T10:00:05Z")),
                 HealthStep::Nothing,
             ),
             (
-                "a record of the previous version is rewritten",
+                "a record from before the upgrade is rewritten",
                 annotated("healthy", None, done()),
-                Some(record("healthy", "v1")),
+                Some(record("healthy", "2026-06-01T09:00:00Z")),
                 write("healthy"),
             ),
             (
                 "the annotation changed: rewritten",
                 annotated("ready", None, done()),
-                Some(record("unknown", "v2")),
+                Some(record("unknown", "2026-06-01T10:00:05Z")),
                 write("ready"),
+            ),
+            (
+                "three records",
+                three,
+                None,
+                HealthStep::Write {
+                    state: "unhealthy".into(),
+                    count: 3,
+                },
             ),
             (
                 "not a state Kratix knows",

@@ -16,7 +16,8 @@ const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
 
 /// One at a time, so that each start shows when the slot before it was freed: a resource is
-/// Verifying (and holds the slot) until its HealthRecord is conclusive or the check times out.
+/// Verifying (and holds the slot) until its HealthRecords are conclusive — combined as Kratix
+/// combines them, the worst state winning — or the check times out.
 #[tokio::test]
 async fn upgrades_count_only_once_their_health_records_say_healthy() {
     let mut env = TestEnv::new("verify").await.unwrap();
@@ -31,7 +32,11 @@ async fn upgrades_count_only_once_their_health_records_say_healthy() {
             "h0",
             json!({"kratix-sim/health": "healthy", "kratix-sim/health-delay": "3s"}),
         ),
-        ("h1", json!({"kratix-sim/health": "unhealthy"})),
+        // Two health checks that disagree: Kratix's worst state (unhealthy) decides.
+        (
+            "h1",
+            json!({"kratix-sim/health": "unhealthy", "kratix-sim/health-records": "2"}),
+        ),
         ("h2", json!({})), // never reports
     ];
     for (name, annotations) in &health {
@@ -102,6 +107,8 @@ async fn upgrades_count_only_once_their_health_records_say_healthy() {
     let last_run = |r: HealthRecord| DateTime::from_timestamp(r.data.last_run.unwrap(), 0).unwrap();
     let h0_healthy = last_run(records.get(&format!("h0-{}", env.promise)).await.unwrap());
     let h1_unhealthy = last_run(records.get(&format!("h1-{}", env.promise)).await.unwrap());
+    let h1_second = records.get(&format!("h1-{}-2", env.promise)).await.unwrap();
+    assert_eq!(h1_second.data.state, "healthy", "h1's second check disagrees");
     let (h1, h2, p0) = (get("h1").await, get("h2").await, get("p0").await);
     // Each slot was freed only by the health verdict (records are to the second).
     assert!(started_at(&h1) >= h0_healthy, "h1 started before h0 was healthy");

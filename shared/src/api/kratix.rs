@@ -150,12 +150,10 @@ pub struct HealthRecordData {
     /// `unknown`, `ready`, `unhealthy`, `healthy` or `degraded`.
     #[serde(default)]
     pub state: String,
-    /// When the health check last ran (Unix seconds).
+    /// When the health check last ran (Unix seconds). Kratix's records carry no version: this
+    /// is how a record is known to be about an upgrade (spec §13.2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_run: Option<i64>,
-    /// The Promise version the resource ran when it was checked.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub promise_version: Option<String>,
 }
 
 impl kube::Resource for HealthRecord {

@@ -198,8 +198,9 @@ pub struct RolloutGroup {
     #[x_kube(validation = Rule::new("duration(self) > duration('0s')").message("must be greater than zero"))]
     pub progress_deadline: Option<String>,
     /// Verify each upgraded resource through Kratix's HealthRecords: after its upgrade succeeds it
-    /// is Verifying (and still takes a slot) until its HealthRecord says healthy or ready, and it
-    /// fails when the record says unhealthy or degraded or none arrives within `timeout`.
+    /// is Verifying (and still takes a slot) until its HealthRecords, combined as Kratix combines
+    /// them (the worst state wins), say healthy or ready, and it fails when they say unhealthy or
+    /// degraded or none arrives within `timeout`.
     /// Omitted: a successful upgrade is a success (SKE's behaviour).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_check: Option<HealthCheck>,

@@ -1,5 +1,5 @@
 //! Health-verified upgrades (spec §13.2): after Kratix reports an upgrade succeeded, the resource
-//! is Verifying until its Kratix HealthRecord says whether it works.
+//! is Verifying until its Kratix HealthRecords, combined by the worst state, say whether it works.
 //!
 //! SKE counts a successful workflow as success; a resource broken by its upgrade would still be
 //! "Completed". With `rolloutGroups[].healthCheck`, its HealthRecord decides, and a Verifying
@@ -51,19 +51,35 @@ impl HealthRecords {
             .unwrap_or_default()
     }
 
-    /// The record that speaks for the upgrade to `to` completed at `upgraded_at`: one written for
-    /// `to` (`data.promiseVersion`), or, for a record without a version, one whose check ran no
-    /// earlier than the upgrade completed (to the second: `lastRun` is Unix seconds). The most
-    /// recently run wins.
-    pub fn current(&self, resource: &SnapshotResource, to: &str, upgraded_at: DateTime<Utc>) -> Option<&HealthRecord> {
+    /// The records that speak for an upgrade completed at `upgraded_at` — those whose check
+    /// ran no earlier (to the second: `lastRun` is Unix seconds; records carry no version, so
+    /// an older one may describe the version before) — combined as Kratix combines a resource's
+    /// records into its `status.healthStatus`: the worst state wins. That worst record; among
+    /// records as bad, the most recent.
+    pub fn combined(&self, resource: &SnapshotResource, upgraded_at: DateTime<Utc>) -> Option<&HealthRecord> {
         self.of(resource)
             .iter()
-            .filter(|r| match r.data.promise_version.as_deref().filter(|v| !v.is_empty()) {
-                Some(version) => version == to,
-                None => r.data.last_run.is_some_and(|t| t >= upgraded_at.timestamp()),
+            .filter(|r| r.data.last_run.is_some_and(|t| t >= upgraded_at.timestamp()))
+            .min_by(|a, b| {
+                rank(&a.data.state)
+                    .cmp(&rank(&b.data.state))
+                    .then(b.data.last_run.cmp(&a.data.last_run))
+                    .then(a.metadata.name.cmp(&b.metadata.name))
             })
-            .max_by_key(|r| r.data.last_run)
             .map(Arc::as_ref)
+    }
+}
+
+/// Kratix's order of health states, worst first (`unhealthy < degraded < unknown < healthy <
+/// ready`). A state a newer Kratix may add ranks as `unknown`: never conclusive, and never
+/// hiding an unhealthy record.
+fn rank(state: &str) -> u8 {
+    match state {
+        "unhealthy" => 1,
+        "degraded" => 2,
+        "healthy" => 4,
+        "ready" => 5,
+        _ => 3,
     }
 }
 
@@ -106,14 +122,14 @@ pub fn apply_health_check(
     live: Option<&dyn BindingFacts>,
     timeout: Option<&WrittenDuration>,
     records: &HealthRecords,
-    (to, run_created): (&str, DateTime<Utc>),
+    run_created: DateTime<Utc>,
     now: DateTime<Utc>,
 ) -> Outcome {
     let (Outcome::Succeeded, Some(live), Some(timeout)) = (&outcome, live, timeout) else {
         return outcome;
     };
     let upgraded = upgraded_at(live, run_created);
-    let record = records.current(resource, to, upgraded);
+    let record = records.combined(resource, upgraded);
     match record.map(|r| verdict(&r.data.state)) {
         Some(Verdict::Healthy) => Outcome::Succeeded,
         Some(Verdict::Unhealthy) => {
@@ -177,18 +193,12 @@ pub(crate) mod tests {
         b
     }
 
-    fn record(name: &str, state: &str, version: Option<&str>, last_run: Option<&str>) -> Arc<HealthRecord> {
-        record_of("web", name, state, version, last_run)
+    fn record(name: &str, state: &str, last_run: Option<&str>) -> Arc<HealthRecord> {
+        record_of("web", name, state, last_run)
     }
 
     /// A record of Promise redis for resource `ns/resource`.
-    pub(crate) fn record_of(
-        resource: &str,
-        name: &str,
-        state: &str,
-        version: Option<&str>,
-        last_run: Option<&str>,
-    ) -> Arc<HealthRecord> {
+    pub(crate) fn record_of(resource: &str, name: &str, state: &str, last_run: Option<&str>) -> Arc<HealthRecord> {
         Arc::new(HealthRecord {
             metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                 name: Some(name.into()),
@@ -203,7 +213,6 @@ pub(crate) mod tests {
                 },
                 state: state.into(),
                 last_run: last_run.map(|t| utc(t).timestamp()),
-                promise_version: version.map(Into::into),
             },
         })
     }
@@ -222,7 +231,7 @@ pub(crate) mod tests {
             Some(&b),
             Some(&check("10m")),
             &index,
-            ("v2", utc(CREATED)),
+            utc(CREATED),
             utc(now),
         )
     }
@@ -239,6 +248,9 @@ pub(crate) mod tests {
             until: utc("2026-06-01T10:10:00Z"),
         };
         let at = "2026-06-01T10:05:00Z";
+        // Every record below ran after the upgrade completed (10:00) unless it says otherwise.
+        let after = Some("2026-06-01T10:01:00Z");
+        let later = Some("2026-06-01T10:02:00Z");
         let cases: Vec<(&str, Vec<Arc<HealthRecord>>, &str, Outcome)> = vec![
             ("no record: verifying until the timeout", vec![], at, verifying.clone()),
             (
@@ -247,80 +259,103 @@ pub(crate) mod tests {
                 "2026-06-01T10:10:00Z",
                 failed("no health report within 10m"),
             ),
+            ("healthy", vec![record("web", "healthy", after)], at, Outcome::Succeeded),
+            ("ready", vec![record("web", "ready", after)], at, Outcome::Succeeded),
             (
-                "healthy for v2",
-                vec![record("web", "healthy", Some("v2"), None)],
-                at,
-                Outcome::Succeeded,
-            ),
-            (
-                "ready for v2",
-                vec![record("web", "ready", Some("v2"), None)],
-                at,
-                Outcome::Succeeded,
-            ),
-            (
-                "unhealthy for v2",
-                vec![record("web", "unhealthy", Some("v2"), None)],
+                "unhealthy",
+                vec![record("web", "unhealthy", after)],
                 at,
                 failed("health check reported unhealthy (HealthRecord ns/web)"),
             ),
             (
-                "degraded for v2",
-                vec![record("web", "degraded", Some("v2"), None)],
+                "degraded",
+                vec![record("web", "degraded", after)],
                 at,
                 failed("health check reported degraded (HealthRecord ns/web)"),
             ),
             (
                 "unknown: keep waiting",
-                vec![record("web", "unknown", Some("v2"), None)],
+                vec![record("web", "unknown", after)],
                 at,
                 verifying.clone(),
             ),
             (
                 "unknown at the timeout names the record",
-                vec![record("web", "unknown", Some("v2"), None)],
+                vec![record("web", "unknown", after)],
                 "2026-06-01T10:11:00Z",
                 failed("no health report within 10m (HealthRecord ns/web says unknown)"),
             ),
             (
                 "a state Kratix may add later waits",
-                vec![record("web", "sleepy", Some("v2"), None)],
+                vec![record("web", "sleepy", after)],
                 at,
                 verifying.clone(),
             ),
             (
-                "healthy for the old version says nothing about v2",
-                vec![record("web", "healthy", Some("v1"), Some("2026-06-01T10:04:00Z"))],
-                at,
-                verifying.clone(),
-            ),
-            (
-                "no version, checked after the upgrade",
-                vec![record("web", "healthy", None, Some(SUCCEEDED_AT))],
+                "checked in the very second of the upgrade",
+                vec![record("web", "healthy", Some(SUCCEEDED_AT))],
                 at,
                 Outcome::Succeeded,
             ),
             (
-                "no version, checked before the upgrade",
-                vec![record("web", "unhealthy", None, Some("2026-06-01T09:59:59Z"))],
+                "checked before the upgrade: it may be about the old version",
+                vec![record("web", "unhealthy", Some("2026-06-01T09:59:59Z"))],
                 at,
                 verifying.clone(),
             ),
             (
-                "no version and no lastRun",
-                vec![record("web", "healthy", None, None)],
+                "no lastRun: never counts",
+                vec![record("web", "healthy", None)],
                 at,
                 verifying.clone(),
             ),
             (
-                "the most recent check wins",
+                "two checks disagree: the worst wins, even when older",
                 vec![
-                    record("web-old", "unhealthy", Some("v2"), Some("2026-06-01T10:01:00Z")),
-                    record("web-new", "healthy", Some("v2"), Some("2026-06-01T10:02:00Z")),
+                    record("web-disk", "unhealthy", after),
+                    record("web-live", "healthy", later),
+                ],
+                at,
+                failed("health check reported unhealthy (HealthRecord ns/web-disk)"),
+            ),
+            (
+                "degraded and unhealthy: the unhealthy one is named",
+                vec![record("web-a", "degraded", later), record("web-b", "unhealthy", after)],
+                at,
+                failed("health check reported unhealthy (HealthRecord ns/web-b)"),
+            ),
+            (
+                "healthy and unknown: not conclusive yet",
+                vec![record("web-a", "healthy", later), record("web-b", "unknown", after)],
+                at,
+                verifying.clone(),
+            ),
+            (
+                "healthy and a new state: not conclusive yet",
+                vec![record("web-a", "healthy", later), record("web-b", "sleepy", after)],
+                at,
+                verifying.clone(),
+            ),
+            (
+                "ready and healthy",
+                vec![record("web-a", "ready", later), record("web-b", "healthy", after)],
+                at,
+                Outcome::Succeeded,
+            ),
+            (
+                "an unhealthy check from before the upgrade does not count against it",
+                vec![
+                    record("web-a", "unhealthy", Some("2026-06-01T09:50:00Z")),
+                    record("web-b", "healthy", after),
                 ],
                 at,
                 Outcome::Succeeded,
+            ),
+            (
+                "as bad twice: the most recent is named",
+                vec![record("web-a", "degraded", after), record("web-b", "degraded", later)],
+                at,
+                failed("health check reported degraded (HealthRecord ns/web-b)"),
             ),
         ];
         for (what, records, now, want) in cases {
@@ -330,7 +365,7 @@ pub(crate) mod tests {
 
     #[test]
     fn only_succeeded_upgrades_of_groups_with_a_check_are_verified() {
-        let unhealthy = vec![record("web", "unhealthy", Some("v2"), None)];
+        let unhealthy = vec![record("web", "unhealthy", Some("2026-06-01T10:01:00Z"))];
         for outcome in [
             Outcome::NotStarted,
             Outcome::InFlight,
@@ -344,7 +379,7 @@ pub(crate) mod tests {
         let index = HealthRecords::index("redis", unhealthy);
         let at = utc("2026-06-01T10:05:00Z");
         assert_eq!(
-            apply_health_check(Outcome::Succeeded, &r, Some(&b), None, &index, ("v2", utc(CREATED)), at),
+            apply_health_check(Outcome::Succeeded, &r, Some(&b), None, &index, utc(CREATED), at),
             Outcome::Succeeded,
             "no healthCheck: SKE's behaviour"
         );
@@ -352,13 +387,14 @@ pub(crate) mod tests {
 
     #[test]
     fn records_of_other_promises_and_resources_do_not_count() {
-        let mut other_promise = (*record("web", "unhealthy", Some("v2"), None)).clone();
+        let after = Some("2026-06-01T10:01:00Z");
+        let mut other_promise = (*record("web", "unhealthy", after)).clone();
         other_promise.data.promise_ref.name = "postgres".into();
-        let mut other_resource = (*record("api", "unhealthy", Some("v2"), None)).clone();
+        let mut other_resource = (*record("api", "unhealthy", after)).clone();
         other_resource.data.resource_ref.name = "api".into();
-        let mut other_namespace = (*record("web", "unhealthy", Some("v2"), None)).clone();
+        let mut other_namespace = (*record("web", "unhealthy", after)).clone();
         other_namespace.data.resource_ref.namespace = "elsewhere".into();
-        let mut namespace_from_metadata = (*record("web", "healthy", Some("v2"), None)).clone();
+        let mut namespace_from_metadata = (*record("web", "healthy", after)).clone();
         namespace_from_metadata.data.resource_ref.namespace = String::new();
         let records = [other_promise, other_resource, other_namespace].map(Arc::new).to_vec();
         assert!(matches!(

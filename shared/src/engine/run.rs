@@ -145,15 +145,7 @@ impl GroupRules {
         }
         let outcome = evaluate_resource(resource, live, to, run_name, run_created);
         let outcome = apply_deadline(outcome, live, self.deadline.as_ref(), now);
-        apply_health_check(
-            outcome,
-            resource,
-            live,
-            self.health.as_ref(),
-            records,
-            (to, run_created),
-            now,
-        )
+        apply_health_check(outcome, resource, live, self.health.as_ref(), records, run_created, now)
     }
 }
 
@@ -1220,14 +1212,10 @@ pub(crate) mod tests {
             plan(&["v1"], "v2", vec![g]),
             ["a", "b", "c"].map(|n| binding("ns", n, &[], "v1", "v1")).to_vec(),
         );
-        let report = |w: &mut World, name: &str, state: &str| {
-            w.health.push(crate::engine::health::tests::record_of(
-                name,
-                name,
-                state,
-                Some("v2"),
-                None,
-            ))
+        // Kratix's health check runs at `at`, after the upgrade completed.
+        let report = |w: &mut World, name: &str, state: &str, at: &str| {
+            w.health
+                .push(crate::engine::health::tests::record_of(name, name, state, Some(at)))
         };
         let succeed = |w: &mut World, name: &str, at: &str| {
             let i = w.live.iter().position(|b| b.spec.resource_ref.name == name).unwrap();
@@ -1254,13 +1242,13 @@ pub(crate) mod tests {
             "wakes when the check times out"
         );
 
-        report(&mut w, "a", "healthy");
+        report(&mut w, "a", "healthy", "2026-06-01T10:04:00Z");
         let e = w.eval(&[], false, "2026-06-01T10:05:00Z");
         assert_eq!((e.groups[0].succeeded, e.groups[0].verifying), (1, 0));
         assert_eq!(started(&e), vec!["b"]);
 
         succeed(&mut w, "b", "2026-06-01T10:06:00Z");
-        report(&mut w, "b", "unhealthy");
+        report(&mut w, "b", "unhealthy", "2026-06-01T10:06:30Z");
         let e = w.eval(&[], false, "2026-06-01T10:07:00Z");
         assert_eq!(e.groups[0].failed, 1, "within the budget of 1");
         assert_eq!(started(&e), vec!["c"]);

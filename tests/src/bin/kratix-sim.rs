@@ -22,12 +22,15 @@ use upgradeplan_e2e::sim::{self, SimConfig};
 ///
 /// After a successful upgrade of a binding annotated `kratix-sim/health: healthy|ready|unhealthy|
 /// degraded|unknown`, it writes a HealthRecord (named after the binding, in its namespace) with
-/// that state for the upgraded version, `kratix-sim/health-delay` (Go duration, default 0) after
-/// the success; a changed annotation rewrites the record.
+/// that state and the check's `lastRun`, and no version, as Kratix's records have none,
+/// `kratix-sim/health-delay` (Go duration, default 0) after the success; `kratix-sim/health-records:
+/// N` writes N records (`<binding>`, `<binding>-2`, …), the first with that state, the others
+/// healthy; a changed annotation rewrites them.
 ///
 /// Per-binding knobs (annotations): `kratix-sim/delay: 30s` (Go duration), `kratix-sim/fail-version: v2.0.0`,
-/// `kratix-sim/health: healthy`, `kratix-sim/health-delay: 10s`, `kratix-sim/hold` (while present, an
-/// upgrade in progress does not finish: remove it to let the upgrade end).
+/// `kratix-sim/health: healthy`, `kratix-sim/health-delay: 10s`, `kratix-sim/health-records: 2`,
+/// `kratix-sim/hold` (while present, an upgrade in progress does not finish: remove it to let the
+/// upgrade end).
 #[derive(Parser)]
 #[command(name = "kratix-sim", version)]
 struct Cli {
