@@ -152,6 +152,9 @@ async fn create(env: &TestEnv, ns: &str, case: &Case) -> Created {
         }
         Kind::Binding => {
             doc["metadata"]["labels"] = json!({PROMISE_NAME_LABEL: env.promise, "resource": case.stem});
+            // Kratix always writes the Resource Request a binding tracks (its schema requires
+            // it): the bad values are elsewhere.
+            doc["spec"]["resourceRef"] = json!({"name": case.stem, "namespace": ns});
             (ApiResource::erase::<ResourceBinding>(&()), Some(ns))
         }
     };
