@@ -427,6 +427,9 @@ fn groups_section(
     style: &Style,
 ) -> Vec<GroupJson> {
     line(style.bold("Groups, in order:"));
+    // Kratix rewrites a binding's labels from its Resource Request whenever it reconciles it.
+    line("  (selectors match a binding's labels, which Kratix copies from its Resource Request: label the".into());
+    line("  request; a label set only on the ResourceBinding goes when Kratix next reconciles the request)".into());
     let size = |i: usize| {
         f.membership
             .as_ref()

@@ -3,11 +3,11 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use upgradeplan::api::kratix::ResourceBinding;
+use upgradeplan::api::kratix::{BindingFacts, ResourceBinding};
 use upgradeplan::api::UpgradePlan;
 use upgradeplan::engine::compile::CompiledPlan;
 use upgradeplan::engine::freeze::{hold_at, Freeze, Hold};
-use upgradeplan::engine::snapshot::{assign, belongs_to, Assignment, SnapshotResource};
+use upgradeplan::engine::snapshot::{assign, belongs_to, idle_resources, Assignment, SnapshotResource};
 use upgradeplan::engine::window::WindowState;
 
 use crate::output::{table, Style};
@@ -65,6 +65,17 @@ pub struct MultiJson {
     #[serde(flatten)]
     pub resource: ResourceJson,
     pub groups: Vec<String>,
+}
+
+/// A selected resource Kratix will not reconcile now (its Resource Request's labels).
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct IdleJson {
+    #[serde(flatten)]
+    pub resource: ResourceJson,
+    pub group: String,
+    /// The label that says so: `kratix.io/paused` or `kratix.io/workflow-suspended`.
+    pub label: String,
+    pub reason: String,
 }
 
 /// The answer to `--resource NS/NAME`.
@@ -139,6 +150,9 @@ pub struct MatchJson {
     pub unassigned: Vec<UnassignedJson>,
     pub ineligible: Vec<IneligibleJson>,
     pub multiple_groups: Vec<MultiJson>,
+    /// Selected resources Kratix will not reconcile now: their upgrades would not finish.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kratix_idle: Vec<IdleJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resource: Option<PlacementJson>,
 }
@@ -234,6 +248,22 @@ pub fn matching(
             resources: g.resources.iter().map(|r| ResourceJson::from(&**r)).collect(),
         })
         .collect();
+    let by_key: std::collections::HashMap<(&str, &str), &ResourceBinding> = bindings
+        .iter()
+        .map(|b| (b.binding_namespace(), b.binding_name()))
+        .zip(bindings)
+        .collect();
+    let kratix_idle = idle_resources(&a.snapshot, |ns, name| {
+        by_key.get(&(ns, name)).map(|b| *b as &dyn BindingFacts)
+    })
+    .into_iter()
+    .map(|i| IdleJson {
+        resource: i.resource.into(),
+        group: i.group.to_string(),
+        label: i.why.label().to_string(),
+        reason: i.why.words(),
+    })
+    .collect();
     let placement = match resource {
         Some(r) => {
             let (ns, n) = r
@@ -279,6 +309,7 @@ pub fn matching(
                 groups: g.clone(),
             })
             .collect(),
+        kratix_idle,
         resource: placement,
     };
     Ok((json.clone(), render(&json, all, style)))
@@ -390,6 +421,18 @@ fn render(m: &MatchJson, all: bool, style: &Style) -> String {
             }
         }
     }
+    if !m.kratix_idle.is_empty() {
+        out.push_str(&format!(
+            "\n{} (their upgrades would start but not finish)\n",
+            style.bold("Kratix will not reconcile now")
+        ));
+        for r in &m.kratix_idle {
+            out.push_str(&format!(
+                "   {}/{} (group {}): {}\n",
+                r.resource.namespace, r.resource.name, r.group, r.reason
+            ));
+        }
+    }
     if !m.multiple_groups.is_empty() {
         out.push_str(&format!(
             "\n{} (upgraded in the first; counted in each)\n",
@@ -409,6 +452,9 @@ fn render(m: &MatchJson, all: bool, style: &Style) -> String {
             "\n{} (eligible, but no group selects them: they would never be upgraded)\n",
             style.bold("Unassigned")
         ));
+        out.push_str(
+            "   Selectors match a binding's labels, which Kratix copies from its Resource Request: label the\n   request; a label set only on the ResourceBinding goes when Kratix next reconciles the request.\n",
+        );
         for u in &m.unassigned {
             out.push_str(&format!(
                 "   {}/{} ({})\n",

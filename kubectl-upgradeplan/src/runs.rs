@@ -548,7 +548,11 @@ pub struct StatusJson {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub verifying_resources: Vec<String>,
     /// The resources that failed, with Kratix's message.
-    pub failed_resources: Vec<FailedResource>,
+    pub failed_resources: Vec<ResourceNote>,
+    /// Resources of the current group, not upgraded yet, that Kratix will not reconcile now
+    /// (their Resource Request is paused, or its workflow suspended).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kratix_idle: Vec<ResourceNote>,
     /// Groups with a failure budget (`maxFailures`): how many failed of how many allowed.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub failure_budgets: Vec<BudgetUse>,
@@ -558,8 +562,9 @@ pub struct StatusJson {
     pub gates: Vec<upgradeplan::api::GateStatus>,
 }
 
+/// A resource and what is said of it (a failure's message, why Kratix will not reconcile it).
 #[derive(Serialize, Debug, Clone, PartialEq, Eq)]
-pub struct FailedResource {
+pub struct ResourceNote {
     pub resource: String,
     pub message: String,
 }
@@ -760,6 +765,10 @@ pub fn status(
             _ => Vec::new(),
         },
         failure_budgets: view.budgets.clone(),
+        kratix_idle: match (frozen, view.current) {
+            (Some(f), Some(c)) => kratix_idle(&f.snapshot.groups[c], &f.plan.upgrade_path.to, live),
+            _ => Vec::new(),
+        },
         gates: if s.state.is_terminal() {
             Vec::new()
         } else {
@@ -889,6 +898,14 @@ pub fn status(
             first_few(&json.verifying_resources, 5)
         ));
     }
+    for idle in &json.kratix_idle {
+        out.push_str(&format!(
+            "\n{} {} is {}\n",
+            style.bold("Kratix will not reconcile:"),
+            idle.resource,
+            idle.message
+        ));
+    }
     if let Some(w) = &json.waiting {
         // The countdown is in the text only: it ticks, the run does not change.
         let countdown = json
@@ -923,7 +940,7 @@ fn first_few(names: &[String], n: usize) -> String {
 }
 
 /// The resources of a failed run that failed, with the message of their binding's condition.
-fn failed_resources(run: &UpgradeRun, f: &Frozen, live: &Live) -> Vec<FailedResource> {
+fn failed_resources(run: &UpgradeRun, f: &Frozen, live: &Live) -> Vec<ResourceNote> {
     let name = run.metadata.name.clone().unwrap_or_default();
     resource_views(
         f,
@@ -935,7 +952,7 @@ fn failed_resources(run: &UpgradeRun, f: &Frozen, live: &Live) -> Vec<FailedReso
     )
     .into_iter()
     .filter_map(|v| match v.outcome {
-        Outcome::Failed { message } => Some(FailedResource {
+        Outcome::Failed { message } => Some(ResourceNote {
             resource: v.resource.display_name(),
             message,
         }),
@@ -952,6 +969,22 @@ fn run_at<'r>(run: &UpgradeRun, name: &'r str) -> RunAt<'r> {
         admitted: admitted(run),
         finished: ended_at(run),
     }
+}
+
+/// The resources of `group` not at `to` yet whose bindings say Kratix will not reconcile them now.
+fn kratix_idle(group: &upgradeplan::engine::snapshot::SnapshotGroup, to: &str, live: &Live) -> Vec<ResourceNote> {
+    group
+        .resources
+        .iter()
+        .filter_map(|r| {
+            let b = live.binding(&r.namespace, &r.binding)?;
+            let why = b.kratix_idle().filter(|_| b.last_applied_version() != to)?;
+            Some(ResourceNote {
+                resource: r.display_name(),
+                message: why.words(),
+            })
+        })
+        .collect()
 }
 
 /// The run's `status.rolloutGroups` as last written (their failure records stand, spec §5.5).

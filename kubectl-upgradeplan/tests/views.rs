@@ -156,6 +156,75 @@ fn match_says_what_a_group_waits_for() {
     );
 }
 
+/// Issue 37 item 5: a selected resource whose Resource Request Kratix will not reconcile now
+/// (`kratix.io/paused`, `kratix.io/workflow-suspended`, copied to its binding) is named, in
+/// text and JSON; one labelled `"false"` is not.
+#[test]
+fn match_names_resources_kratix_will_not_reconcile() {
+    let mut list: Value = serde_json::from_str(&std::fs::read_to_string(fixture("bindings.json")).unwrap()).unwrap();
+    let items = list["items"].as_array_mut().unwrap();
+    items[0]["metadata"]["labels"]["kratix.io/paused"] = "true".into();
+    items[1]["metadata"]["labels"]["kratix.io/workflow-suspended"] = "true".into();
+    items[2]["metadata"]["labels"]["kratix.io/paused"] = "false".into();
+    let names: Vec<String> = items[..2]
+        .iter()
+        .map(|b| {
+            format!(
+                "{}/{}",
+                b["metadata"]["namespace"].as_str().unwrap(),
+                b["spec"]["resourceRef"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let dir = std::env::temp_dir().join(format!("views-idle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bindings.json");
+    std::fs::write(&file, serde_json::to_string(&list).unwrap()).unwrap();
+    let file = file.display().to_string();
+    let args = [
+        "match",
+        "-f",
+        &fixture("three-groups.yaml"),
+        "--bindings",
+        &file,
+        "--now",
+        NOW,
+    ];
+    let o = plugin(&args);
+    assert!(o.status.success(), "{o:?}");
+    let text = stdout(&o);
+    assert!(text.contains("Kratix will not reconcile now"), "{text}");
+    assert!(
+        text.contains(&format!("{} (group ", names[0])) && text.contains("labelled kratix.io/paused=true"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{} (group ", names[1])) && text.contains("labelled kratix.io/workflow-suspended=true"),
+        "{text}"
+    );
+    let o = plugin(&[&args[..], &["-o", "json"]].concat());
+    let json: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let idle: Vec<(String, String)> = json["kratixIdle"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                format!("{}/{}", i["namespace"].as_str().unwrap(), i["name"].as_str().unwrap()),
+                i["label"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        idle,
+        [
+            (names[0].clone(), "kratix.io/paused".to_string()),
+            (names[1].clone(), "kratix.io/workflow-suspended".to_string())
+        ]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Spec §13.4 in words: the soak after a group and the approval before one.
 #[test]
 fn explain_says_soaks_and_approvals() {

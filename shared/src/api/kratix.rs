@@ -19,6 +19,12 @@ pub const RESOURCE_NAME_LABEL: &str = "kratix.io/resource-name";
 pub const LATEST_REVISION_LABEL: &str = "kratix.io/latest-revision";
 /// Label on a Promise carrying its current version.
 pub const PROMISE_VERSION_LABEL: &str = "kratix.io/promise-version";
+/// Label (on a Resource Request, copied to its binding; or on the Promise) with which Kratix
+/// pauses the request's reconciliation while it is `"true"`.
+pub const PAUSED_LABEL: &str = "kratix.io/paused";
+/// Label Kratix sets `"true"` on a Resource Request (copied to its binding) whose workflow it
+/// suspended; it reconciles the request again only when asked or the request changes.
+pub const WORKFLOW_SUSPENDED_LABEL: &str = "kratix.io/workflow-suspended";
 /// Label that asks Kratix to retry a failed upgrade (Kratix removes it).
 pub const MANUAL_RECONCILIATION_LABEL: &str = "kratix.io/manual-reconciliation";
 /// Condition type Kratix writes on bindings.
@@ -224,6 +230,51 @@ pub trait BindingFacts: Send + Sync + std::fmt::Debug {
     /// The Promise this binding belongs to.
     fn promise(&self) -> &str {
         promise_of(self.label(PROMISE_NAME_LABEL), self.promise_ref_name())
+    }
+
+    /// Why Kratix will not work on this resource now, by the labels it copies from the
+    /// Resource Request onto the binding; `None` when nothing says so.
+    fn kratix_idle(&self) -> Option<KratixIdle> {
+        let set = |key| self.label(key) == Some("true");
+        if set(PAUSED_LABEL) {
+            Some(KratixIdle::Paused)
+        } else if set(WORKFLOW_SUSPENDED_LABEL) {
+            Some(KratixIdle::WorkflowSuspended)
+        } else {
+            None
+        }
+    }
+}
+
+/// Why Kratix will not reconcile a resource now (its Resource Request's labels, which Kratix
+/// copies to the binding): an upgrade started on it does not finish until that changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum KratixIdle {
+    /// `kratix.io/paused: "true"`: its reconciliation is paused.
+    Paused,
+    /// `kratix.io/workflow-suspended: "true"`: Kratix suspended its workflow.
+    WorkflowSuspended,
+}
+
+impl KratixIdle {
+    /// The label that says so.
+    pub fn label(self) -> &'static str {
+        match self {
+            KratixIdle::Paused => PAUSED_LABEL,
+            KratixIdle::WorkflowSuspended => WORKFLOW_SUSPENDED_LABEL,
+        }
+    }
+
+    /// "labelled kratix.io/paused: Kratix does not reconcile it (an upgrade would not finish)".
+    pub fn words(self) -> String {
+        let what = match self {
+            KratixIdle::Paused => "Kratix's reconciliation of it is paused",
+            KratixIdle::WorkflowSuspended => "Kratix suspended its workflow",
+        };
+        format!(
+            "labelled {}=true: {what}; an upgrade would not finish until the label goes",
+            self.label()
+        )
     }
 }
 

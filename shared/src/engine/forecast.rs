@@ -20,7 +20,7 @@ use super::freeze::Freeze;
 use super::gate::{GateReading, Reading};
 use super::health::HealthRecords;
 use super::run::{evaluate, Blocked, Evaluation, Outcome, RunContext, Verdict};
-use super::snapshot::{assign, Snapshot};
+use super::snapshot::{assign, idle_resources, Snapshot};
 use super::stage::ApprovalFact;
 use super::write::BindingPatch;
 use crate::api::kratix::{BindingFacts, ResourceBinding};
@@ -95,6 +95,8 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
     let plan = simulated_plan(input.plan);
     let snapshot = assign(&plan, input.bindings).snapshot;
     let mut kratix = SimulatedKratix::new(&snapshot, input.bindings, &plan.to, input.per_resource);
+    // The forecast assumes every upgrade finishes; for these Kratix says it will not now.
+    let idle = kratix.idle(&snapshot);
     let approvals = assumed_approvals(&plan, input.start);
     let gates = open_gates(&plan, input.start + Duration::days(3660));
     let health = HealthRecords::default();
@@ -190,6 +192,7 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
         g.waits.retain(|w| w.to - w.from >= WAIT_NOTICED);
     }
     warnings.extend(warnings_of(&groups, finish, input.next_trigger));
+    warnings.extend(idle);
     Forecast {
         start: input.start,
         groups,
@@ -302,6 +305,21 @@ impl<'s> SimulatedKratix<'s> {
     fn work_on(&mut self, i: usize, now: DateTime<Utc>) {
         self.completing[i] = true;
         self.completions.push(Reverse((now + self.per_resource, i)));
+    }
+
+    /// The snapshot's resources Kratix will not reconcile now, said as warnings.
+    fn idle(&self, snapshot: &Snapshot) -> Vec<String> {
+        idle_resources(snapshot, |ns, name| self.binding(ns, name))
+            .into_iter()
+            .map(|i| {
+                format!(
+                    "{} in group {:?} is {}; the forecast assumes it finishes",
+                    i.resource.display_name(),
+                    i.group,
+                    i.why.words()
+                )
+            })
+            .collect()
     }
 
     fn next_completion(&self) -> Option<DateTime<Utc>> {
@@ -566,6 +584,32 @@ mod tests {
         );
         assert_eq!(f.finish, Some(utc("2026-06-01T20:30:00Z")));
         assert_eq!(f.warnings, Vec::<String>::new());
+    }
+
+    /// Issue 37 item 5: a resource whose Resource Request is paused, or whose workflow Kratix
+    /// suspended, is named — once, with its first group — since the forecast assumes it finishes.
+    #[test]
+    fn resources_kratix_will_not_reconcile_are_named() {
+        use crate::api::kratix::{PAUSED_LABEL, WORKFLOW_SUSPENDED_LABEL};
+        let p = plan(&["v1"], "v2", vec![group("dev", 1)]);
+        let mut b = bindings(&[("dev", 4)]);
+        let label = |b: &mut ResourceBinding, key: &str, value: &str| {
+            b.metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .insert(key.into(), value.into());
+        };
+        label(&mut b[1], PAUSED_LABEL, "true");
+        label(&mut b[2], WORKFLOW_SUSPENDED_LABEL, "true");
+        label(&mut b[3], PAUSED_LABEL, "false");
+        let f = forecast(&input(&compile(&p).unwrap(), &b, "2026-06-01T20:00:00Z", 10));
+        assert_eq!(
+            f.warnings,
+            [
+                "ns/dev1 in group \"dev\" is labelled kratix.io/paused=true: Kratix's reconciliation of it is paused; an upgrade would not finish until the label goes; the forecast assumes it finishes",
+                "ns/dev2 in group \"dev\" is labelled kratix.io/workflow-suspended=true: Kratix suspended its workflow; an upgrade would not finish until the label goes; the forecast assumes it finishes",
+            ]
+        );
     }
 
     #[test]

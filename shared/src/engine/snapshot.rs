@@ -68,6 +68,39 @@ pub struct Snapshot {
     pub groups: Vec<SnapshotGroup>,
 }
 
+/// A resource of a snapshot that Kratix will not reconcile now, with the first group holding it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdleResource<'s> {
+    pub group: &'s str,
+    pub resource: &'s SnapshotResource,
+    pub why: crate::api::kratix::KratixIdle,
+}
+
+/// The resources of `snapshot` whose bindings (`lookup`) say Kratix will not reconcile them now
+/// (their Resource Request's labels, spec §2), each once, in snapshot order.
+pub fn idle_resources<'s, 'b>(
+    snapshot: &'s Snapshot,
+    lookup: impl Fn(&str, &str) -> Option<&'b dyn BindingFacts>,
+) -> Vec<IdleResource<'s>> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for g in &snapshot.groups {
+        for r in &g.resources {
+            let Some(why) = lookup(&r.namespace, &r.binding).and_then(|b| b.kratix_idle()) else {
+                continue;
+            };
+            if seen.insert((r.namespace.as_str(), r.binding.as_str())) {
+                out.push(IdleResource {
+                    group: &g.name,
+                    resource: r,
+                    why,
+                });
+            }
+        }
+    }
+    out
+}
+
 impl Snapshot {
     /// Per-group counts before anything happened: each group's size, nothing done yet.
     pub fn initial_counts(&self) -> Vec<crate::api::GroupStatus> {

@@ -41,8 +41,9 @@ struct Cli {
     #[arg(long, value_name = "NAME")]
     promise: Option<String>,
     /// Kratix's own retry of a failed workflow (`workflows.reconcileAfterFailure`): this long after
-    /// the failure (Kratix's reconciliation interval, 10h by default), or `off`.
-    #[arg(long, value_name = "DURATION", default_value = "10h", value_parser = parse_retry_after)]
+    /// the failure (Kratix's reconciliation interval, 10h by default), repeated each time it fails
+    /// again, or `off`. Also `--reconcile-after-failure`, after Kratix's setting.
+    #[arg(long, value_name = "DURATION", default_value = "10h", value_parser = parse_retry_after, alias = "reconcile-after-failure")]
     retry_after_failure: RetryAfter,
     /// Path to a kubeconfig. Default: $KUBECONFIG, ~/.kube/config, or in-cluster.
     #[arg(long, value_name = "FILE")]
