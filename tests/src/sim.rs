@@ -109,8 +109,14 @@ pub enum Step {
     Finish { target: String, fail: bool },
 }
 
+/// Kratix's own messages (`syncResourceBindingUpgradeStatus` / `…InProgressStatus`); Kratix reads
+/// the in-progress version back from this text (`InFlightVersion`), and so does the simulator.
 fn in_progress_message(target: &str) -> String {
-    format!("upgrading to {target}")
+    format!("Upgrade to version {target} is in progress")
+}
+
+fn complete_message(applied: &str) -> String {
+    format!("Resource is at version {applied}")
 }
 
 fn waiting_message(target: &str) -> String {
@@ -425,7 +431,7 @@ async fn act(
                 &name,
                 &pp,
                 &status(json!({"lastAppliedVersion": target, "failedVersion": null,
-                "conditions": condition("True", UPGRADE_COMPLETE, &format!("upgraded to {target}"), now)})),
+                "conditions": condition("True", UPGRADE_COMPLETE, &complete_message(&target), now)})),
             )
             .await?;
             tracing::info!(binding = %format!("{ns}/{name}"), %target, "upgrade complete");
@@ -783,7 +789,11 @@ mod tests {
                 annotated(
                     "healthy",
                     None,
-                    b("v1", Some(("Unknown", "upgrading to v2", "2026-06-01T10:00:00Z")), None),
+                    b(
+                        "v1",
+                        Some(("Unknown", &in_progress_message("v2"), "2026-06-01T10:00:00Z")),
+                        None,
+                    ),
                 ),
                 None,
                 HealthStep::Nothing,
