@@ -18,6 +18,7 @@ mod secure;
 mod snapshots;
 mod wakes;
 mod watch;
+mod writes;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
