@@ -448,8 +448,8 @@ pub fn run_resources(
         let failure = recorded_failure(recorded, r);
         if let Some(since) = &view.since {
             // What the run counted stands; what happened after is worth saying.
-            let (now, _) = outcome_words(since);
-            detail = format!("{detail} (since: {now})").trim_start().to_string();
+            let (shown, _) = outcome_words(since);
+            detail = format!("{detail} (since: {shown})").trim_start().to_string();
         } else if failure.is_some() && b.is_some_and(|b| b.last_applied_version() == to.as_str()) {
             detail = format!("{detail} (Kratix has since applied {to})");
         } else if failure.is_none() && matches!(view.outcome, Outcome::Failed { .. } | Outcome::InFlight) {
