@@ -422,7 +422,34 @@ async fn run_history_limit_applies_to_scheduled_runs_and_takes_their_snapshots()
         "three scheduled runs: {seen:?}\n{}",
         controller.log_text()
     );
-    let newest = seen.iter().max().unwrap().clone(); // <plan>-YYYYMMDD-HHMM sorts by time
+    // No more triggers from here: on a busy machine the 20× clock would otherwise go on making
+    // runs, and which one is newest (and kept) would be the machine's speed's to decide.
+    let patched = env
+        .plans()
+        .patch(
+            &plan,
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"suspend": true}})),
+        )
+        .await
+        .unwrap();
+    let generation = patched.metadata.generation;
+    env.wait_plan(&plan, WAIT, "the suspension observed", |p| {
+        p.status.as_ref().and_then(|s| s.observed_generation) >= generation
+    })
+    .await
+    .unwrap();
+    let newest = env
+        .runs()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|r| r.plan_name() == plan)
+        .filter_map(|r| r.metadata.name)
+        .max() // <plan>-YYYYMMDD-HHMM sorts by time
+        .unwrap();
     env.wait_run(&newest, WAIT, "completed", |r| {
         r.status.as_ref().is_some_and(|s| s.state == RunState::Completed)
     })
@@ -456,13 +483,5 @@ async fn run_history_limit_applies_to_scheduled_runs_and_takes_their_snapshots()
         vec![format!("{newest}-resource-snapshot")],
         "the pruned runs' snapshots went with them (every run has one)"
     );
-    env.plans()
-        .patch(
-            &plan,
-            &Default::default(),
-            &kube::api::Patch::Merge(json!({"spec": {"suspend": true}})),
-        )
-        .await
-        .unwrap();
     env.teardown().await.unwrap();
 }
