@@ -733,7 +733,7 @@ pub fn status(
                 revision_present,
                 now,
             },
-            |ns, b| live.binding(ns, b).map(|b| b as _),
+            live.lookup(),
         )
     });
     let view = run_view(s.state, &s.rollout_groups, frozen, eval.as_ref());

@@ -439,17 +439,8 @@ async fn run_history_limit_applies_to_scheduled_runs_and_takes_their_snapshots()
     })
     .await
     .unwrap();
-    let newest = env
-        .runs()
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|r| r.plan_name() == plan)
-        .filter_map(|r| r.metadata.name)
-        .max() // <plan>-YYYYMMDD-HHMM sorts by time
-        .unwrap();
+    // <plan>-YYYYMMDD-HHMM sorts by time.
+    let newest = live_runs(&env, &plan).await.into_iter().max().unwrap();
     env.wait_run(&newest, WAIT, "completed", |r| {
         r.status.as_ref().is_some_and(|s| s.state == RunState::Completed)
     })
