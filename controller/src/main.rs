@@ -543,7 +543,19 @@ async fn run_controllers<F, Fut>(
     // Started after the caches may have been filled while a standby (their triggers dropped):
     // each controller first looks at every object its cache holds.
     let at_start = || futures::stream::once(futures::future::ready(()));
-    let run_controller = Controller::for_stream(t.runs.remove(0), ctx.caches.runs.clone())
+    // A run another controller handles (sharded by --selector) wakes nothing here: its writes
+    // would otherwise be reconciles of ours, and dilute the error ratio operators alert on.
+    let own_runs = t.runs.remove(0).filter({
+        let ctx = Arc::downgrade(&ctx);
+        move |run| {
+            let ours = match (run, ctx.upgrade()) {
+                (Ok(run), Some(ctx)) => ctx.handles(run),
+                _ => true,
+            };
+            futures::future::ready(ours)
+        }
+    });
+    let run_controller = Controller::for_stream(own_runs, ctx.caches.runs.clone())
         .with_config(config.clone())
         .reconcile_all_on(at_start())
         .reconcile_on(t.bindings.remove(0).flat_map({
@@ -622,6 +634,13 @@ async fn run_controllers<F, Fut>(
         if !leading.await {
             return;
         }
+        // As controller-runtime's WaitForCacheSync: a controller started on half-filled caches
+        // would only requeue every object until they fill, each pass counted as a reconcile.
+        let listing = std::time::Instant::now();
+        while !ctx.caches.synced.all() {
+            tokio::time::sleep(context::CACHE_WAIT).await;
+        }
+        tracing::info!(waited = ?listing.elapsed(), "caches listed");
         forwarding.store(true, Ordering::SeqCst);
         tracing::info!(snapshot_namespace = %cli.snapshot_namespace, "controllers running");
         tokio::join!(run_controller, plan_controller, freeze_controller);

@@ -982,7 +982,7 @@ impl TestEnv {
         if let Some(mut sim) = self.sim.take() {
             let _ = sim.kill().await;
         }
-        remove_world(&self.client, &self.namespaces, &self.promise).await;
+        remove_world(&self.client, &self.id, &self.namespaces, &self.promise).await;
         self.torn_down = true;
         Ok(())
     }
@@ -1012,10 +1012,17 @@ pub const METRICS_READER: &str = "upgradeplan-metrics-reader";
 /// Labels a world's cluster-scoped objects other than its Promise (value: the Promise's name).
 const WORLD_LABEL: &str = "upgradeplan-e2e/world";
 
-/// Deletes a world's namespaces (and so its bindings), its PromiseRevisions, its Promise and its
-/// ClusterRoleBindings.
-async fn remove_world(client: &Client, namespaces: &[String], promise: &str) {
+/// Deletes a world's namespaces (and so its bindings), its PromiseRevisions, its Promise, its
+/// ClusterRoleBindings and the cluster-scoped objects named for it (`<id>-…`: plans, runs,
+/// approvals, freezes). Left behind, those pile up across suites, and every later controller
+/// lists them and reconciles their runs' writes.
+async fn remove_world(client: &Client, id: &str, namespaces: &[String], promise: &str) {
     let dp = DeleteParams::background();
+    let prefix = format!("{id}-");
+    remove_named::<UpgradeRun>(client, &prefix).await;
+    remove_named::<UpgradePlan>(client, &prefix).await;
+    remove_named::<upgradeplan::api::UpgradeApproval>(client, &prefix).await;
+    remove_named::<upgradeplan::api::UpgradeFreeze>(client, &prefix).await;
     let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(client.clone());
     let _ = bindings
         .delete_collection(
@@ -1034,6 +1041,33 @@ async fn remove_world(client: &Client, namespaces: &[String], promise: &str) {
     let _ = promises.delete(promise, &dp).await;
 }
 
+/// Deletes the objects of kind `K` whose names start with `prefix`, then drops their finalizers
+/// (after the delete, so a live controller cannot add one back): the controller that would
+/// release them may be gone.
+async fn remove_named<K>(client: &Client, prefix: &str)
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::all(client.clone());
+    let Ok(list) = api.list_metadata(&Default::default()).await else {
+        return;
+    };
+    for object in list.items.iter().filter(|o| o.name_any().starts_with(prefix)) {
+        let name = object.name_any();
+        let _ = api.delete(&name, &DeleteParams::background()).await;
+        let _ = api
+            .patch_metadata(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await;
+    }
+}
+
 impl Drop for TestEnv {
     /// A test that failed before `teardown` still removes its world. The test's runtime may be
     /// unwinding, so this uses a runtime and a client of its own, on a thread of its own.
@@ -1044,8 +1078,12 @@ impl Drop for TestEnv {
         if let Some(sim) = self.sim.as_mut() {
             let _ = sim.start_kill();
         }
-        let (namespaces, promise, kubeconfig) =
-            (self.namespaces.clone(), self.promise.clone(), self.kubeconfig.clone());
+        let (id, namespaces, promise, kubeconfig) = (
+            self.id.clone(),
+            self.namespaces.clone(),
+            self.promise.clone(),
+            self.kubeconfig.clone(),
+        );
         let cleanup = std::thread::spawn(move || {
             let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
                 return;
@@ -1064,7 +1102,7 @@ impl Drop for TestEnv {
                 if let Some(client) = client {
                     let _ = tokio::time::timeout(
                         std::time::Duration::from_secs(20),
-                        remove_world(&client, &namespaces, &promise),
+                        remove_world(&client, &id, &namespaces, &promise),
                     )
                     .await;
                 }
