@@ -562,7 +562,8 @@ impl TestEnv {
         Ok(())
     }
 
-    fn revision_name(&self, version: &str) -> String {
+    /// The name of this world's PromiseRevision of `version`.
+    pub fn revision_name(&self, version: &str) -> String {
         format!(
             "{}-{}",
             self.promise,
@@ -1018,11 +1019,12 @@ const WORLD_LABEL: &str = "upgradeplan-e2e/world";
 /// lists them and reconciles their runs' writes.
 async fn remove_world(client: &Client, id: &str, namespaces: &[String], promise: &str) {
     let dp = DeleteParams::background();
-    let prefix = format!("{id}-");
-    remove_named::<UpgradeRun>(client, &prefix).await;
-    remove_named::<UpgradePlan>(client, &prefix).await;
-    remove_named::<upgradeplan::api::UpgradeApproval>(client, &prefix).await;
-    remove_named::<upgradeplan::api::UpgradeFreeze>(client, &prefix).await;
+    let (all, prefix) = (kube::api::ListParams::default(), format!("{id}-"));
+    let named = |name: &str| name.starts_with(&prefix);
+    remove_where::<UpgradeRun>(client, &all, named).await;
+    remove_where::<UpgradePlan>(client, &all, named).await;
+    remove_where::<upgradeplan::api::UpgradeApproval>(client, &all, named).await;
+    remove_where::<upgradeplan::api::UpgradeFreeze>(client, &all, named).await;
     let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(client.clone());
     let _ = bindings
         .delete_collection(
@@ -1034,17 +1036,17 @@ async fn remove_world(client: &Client, id: &str, namespaces: &[String], promise:
     for ns in namespaces {
         let _ = ns_api.delete(ns, &dp).await;
     }
-    let revs: Api<PromiseRevision> = Api::all(client.clone());
-    let lp = kube::api::ListParams::default().labels(&format!("{PROMISE_NAME_LABEL}={promise}"));
-    let _ = revs.delete_collection(&dp, &lp).await;
+    // kratix-sim --revision-cleanup gives revisions Kratix's finalizer, and it may be gone.
+    let of_promise = kube::api::ListParams::default().labels(&format!("{PROMISE_NAME_LABEL}={promise}"));
+    remove_where::<PromiseRevision>(client, &of_promise, |_| true).await;
     let promises: Api<Promise> = Api::all(client.clone());
     let _ = promises.delete(promise, &dp).await;
 }
 
-/// Deletes the objects of kind `K` whose names start with `prefix`, then drops their finalizers
-/// (after the delete, so a live controller cannot add one back): the controller that would
-/// release them may be gone.
-async fn remove_named<K>(client: &Client, prefix: &str)
+/// Deletes the objects of kind `K` that `lp` lists and `named` accepts by name, then drops their
+/// finalizers (after the delete, so a live controller cannot add one back): the controller that
+/// would release them may be gone.
+async fn remove_where<K>(client: &Client, lp: &kube::api::ListParams, named: impl Fn(&str) -> bool)
 where
     K: kube::Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
         + Clone
@@ -1052,10 +1054,10 @@ where
         + std::fmt::Debug,
 {
     let api: Api<K> = Api::all(client.clone());
-    let Ok(list) = api.list_metadata(&Default::default()).await else {
+    let Ok(list) = api.list_metadata(lp).await else {
         return;
     };
-    for object in list.items.iter().filter(|o| o.name_any().starts_with(prefix)) {
+    for object in list.items.iter().filter(|o| named(&o.name_any())) {
         let name = object.name_any();
         let _ = api.delete(&name, &DeleteParams::background()).await;
         let _ = api

@@ -21,6 +21,13 @@
 //! records (`<binding>`, `<binding>-2`, …): the first says the annotated state, the others
 //! `healthy`, as a resource with several health checks has. A changed annotation, or an upgrade
 //! after the record, rewrites them; no annotation, none.
+//!
+//! Revisions (`revision_cleanup`, as Kratix's PromiseRevision controller): each revision carries
+//! the finalizer `kratix.io/resource-request-cleanup` (unless annotated
+//! `kratix.io/skip-resource-request-cleanup-on-delete: "true"`); deleting one deletes the
+//! resources whose binding's `spec.version` is its version — here their bindings, as Kratix does
+//! when the Resource Request is already gone (the test world has none) — and then lets the
+//! revision go. A floating binding (`spec.version: latest`) is not at any revision's version.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,6 +83,55 @@ pub struct SimConfig {
     /// Kratix's own retry of a failed workflow (`reconcileAfterFailure`): this long after the
     /// failure; never when `None` (`reconcileAfterFailure: false`).
     pub retry_after_failure: Option<Duration>,
+    /// Deleting a PromiseRevision deletes the resources at its version, as Kratix does.
+    pub revision_cleanup: bool,
+}
+
+/// Kratix's finalizer on every PromiseRevision (`internal/controller/promise_controller.go`):
+/// while it is there, a deleted revision's resources are deleted before the revision goes.
+pub const RESOURCE_CLEANUP_FINALIZER: &str = "kratix.io/resource-request-cleanup";
+/// A PromiseRevision annotated `"true"` is deleted without its resources (Kratix sets it when it
+/// renames revisions).
+pub const SKIP_CLEANUP_ANNOTATION: &str = "kratix.io/skip-resource-request-cleanup-on-delete";
+
+/// What the simulator does next for one PromiseRevision (pure, so it is unit-tested).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RevisionStep {
+    Idle,
+    AddFinalizer,
+    /// Delete these bindings (namespace, name): the resources still at the deleted revision's
+    /// version.
+    DeleteResources(Vec<(String, String)>),
+    RemoveFinalizer,
+}
+
+/// Kratix's PromiseRevision reconcile, for revision `rev` and `bindings` (any, of any Promise).
+pub fn decide_revision(rev: &PromiseRevision, bindings: &[Arc<ResourceBinding>]) -> RevisionStep {
+    let skip = rev
+        .annotations()
+        .get(SKIP_CLEANUP_ANNOTATION)
+        .is_some_and(|v| v == "true");
+    let ours = rev.finalizers().iter().any(|f| f == RESOURCE_CLEANUP_FINALIZER);
+    if rev.metadata.deletion_timestamp.is_none() {
+        return if !skip && !ours {
+            RevisionStep::AddFinalizer
+        } else {
+            RevisionStep::Idle
+        };
+    }
+    if !ours {
+        return RevisionStep::Idle;
+    }
+    let at_version: Vec<(String, String)> = bindings
+        .iter()
+        .filter(|b| !skip && promise_of(b) == rev.spec.promise_ref.name && b.spec.version == rev.spec.version)
+        .map(|b| (b.namespace().unwrap_or_default(), b.name_any()))
+        .collect();
+    if at_version.is_empty() {
+        RevisionStep::RemoveFinalizer
+    } else {
+        RevisionStep::DeleteResources(at_version)
+    }
 }
 
 struct Ctx {
@@ -359,6 +415,50 @@ async fn reconcile(b: Arc<ResourceBinding>, ctx: Arc<Ctx>) -> Result<Action, Sim
     result
 }
 
+/// What Kratix writes to a binding for one [`Step`]: the retry label removed, and a merge patch
+/// of its status. Pure: the simulator sends it, the deterministic simulation applies it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KratixWrites {
+    pub remove_retry_label: bool,
+    pub status: Option<serde_json::Value>,
+}
+
+pub fn writes(step: &Step, now: DateTime<Utc>) -> KratixWrites {
+    // A new attempt clears the failed version, as Kratix does.
+    let attempt = |target: &str| {
+        json!({"failedVersion": null,
+               "conditions": condition("Unknown", UPGRADE_IN_PROGRESS, &in_progress_message(target), now)})
+    };
+    let (remove_retry_label, status) = match step {
+        Step::Idle | Step::RetryAt { .. } | Step::FinishAt { .. } | Step::Held { .. } => (false, None),
+        Step::Retry { target } => (true, Some(attempt(target))),
+        Step::RetryAfterFailure { target } => (false, Some(attempt(target))),
+        Step::WaitForRevision { target } => (
+            false,
+            Some(json!({"conditions": condition("Unknown", UPGRADE_IN_PROGRESS, &waiting_message(target), now)})),
+        ),
+        Step::Start { target } => (
+            false,
+            Some(json!({"conditions": condition("Unknown", UPGRADE_IN_PROGRESS, &in_progress_message(target), now)})),
+        ),
+        Step::Finish { target, fail: true } => (
+            false,
+            Some(
+                json!({"failedVersion": target, "conditions": condition("False", UPGRADE_FAILED, FAILURE_MESSAGE, now)}),
+            ),
+        ),
+        Step::Finish { target, fail: false } => (
+            false,
+            Some(json!({"lastAppliedVersion": target, "failedVersion": null,
+                        "conditions": condition("True", UPGRADE_COMPLETE, &complete_message(target), now)})),
+        ),
+    };
+    KratixWrites {
+        remove_retry_label,
+        status,
+    }
+}
+
 /// Carries out [`decide`]'s step for one binding.
 async fn act(
     b: &ResourceBinding,
@@ -371,73 +471,118 @@ async fn act(
 ) -> Result<Action, SimError> {
     let ns = b.namespace().unwrap_or_default();
     let name = b.name_any();
-    let status = |body: serde_json::Value| Patch::Merge(json!({"status": body}));
     let pp = PatchParams {
         field_manager: Some(FIELD_MANAGER.to_string()),
         ..Default::default()
     };
-    match decide(b, target, revision_exists, (delay, ctx.config.retry_after_failure), now) {
+    let step = decide(b, target, revision_exists, (delay, ctx.config.retry_after_failure), now);
+    let w = writes(&step, now);
+    if w.remove_retry_label {
+        api.patch(
+            &name,
+            &pp,
+            &Patch::Merge(json!({"metadata": {"labels": {MANUAL_RECONCILIATION_LABEL: null}}})),
+        )
+        .await?;
+    }
+    if let Some(status) = w.status {
+        api.patch_status(&name, &pp, &Patch::Merge(json!({ "status": status })))
+            .await?;
+    }
+    let binding = format!("{ns}/{name}");
+    match step {
         Step::Idle => report_health(b, ctx).await,
         Step::Retry { target } => {
-            api.patch(
-                &name,
-                &pp,
-                &Patch::Merge(json!({"metadata": {"labels": {MANUAL_RECONCILIATION_LABEL: null}}})),
-            )
-            .await?;
-            api.patch_status(&name, &pp, &status(json!({"failedVersion": null, "conditions": condition("Unknown", UPGRADE_IN_PROGRESS, &in_progress_message(&target), now)}))).await?;
-            tracing::info!(binding = %format!("{ns}/{name}"), %target, "retry requested: upgrade restarted");
+            tracing::info!(%binding, %target, "retry requested: upgrade restarted");
             Ok(Action::requeue(delay))
         }
-        Step::RetryAt { at } => Ok(Action::requeue((at - now).to_std().unwrap_or_default())),
+        Step::RetryAt { at } | Step::FinishAt { at, .. } => {
+            Ok(Action::requeue((at - now).to_std().unwrap_or_default()))
+        }
         Step::RetryAfterFailure { target } => {
-            api.patch_status(&name, &pp, &status(json!({"failedVersion": null, "conditions": condition("Unknown", UPGRADE_IN_PROGRESS, &in_progress_message(&target), now)}))).await?;
-            tracing::info!(binding = %format!("{ns}/{name}"), %target, "reconciliation interval passed: failed upgrade restarted");
+            tracing::info!(%binding, %target, "reconciliation interval passed: failed upgrade restarted");
             Ok(Action::requeue(delay))
         }
         Step::WaitForRevision { target } => {
-            api.patch_status(
-                &name,
-                &pp,
-                &status(
-                    json!({"conditions": condition("Unknown", UPGRADE_IN_PROGRESS, &waiting_message(&target), now)}),
-                ),
-            )
-            .await?;
-            tracing::info!(binding = %format!("{ns}/{name}"), %target, "waiting for PromiseRevision");
+            tracing::info!(%binding, %target, "waiting for PromiseRevision");
             Ok(Action::await_change())
         }
         Step::Start { target } => {
-            api.patch_status(&name, &pp, &status(json!({"conditions": condition("Unknown", UPGRADE_IN_PROGRESS, &in_progress_message(&target), now)}))).await?;
-            tracing::info!(binding = %format!("{ns}/{name}"), %target, ?delay, "upgrade started");
+            tracing::info!(%binding, %target, ?delay, "upgrade started");
             Ok(Action::requeue(delay))
         }
-        Step::FinishAt { at, .. } => Ok(Action::requeue((at - now).to_std().unwrap_or_default())),
         // Removing the annotation is a change of the binding: the watch wakes this reconcile.
         Step::Held { .. } => Ok(Action::await_change()),
         Step::Finish { target, fail: true } => {
-            api.patch_status(
-                &name,
-                &pp,
-                &status(json!({"failedVersion": target,
-                "conditions": condition("False", UPGRADE_FAILED, FAILURE_MESSAGE, now)})),
-            )
-            .await?;
-            tracing::info!(binding = %format!("{ns}/{name}"), %target, "upgrade failed (simulated)");
+            tracing::info!(%binding, %target, "upgrade failed (simulated)");
             Ok(Action::await_change())
         }
         Step::Finish { target, fail: false } => {
-            api.patch_status(
-                &name,
-                &pp,
-                &status(json!({"lastAppliedVersion": target, "failedVersion": null,
-                "conditions": condition("True", UPGRADE_COMPLETE, &complete_message(&target), now)})),
-            )
-            .await?;
-            tracing::info!(binding = %format!("{ns}/{name}"), %target, "upgrade complete");
+            tracing::info!(%binding, %target, "upgrade complete");
             Ok(Action::await_change())
         }
     }
+}
+
+/// Carries out [`decide_revision`]'s step for one PromiseRevision.
+async fn reconcile_revision(rev: Arc<PromiseRevision>, ctx: Arc<Ctx>) -> Result<Action, SimError> {
+    if !ctx.config.revision_cleanup {
+        return Ok(Action::await_change());
+    }
+    let name = rev.name_any();
+    let revisions: Api<PromiseRevision> = Api::all(ctx.client.clone());
+    // Listed, not cached, as Kratix lists them by its index: a cache still filling would let a
+    // revision go with its resources.
+    let bindings: Api<ResourceBinding> = Api::all(ctx.client.clone());
+    let lp = kube::api::ListParams::default().labels(&format!("{PROMISE_NAME_LABEL}={}", rev.spec.promise_ref.name));
+    let of_promise: Vec<Arc<ResourceBinding>> = bindings.list(&lp).await?.items.into_iter().map(Arc::new).collect();
+    let pp = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..Default::default()
+    };
+    // The finalizer list is replaced whole, so the write is conditional on the version read.
+    let finalizers = |list: Vec<String>| {
+        Patch::Merge(json!({"metadata": {"finalizers": list, "resourceVersion": rev.resource_version()}}))
+    };
+    match decide_revision(&rev, &of_promise) {
+        RevisionStep::Idle => Ok(Action::await_change()),
+        RevisionStep::AddFinalizer => {
+            let mut list = rev.finalizers().to_vec();
+            list.push(RESOURCE_CLEANUP_FINALIZER.to_string());
+            revisions.patch(&name, &pp, &finalizers(list)).await?;
+            Ok(Action::await_change())
+        }
+        RevisionStep::DeleteResources(resources) => {
+            for (ns, binding) in &resources {
+                let api: Api<ResourceBinding> = Api::namespaced(ctx.client.clone(), ns);
+                match api.delete(binding, &Default::default()).await {
+                    Ok(_) => {
+                        tracing::info!(revision = %name, binding = %format!("{ns}/{binding}"), "revision deleted: its resource deleted")
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            // Kratix's fast requeue: look again until none is left.
+            Ok(Action::requeue(Duration::from_millis(500)))
+        }
+        RevisionStep::RemoveFinalizer => {
+            let list = rev
+                .finalizers()
+                .iter()
+                .filter(|f| *f != RESOURCE_CLEANUP_FINALIZER)
+                .cloned()
+                .collect();
+            revisions.patch(&name, &pp, &finalizers(list)).await?;
+            tracing::info!(revision = %name, "revision deleted: its resources are gone, the revision goes");
+            Ok(Action::await_change())
+        }
+    }
+}
+
+fn revision_error_policy(rev: Arc<PromiseRevision>, err: &SimError, _: Arc<Ctx>) -> Action {
+    tracing::warn!(revision = %rev.name_any(), error = %err, "revision reconcile failed; retrying");
+    Action::requeue(Duration::from_millis(500))
 }
 
 fn error_policy(b: Arc<ResourceBinding>, err: &SimError, _: Arc<Ctx>) -> Action {
@@ -484,15 +629,28 @@ pub async fn run(
     let (rev_store, rev_writer) = kube::runtime::reflector::store::<PromiseRevision>();
     let synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = synced.clone();
-    let rev_stream =
-        kube::runtime::reflector::reflector(rev_writer, watcher(revisions, rev_config).backoff(reconnect_backoff()))
-            .inspect(move |ev| {
-                if matches!(ev, Ok(watcher::Event::InitDone)) {
-                    flag.store(true, std::sync::atomic::Ordering::SeqCst);
-                }
-            })
-            .touched_objects();
-    controller
+    let rev_stream = kube::runtime::reflector::reflector(
+        rev_writer,
+        watcher(revisions.clone(), rev_config.clone()).backoff(reconnect_backoff()),
+    )
+    .inspect(move |ev| {
+        if matches!(ev, Ok(watcher::Event::InitDone)) {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    })
+    .touched_objects();
+    let shutdown = futures::FutureExt::shared(shutdown);
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        config,
+        revisions: rev_store,
+        revisions_synced: synced,
+    });
+    let revision_controller = Controller::new(revisions, rev_config.clone())
+        .graceful_shutdown_on(shutdown.clone())
+        .run(reconcile_revision, revision_error_policy, ctx.clone())
+        .for_each(|_| futures::future::ready(()));
+    let binding_controller = controller
         .watches_stream(rev_stream, move |rev: PromiseRevision| {
             let promise = rev
                 .labels()
@@ -507,18 +665,9 @@ pub async fn run(
                 .collect::<Vec<_>>()
         })
         .graceful_shutdown_on(shutdown)
-        .run(
-            reconcile,
-            error_policy,
-            Arc::new(Ctx {
-                client,
-                config,
-                revisions: rev_store,
-                revisions_synced: synced,
-            }),
-        )
-        .for_each(|_| futures::future::ready(()))
-        .await;
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()));
+    tokio::join!(binding_controller, revision_controller);
 }
 
 #[cfg(test)]
@@ -728,6 +877,89 @@ mod tests {
         ];
         for (case, after, now, want) in cases {
             assert_eq!(decide(&failed, Some("v2"), true, (d, after), utc(now)), want, "{case}");
+        }
+    }
+
+    /// Kratix's PromiseRevision controller: the finalizer on every revision, and a deleted
+    /// revision's resources deleted before it goes.
+    #[test]
+    fn revision_table() {
+        let rev = |deleted: bool, finalizer: bool, skip: bool| -> PromiseRevision {
+            serde_json::from_value(json!({
+                "apiVersion": "platform.kratix.io/v1alpha1", "kind": "PromiseRevision",
+                "metadata": {
+                    "name": "redis-v1",
+                    "finalizers": if finalizer { vec![RESOURCE_CLEANUP_FINALIZER] } else { vec![] },
+                    "annotations": if skip { json!({SKIP_CLEANUP_ANNOTATION: "true"}) } else { json!({}) },
+                    "deletionTimestamp": deleted.then_some("2026-06-01T10:00:00Z"),
+                },
+                "spec": {"promiseRef": {"name": "redis"}, "version": "v1", "promiseSpec": {}}
+            }))
+            .unwrap()
+        };
+        let binding = |name: &str, promise: &str, version: &str| -> Arc<ResourceBinding> {
+            Arc::new(
+                serde_json::from_value(json!({
+                    "apiVersion": "platform.kratix.io/v1alpha1", "kind": "ResourceBinding",
+                    "metadata": {"name": name, "namespace": "apps", "labels": {PROMISE_NAME_LABEL: promise}},
+                    "spec": {"version": version, "promiseRef": {"name": promise}}
+                }))
+                .unwrap(),
+            )
+        };
+        let world = [
+            binding("at-v1", "redis", "v1"),
+            binding("at-v2", "redis", "v2"),
+            binding("floating", "redis", LATEST_VERSION),
+            binding("other-promise", "postgres", "v1"),
+        ];
+        let none: [Arc<ResourceBinding>; 0] = [];
+        let cases: [(&str, PromiseRevision, &[Arc<ResourceBinding>], RevisionStep); 7] = [
+            (
+                "a new revision gets the finalizer",
+                rev(false, false, false),
+                &world,
+                RevisionStep::AddFinalizer,
+            ),
+            (
+                "a revision that has it: nothing",
+                rev(false, true, false),
+                &world,
+                RevisionStep::Idle,
+            ),
+            (
+                "skipped: no finalizer",
+                rev(false, false, true),
+                &world,
+                RevisionStep::Idle,
+            ),
+            (
+                "deleted: only its Promise's resources at its version (not latest)",
+                rev(true, true, false),
+                &world,
+                RevisionStep::DeleteResources(vec![("apps".into(), "at-v1".into())]),
+            ),
+            (
+                "deleted, none left: it goes",
+                rev(true, true, false),
+                &none,
+                RevisionStep::RemoveFinalizer,
+            ),
+            (
+                "deleted with the skip annotation: it goes, its resources stay",
+                rev(true, true, true),
+                &world,
+                RevisionStep::RemoveFinalizer,
+            ),
+            (
+                "deleted without the finalizer: not ours",
+                rev(true, false, false),
+                &world,
+                RevisionStep::Idle,
+            ),
+        ];
+        for (case, rev, bindings, want) in cases {
+            assert_eq!(decide_revision(&rev, bindings), want, "{case}");
         }
     }
 

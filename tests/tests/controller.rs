@@ -1060,6 +1060,49 @@ async fn a_missing_revision_makes_the_run_wait_and_a_deleted_one_fails_it() {
     env.teardown().await.unwrap();
 }
 
+/// Kratix deletes the resources of a deleted PromiseRevision (spec §2). Deleting the `from`
+/// revision mid-run removes the resources still at it: the run counts them Skipped (their
+/// binding is gone), finishes the one it had started, and completes.
+#[tokio::test]
+async fn resources_kratix_deletes_with_their_revision_are_skipped() {
+    let Built { mut env, bindings, .. } = World::new("e2e-revdel", SIM)
+        .per_env(&[("dev", 3)])
+        .sim_args(&["--revision-cleanup"])
+        .build()
+        .await
+        .unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
+    env.hold(bindings.keys(), true).await.unwrap();
+    let mut spec = two_groups();
+    spec["rolloutGroups"][0]["maxConcurrent"] = json!(1);
+    let plan = env.create_plan("plan", spec).await.unwrap();
+    let seen = observe_bindings(&env, "v2.0.0");
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    wait_in_flight(&seen, "dev", 1, WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    env.delete_revision("v1.0.0").await.unwrap();
+    wait_gone(
+        Api::<upgradeplan::api::kratix::PromiseRevision>::all(env.client.clone()),
+        &env.revision_name("v1.0.0"),
+        WAIT,
+    )
+    .await
+    .unwrap();
+    let left = spec_versions(&env).await;
+    assert_eq!(
+        left.values().collect::<Vec<_>>(),
+        ["v2.0.0"],
+        "only the binding being upgraded is left: {left:?}"
+    );
+    env.hold(bindings.keys(), false).await.unwrap();
+    let done = env.wait_run(&run, WAIT, "terminal", run_ended).await.unwrap();
+    let status = done.status.unwrap();
+    assert_eq!(status.state, RunState::Completed, "{}", controller.log_text());
+    assert_eq!(group_counts(&status.rollout_groups)[0], group_row("dev", 3, 1, 0, 2));
+    env.teardown().await.unwrap();
+}
+
 #[tokio::test]
 async fn windows_gate_the_start_of_upgrades() {
     let Built { mut env, .. } = World::new("e2e-window", SIM)
@@ -1640,6 +1683,18 @@ async fn a_world_dropped_without_teardown_is_removed() {
     let mut env = TestEnv::new("e2e-drop").await.unwrap();
     env.promise_with_revisions(&["v1.0.0"], "v1.0.0").await.unwrap();
     let ns = env.namespace("dev").await.unwrap();
+    // Cluster-scoped objects of the world go too, a run's finalizer with no controller to
+    // release it notwithstanding: left behind, every later controller would list them.
+    let plan = env.create_plan("plan", two_groups()).await.unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    env.runs()
+        .patch_metadata(
+            &run,
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"finalizers": [upgradeplan::api::RUN_FINALIZER]}})),
+        )
+        .await
+        .unwrap();
     let (client, promise) = (env.client.clone(), env.promise.clone());
     drop(env); // as when a test panics before its teardown
     let namespace = Api::<Namespace>::all(client.clone()).get_opt(&ns).await.unwrap();
@@ -1647,7 +1702,15 @@ async fn a_world_dropped_without_teardown_is_removed() {
         namespace.is_none_or(|n| n.metadata.deletion_timestamp.is_some()),
         "the namespace of a dropped world remains"
     );
-    wait_gone(Api::<Promise>::all(client), &promise, WAIT).await.unwrap();
+    wait_gone(Api::<Promise>::all(client.clone()), &promise, WAIT)
+        .await
+        .unwrap();
+    wait_gone(Api::<UpgradeRun>::all(client.clone()), &run, WAIT)
+        .await
+        .unwrap();
+    wait_gone(Api::<upgradeplan::api::UpgradePlan>::all(client), &plan, WAIT)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

@@ -4,6 +4,7 @@
 use std::time::Duration;
 use upgradeplan::api::kratix::BindingFacts;
 
+use kube::ResourceExt;
 use serde_json::json;
 use upgradeplan::api::kratix::{
     ResourceBinding, MANUAL_RECONCILIATION_LABEL, UPGRADE_COMPLETE, UPGRADE_FAILED, UPGRADE_IN_PROGRESS,
@@ -352,5 +353,54 @@ async fn health_records_follow_successful_upgrades() {
     }
     assert!(records.get_opt(&silent).await.unwrap().is_none());
     assert!(records.get_opt(&broken).await.unwrap().is_none());
+    env.teardown().await.unwrap();
+}
+
+/// Kratix's PromiseRevision controller (spec §2): every revision carries Kratix's cleanup
+/// finalizer, and deleting one deletes the resources at its version — not those at another, not
+/// a floating one — before the revision goes.
+#[tokio::test]
+async fn deleting_a_revision_deletes_the_resources_at_its_version() {
+    use upgradeplan::api::kratix::PromiseRevision;
+    use upgradeplan_e2e::sim::RESOURCE_CLEANUP_FINALIZER;
+    let Built { env, ns, .. } = World::new("sim-revdel", SIM)
+        .sim_args(&["--revision-cleanup"])
+        .build()
+        .await
+        .unwrap();
+    for (name, version, applied) in [
+        ("old", "v1.0.0", "v1.0.0"),
+        ("new", "v2.0.0", "v2.0.0"),
+        ("floating", "latest", "v2.0.0"),
+    ] {
+        env.binding(&ns, name, &[], version, Some(applied)).await.unwrap();
+    }
+    let revisions: kube::Api<PromiseRevision> = kube::Api::all(env.client.clone());
+    let v1 = env.revision_name("v1.0.0");
+    let t = std::time::Instant::now();
+    while !revisions
+        .get(&v1)
+        .await
+        .unwrap()
+        .finalizers()
+        .iter()
+        .any(|f| f == RESOURCE_CLEANUP_FINALIZER)
+    {
+        assert!(t.elapsed() < WAIT, "{v1} never got {RESOURCE_CLEANUP_FINALIZER}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    env.delete_revision("v1.0.0").await.unwrap();
+    // The finalizer goes only once the resources at v1.0.0 are gone: then the simulator is done.
+    upgradeplan_e2e::harness::wait_gone(revisions, &v1, WAIT).await.unwrap();
+    let remaining: Vec<String> = env
+        .bindings_api(&ns)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|b| b.name_any().trim_end_matches(&format!("-{}", env.promise)).to_string())
+        .collect();
+    assert_eq!(remaining, ["floating", "new"]);
     env.teardown().await.unwrap();
 }

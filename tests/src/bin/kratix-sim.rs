@@ -45,6 +45,14 @@ struct Cli {
     /// again, or `off`. Also `--reconcile-after-failure`, after Kratix's setting.
     #[arg(long, value_name = "DURATION", default_value = "10h", value_parser = parse_retry_after, alias = "reconcile-after-failure")]
     retry_after_failure: RetryAfter,
+    /// Like Kratix's PromiseRevision controller: give each revision the finalizer
+    /// kratix.io/resource-request-cleanup (unless annotated
+    /// kratix.io/skip-resource-request-cleanup-on-delete: "true"), and when a revision is deleted,
+    /// delete the resources whose binding's spec.version is its version (here their bindings),
+    /// then let the revision go. Off by default, so that a test deleting a revision keeps its
+    /// bindings.
+    #[arg(long)]
+    revision_cleanup: bool,
     /// Path to a kubeconfig. Default: $KUBECONFIG, ~/.kube/config, or in-cluster.
     #[arg(long, value_name = "FILE")]
     kubeconfig: Option<std::path::PathBuf>,
@@ -99,6 +107,7 @@ async fn main() -> anyhow::Result<()> {
             delay: cli.delay,
             promise: cli.promise,
             retry_after_failure: cli.retry_after_failure.0,
+            revision_cleanup: cli.revision_cleanup,
         },
         shutdown,
     )
