@@ -13,6 +13,9 @@ CHAOS_BINDINGS ?= 2000
 CHAOS_FAILOVERS ?= 6
 STRESS_RUNS ?= 3
 STRESS_HOGS ?= 2
+# The deterministic simulation: `make sim` runs SIM_HISTORIES (10000) histories, `make test` 1000.
+SIM_HISTORIES ?= 10000
+SIM_BIN = $${CARGO_TARGET_DIR:-target}/debug/upgradeplan-sim
 # Every cargo command of `make test` selects the whole workspace (with its tests): features are
 # resolved for the packages a command selects, and `-p one` resolves a smaller set, which rebuilt
 # nearly the whole dependency tree once per selection (syn, serde, tokio, k8s-openapi, kube ...).
@@ -22,7 +25,7 @@ E2E_SUITES := $(patsubst tests/tests/%.rs,--test %,$(sort $(wildcard tests/tests
 # Every integration suite, whatever fails (tests/run-suites.sh), on the control plane in KUBECONFIG.
 RUN_SUITES = CARGO="$(CARGO)" tests/run-suites.sh $(WORKSPACE) $(E2E_SUITES) -- --test-threads 16
 
-.PHONY: help test-stress build-all krew-install monitoring-rules demo-smoke chaos fuzz bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
+.PHONY: help sim sim-test test-stress build-all krew-install monitoring-rules demo-smoke chaos fuzz bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -139,4 +142,10 @@ krew-install: build-all cluster-install ## the release archive (debug build) ins
 release: ## the plugin's release archive for this machine (dist/), its sha256, written into krew/upgradeplan.yaml
 	scripts/release.sh $(TARGET)
 
-test: check unit monitoring krew-install integration demo-smoke ## everything: format, lints, unit, rule and integration tests, and the demo
+sim: build-all ## the deterministic simulation (spec §14.3): SIM_HISTORIES (10000) histories from SIM_SEED (default: the clock); a violation prints its seed and shortest history
+	SIM_HISTORIES=$(SIM_HISTORIES) $(SIM_BIN)
+
+sim-test: build-all ## the simulation as `make test` runs it: 1000 histories
+	SIM_HISTORIES=1000 $(SIM_BIN)
+
+test: check unit sim-test monitoring krew-install integration demo-smoke ## everything: format, lints, unit, rule and integration tests, and the demo

@@ -3,3 +3,4 @@ pub mod harness;
 mod kratix_schema;
 pub mod proxy;
 pub mod sim;
+pub mod simulation;

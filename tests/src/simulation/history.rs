@@ -1,0 +1,180 @@
+//! Histories: what happens, in order — the controller's reconciles (with its failures), Kratix's,
+//! people's and the platform's actions, and the clock — drawn from a seed. An action names what
+//! it acts on by a number taken modulo what exists when it happens, so a history stays valid when
+//! the shrinker removes actions from it.
+
+use super::world::Shape;
+
+/// A deterministic generator (SplitMix64): the same seed, the same history, on every machine.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n` > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    fn pick(&mut self) -> usize {
+        usize::try_from(self.below(1 << 16)).unwrap_or(0)
+    }
+
+    /// True with probability `percent` / 100.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// How a controller's reconcile goes wrong (the Sieve study's failure patterns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    None,
+    /// The process dies after this many of the step's writes; the next one starts from the API.
+    CrashAfter(usize),
+    /// The caches lag: the step sees the bindings, and its run, as they were before the last
+    /// step's writes.
+    StaleCache,
+}
+
+/// People and the platform.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UserAction {
+    CreateRun {
+        preview: bool,
+    },
+    Suspend {
+        run: usize,
+        suspend: bool,
+    },
+    Cancel {
+        run: usize,
+    },
+    DeleteRun {
+        run: usize,
+    },
+    /// The plan's group's `maxConcurrent` edited (mid-run: changes nothing of the run).
+    EditLimit {
+        group: usize,
+        limit: i32,
+    },
+    /// The resource's next upgrade to v2 fails.
+    FailNext {
+        binding: usize,
+    },
+    /// Its upgrades succeed again.
+    Fix {
+        binding: usize,
+    },
+    /// Someone asks Kratix to retry (`kratix.io/manual-reconciliation`).
+    RetryLabel {
+        binding: usize,
+    },
+    /// A freeze from now, for this long.
+    Freeze {
+        minutes: u32,
+    },
+    EndFreezes,
+    /// The target version's PromiseRevision is deleted.
+    DeleteTargetRevision,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    ReconcileRun {
+        run: usize,
+        fault: Fault,
+    },
+    ReconcilePlan,
+    Kratix {
+        binding: usize,
+    },
+    /// The clock moves to the next instant something is due, at most this many seconds on.
+    Advance {
+        seconds: u32,
+    },
+    User(UserAction),
+}
+
+/// A world's shape and what happens in it.
+#[derive(Clone, Debug)]
+pub struct History {
+    pub shape: Shape,
+    pub actions: Vec<Action>,
+}
+
+impl History {
+    /// History `seed` with `steps` actions.
+    pub fn generate(seed: u64, steps: usize) -> History {
+        let mut rng = Rng::new(seed);
+        let sizes = [1 + rng.below(5) as usize, 1 + rng.below(5) as usize];
+        let limit = |rng: &mut Rng| 1 + rng.below(3) as i32;
+        let shape = Shape {
+            sizes,
+            limits: [limit(&mut rng), limit(&mut rng)],
+            max_failures: [rng.below(2) as i32, rng.below(2) as i32],
+            workflows: (0..sizes[0] + sizes[1]).map(|_| rng.below(300) as u32).collect(),
+            kratix_retry_minutes: rng.chance(50).then(|| 5 + rng.below(60) as u32),
+        };
+        let actions = (0..steps).map(|_| action(&mut rng)).collect();
+        History { shape, actions }
+    }
+}
+
+fn action(rng: &mut Rng) -> Action {
+    match rng.below(100) {
+        0..=39 => Action::ReconcileRun {
+            run: rng.pick(),
+            fault: match rng.below(10) {
+                0 => Fault::CrashAfter(rng.below(6) as usize),
+                1 => Fault::StaleCache,
+                _ => Fault::None,
+            },
+        },
+        40..=47 => Action::ReconcilePlan,
+        48..=71 => Action::Kratix { binding: rng.pick() },
+        72..=84 => Action::Advance {
+            seconds: 1 + rng.below(600) as u32,
+        },
+        _ => Action::User(user(rng)),
+    }
+}
+
+fn user(rng: &mut Rng) -> UserAction {
+    match rng.below(24) {
+        0..=3 => UserAction::CreateRun {
+            preview: rng.chance(25),
+        },
+        4..=6 => UserAction::Suspend {
+            run: rng.pick(),
+            suspend: rng.chance(50),
+        },
+        7 => UserAction::Cancel { run: rng.pick() },
+        8 => UserAction::DeleteRun { run: rng.pick() },
+        9..=10 => UserAction::EditLimit {
+            group: rng.pick(),
+            limit: 1 + rng.below(4) as i32,
+        },
+        11..=13 => UserAction::FailNext { binding: rng.pick() },
+        14..=15 => UserAction::Fix { binding: rng.pick() },
+        16..=17 => UserAction::RetryLabel { binding: rng.pick() },
+        18..=19 => UserAction::Freeze {
+            minutes: 1 + rng.below(120) as u32,
+        },
+        20..=21 => UserAction::EndFreezes,
+        // Rare: it fails every run that has not finished.
+        _ if rng.chance(15) => UserAction::DeleteTargetRevision,
+        _ => UserAction::CreateRun { preview: false },
+    }
+}

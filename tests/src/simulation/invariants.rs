@@ -1,0 +1,269 @@
+//! The invariants of spec §14.3, checked around every write the simulated controller makes and
+//! after every action of a history.
+
+use std::collections::BTreeMap;
+
+use kube::ResourceExt;
+use upgradeplan::api::{reasons, ConditionStatus, UpgradeRun, UpgradeRunStatus, SUPERSEDED_BY_ANNOTATION};
+use upgradeplan::engine::freeze::{hold_at, holding};
+use upgradeplan::engine::lifecycle::{SnapshotConfigMap, Step};
+use upgradeplan::engine::snapshot::Frozen;
+use upgradeplan::engine::write::{Attempt, BindingPatch};
+
+use super::world::{World, PROMISE};
+
+/// An invariant that does not hold, and what broke it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    pub invariant: Invariant,
+    pub detail: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Invariant {
+    /// No start or retry while the run — as the step read it — is suspended (a preview too),
+    /// cancelled, deleted, superseded, frozen or without its target revision (spec §14.1).
+    NoStartWhileHeld,
+    /// In flight never above a group's limit, as the run's frozen plan sets it.
+    InFlightWithinLimit,
+    /// No binding outside the run's snapshot is ever patched.
+    OnlySnapshotPatched,
+    /// Each resource started at most once per run.
+    StartedOnce,
+    /// A group's counts never move back; a terminal run stays as it ended.
+    CountsNeverMoveBack,
+    /// A run's snapshot (and so its frozen plan) is written once and never changed: a plan edit
+    /// mid-run changes nothing of the run.
+    SnapshotImmutable,
+    /// Once nothing else happens, every run ends or says why it waits.
+    EndsOrSaysWhy,
+}
+
+impl std::fmt::Display for Invariant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = match self {
+            Invariant::NoStartWhileHeld => "no start or retry while the run is held (spec §14.1)",
+            Invariant::InFlightWithinLimit => "in flight never above the group's limit",
+            Invariant::OnlySnapshotPatched => "no binding outside the run's snapshot is patched",
+            Invariant::StartedOnce => "each resource is started at most once per run",
+            Invariant::CountsNeverMoveBack => "counts never move back; a terminal run stays terminal",
+            Invariant::SnapshotImmutable => "a run's snapshot and frozen plan never change",
+            Invariant::EndsOrSaysWhy => "every run ends, or carries a condition saying why it waits",
+        };
+        write!(f, "{text}")
+    }
+}
+
+fn violation(invariant: Invariant, detail: String) -> Result<(), Violation> {
+    Err(Violation { invariant, detail })
+}
+
+/// Started towards `to` and neither applied nor failed (as the run counts a slot taken).
+fn in_flight(b: &upgradeplan::api::kratix::ResourceBinding, to: &str) -> bool {
+    use upgradeplan::api::kratix::BindingFacts;
+    let failed = b.failed_version() == Some(to) && b.upgrade_condition().is_some_and(|c| c.status == "False");
+    b.last_applied_version() != to && !failed
+}
+
+/// What the checker remembers across a history (the simulated API server's own memory would do).
+#[derive(Default, Debug)]
+pub struct Checker {
+    /// Version starts by (run, binding).
+    starts: BTreeMap<(String, String), usize>,
+}
+
+impl Checker {
+    /// Before a step's writes: whether it may start anything at all.
+    pub fn before_writes(&mut self, world: &World, run: &UpgradeRun, step: &Step) -> Result<(), Violation> {
+        if step.binding_patches.is_empty() {
+            return Ok(());
+        }
+        let frozen = holding(&world.freezes, PROMISE, world.plan.labels());
+        let held = [
+            (run.spec.suspend, "suspended".to_string()),
+            (run.spec.cancel, "cancelled".to_string()),
+            (run.metadata.deletion_timestamp.is_some(), "deleted".to_string()),
+            (
+                run.annotations().contains_key(SUPERSEDED_BY_ANNOTATION),
+                "superseded".to_string(),
+            ),
+            // A preview waits suspended (covered above); resumed, it starts like any run.
+            (
+                !world.revisions.contains(&world.plan.spec.upgrade_path.to),
+                "without its target PromiseRevision".to_string(),
+            ),
+            (
+                hold_at(&frozen, world.now).is_some(),
+                format!("frozen at {}", world.now),
+            ),
+        ];
+        if let Some((_, why)) = held.iter().find(|(holds, _)| *holds) {
+            let what: Vec<String> = step
+                .binding_patches
+                .iter()
+                .map(|p| format!("{} ({:?})", p.resource.binding, p.attempt))
+                .collect();
+            return violation(
+                Invariant::NoStartWhileHeld,
+                format!("run {} is {why} and patched {}", run.name_any(), what.join(", ")),
+            );
+        }
+        Ok(())
+    }
+
+    /// A binding patch of `run` the API server accepted.
+    pub fn patched(&mut self, run: &str, frozen: &Frozen, patch: &BindingPatch) -> Result<(), Violation> {
+        let in_snapshot = frozen.snapshot.groups.iter().any(|g| {
+            g.resources
+                .iter()
+                .any(|r| r.binding == patch.resource.binding && r.namespace == patch.resource.namespace)
+        });
+        if !in_snapshot {
+            return violation(
+                Invariant::OnlySnapshotPatched,
+                format!("run {run} patched {} outside its snapshot", patch.resource.binding),
+            );
+        }
+        if let Attempt::Start { .. } = patch.attempt {
+            let n = self
+                .starts
+                .entry((run.to_string(), patch.resource.binding.clone()))
+                .or_default();
+            *n += 1;
+            if *n > 1 {
+                return violation(
+                    Invariant::StartedOnce,
+                    format!("run {run} started {} {n} times", patch.resource.binding),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// A run's status the API server accepted, over the one it had.
+    pub fn status_written(
+        &mut self,
+        run: &str,
+        before: Option<&UpgradeRunStatus>,
+        after: &UpgradeRunStatus,
+    ) -> Result<(), Violation> {
+        let Some(before) = before else {
+            return Ok(());
+        };
+        if before.state.is_terminal() && after.state != before.state {
+            return violation(
+                Invariant::CountsNeverMoveBack,
+                format!("run {run} went from {:?} to {:?}", before.state, after.state),
+            );
+        }
+        for b in &before.rollout_groups {
+            let Some(a) = after.rollout_groups.iter().find(|a| a.name == b.name) else {
+                continue;
+            };
+            let moved_back = [
+                ("succeeded", b.succeeded, a.succeeded),
+                ("failed", b.failed, a.failed),
+                ("skipped", b.skipped, a.skipped),
+            ]
+            .into_iter()
+            .find(|(_, was, is)| is < was);
+            if let Some((count, was, is)) = moved_back {
+                return violation(
+                    Invariant::CountsNeverMoveBack,
+                    format!("run {run} group {}: {count} went from {was} to {is}", b.name),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// A run's snapshot written (again).
+    pub fn snapshot_written(
+        &mut self,
+        run: &str,
+        existing: Option<&Vec<SnapshotConfigMap>>,
+        shards: &[SnapshotConfigMap],
+    ) -> Result<(), Violation> {
+        match existing {
+            Some(existing) if existing.as_slice() != shards => violation(
+                Invariant::SnapshotImmutable,
+                format!("run {run}'s snapshot was rewritten with other content"),
+            ),
+            _ => Ok(()),
+        }
+    }
+
+    /// After every action: each active run's groups within their limits.
+    pub fn after_action(&self, world: &World) -> Result<(), Violation> {
+        for run in &world.runs {
+            let status = run.status.clone().unwrap_or_default();
+            if status.state.is_terminal() {
+                continue;
+            }
+            let name = run.name_any();
+            let Some(frozen) = world.frozen_of(&name) else {
+                continue;
+            };
+            let to = frozen.plan.upgrade_path.to.clone();
+            for (group, compiled) in frozen.snapshot.groups.iter().zip(&frozen.compiled.groups) {
+                let failed: Vec<&str> = status
+                    .rollout_groups
+                    .iter()
+                    .filter(|g| g.name == group.name)
+                    .flat_map(|g| g.failed_resources.iter().map(|f| f.name.as_str()))
+                    .collect();
+                let in_flight = group
+                    .resources
+                    .iter()
+                    .filter(|r| !failed.contains(&r.name.as_str()))
+                    .filter(|r| {
+                        world.resources.iter().any(|live| {
+                            let b = &live.binding;
+                            b.name_any() == r.binding
+                                && b.annotations().get(upgradeplan::api::UPGRADED_BY_ANNOTATION) == Some(&name)
+                                && b.spec.version == to
+                                && in_flight(b, &to)
+                        })
+                    })
+                    .count();
+                let limit = compiled.limit.resolve(group.resources.len());
+                if in_flight > limit {
+                    return violation(
+                        Invariant::InFlightWithinLimit,
+                        format!("run {name} group {}: {in_flight} in flight, limit {limit}", group.name),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Once the world has settled: every run ended, or says why it waits.
+    pub fn settled(&self, world: &World) -> Result<(), Violation> {
+        for run in &world.runs {
+            let status = run.status.clone().unwrap_or_default();
+            let holds = [
+                reasons::SUSPENDED,
+                reasons::FROZEN,
+                reasons::SUPERSEDED,
+                reasons::GATED,
+                reasons::AWAITING_APPROVAL,
+            ];
+            let says_why = status.conditions.iter().any(|c| {
+                !c.message.is_empty() && (c.status != ConditionStatus::True || holds.contains(&c.type_.as_str()))
+            });
+            if !status.state.is_terminal() && !says_why {
+                return violation(
+                    Invariant::EndsOrSaysWhy,
+                    format!(
+                        "run {} is {:?} and no condition says why: {:?}",
+                        run.name_any(),
+                        status.state,
+                        status.conditions
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,620 @@
+//! The simulated world: the API server's objects (with resourceVersions and the preconditions
+//! the real server checks), the engine's run and plan steps applied write by write, and Kratix as
+//! kratix-sim plays it ([`crate::sim::decide`], [`crate::sim::writes`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use serde_json::{json, Value};
+use upgradeplan::api::kratix::{BindingFacts, CachedBinding, HealthRecord, Interner, ResourceBinding};
+use upgradeplan::api::{UpgradeFreeze, UpgradePlan, UpgradeRun, RUN_FINALIZER};
+use upgradeplan::engine::admission::RunFacts;
+use upgradeplan::engine::lifecycle::{self, Cluster, Facts, SnapshotConfigMap, SnapshotFact, Write};
+use upgradeplan::engine::snapshot::{digest, read_frozen, Frozen};
+use upgradeplan::time::to_jiff;
+
+use super::history::{Fault, UserAction};
+use super::invariants::{Checker, Violation};
+
+pub const PROMISE: &str = "redis";
+pub const NAMESPACE: &str = "apps";
+pub const PLAN: &str = "p";
+
+/// One binding of the world and how Kratix treats it.
+#[derive(Clone, Debug)]
+pub struct Resource {
+    pub binding: ResourceBinding,
+    /// How long Kratix's workflow takes for it.
+    pub workflow: std::time::Duration,
+}
+
+/// The API server's objects and the simulated clock.
+#[derive(Clone, Debug)]
+pub struct World {
+    pub now: DateTime<Utc>,
+    pub plan: UpgradePlan,
+    /// In creation order; a run whose finalizer is released is gone.
+    pub runs: Vec<UpgradeRun>,
+    pub resources: Vec<Resource>,
+    /// The bindings as a lagging cache still holds them: before the last controller step's writes.
+    pub lagging: Vec<ResourceBinding>,
+    /// The runs as a lagging cache still holds them: before the last controller step.
+    lagging_runs: Vec<UpgradeRun>,
+    pub revisions: Vec<String>,
+    pub freezes: Vec<Arc<UpgradeFreeze>>,
+    /// Snapshot ConfigMaps by run, with what they read back as (written once, so read once).
+    pub snapshots: BTreeMap<String, Vec<SnapshotConfigMap>>,
+    read_back: BTreeMap<String, SnapshotFact>,
+    /// Kratix's `reconcileAfterFailure` interval; `None`: off.
+    pub kratix_retry: Option<std::time::Duration>,
+    /// When each run's last step asked to be woken.
+    pub wakes: BTreeMap<String, DateTime<Utc>>,
+    pub tally: Tally,
+    next_version: u64,
+    runs_made: usize,
+}
+
+/// What a history did: evidence that the simulation exercises what it checks.
+#[derive(Clone, Debug, Default)]
+pub struct Tally {
+    pub starts: u64,
+    pub retries: u64,
+    /// Binding patches refused by their precondition (a stale cache's steps).
+    pub conflicts: u64,
+    pub crashes: u64,
+    /// Status writes refused: the run changed since the step read it.
+    pub stale_statuses: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+}
+
+impl Tally {
+    pub fn add(&mut self, other: &Tally) {
+        self.starts += other.starts;
+        self.retries += other.retries;
+        self.conflicts += other.conflicts;
+        self.crashes += other.crashes;
+        self.stale_statuses += other.stale_statuses;
+        self.completed += other.completed;
+        self.failed += other.failed;
+        self.cancelled += other.cancelled;
+    }
+}
+
+/// The controller's view of the caches for one step.
+struct View<'w> {
+    bindings: &'w [ResourceBinding],
+    revisions: &'w [String],
+    freezes: &'w [Arc<UpgradeFreeze>],
+}
+
+impl Cluster for View<'_> {
+    fn binding(&self, namespace: &str, name: &str) -> Option<Arc<dyn BindingFacts>> {
+        self.bindings
+            .iter()
+            .find(|b| b.namespace().as_deref() == Some(namespace) && b.name_any() == name)
+            .map(cached)
+    }
+    fn bindings_of(&self, promise: &str) -> Vec<Arc<dyn BindingFacts>> {
+        self.bindings
+            .iter()
+            .filter(|b| b.promise() == promise)
+            .map(cached)
+            .collect()
+    }
+    fn revision_exists(&self, promise: &str, version: &str) -> bool {
+        promise == PROMISE && self.revisions.iter().any(|v| v == version)
+    }
+    fn health_records(&self, _: &str) -> Vec<Arc<HealthRecord>> {
+        Vec::new()
+    }
+    fn freezes(&self) -> Vec<Arc<UpgradeFreeze>> {
+        self.freezes.to_vec()
+    }
+}
+
+fn cached(b: &ResourceBinding) -> Arc<dyn BindingFacts> {
+    Arc::new(CachedBinding::new(b, &mut Interner::default()))
+}
+
+/// The knobs a history's world is made with (drawn from its seed).
+#[derive(Clone, Debug)]
+pub struct Shape {
+    /// Bindings per group (`dev`, then `prod`).
+    pub sizes: [usize; 2],
+    /// Each group's `maxConcurrent`.
+    pub limits: [i32; 2],
+    /// Each group's `maxFailures`.
+    pub max_failures: [i32; 2],
+    pub workflows: Vec<u32>,
+    pub kratix_retry_minutes: Option<u32>,
+}
+
+pub fn utc(s: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .unwrap_or_default()
+}
+
+impl World {
+    pub fn new(shape: &Shape) -> World {
+        let now = utc("2026-06-06T10:00:00Z");
+        let group = |name: &str, i: usize| {
+            json!({"name": name, "selectors": {"matchLabels": {"env": name}},
+                   "maxConcurrent": shape.limits[i], "maxFailures": shape.max_failures[i]})
+        };
+        let mut plan: UpgradePlan = serde_json::from_value(json!({
+            "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradePlan",
+            "metadata": {"name": PLAN, "uid": "plan-uid", "generation": 1, "resourceVersion": "1"},
+            "spec": {"promiseRef": {"name": PROMISE}, "upgradePath": {"from": ["v1"], "to": "v2"},
+                     "rolloutGroups": [group("dev", 0), group("prod", 1)]}
+        }))
+        .unwrap_or_else(|e| panic!("the simulation's plan: {e}"));
+        plan.metadata.creation_timestamp = Some(Time(to_jiff(now)));
+        let mut resources = Vec::new();
+        for (g, env) in ["dev", "prod"].iter().enumerate() {
+            for i in 0..shape.sizes[g] {
+                let n = resources.len();
+                let binding: ResourceBinding = serde_json::from_value(json!({
+                    "apiVersion": "platform.kratix.io/v1alpha1", "kind": "ResourceBinding",
+                    "metadata": {"name": format!("{env}-{i}"), "namespace": NAMESPACE, "resourceVersion": "1",
+                                 "labels": {"env": env, "kratix.io/promise-name": PROMISE}},
+                    "spec": {"version": "v1", "promiseRef": {"name": PROMISE},
+                             "resourceRef": {"name": format!("{env}-{i}"), "namespace": NAMESPACE}},
+                    "status": {"lastAppliedVersion": "v1"}
+                }))
+                .unwrap_or_else(|e| panic!("the simulation's binding: {e}"));
+                let seconds = shape.workflows.get(n).copied().unwrap_or(0);
+                resources.push(Resource {
+                    binding,
+                    workflow: std::time::Duration::from_secs(u64::from(seconds)),
+                });
+            }
+        }
+        let lagging = resources.iter().map(|r| r.binding.clone()).collect();
+        World {
+            now,
+            plan,
+            runs: Vec::new(),
+            resources,
+            lagging,
+            lagging_runs: Vec::new(),
+            revisions: vec!["v1".into(), "v2".into()],
+            freezes: Vec::new(),
+            snapshots: BTreeMap::new(),
+            read_back: BTreeMap::new(),
+            kratix_retry: shape
+                .kratix_retry_minutes
+                .map(|m| std::time::Duration::from_secs(u64::from(m) * 60)),
+            wakes: BTreeMap::new(),
+            tally: Tally::default(),
+            next_version: 2,
+            runs_made: 0,
+        }
+    }
+
+    /// How many writes the API server has taken so far (each moves a resourceVersion on).
+    pub fn writes(&self) -> u64 {
+        self.next_version
+    }
+
+    fn version(&mut self) -> Option<String> {
+        self.next_version += 1;
+        Some(self.next_version.to_string())
+    }
+
+    pub fn bindings(&self) -> Vec<ResourceBinding> {
+        self.resources.iter().map(|r| r.binding.clone()).collect()
+    }
+
+    /// What a controller finds of `run`'s snapshot.
+    pub fn snapshot_of(&self, run: &UpgradeRun) -> SnapshotFact {
+        let name = run.name_any();
+        if let Some(found) = self.read_back.get(&name) {
+            return found.clone();
+        }
+        match run.status.as_ref().and_then(|s| s.resource_list_refs.first()) {
+            None => SnapshotFact::Absent,
+            Some(recorded) => SnapshotFact::Lost {
+                config_map: recorded.name.clone(),
+            },
+        }
+    }
+
+    /// The snapshot ConfigMaps of `run` as a controller reads them back.
+    fn read(shards: &[SnapshotConfigMap]) -> SnapshotFact {
+        match read_frozen(shards.iter().map(|(n, d)| (n.as_str(), d))) {
+            Ok(frozen) => SnapshotFact::Found {
+                frozen: Arc::new(frozen),
+                refs: shards
+                    .iter()
+                    .map(|(n, d)| upgradeplan::api::ResourceListRef {
+                        name: n.clone(),
+                        sha256: Some(digest(d)),
+                    })
+                    .collect(),
+            },
+            Err(_) => SnapshotFact::Lost {
+                config_map: shards.first().map(|s| s.0.clone()).unwrap_or_default(),
+            },
+        }
+    }
+
+    pub fn frozen_of(&self, run: &str) -> Option<Arc<Frozen>> {
+        match self.read_back.get(run)? {
+            SnapshotFact::Found { frozen, .. } => Some(frozen.clone()),
+            _ => None,
+        }
+    }
+
+    /// A person (or a scheduler) creates a run of the plan.
+    pub fn create_run(&mut self, preview: bool) {
+        self.runs_made += 1;
+        let name = format!("{PLAN}-{}", self.runs_made);
+        let mut run: UpgradeRun = match serde_json::from_value(json!({
+            "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeRun",
+            "metadata": {"name": name, "uid": format!("{name}-uid"), "generation": 1},
+            "spec": {"upgradePlanRef": {"name": PLAN}, "suspend": preview}
+        })) {
+            Ok(run) => run,
+            Err(e) => panic!("the simulation's run: {e}"),
+        };
+        run.metadata.creation_timestamp = Some(Time(to_jiff(self.now)));
+        run.metadata.resource_version = self.version();
+        self.runs.push(run);
+    }
+
+    fn run_index(&self, pick: usize) -> Option<usize> {
+        (!self.runs.is_empty()).then(|| pick % self.runs.len())
+    }
+
+    /// A person's or the platform's action.
+    pub fn user(&mut self, action: &UserAction) {
+        match *action {
+            UserAction::CreateRun { preview } => self.create_run(preview),
+            UserAction::Suspend { run, suspend } => self.edit_run(run, |r| r.spec.suspend = suspend),
+            UserAction::Cancel { run } => self.edit_run(run, |r| r.spec.cancel = true),
+            UserAction::DeleteRun { run } => {
+                let (now, version) = (self.now, self.version());
+                if let Some(i) = self.run_index(run) {
+                    let r = &mut self.runs[i];
+                    if r.metadata.deletion_timestamp.is_none() {
+                        r.metadata.deletion_timestamp = Some(Time(to_jiff(now)));
+                        r.metadata.resource_version = version;
+                    }
+                }
+            }
+            UserAction::EditLimit { group, limit } => {
+                let groups = &mut self.plan.spec.rollout_groups;
+                let g = group % groups.len();
+                groups[g].max_concurrent = Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(limit));
+                self.plan.metadata.generation = self.plan.metadata.generation.map(|g| g + 1);
+            }
+            UserAction::FailNext { binding } => self.annotate(binding, Some("v2")),
+            UserAction::Fix { binding } => self.annotate(binding, None),
+            UserAction::RetryLabel { binding } => {
+                let version = self.version();
+                if let Some(r) = self.resource_mut(binding) {
+                    r.binding.labels_mut().insert(
+                        upgradeplan::api::kratix::MANUAL_RECONCILIATION_LABEL.into(),
+                        "true".into(),
+                    );
+                    r.binding.metadata.resource_version = version;
+                }
+            }
+            UserAction::Freeze { minutes } => {
+                let (start, end) = (self.now, self.now + Duration::minutes(i64::from(minutes)));
+                let local = |t: DateTime<Utc>| t.format("%Y-%m-%dT%H:%M").to_string();
+                let freeze: Result<UpgradeFreeze, _> = serde_json::from_value(json!({
+                    "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeFreeze",
+                    "metadata": {"name": format!("freeze-{}", self.freezes.len())},
+                    "spec": {"reason": "simulated", "planSelector": {"matchLabels": {}},
+                             "periods": [{"start": local(start), "end": local(end), "timeZone": "UTC"}]}
+                }));
+                if let Ok(f) = freeze {
+                    self.freezes.push(Arc::new(f));
+                }
+            }
+            UserAction::EndFreezes => self.freezes.clear(),
+            UserAction::DeleteTargetRevision => self.revisions.retain(|v| v != "v2"),
+        }
+    }
+
+    fn edit_run(&mut self, pick: usize, edit: impl FnOnce(&mut UpgradeRun)) {
+        let version = self.version();
+        if let Some(i) = self.run_index(pick) {
+            let r = &mut self.runs[i];
+            edit(r);
+            r.metadata.generation = r.metadata.generation.map(|g| g + 1);
+            r.metadata.resource_version = version;
+        }
+    }
+
+    fn resource_mut(&mut self, pick: usize) -> Option<&mut Resource> {
+        let n = self.resources.len();
+        (n > 0).then(move || &mut self.resources[pick % n])
+    }
+
+    fn annotate(&mut self, pick: usize, fail: Option<&str>) {
+        let version = self.version();
+        if let Some(r) = self.resource_mut(pick) {
+            let annotations = r.binding.annotations_mut();
+            match fail {
+                Some(v) => annotations.insert(crate::sim::FAIL_VERSION_ANNOTATION.into(), v.into()),
+                None => annotations.remove(crate::sim::FAIL_VERSION_ANNOTATION),
+            };
+            r.binding.metadata.resource_version = version;
+        }
+    }
+
+    /// Kratix reconciles one binding.
+    pub fn kratix(&mut self, pick: usize) {
+        let (now, retry) = (self.now, self.kratix_retry);
+        let n = self.resources.len();
+        if n == 0 {
+            return;
+        }
+        let r = &self.resources[pick % n];
+        let target = r.binding.spec.version.clone();
+        let exists = self.revisions.contains(&target);
+        let step = crate::sim::decide(&r.binding, Some(&target), exists, (r.workflow, retry), now);
+        let w = crate::sim::writes(&step, now);
+        if !w.remove_retry_label && w.status.is_none() {
+            return;
+        }
+        let version = self.version();
+        let b = &mut self.resources[pick % n].binding;
+        if w.remove_retry_label {
+            b.labels_mut()
+                .remove(upgradeplan::api::kratix::MANUAL_RECONCILIATION_LABEL);
+        }
+        if let Some(status) = w.status {
+            let mut current = serde_json::to_value(&b.status).unwrap_or(Value::Null);
+            merge(&mut current, &status);
+            match serde_json::from_value(current) {
+                Ok(status) => b.status = status,
+                Err(e) => panic!("Kratix's status patch does not fit a binding: {e}"),
+            }
+        }
+        b.metadata.resource_version = version;
+    }
+
+    /// The next instant something is due: a Kratix completion or retry, a run's wake-up, a
+    /// freeze's end.
+    pub fn next_due(&self) -> Option<DateTime<Utc>> {
+        let kratix = self.resources.iter().filter_map(|r| {
+            let target = r.binding.spec.version.clone();
+            let exists = self.revisions.contains(&target);
+            match crate::sim::decide(
+                &r.binding,
+                Some(&target),
+                exists,
+                (r.workflow, self.kratix_retry),
+                self.now,
+            ) {
+                crate::sim::Step::FinishAt { at, .. } | crate::sim::Step::RetryAt { at } => Some(at),
+                _ => None,
+            }
+        });
+        let freezes = self
+            .freezes
+            .iter()
+            .filter_map(|f| upgradeplan::engine::freeze::step(f, &[Arc::new(self.plan.clone())], self.now).wake_at);
+        kratix
+            .chain(self.wakes.values().copied())
+            .chain(freezes)
+            .filter(|t| *t > self.now)
+            .min()
+    }
+
+    /// The plan's reconcile: its status, from its runs (runs beyond the history limit deleted).
+    pub fn reconcile_plan(&mut self) {
+        let view = View {
+            bindings: &self.lagging,
+            revisions: &self.revisions,
+            freezes: &self.freezes,
+        };
+        let runs: Vec<&UpgradeRun> = self.runs.iter().collect();
+        let step = lifecycle::plan::step(&self.plan, &runs, true, &view, self.now);
+        let deleted = step.delete_runs.clone();
+        self.plan.status = Some(step.status);
+        let now = Time(to_jiff(self.now));
+        for r in self.runs.iter_mut().filter(|r| deleted.contains(&r.name_any())) {
+            r.metadata.deletion_timestamp.get_or_insert(now.clone());
+        }
+    }
+
+    /// One reconcile of run `pick` by the controller, with `fault`, checked by `checker`.
+    pub fn reconcile_run(&mut self, pick: usize, fault: Fault, checker: &mut Checker) -> Result<(), Violation> {
+        let Some(i) = self.run_index(pick) else {
+            return Ok(());
+        };
+        let name = self.runs[i].name_any();
+        // kube's finalizer helper: a run is first given the finalizer, in a reconcile of its
+        // own; one deleted before it had it is simply gone.
+        if !self.runs[i].finalizers().iter().any(|f| f == RUN_FINALIZER) {
+            if self.runs[i].metadata.deletion_timestamp.is_some() {
+                self.runs.remove(i);
+            } else {
+                let version = self.version();
+                let r = &mut self.runs[i];
+                r.finalizers_mut().push(RUN_FINALIZER.to_string());
+                r.metadata.resource_version = version;
+            }
+            return Ok(());
+        }
+        // A lagging cache may hand the step an older copy of the run (its status write, which
+        // is conditional on the copy it read, is then refused).
+        let lagged = self.lagging_runs.iter().find(|r| r.name_any() == name);
+        let run = match (fault, lagged) {
+            (Fault::StaleCache, Some(old)) if old.finalizers().iter().any(|f| f == RUN_FINALIZER) => old.clone(),
+            _ => self.runs[i].clone(),
+        };
+        let runs_before = self.runs.clone();
+        let others: Vec<RunFacts> = self
+            .runs
+            .iter()
+            .filter(|r| r.name_any() != name)
+            .map(RunFacts::of)
+            .collect();
+        let before = self.bindings();
+        let stale = self.lagging.clone();
+        let view = View {
+            bindings: if fault == Fault::StaleCache { &stale } else { &before },
+            revisions: &self.revisions,
+            freezes: &self.freezes,
+        };
+        let facts = Facts {
+            plan: Some(&self.plan),
+            others: &others,
+            snapshot: self.snapshot_of(&run),
+            gates: &[],
+            approvals: &[],
+            missing_kinds: &[],
+            selector: None,
+            now: self.now,
+        };
+        let step = lifecycle::step(&run, &facts, &view);
+        checker.before_writes(self, &run, &step)?;
+        let writes = step.writes(run.status.as_ref());
+        let applied = match fault {
+            Fault::CrashAfter(k) if k < writes.len() => {
+                self.tally.crashes += 1;
+                k
+            }
+            _ => writes.len(),
+        };
+        let mut read_version = run.resource_version();
+        for write in writes.into_iter().take(applied) {
+            if !self.apply(&name, &mut read_version, write, checker)? {
+                break;
+            }
+        }
+        match step.wake_at {
+            Some(at) => self.wakes.insert(name, at),
+            None => self.wakes.remove(&name),
+        };
+        self.lagging = before;
+        self.lagging_runs = runs_before;
+        Ok(())
+    }
+
+    /// Applies one write of run `name`'s step as the API server would; false: refused (the
+    /// controller requeues, sending nothing more of the step).
+    fn apply(
+        &mut self,
+        name: &str,
+        read_version: &mut Option<String>,
+        write: Write<'_>,
+        checker: &mut Checker,
+    ) -> Result<bool, Violation> {
+        match write {
+            Write::Own(patch) => {
+                let version = self.version();
+                if let Some(r) = self.runs.iter_mut().find(|r| r.name_any() == name) {
+                    patch.apply(r);
+                    r.metadata.resource_version = version.clone();
+                    *read_version = version;
+                }
+            }
+            Write::Supersede(patch) => {
+                let version = self.version();
+                if let Some(r) = self.runs.iter_mut().find(|r| r.name_any() == patch.run) {
+                    patch.apply(r);
+                    r.metadata.resource_version = version;
+                }
+            }
+            Write::Snapshot(shards, _) => {
+                checker.snapshot_written(name, self.snapshots.get(name), shards)?;
+                self.snapshots.insert(name.to_string(), shards.to_vec());
+                self.read_back.insert(name.to_string(), Self::read(shards));
+            }
+            Write::Bindings(patches, frozen) => {
+                for patch in patches {
+                    let Some(i) = self.resources.iter().position(|r| {
+                        r.binding.name_any() == patch.resource.binding
+                            && r.binding.namespace().as_deref() == Some(patch.resource.namespace.as_str())
+                    }) else {
+                        continue; // deleted since: the API server answers 404
+                    };
+                    if patch.apply(&mut self.resources[i].binding).is_err() {
+                        self.tally.conflicts += 1;
+                        continue;
+                    }
+                    self.resources[i].binding.metadata.resource_version = self.version();
+                    checker.patched(name, frozen, patch)?;
+                    match patch.attempt {
+                        upgradeplan::engine::write::Attempt::Start { .. } => self.tally.starts += 1,
+                        upgradeplan::engine::write::Attempt::Retry => self.tally.retries += 1,
+                    }
+                }
+            }
+            Write::Status(status) => {
+                let Some(i) = self.runs.iter().position(|r| r.name_any() == name) else {
+                    return Ok(false);
+                };
+                let unchanged = self.runs[i].resource_version() == *read_version;
+                let version = if unchanged { self.version() } else { None };
+                let r = &mut self.runs[i];
+                // Conditional on the run as the step read it (the controller's apply_status_at).
+                if !unchanged {
+                    self.tally.stale_statuses += 1;
+                    return Ok(false);
+                }
+                checker.status_written(name, r.status.as_ref(), status)?;
+                let was_terminal = r.status.as_ref().is_some_and(|s| s.state.is_terminal());
+                if status.state.is_terminal() && !was_terminal {
+                    match status.state {
+                        upgradeplan::api::RunState::Completed => self.tally.completed += 1,
+                        upgradeplan::api::RunState::Failed => self.tally.failed += 1,
+                        _ => self.tally.cancelled += 1,
+                    }
+                }
+                r.status = Some(status.clone());
+                r.metadata.resource_version = version;
+            }
+            Write::Release(release) => {
+                let Some(i) = self.runs.iter().position(|r| r.name_any() == name) else {
+                    return Ok(false);
+                };
+                if release.apply(&mut self.runs[i]).is_err() {
+                    return Ok(false);
+                }
+                self.runs[i].metadata.resource_version = self.version();
+                if self.runs[i].finalizers().is_empty() && self.runs[i].metadata.deletion_timestamp.is_some() {
+                    self.runs.remove(i);
+                    self.snapshots.remove(name);
+                    self.read_back.remove(name);
+                    self.wakes.remove(name);
+                }
+            }
+            Write::AdoptApprovals(_) | Write::FlushCounts | Write::Announce(_) | Write::Gauges(_) | Write::Count => {}
+        }
+        Ok(true)
+    }
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(members) => {
+            if !target.is_object() {
+                *target = Value::Object(Default::default());
+            }
+            if let Value::Object(t) = target {
+                for (k, v) in members {
+                    if v.is_null() {
+                        t.remove(k);
+                    } else {
+                        merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                    }
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
