@@ -25,7 +25,7 @@ E2E_SUITES := $(patsubst tests/tests/%.rs,--test %,$(sort $(wildcard tests/tests
 # Every integration suite, whatever fails (tests/run-suites.sh), on the control plane in KUBECONFIG.
 RUN_SUITES = CARGO="$(CARGO)" tests/run-suites.sh $(WORKSPACE) $(E2E_SUITES) -- --test-threads 16
 
-.PHONY: help sim sim-test test-stress build-all krew-install monitoring-rules demo-smoke chaos fuzz bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
+.PHONY: help sim sim-test sim-mutants test-stress build-all krew-install monitoring-rules demo-smoke chaos fuzz bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -144,6 +144,9 @@ release: ## the plugin's release archive for this machine (dist/), its sha256, w
 
 sim: build-all ## the deterministic simulation (spec §14.3): SIM_HISTORIES (10000) histories from SIM_SEED (default: the clock); a violation prints its seed and shortest history
 	SIM_HISTORIES=$(SIM_HISTORIES) $(SIM_BIN)
+
+sim-mutants: deps ## shows the simulation catches bugs: each deliberate engine bug of tests/mutants/ applied to a scratch copy, the simulation run on it; 'mutants: N of M caught'
+	scripts/sim-mutants.sh
 
 sim-test: build-all ## the simulation as `make test` runs it: 1000 histories
 	SIM_HISTORIES=1000 $(SIM_BIN)

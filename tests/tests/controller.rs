@@ -1081,6 +1081,7 @@ async fn resources_kratix_deletes_with_their_revision_are_skipped() {
     wait_in_flight(&seen, "dev", 1, WAIT)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    env.wait_revision_finalizer("v1.0.0", WAIT).await.unwrap();
     env.delete_revision("v1.0.0").await.unwrap();
     wait_gone(
         Api::<upgradeplan::api::kratix::PromiseRevision>::all(env.client.clone()),
@@ -1095,7 +1096,10 @@ async fn resources_kratix_deletes_with_their_revision_are_skipped() {
         ["v2.0.0"],
         "only the binding being upgraded is left: {left:?}"
     );
-    env.hold(bindings.keys(), false).await.unwrap();
+    let upgrading = bindings
+        .keys()
+        .filter(|k| left.keys().any(|name| k.ends_with(&format!("/{name}"))));
+    env.hold(upgrading, false).await.unwrap();
     let done = env.wait_run(&run, WAIT, "terminal", run_ended).await.unwrap();
     let status = done.status.unwrap();
     assert_eq!(status.state, RunState::Completed, "{}", controller.log_text());

@@ -362,7 +362,6 @@ async fn health_records_follow_successful_upgrades() {
 #[tokio::test]
 async fn deleting_a_revision_deletes_the_resources_at_its_version() {
     use upgradeplan::api::kratix::PromiseRevision;
-    use upgradeplan_e2e::sim::RESOURCE_CLEANUP_FINALIZER;
     let Built { env, ns, .. } = World::new("sim-revdel", SIM)
         .sim_args(&["--revision-cleanup"])
         .build()
@@ -375,20 +374,9 @@ async fn deleting_a_revision_deletes_the_resources_at_its_version() {
     ] {
         env.binding(&ns, name, &[], version, Some(applied)).await.unwrap();
     }
+    env.wait_revision_finalizer("v1.0.0", WAIT).await.unwrap();
     let revisions: kube::Api<PromiseRevision> = kube::Api::all(env.client.clone());
     let v1 = env.revision_name("v1.0.0");
-    let t = std::time::Instant::now();
-    while !revisions
-        .get(&v1)
-        .await
-        .unwrap()
-        .finalizers()
-        .iter()
-        .any(|f| f == RESOURCE_CLEANUP_FINALIZER)
-    {
-        assert!(t.elapsed() < WAIT, "{v1} never got {RESOURCE_CLEANUP_FINALIZER}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     env.delete_revision("v1.0.0").await.unwrap();
     // The finalizer goes only once the resources at v1.0.0 are gone: then the simulator is done.
     upgradeplan_e2e::harness::wait_gone(revisions, &v1, WAIT).await.unwrap();

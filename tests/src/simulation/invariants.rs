@@ -65,6 +65,33 @@ fn in_flight(b: &upgradeplan::api::kratix::ResourceBinding, to: &str) -> bool {
     b.last_applied_version() != to && !failed
 }
 
+/// The group's `maxConcurrent` as the frozen plan wrote it.
+fn written_limit<'f>(
+    frozen: &'f Frozen,
+    group: &str,
+) -> Option<&'f k8s_openapi::apimachinery::pkg::util::intstr::IntOrString> {
+    frozen
+        .plan
+        .rollout_groups
+        .iter()
+        .find(|g| g.name == group)
+        .and_then(|g| g.max_concurrent.as_ref())
+}
+
+/// How many may be in flight, read literally from spec §8 (not through the engine, which is what
+/// is checked): a count; a percentage of the group rounded down, at least 1; omitted, the group.
+fn naive_limit(written: Option<&k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>, size: usize) -> usize {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    match written {
+        Some(IntOrString::Int(n)) => usize::try_from(*n).unwrap_or(0),
+        Some(IntOrString::String(p)) => {
+            let percent: usize = p.trim_end_matches('%').parse().unwrap_or(100);
+            (size * percent / 100).max(1)
+        }
+        None => size,
+    }
+}
+
 /// What the checker remembers across a history (the simulated API server's own memory would do).
 #[derive(Default, Debug)]
 pub struct Checker {
@@ -205,7 +232,7 @@ impl Checker {
                 continue;
             };
             let to = frozen.plan.upgrade_path.to.clone();
-            for (group, compiled) in frozen.snapshot.groups.iter().zip(&frozen.compiled.groups) {
+            for group in &frozen.snapshot.groups {
                 let failed: Vec<&str> = status
                     .rollout_groups
                     .iter()
@@ -226,7 +253,7 @@ impl Checker {
                         })
                     })
                     .count();
-                let limit = compiled.limit.resolve(group.resources.len());
+                let limit = naive_limit(written_limit(&frozen, &group.name), group.resources.len());
                 if in_flight > limit {
                     return violation(
                         Invariant::InFlightWithinLimit,

@@ -546,7 +546,9 @@ impl World {
                         continue;
                     }
                     self.resources[i].binding.metadata.resource_version = self.version();
-                    checker.patched(name, frozen, patch)?;
+                    // Judged by the snapshot as written (read back), not the step's own copy.
+                    let written = self.frozen_of(name);
+                    checker.patched(name, written.as_deref().unwrap_or(frozen), patch)?;
                     match patch.attempt {
                         upgradeplan::engine::write::Attempt::Start { .. } => self.tally.starts += 1,
                         upgradeplan::engine::write::Attempt::Retry => self.tally.retries += 1,
