@@ -3,7 +3,8 @@
 # tests/mutants/*.patch, one at a time, to a scratch copy of the repository, runs the
 # simulation there, and counts the mutants it caught (a violation found). Ends with
 # `mutants: <caught> of <total> caught`; exit 1 unless all are.
-#   SIM_MUTANT_HISTORIES (300) histories each, from SIM_SEED (1).
+#   SIM_MUTANT_HISTORIES (300) histories each, from SIM_SEED (1); SIM_MUTANTS="a.patch b.patch"
+#   runs only those.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 histories=${SIM_MUTANT_HISTORIES:-300}
@@ -13,7 +14,7 @@ target=${CARGO_TARGET_DIR:-$root/target}/mutants
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 caught=0 total=0 missed=()
-for patch in "$root"/tests/mutants/*.patch; do
+for patch in ${SIM_MUTANTS:-"$root"/tests/mutants/*.patch}; do
   name=$(basename "$patch" .patch)
   total=$((total + 1))
   rm -rf "$scratch/repo" && mkdir "$scratch/repo"

@@ -92,6 +92,26 @@ fn naive_limit(written: Option<&k8s_openapi::apimachinery::pkg::util::intstr::In
     }
 }
 
+/// Whether a condition of this type and status says the run waits (and why): "Suspended=False,
+/// Not suspended" does not.
+fn holds(type_: &str, status: ConditionStatus) -> bool {
+    let while_true = [
+        reasons::SUSPENDED,
+        reasons::FROZEN,
+        reasons::GATED,
+        reasons::AWAITING_APPROVAL,
+    ];
+    let while_false = [
+        reasons::TARGET_REVISION_READY,
+        reasons::PLAN_RESOLVED,
+        reasons::KINDS_SERVED,
+    ];
+    match status {
+        ConditionStatus::True => while_true.contains(&type_),
+        _ => while_false.contains(&type_),
+    }
+}
+
 /// What the checker remembers across a history (the simulated API server's own memory would do).
 #[derive(Default, Debug)]
 pub struct Checker {
@@ -269,16 +289,10 @@ impl Checker {
     pub fn settled(&self, world: &World) -> Result<(), Violation> {
         for run in &world.runs {
             let status = run.status.clone().unwrap_or_default();
-            let holds = [
-                reasons::SUSPENDED,
-                reasons::FROZEN,
-                reasons::SUPERSEDED,
-                reasons::GATED,
-                reasons::AWAITING_APPROVAL,
-            ];
-            let says_why = status.conditions.iter().any(|c| {
-                !c.message.is_empty() && (c.status != ConditionStatus::True || holds.contains(&c.type_.as_str()))
-            });
+            let says_why = status
+                .conditions
+                .iter()
+                .any(|c| !c.message.is_empty() && holds(&c.type_, c.status));
             if !status.state.is_terminal() && !says_why {
                 return violation(
                     Invariant::EndsOrSaysWhy,

@@ -206,3 +206,83 @@ pub fn describe(run: &upgradeplan::api::UpgradeRun) -> String {
         conditions.join(", ")
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use upgradeplan::api::{GroupStatus, RunState, UpgradeRunStatus};
+
+    /// The same seed, the same history and the same outcome: what makes a printed seed replayable.
+    #[test]
+    fn a_seed_replays_exactly() {
+        for seed in [1, 7, 42] {
+            let (a, b) = (History::generate(seed, STEPS), History::generate(seed, STEPS));
+            assert_eq!(a.actions, b.actions, "seed {seed}");
+            let (x, y) = (replay(&a), replay(&b));
+            assert_eq!(
+                (x.steps, format!("{:?}", x.tally)),
+                (y.steps, format!("{:?}", y.tally)),
+                "seed {seed}"
+            );
+        }
+    }
+
+    fn status(state: RunState, counts: (i64, i64, i64)) -> UpgradeRunStatus {
+        UpgradeRunStatus {
+            state,
+            rollout_groups: vec![GroupStatus {
+                name: "dev".into(),
+                succeeded: counts.0,
+                failed: counts.1,
+                skipped: counts.2,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    /// The counts invariant, case by case.
+    #[test]
+    fn counts_never_move_back_table() {
+        use RunState::*;
+        let cases = [
+            (
+                "counts grow",
+                status(InProgress, (1, 0, 0)),
+                status(InProgress, (2, 0, 1)),
+                None,
+            ),
+            (
+                "a success taken back",
+                status(InProgress, (2, 0, 0)),
+                status(InProgress, (1, 0, 0)),
+                Some(Invariant::CountsNeverMoveBack),
+            ),
+            (
+                "a failure taken back (Kratix retried it)",
+                status(InProgress, (0, 1, 0)),
+                status(InProgress, (0, 0, 0)),
+                Some(Invariant::CountsNeverMoveBack),
+            ),
+            (
+                "a terminal run resumed",
+                status(Failed, (0, 1, 0)),
+                status(InProgress, (0, 1, 0)),
+                Some(Invariant::CountsNeverMoveBack),
+            ),
+            (
+                "a terminal run written again",
+                status(Completed, (1, 0, 0)),
+                status(Completed, (1, 0, 0)),
+                None,
+            ),
+        ];
+        for (case, before, after, want) in cases {
+            let got = Checker::default()
+                .status_written("r", Some(&before), &after)
+                .err()
+                .map(|v| v.invariant);
+            assert_eq!(got, want, "{case}");
+        }
+    }
+}
