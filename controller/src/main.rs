@@ -637,8 +637,14 @@ async fn run_controllers<F, Fut>(
         // As controller-runtime's WaitForCacheSync: a controller started on half-filled caches
         // would only requeue every object until they fill, each pass counted as a reconcile.
         let listing = std::time::Instant::now();
+        let mut warned = Duration::ZERO;
         while !ctx.caches.synced.all() {
             tokio::time::sleep(context::CACHE_WAIT).await;
+            // A watch that cannot list logs why (RBAC, a kind not served); say what waits on it.
+            if listing.elapsed() >= warned + Duration::from_secs(30) {
+                warned = listing.elapsed();
+                tracing::warn!(waited = ?warned, "controllers not started: a cache has not listed yet");
+            }
         }
         tracing::info!(waited = ?listing.elapsed(), "caches listed");
         forwarding.store(true, Ordering::SeqCst);

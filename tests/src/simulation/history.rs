@@ -88,6 +88,8 @@ pub enum UserAction {
     EndFreezes,
     /// The target version's PromiseRevision is deleted.
     DeleteTargetRevision,
+    /// The `from` version's PromiseRevision is deleted: Kratix deletes the resources still at it.
+    DeleteFromRevision,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,6 +177,7 @@ fn user(rng: &mut Rng) -> UserAction {
         20..=21 => UserAction::EndFreezes,
         // Rare: it fails every run that has not finished.
         _ if rng.chance(15) => UserAction::DeleteTargetRevision,
+        _ if rng.chance(15) => UserAction::DeleteFromRevision,
         _ => UserAction::CreateRun { preview: false },
     }
 }

@@ -321,7 +321,31 @@ impl World {
             }
             UserAction::EndFreezes => self.freezes.clear(),
             UserAction::DeleteTargetRevision => self.revisions.retain(|v| v != "v2"),
+            UserAction::DeleteFromRevision => self.delete_revision("v1"),
         }
+    }
+
+    /// The PromiseRevision of `version` is deleted, and Kratix deletes the resources at it before
+    /// it goes ([`crate::sim::decide_revision`], as kratix-sim `--revision-cleanup` does).
+    fn delete_revision(&mut self, version: &str) {
+        let deleted: Result<upgradeplan::api::kratix::PromiseRevision, _> = serde_json::from_value(json!({
+            "apiVersion": "platform.kratix.io/v1alpha1", "kind": "PromiseRevision",
+            "metadata": {"name": format!("{PROMISE}-{version}"), "deletionTimestamp": self.now.to_rfc3339(),
+                         "finalizers": [crate::sim::RESOURCE_CLEANUP_FINALIZER]},
+            "spec": {"promiseRef": {"name": PROMISE}, "version": version, "promiseSpec": {}}
+        }));
+        let Ok(revision) = deleted else {
+            return;
+        };
+        let bindings: Vec<Arc<ResourceBinding>> = self.resources.iter().map(|r| Arc::new(r.binding.clone())).collect();
+        if let crate::sim::RevisionStep::DeleteResources(gone) = crate::sim::decide_revision(&revision, &bindings) {
+            self.resources.retain(|r| {
+                let key = (r.binding.namespace().unwrap_or_default(), r.binding.name_any());
+                !gone.contains(&key)
+            });
+            self.version();
+        }
+        self.revisions.retain(|v| v != version);
     }
 
     fn edit_run(&mut self, pick: usize, edit: impl FnOnce(&mut UpgradeRun)) {
