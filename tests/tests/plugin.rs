@@ -561,3 +561,49 @@ async fn every_verb_against_a_live_cluster() {
     );
     env.teardown().await.unwrap();
 }
+
+/// Issue 37 item 5: `status` names a resource of the current group, not upgraded yet, whose
+/// binding says Kratix will not reconcile it (`kratix.io/paused`, copied from its Resource
+/// Request), in text and JSON; its neighbour without the label is not named.
+#[tokio::test]
+async fn status_names_resources_kratix_will_not_reconcile() {
+    let mut env = TestEnv::new("plugin-idle").await.unwrap();
+    env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
+        .await
+        .unwrap();
+    let ns = env.namespace("apps").await.unwrap();
+    env.binding(&ns, "d0", &[("env", "dev")], "v1.0.0", Some("v1.0.0"))
+        .await
+        .unwrap();
+    let paused = [("env", "dev"), (upgradeplan::api::kratix::PAUSED_LABEL, "true")];
+    env.binding(&ns, "d1", &paused, "v1.0.0", Some("v1.0.0")).await.unwrap();
+    env.start_sim(SIM, &[]).unwrap();
+    let _controller = env.start_controller(&[]).await.unwrap();
+    let snap = env.snapshot_namespace();
+    let plan = env.create_plan("idle", plan_spec("v2.0.0")).await.unwrap();
+    // A preview: its snapshot is taken and nothing starts, so neither resource is upgraded.
+    let run = env.create_run(&format!("{plan}-1"), &plan, true).await.unwrap();
+    env.wait_run(&run, WAIT, "snapshot taken", |r| {
+        r.status.as_ref().is_some_and(|s| s.state == RunState::InProgress)
+    })
+    .await
+    .unwrap();
+    let text = plugin(&["status", &run, "--snapshot-namespace", &snap]).await;
+    assert!(
+        text.stdout.contains(&format!("Kratix will not reconcile: {ns}/d1 is ")),
+        "{}\n{}",
+        text.stdout,
+        text.stderr
+    );
+    assert!(!text.stdout.contains(&format!("{ns}/d0 is ")), "{}", text.stdout);
+    let json = plugin(&["status", &run, "--snapshot-namespace", &snap, "-o", "json"]).await;
+    let v: Value = serde_json::from_str(&json.stdout).unwrap_or_else(|e| panic!("{e}: {}", json.stdout));
+    let named: Vec<&str> = v["kratixIdle"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no kratixIdle in {v}"))
+        .iter()
+        .filter_map(|n| n["resource"].as_str())
+        .collect();
+    assert_eq!(named, [format!("{ns}/d1")]);
+    env.teardown().await.unwrap();
+}
