@@ -565,26 +565,14 @@ impl TestEnv {
     /// Waits until the PromiseRevision of `version` carries Kratix's cleanup finalizer (as
     /// `kratix-sim --revision-cleanup` gives it): deleted before, it would go without its resources.
     pub async fn wait_revision_finalizer(&self, version: &str, timeout: Duration) -> anyhow::Result<()> {
+        let finalizer = crate::sim::RESOURCE_CLEANUP_FINALIZER;
         let api: Api<PromiseRevision> = Api::all(self.client.clone());
-        let name = self.revision_name(version);
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let rev = api.get(&name).await?;
-            if rev
-                .finalizers()
-                .iter()
-                .any(|f| f == crate::sim::RESOURCE_CLEANUP_FINALIZER)
-            {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() > deadline {
-                bail!(
-                    "{name} has no {} after {timeout:?}",
-                    crate::sim::RESOURCE_CLEANUP_FINALIZER
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let what = format!("Kratix's finalizer {finalizer}");
+        wait_for(api, &self.revision_name(version), timeout, &what, |rev| {
+            rev.finalizers().iter().any(|f| f == finalizer)
+        })
+        .await?;
+        Ok(())
     }
 
     /// The name of this world's PromiseRevision of `version`.

@@ -375,17 +375,27 @@ impl World {
         }
     }
 
+    /// What Kratix does next for resource `r` (kratix-sim's decision).
+    fn kratix_step(&self, r: &Resource) -> crate::sim::Step {
+        let target = r.binding.spec.version.as_str();
+        let exists = self.revisions.iter().any(|v| v == target);
+        crate::sim::decide(
+            &r.binding,
+            Some(target),
+            exists,
+            (r.workflow, self.kratix_retry),
+            self.now,
+        )
+    }
+
     /// Kratix reconciles one binding.
     pub fn kratix(&mut self, pick: usize) {
-        let (now, retry) = (self.now, self.kratix_retry);
         let n = self.resources.len();
         if n == 0 {
             return;
         }
-        let r = &self.resources[pick % n];
-        let target = r.binding.spec.version.clone();
-        let exists = self.revisions.contains(&target);
-        let step = crate::sim::decide(&r.binding, Some(&target), exists, (r.workflow, retry), now);
+        let now = self.now;
+        let step = self.kratix_step(&self.resources[pick % n]);
         let w = crate::sim::writes(&step, now);
         if !w.remove_retry_label && w.status.is_none() {
             return;
@@ -410,24 +420,15 @@ impl World {
     /// The next instant something is due: a Kratix completion or retry, a run's wake-up, a
     /// freeze's end.
     pub fn next_due(&self) -> Option<DateTime<Utc>> {
-        let kratix = self.resources.iter().filter_map(|r| {
-            let target = r.binding.spec.version.clone();
-            let exists = self.revisions.contains(&target);
-            match crate::sim::decide(
-                &r.binding,
-                Some(&target),
-                exists,
-                (r.workflow, self.kratix_retry),
-                self.now,
-            ) {
-                crate::sim::Step::FinishAt { at, .. } | crate::sim::Step::RetryAt { at } => Some(at),
-                _ => None,
-            }
+        let kratix = self.resources.iter().filter_map(|r| match self.kratix_step(r) {
+            crate::sim::Step::FinishAt { at, .. } | crate::sim::Step::RetryAt { at } => Some(at),
+            _ => None,
         });
+        let plans = [Arc::new(self.plan.clone())];
         let freezes = self
             .freezes
             .iter()
-            .filter_map(|f| upgradeplan::engine::freeze::step(f, &[Arc::new(self.plan.clone())], self.now).wake_at);
+            .filter_map(|f| upgradeplan::engine::freeze::step(f, &plans, self.now).wake_at);
         kratix
             .chain(self.wakes.values().copied())
             .chain(freezes)
@@ -486,7 +487,8 @@ impl World {
             .map(RunFacts::of)
             .collect();
         let before = self.bindings();
-        let stale = self.lagging.clone();
+        // Replaced by `before` once the step is done.
+        let stale = std::mem::take(&mut self.lagging);
         let view = View {
             bindings: if fault == Fault::StaleCache { &stale } else { &before },
             revisions: &self.revisions,
