@@ -11,4 +11,5 @@ pub mod crd;
 pub mod engine;
 #[cfg(feature = "prometheus-client")]
 pub mod prometheus;
+pub mod rng;
 pub mod time;

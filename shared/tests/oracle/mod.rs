@@ -262,31 +262,8 @@ pub fn gate_changes(windows: &[NaiveWindow], now: DateTime<Utc>, until: DateTime
     out
 }
 
-/// splitmix64: a small, seedable generator for the property tests.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `[lo, hi]`.
-    pub fn range(&mut self, lo: u32, hi: u32) -> u32 {
-        lo + (self.next_u64() % u64::from(hi - lo + 1)) as u32
-    }
-
-    pub fn chance(&mut self, percent: u32) -> bool {
-        self.range(1, 100) <= percent
-    }
-
-    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.range(0, items.len() as u32 - 1) as usize]
-    }
-}
+/// The property tests' seedable generator (one for the project: the simulation's too).
+pub use upgradeplan::rng::SplitMix64 as Rng;
 
 /// One generated field: `*`, a value, a name, a range, a stepped range or `*`, or a list.
 fn gen_field(rng: &mut Rng, min: u32, max: u32, names: &[&str], favour: &[u32]) -> String {

@@ -5,36 +5,12 @@
 
 use super::world::Shape;
 
-/// A deterministic generator (SplitMix64): the same seed, the same history, on every machine.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
+/// The generator: the same seed, the same history, on every machine.
+pub use upgradeplan::rng::SplitMix64 as Rng;
 
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n` > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-
-    fn pick(&mut self) -> usize {
-        usize::try_from(self.below(1 << 16)).unwrap_or(0)
-    }
-
-    /// True with probability `percent` / 100.
-    pub fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
+/// A number naming what an action acts on (taken modulo what exists when it happens).
+fn target(rng: &mut Rng) -> usize {
+    usize::try_from(rng.below(1 << 16)).unwrap_or(0)
 }
 
 /// How a controller's reconcile goes wrong (the Sieve study's failure patterns).
@@ -119,7 +95,7 @@ pub struct History {
 impl History {
     /// History `seed` with `steps` actions.
     pub fn generate(seed: u64, steps: usize) -> History {
-        let mut rng = Rng::new(seed);
+        let mut rng = Rng(seed);
         let sizes = [1 + rng.below(5) as usize, 1 + rng.below(5) as usize];
         let limit = |rng: &mut Rng| 1 + rng.below(3) as i32;
         let shape = Shape {
@@ -137,7 +113,7 @@ impl History {
 fn action(rng: &mut Rng) -> Action {
     match rng.below(100) {
         0..=39 => Action::ReconcileRun {
-            run: rng.pick(),
+            run: target(rng),
             fault: match rng.below(10) {
                 0 => Fault::CrashAfter(rng.below(6) as usize),
                 1 => Fault::StaleCache,
@@ -145,7 +121,7 @@ fn action(rng: &mut Rng) -> Action {
             },
         },
         40..=47 => Action::ReconcilePlan,
-        48..=71 => Action::Kratix { binding: rng.pick() },
+        48..=71 => Action::Kratix { binding: target(rng) },
         72..=84 => Action::Advance {
             seconds: 1 + rng.below(600) as u32,
         },
@@ -159,18 +135,18 @@ fn user(rng: &mut Rng) -> UserAction {
             preview: rng.chance(25),
         },
         4..=6 => UserAction::Suspend {
-            run: rng.pick(),
+            run: target(rng),
             suspend: rng.chance(50),
         },
-        7 => UserAction::Cancel { run: rng.pick() },
-        8 => UserAction::DeleteRun { run: rng.pick() },
+        7 => UserAction::Cancel { run: target(rng) },
+        8 => UserAction::DeleteRun { run: target(rng) },
         9..=10 => UserAction::EditLimit {
-            group: rng.pick(),
+            group: target(rng),
             limit: 1 + rng.below(4) as i32,
         },
-        11..=13 => UserAction::FailNext { binding: rng.pick() },
-        14..=15 => UserAction::Fix { binding: rng.pick() },
-        16..=17 => UserAction::RetryLabel { binding: rng.pick() },
+        11..=13 => UserAction::FailNext { binding: target(rng) },
+        14..=15 => UserAction::Fix { binding: target(rng) },
+        16..=17 => UserAction::RetryLabel { binding: target(rng) },
         18..=19 => UserAction::Freeze {
             minutes: 1 + rng.below(120) as u32,
         },

@@ -155,7 +155,7 @@ pub fn history_seed(seed: u64, i: u64) -> u64 {
     if i == 0 {
         return seed;
     }
-    history::Rng::new(seed ^ i.wrapping_mul(0xA076_1D64_78BD_642F)).next_u64()
+    history::Rng(seed ^ i.wrapping_mul(0xA076_1D64_78BD_642F)).next_u64()
 }
 
 /// Runs `histories` histories from `seed`; stops shrinking after `max_reported` violations.
