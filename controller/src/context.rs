@@ -347,12 +347,10 @@ impl Ctx {
 pub struct RunResources {
     /// When this process started each resource's upgrade (the start of its duration).
     pub started: HashMap<Arc<SnapshotResource>, chrono::DateTime<chrono::Utc>>,
-    /// Resources whose result was counted (`upgradeplan_resource_upgrades_total`).
-    pub counted: HashSet<Arc<SnapshotResource>>,
 }
 
-/// What this process counts of runs (spec §9.1): each resource's result once per run, how
-/// long the upgrades it started took, runs superseded and ended.
+/// What this process counts of runs (spec §9.1): each resource's result once per run (from the
+/// run's record), how long the upgrades it started took, runs superseded and ended.
 impl Ctx {
     /// Counts what `step` of `run` finished.
     pub fn count(&self, run: &UpgradeRun, step: &Step) {
@@ -379,30 +377,33 @@ impl Ctx {
         }
     }
 
-    /// Counts each resource's result once per run, and how long its upgrade took when this
-    /// process started it.
+    /// Counts the results the step's status records (once, whichever process wrote it), and how
+    /// long the upgrades this process started took.
     fn count_results(&self, run: &UpgradeRun, step: &Step) {
         let (plan, Some(frozen)) = (run.plan_name(), &step.frozen) else {
             return;
         };
+        let group = |i: usize| frozen.snapshot.groups.get(i).map_or("", |g| g.name.as_str());
+        for c in &step.result_counts {
+            self.metrics
+                .resource_upgrades_total
+                .with_label_values(&[plan, group(c.group), c.result.as_str()])
+                .inc_by(c.count);
+        }
         let Ok(mut runs) = self.resources.lock() else {
             return;
         };
         let ours = runs.entry(run.uid().unwrap_or_default()).or_default();
         for r in &step.results {
-            if !ours.counted.insert(Arc::clone(&r.resource)) {
+            // Taken out when it finishes: a duration is observed once.
+            let Some(began) = ours.started.remove(&r.resource) else {
                 continue;
-            }
-            let group = frozen.snapshot.groups.get(r.group).map_or("", |g| g.name.as_str());
-            self.metrics
-                .resource_upgrades_total
-                .with_label_values(&[plan, group, r.result.as_str()])
-                .inc();
-            if let (Some(began), Finished::Succeeded) = (ours.started.get(&r.resource), r.result) {
-                let secs = (crate::clock::now() - *began).num_milliseconds() as f64 / 1000.0;
+            };
+            if r.result == Finished::Succeeded {
+                let secs = (crate::clock::now() - began).num_milliseconds() as f64 / 1000.0;
                 self.metrics
                     .resource_upgrade_duration
-                    .with_label_values(&[plan, group])
+                    .with_label_values(&[plan, group(r.group)])
                     .observe(secs);
             }
         }

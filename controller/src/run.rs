@@ -149,11 +149,17 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
     let mut conflict = false;
     for write in step.writes(run.status.as_ref()) {
         match write {
-            Write::Own(own) => {
-                if let Some(patched) = patch_run(&ctx.client, own).await? {
-                    version = patched.resource_version();
+            Write::Own(own) => match patch_run(&ctx.client, own).await {
+                Ok(Some(patched)) => version = patched.resource_version(),
+                Ok(None) => {}
+                // Decided from a copy older than the run (the patch carries its version): nothing
+                // of the step goes out; the next pass, from the current run, decides again.
+                Err(Error::Kube(kube::Error::Api(e))) if e.code == 409 => {
+                    tracing::debug!(run = %run_name, "step decided from a stale copy of the run; looking again");
+                    return Ok(Action::requeue(std::time::Duration::from_millis(200)));
                 }
-            }
+                Err(e) => return Err(e),
+            },
             Write::AdoptApprovals(patches) => adopt_approvals(&ctx.client, patches).await?,
             Write::Supersede(older) => {
                 if patch_run(&ctx.client, older).await?.is_some() {
@@ -422,6 +428,7 @@ mod tests {
                 key: String::new(),
             }],
             results: Vec::new(),
+            result_counts: Vec::new(),
             gauges: Gauges::Keep,
             newly_superseded: false,
             finished: None,

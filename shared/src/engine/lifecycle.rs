@@ -255,6 +255,42 @@ pub struct ResourceResult {
     pub result: Finished,
 }
 
+/// How many of a group's resources finished with `result` since the status the step read: what
+/// `upgradeplan_resource_upgrades_total` adds once the step's status is written. Counted from the
+/// run's record, not from a process's memory, so a restarted controller (which lists a group's
+/// results again when its counts move) counts each outcome once (spec §14.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResultCount {
+    /// The group's index in the snapshot.
+    pub group: usize,
+    pub result: Finished,
+    pub count: u64,
+}
+
+/// What each group's counts gained from `previous` to `now` (groups matched by position and name;
+/// one not recorded before counts from zero).
+pub fn results_since(previous: &[GroupStatus], now: &[GroupStatus]) -> Vec<ResultCount> {
+    let by_result = |g: &GroupStatus| {
+        [
+            (Finished::Succeeded, g.succeeded),
+            (Finished::Failed, g.failed),
+            (Finished::Skipped, g.skipped),
+        ]
+    };
+    let mut counts = Vec::new();
+    for (group, g) in now.iter().enumerate() {
+        let before = previous.get(group).filter(|b| b.name == g.name).map(by_result);
+        for (i, (result, is)) in by_result(g).into_iter().enumerate() {
+            let was = before.map_or(0, |b| b[i].1);
+            let count = u64::try_from(is - was).unwrap_or(0);
+            if count > 0 {
+                counts.push(ResultCount { group, result, count });
+            }
+        }
+    }
+    counts
+}
+
 /// The output of [`step`], in the order the controller applies it.
 #[derive(Debug, Clone)]
 pub struct Step {
@@ -280,7 +316,10 @@ pub struct Step {
     /// The target version of the run's upgrades (the frozen plan's `to`), when known.
     pub to: String,
     pub announce: Vec<Announcement>,
+    /// The resources that finished, for their durations (a process times only what it started).
     pub results: Vec<ResourceResult>,
+    /// What the results add to `upgradeplan_resource_upgrades_total`.
+    pub result_counts: Vec<ResultCount>,
     pub gauges: Gauges,
     /// The run was superseded in this step (`upgradeplan_runs_superseded_total`).
     pub newly_superseded: bool,
@@ -356,9 +395,9 @@ impl Step {
         w
     }
 
-    fn new(run: &str, status: UpgradeRunStatus) -> Self {
+    fn new(run: &UpgradeRun, status: UpgradeRunStatus) -> Self {
         Step {
-            own: RunPatch::of(run),
+            own: RunPatch::own(run),
             supersede: Vec::new(),
             write_snapshot: Vec::new(),
             frozen: None,
@@ -368,6 +407,7 @@ impl Step {
             to: String::new(),
             announce: Vec::new(),
             results: Vec::new(),
+            result_counts: Vec::new(),
             gauges: Gauges::Keep,
             newly_superseded: false,
             finished: None,
@@ -439,7 +479,7 @@ fn metadata_patch(run: &UpgradeRun, plan: &UpgradePlan, resumed: bool, now: Date
         labels,
         annotations,
         owner_references,
-        ..RunPatch::of(run_name(run))
+        ..RunPatch::own(run)
     }
 }
 
@@ -467,7 +507,7 @@ fn plan_recorded(run: &UpgradeRun, plan: Option<&UpgradePlan>, now: DateTime<Utc
 
 /// The run's next status and what to do, from the run, the gathered facts and the caches.
 pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step {
-    let mut out = Step::new(run_name(run), run.status.clone().unwrap_or_default());
+    let mut out = Step::new(run, run.status.clone().unwrap_or_default());
     // Each stage either decides the step (Break) or hands on what it established.
     let _ = decide_stages(&mut out, run, facts, cluster);
     if let Some(selector) = facts.selector {
@@ -916,6 +956,7 @@ fn progress(
     let (announce, results) = resource_reports(&eval, &previous, &frozen.snapshot, &to);
     out.announce.extend(announce);
     out.results = results;
+    out.result_counts = results_since(&previous, &out.status.rollout_groups);
     if owns_gauges {
         out.gauges = Gauges::Set(run_gauges(&view, &frozen.snapshot));
     }

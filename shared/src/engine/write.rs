@@ -201,12 +201,17 @@ fn add_metadata(meta: &mut ObjectMeta, labels: &BTreeMap<String, String>, annota
 
 /// One merge patch of one UpgradeRun: labels and annotations it lacks, its owner references, and
 /// `spec.suspend=true`. A run's own ([`crate::engine::lifecycle::Step::own`]) carries what spec
-/// §4.2 says a run is labelled with; [`RunPatch::supersede`] asks an older run to stand down.
-/// Neither has a precondition: each only adds what its author decided the run must carry.
+/// §4.2 says a run is labelled with, with the run's resourceVersion as read as precondition: it
+/// was decided from that copy, and the status written after it is conditional on the version the
+/// patch returns, so a step computed from a stale copy must be refused here (409) rather than let
+/// through. [`RunPatch::supersede`] asks an older run to stand down, unconditionally: it only adds
+/// what the newer run decided the older must carry.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunPatch {
     /// The UpgradeRun patched.
     pub run: String,
+    /// The precondition: the run's resourceVersion as the step read it.
+    pub resource_version: Option<String>,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     /// The run's whole list (a merge patch replaces a list): its other owners, then its plan as
@@ -221,6 +226,14 @@ impl RunPatch {
         RunPatch {
             run: run.to_string(),
             ..Default::default()
+        }
+    }
+
+    /// An empty patch of `run` by its own step, conditional on the run as read.
+    pub fn own(run: &UpgradeRun) -> Self {
+        RunPatch {
+            resource_version: run.metadata.resource_version.clone(),
+            ..Self::of(&run.metadata.name.clone().unwrap_or_default())
         }
     }
 
@@ -245,6 +258,9 @@ impl RunPatch {
         if let Some(owners) = &self.owner_references {
             metadata.insert("ownerReferences".into(), json!(owners));
         }
+        if let Some(rv) = &self.resource_version {
+            metadata.insert("resourceVersion".into(), json!(rv));
+        }
         let mut body = serde_json::Map::new();
         if !metadata.is_empty() {
             body.insert("metadata".into(), Value::Object(metadata));
@@ -255,8 +271,14 @@ impl RunPatch {
         Value::Object(body)
     }
 
-    /// Applies the patch to `run` as the API server would.
-    pub fn apply(&self, run: &mut UpgradeRun) {
+    /// Applies the patch to `run` as the API server would (the resourceVersion, which the
+    /// server moves on, is left to the caller).
+    pub fn apply(&self, run: &mut UpgradeRun) -> Result<(), Conflict> {
+        Conflict::check(
+            || format!("UpgradeRun {}", self.run),
+            self.resource_version.as_ref(),
+            run.metadata.resource_version.as_ref(),
+        )?;
         add_metadata(&mut run.metadata, &self.labels, &self.annotations);
         if let Some(owners) = &self.owner_references {
             run.metadata.owner_references = Some(owners.clone());
@@ -264,6 +286,7 @@ impl RunPatch {
         if self.suspend {
             run.spec.suspend = true;
         }
+        Ok(())
     }
 }
 
@@ -598,7 +621,7 @@ mod tests {
             assert_eq!(patch.merge_patch(), want, "{what}");
             assert_eq!(patch.is_empty(), want == json!({}), "{what}");
             let mut applied = run_with_owner();
-            patch.apply(&mut applied);
+            patch.apply(&mut applied).expect("no precondition");
             let mut merged = serde_json::to_value(run_with_owner()).unwrap();
             json_patch_merge(&mut merged, &want);
             assert_eq!(serde_json::to_value(&applied).unwrap(), merged, "{what}");

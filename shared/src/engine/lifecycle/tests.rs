@@ -187,7 +187,7 @@ fn apply(run: &mut UpgradeRun, step: &Step, world: &mut World) {
         run.metadata.name.as_ref(),
         "a run's own patch is of itself"
     );
-    step.own.apply(run);
+    step.own.apply(run).expect("the run as the step read it");
     apply_snapshot(run, step, world);
     apply_patches(step, world);
     run.status = Some(step.status.clone());
@@ -217,7 +217,7 @@ fn apply_patches(step: &Step, world: &mut World) {
 fn apply_supersede(step: &Step, runs: &mut [&mut UpgradeRun]) {
     for patch in &step.supersede {
         for run in runs.iter_mut().filter(|r| r.metadata.name.as_ref() == Some(&patch.run)) {
-            patch.apply(run);
+            patch.apply(run).expect("a supersede request has no precondition");
         }
     }
 }
@@ -488,13 +488,13 @@ fn a_crash_between_any_two_effects_of_the_snapshot_pass_changes_nothing() {
     type Partial = fn(&mut UpgradeRun, &Step, &mut World);
     let prefixes: Vec<(&str, Partial)> = vec![
         ("nothing applied", |_, _, _| {}),
-        ("metadata only", |r, s, _| s.own.apply(r)),
+        ("metadata only", |r, s, _| s.own.apply(r).expect("unchanged")),
         ("metadata and snapshot", |r, s, w| {
-            s.own.apply(r);
+            s.own.apply(r).expect("unchanged");
             apply_snapshot(r, s, w);
         }),
         ("everything but the status", |r, s, w| {
-            s.own.apply(r);
+            s.own.apply(r).expect("unchanged");
             apply_snapshot(r, s, w);
             apply_patches(s, w);
         }),
@@ -521,7 +521,7 @@ fn a_crash_between_any_two_effects_of_the_snapshot_pass_changes_nothing() {
     let (mut r, mut w) = (run.clone(), world.clone());
     apply_snapshot(&r, &full, &mut w);
     w.bindings.push(Arc::new(binding("ns", "late", &[], "v1", "v1")));
-    full.own.apply(&mut r);
+    full.own.apply(&mut r).expect("unchanged");
     let replay = pass(&r, Some(&plan), &[], &w, t(1));
     assert_eq!(replay.status.total_resources, 3, "the snapshot is taken once");
 }
@@ -1228,6 +1228,12 @@ fn results_and_resource_warnings_are_listed_by_the_passes_that_move_a_groups_cou
         v.sort();
         v
     };
+    let counted = |s: &Step| -> Vec<(usize, &'static str, u64)> {
+        s.result_counts
+            .iter()
+            .map(|c| (c.group, c.result.as_str(), c.count))
+            .collect()
+    };
     let failures = |s: &Step| {
         reasons_announced(s)
             .iter()
@@ -1243,6 +1249,7 @@ fn results_and_resource_warnings_are_listed_by_the_passes_that_move_a_groups_cou
     let s = pass(&run, Some(&plan), &[], &world, t(3));
     let failed_binding = world.bindings[0].metadata.name.clone().unwrap();
     assert_eq!(listed(&s), [(failed_binding.clone(), "failed")]);
+    assert_eq!(counted(&s), [(0, "failed", 1)]);
     assert_eq!(failures(&s), 1);
     assert!(s.results.iter().all(|r| r.group == 0));
     apply(&mut run, &s, &mut world);
@@ -1255,7 +1262,11 @@ fn results_and_resource_warnings_are_listed_by_the_passes_that_move_a_groups_cou
     );
 
     // r1 succeeds; a pass that is not carried out (a crash before its status) is listed again by
-    // the next, with every finished resource of the group: counting once is the caller's.
+    // the next, with every finished resource of the group (publishing once is the caller's).
+    // What the counter adds is what the status gains over the status as read: a restarted
+    // controller, which remembers nothing, counts the earlier failure once, not again (found by
+    // the simulation, seed 14725835423619445087: a crash, then `resource_upgrades_total`
+    // counted a group's first success twice).
     Arc::make_mut(&mut world.bindings[1])
         .status
         .get_or_insert_with(Default::default)
@@ -1264,11 +1275,107 @@ fn results_and_resource_warnings_are_listed_by_the_passes_that_move_a_groups_cou
     let both = vec![(failed_binding, "failed"), (succeeded_binding, "succeeded")];
     let lost = pass(&run, Some(&plan), &[], &world, t(5));
     assert_eq!(listed(&lost), both);
+    assert_eq!(counted(&lost), [(0, "succeeded", 1)]);
     let s = pass(&run, Some(&plan), &[], &world, t(6));
     assert_eq!(listed(&s), both);
+    assert_eq!(
+        counted(&s),
+        [(0, "succeeded", 1)],
+        "the failure was counted when recorded"
+    );
     assert_eq!(failures(&s), 1, "announced again; published once by the caller");
     apply(&mut run, &s, &mut world);
-    assert_eq!(listed(&pass(&run, Some(&plan), &[], &world, t(7))).len(), 0);
+    let s = pass(&run, Some(&plan), &[], &world, t(7));
+    assert_eq!((listed(&s).len(), counted(&s).len()), (0, 0));
+}
+
+/// What each group's counts gained since the status as read, by result.
+#[test]
+fn results_since_table() {
+    let g = |name: &str, (succeeded, failed, skipped): (i64, i64, i64)| GroupStatus {
+        name: name.into(),
+        succeeded,
+        failed,
+        skipped,
+        ..Default::default()
+    };
+    type Case = (
+        &'static str,
+        Vec<GroupStatus>,
+        Vec<GroupStatus>,
+        Vec<(usize, Finished, u64)>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "nothing recorded, nothing finished",
+            vec![],
+            vec![g("dev", (0, 0, 0))],
+            vec![],
+        ),
+        (
+            "first results",
+            vec![g("dev", (0, 0, 0))],
+            vec![g("dev", (2, 1, 0))],
+            vec![(0, Finished::Succeeded, 2), (0, Finished::Failed, 1)],
+        ),
+        (
+            "only the gain",
+            vec![g("dev", (2, 1, 1)), g("prod", (0, 0, 0))],
+            vec![g("dev", (3, 1, 1)), g("prod", (0, 0, 2))],
+            vec![(0, Finished::Succeeded, 1), (1, Finished::Skipped, 2)],
+        ),
+        (
+            "a group not recorded before counts from zero",
+            vec![g("dev", (1, 0, 0))],
+            vec![g("dev", (1, 0, 0)), g("prod", (1, 0, 0))],
+            vec![(1, Finished::Succeeded, 1)],
+        ),
+        (
+            "a different group at that place counts from zero",
+            vec![g("old", (5, 0, 0))],
+            vec![g("dev", (1, 0, 0))],
+            vec![(0, Finished::Succeeded, 1)],
+        ),
+        (
+            "counts never added back",
+            vec![g("dev", (2, 0, 0))],
+            vec![g("dev", (1, 0, 0))],
+            vec![],
+        ),
+    ];
+    for (case, previous, now, want) in cases {
+        let got: Vec<_> = results_since(&previous, &now)
+            .iter()
+            .map(|c| (c.group, c.result, c.count))
+            .collect();
+        assert_eq!(got, want, "{case}");
+    }
+}
+
+/// Found by the simulation (seed 10882467515227819153: a reconcile handed a copy of the run one
+/// write behind, by a lagging cache). The step sent its own patch first, and the status after it
+/// is conditional on the version that patch returns, so the stale step's status went through:
+/// the run's end was written and counted a second time. The own patch carries the copy's version
+/// as precondition, so such a step is refused at its first write.
+#[test]
+fn a_step_from_a_stale_copy_of_the_run_is_refused_at_its_own_patch() {
+    let mut world = World::with(1);
+    let plan = valid_plan(2);
+    let mut stale = a_run("r", t(0), false);
+    stale.metadata.resource_version = Some("1".into());
+    let s = pass(&stale, Some(&plan), &[], &world, t(1));
+    assert_eq!(s.own.resource_version.as_deref(), Some("1"));
+    assert_eq!(s.own.merge_patch()["metadata"]["resourceVersion"], "1");
+    let mut current = stale.clone();
+    apply(&mut current, &s, &mut world);
+    current.metadata.resource_version = Some("2".into());
+
+    let again = pass(&stale, Some(&plan), &[], &world, t(2));
+    assert!(!again.own.is_empty(), "the stale copy lacks what the first step added");
+    assert!(again.own.apply(&mut current).is_err(), "refused: the run moved on");
+    let fresh = pass(&current, Some(&plan), &[], &world, t(2));
+    assert!(fresh.own.is_empty(), "from the current run, nothing of its own to send");
+    assert!(RunPatch::supersede("old", "r").resource_version.is_none());
 }
 
 /// Issue 36 D5 (spec §5.2): a preview not resumed is dormant — nothing but its snapshot is
@@ -1645,7 +1752,7 @@ fn a_run_is_owned_by_its_plan_keeping_its_other_owners_and_carries_the_controlle
             .map(String::as_str),
         Some("team=a")
     );
-    s.own.apply(&mut run);
+    s.own.apply(&mut run).expect("unchanged");
     let s = selected(&run, Some("team=a"));
     assert!(s.own.is_empty(), "carried already: {:?}", s.own);
     let s = selected(&run, None);
