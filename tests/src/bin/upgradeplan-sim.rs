@@ -50,8 +50,8 @@ fn main() -> anyhow::Result<()> {
     }
     let t = &report.tally;
     println!(
-        "({} starts, {} retries, {} crashes mid-step, {} patches refused as stale, {} status writes refused; runs: {} completed, {} failed, {} cancelled)",
-        t.starts, t.retries, t.crashes, t.conflicts, t.stale_statuses, t.completed, t.failed, t.cancelled
+        "({} starts, {} retries, {} crashes mid-step, {} patches refused as stale, {} run writes refused as stale; runs: {} completed, {} failed, {} cancelled)",
+        t.starts, t.retries, t.crashes, t.conflicts, t.stale_run_writes, t.completed, t.failed, t.cancelled
     );
     let elapsed = started.elapsed().as_secs_f64();
     println!(

@@ -37,6 +37,9 @@ pub enum Invariant {
     SnapshotImmutable,
     /// Once nothing else happens, every run ends or says why it waits.
     EndsOrSaysWhy,
+    /// Each Event published once per occurrence, each resource's result and each run's end
+    /// counted once — across crashes, stale caches and restarts (spec §14.2).
+    EachOnce,
 }
 
 impl std::fmt::Display for Invariant {
@@ -49,6 +52,7 @@ impl std::fmt::Display for Invariant {
             Invariant::CountsNeverMoveBack => "counts never move back; a terminal run stays terminal",
             Invariant::SnapshotImmutable => "a run's snapshot and frozen plan never change",
             Invariant::EndsOrSaysWhy => "every run ends, or carries a condition saying why it waits",
+            Invariant::EachOnce => "each event published and each result counted once",
         };
         write!(f, "{text}")
     }
@@ -240,6 +244,61 @@ impl Checker {
         }
     }
 
+    /// An Event about `run` about to be published: none like it before.
+    pub fn published(&self, world: &World, run: &str, reason: &str, note: &str) -> Result<(), Violation> {
+        if world
+            .events
+            .iter()
+            .any(|(r, re, n)| r == run && *re == reason && n == note)
+        {
+            return violation(
+                Invariant::EachOnce,
+                format!("run {run}: event {reason} \"{note}\" published again"),
+            );
+        }
+        Ok(())
+    }
+
+    /// After a step's counting: no counter above what the run's status records.
+    pub fn counted(&self, world: &World, run: &UpgradeRun) -> Result<(), Violation> {
+        self.counts_agree(world, run, false)
+    }
+
+    /// `exact`: the counters equal the status (no crash cut their counting off); else at most it.
+    fn counts_agree(&self, world: &World, run: &UpgradeRun, exact: bool) -> Result<(), Violation> {
+        let name = run.name_any();
+        let Some(current) = world.runs.iter().find(|r| r.name_any() == name) else {
+            return Ok(());
+        };
+        let status = current.status.clone().unwrap_or_default();
+        let exact = exact && !world.metrics.cut_off.contains(&name);
+        let off = |counted: u64, recorded: u64| if exact { counted != recorded } else { counted > recorded };
+        for g in &status.rollout_groups {
+            for (result, recorded) in [("succeeded", g.succeeded), ("failed", g.failed), ("skipped", g.skipped)] {
+                let key = (name.clone(), g.name.clone(), result);
+                let counted = world.metrics.upgrades.get(&key).copied().unwrap_or(0);
+                if off(counted, u64::try_from(recorded).unwrap_or(0)) {
+                    return violation(
+                        Invariant::EachOnce,
+                        format!(
+                            "run {name} group {}: {counted} {result} counted, {recorded} recorded",
+                            g.name
+                        ),
+                    );
+                }
+            }
+        }
+        let ends = world.metrics.runs.get(&name).copied().unwrap_or(0);
+        let ended = u64::from(status.state.is_terminal());
+        if off(ends, ended) {
+            return violation(
+                Invariant::EachOnce,
+                format!("run {name} ({:?}): its end counted {ends} times", status.state),
+            );
+        }
+        Ok(())
+    }
+
     /// After every action: each active run's groups within their limits.
     pub fn after_action(&self, world: &World) -> Result<(), Violation> {
         for run in &world.runs {
@@ -285,9 +344,11 @@ impl Checker {
         Ok(())
     }
 
-    /// Once the world has settled: every run ended, or says why it waits.
+    /// Once the world has settled: every run ended, or says why it waits; its counters say what
+    /// its status records.
     pub fn settled(&self, world: &World) -> Result<(), Violation> {
         for run in &world.runs {
+            self.counts_agree(world, run, true)?;
             let status = run.status.clone().unwrap_or_default();
             let says_why = status
                 .conditions

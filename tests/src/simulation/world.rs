@@ -2,7 +2,7 @@
 //! the real server checks), the engine's run and plan steps applied write by write, and Kratix as
 //! kratix-sim plays it ([`crate::sim::decide`], [`crate::sim::writes`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
@@ -12,7 +12,10 @@ use serde_json::{json, Value};
 use upgradeplan::api::kratix::{BindingFacts, CachedBinding, HealthRecord, Interner, ResourceBinding};
 use upgradeplan::api::{UpgradeFreeze, UpgradePlan, UpgradeRun, RUN_FINALIZER};
 use upgradeplan::engine::admission::RunFacts;
-use upgradeplan::engine::lifecycle::{self, Cluster, Facts, SnapshotConfigMap, SnapshotFact, Write};
+use upgradeplan::engine::lifecycle::{
+    self, events, Announced, Cluster, Facts, SnapshotConfigMap, SnapshotFact, Step, Write,
+};
+use upgradeplan::engine::run::texts;
 use upgradeplan::engine::snapshot::{digest, read_frozen, Frozen};
 use upgradeplan::time::to_jiff;
 
@@ -53,8 +56,35 @@ pub struct World {
     /// When each run's last step asked to be woken.
     pub wakes: BTreeMap<String, DateTime<Utc>>,
     pub tally: Tally,
+    /// The controller process's memory, lost when it crashes.
+    process: Process,
+    /// The Events published about each run, as (run, reason, note), in order.
+    pub events: Vec<(String, &'static str, String)>,
+    pub metrics: Metrics,
     next_version: u64,
     runs_made: usize,
+}
+
+/// What the controller process remembers (its `Ctx`), lost when it crashes: the next process
+/// starts from the API server's objects alone.
+#[derive(Clone, Debug, Default)]
+struct Process {
+    /// (run, reason, key) published by this process (`Ctx::first_time`).
+    reported: BTreeSet<(String, &'static str, String)>,
+    /// Each run's Events as this process recalled them (`Ctx::recall_announcements`).
+    recalled: BTreeMap<String, Announced>,
+}
+
+/// The controller's counters, summed over every process (as `increase()` sums across restarts).
+#[derive(Clone, Debug, Default)]
+pub struct Metrics {
+    /// `upgradeplan_resource_upgrades_total` by (run, group, result).
+    pub upgrades: BTreeMap<(String, String, &'static str), u64>,
+    /// `upgradeplan_runs_total` by run.
+    pub runs: BTreeMap<String, u64>,
+    /// Runs whose counting a crash cut off (between their status write and counting it): the
+    /// counters may fall short for them, never exceed.
+    pub cut_off: BTreeSet<String>,
 }
 
 /// What a history did: evidence that the simulation exercises what it checks.
@@ -65,8 +95,8 @@ pub struct Tally {
     /// Binding patches refused by their precondition (a stale cache's steps).
     pub conflicts: u64,
     pub crashes: u64,
-    /// Status writes refused: the run changed since the step read it.
-    pub stale_statuses: u64,
+    /// Run writes (its own patch, its status) refused: the run changed since the step read it.
+    pub stale_run_writes: u64,
     pub completed: u64,
     pub failed: u64,
     pub cancelled: u64,
@@ -78,7 +108,7 @@ impl Tally {
         self.retries += other.retries;
         self.conflicts += other.conflicts;
         self.crashes += other.crashes;
-        self.stale_statuses += other.stale_statuses;
+        self.stale_run_writes += other.stale_run_writes;
         self.completed += other.completed;
         self.failed += other.failed;
         self.cancelled += other.cancelled;
@@ -192,6 +222,9 @@ impl World {
                 .map(|m| std::time::Duration::from_secs(u64::from(m) * 60)),
             wakes: BTreeMap::new(),
             tally: Tally::default(),
+            process: Process::default(),
+            events: Vec::new(),
+            metrics: Metrics::default(),
             next_version: 2,
             runs_made: 0,
         }
@@ -507,18 +540,26 @@ impl World {
         let step = lifecycle::step(&run, &facts, &view);
         checker.before_writes(self, &run, &step)?;
         let writes = step.writes(run.status.as_ref());
-        let applied = match fault {
-            Fault::CrashAfter(k) if k < writes.len() => {
-                self.tally.crashes += 1;
-                k
-            }
-            _ => writes.len(),
+        let crash = match fault {
+            Fault::CrashAfter(k) if k < writes.len() => Some(k),
+            _ => None,
         };
+        if let Some(k) = crash {
+            self.tally.crashes += 1;
+            if matches!(writes.get(k), Some(Write::Count))
+                && matches!(writes.get(k.wrapping_sub(1)), Some(Write::Status(_)))
+            {
+                self.metrics.cut_off.insert(name.clone());
+            }
+        }
         let mut read_version = run.resource_version();
-        for write in writes.into_iter().take(applied) {
-            if !self.apply(&name, &mut read_version, write, checker)? {
+        for write in writes.into_iter().take(crash.unwrap_or(usize::MAX)) {
+            if !self.apply(&run, &step, &mut read_version, write, checker)? {
                 break;
             }
+        }
+        if crash.is_some() {
+            self.process = Process::default();
         }
         match step.wake_at {
             Some(at) => self.wakes.insert(name, at),
@@ -533,25 +574,34 @@ impl World {
     /// controller requeues, sending nothing more of the step).
     fn apply(
         &mut self,
-        name: &str,
+        run: &UpgradeRun,
+        step: &Step,
         read_version: &mut Option<String>,
         write: Write<'_>,
         checker: &mut Checker,
     ) -> Result<bool, Violation> {
+        let name = run.name_any();
+        let name = name.as_str();
         match write {
             Write::Own(patch) => {
-                let version = self.version();
-                if let Some(r) = self.runs.iter_mut().find(|r| r.name_any() == name) {
-                    patch.apply(r);
-                    r.metadata.resource_version = version.clone();
-                    *read_version = version;
+                let Some(i) = self.runs.iter().position(|r| r.name_any() == name) else {
+                    return Ok(true); // gone: 404, and nothing owed to it
+                };
+                if patch.apply(&mut self.runs[i]).is_err() {
+                    // Decided from a stale copy of the run: the controller looks again.
+                    self.tally.stale_run_writes += 1;
+                    return Ok(false);
                 }
+                let version = self.version();
+                self.runs[i].metadata.resource_version = version.clone();
+                *read_version = version;
             }
             Write::Supersede(patch) => {
                 let version = self.version();
                 if let Some(r) = self.runs.iter_mut().find(|r| r.name_any() == patch.run) {
-                    patch.apply(r);
-                    r.metadata.resource_version = version;
+                    if patch.apply(r).is_ok() {
+                        r.metadata.resource_version = version;
+                    }
                 }
             }
             Write::Snapshot(shards, _) => {
@@ -560,6 +610,7 @@ impl World {
                 self.read_back.insert(name.to_string(), Self::read(shards));
             }
             Write::Bindings(patches, frozen) => {
+                self.repair_announcements(run, frozen, &step.to, checker)?;
                 for patch in patches {
                     let Some(i) = self.resources.iter().position(|r| {
                         r.binding.name_any() == patch.resource.binding
@@ -575,8 +626,12 @@ impl World {
                     // Judged by the snapshot as written (read back), not the step's own copy.
                     let written = self.frozen_of(name);
                     checker.patched(name, written.as_deref().unwrap_or(frozen), patch)?;
-                    match patch.attempt {
-                        upgradeplan::engine::write::Attempt::Start { .. } => self.tally.starts += 1,
+                    match &patch.attempt {
+                        upgradeplan::engine::write::Attempt::Start { from, to } => {
+                            self.tally.starts += 1;
+                            let note = texts::resource_started(&patch.resource.display_name(), from, to);
+                            self.publish(name, events::RESOURCE_UPGRADE_STARTED, note, checker)?;
+                        }
                         upgradeplan::engine::write::Attempt::Retry => self.tally.retries += 1,
                     }
                 }
@@ -590,7 +645,7 @@ impl World {
                 let r = &mut self.runs[i];
                 // Conditional on the run as the step read it (the controller's apply_status_at).
                 if !unchanged {
-                    self.tally.stale_statuses += 1;
+                    self.tally.stale_run_writes += 1;
                     return Ok(false);
                 }
                 checker.status_written(name, r.status.as_ref(), status)?;
@@ -620,9 +675,108 @@ impl World {
                     self.wakes.remove(name);
                 }
             }
-            Write::AdoptApprovals(_) | Write::FlushCounts | Write::Announce(_) | Write::Gauges(_) | Write::Count => {}
+            Write::Announce(a) => {
+                if a.key.is_empty() {
+                    self.recall(name);
+                }
+                // `Ctx::event_once`: not again in this process, nor when an earlier one published it.
+                let first = self
+                    .process
+                    .reported
+                    .insert((name.to_string(), a.reason, a.key.clone()));
+                let before = self
+                    .process
+                    .recalled
+                    .get(name)
+                    .is_some_and(|r| r.contains(a.reason, &a.note));
+                if first && !before {
+                    self.publish(name, a.reason, a.note.clone(), checker)?;
+                }
+            }
+            Write::Count => {
+                self.count(run, step);
+                checker.counted(self, run)?;
+            }
+            Write::AdoptApprovals(_) | Write::FlushCounts | Write::Gauges(_) => {}
         }
         Ok(true)
+    }
+}
+
+impl World {
+    /// `Ctx::recall_announcements`: the run's Events, read once per process.
+    fn recall(&mut self, run: &str) -> bool {
+        if self.process.recalled.contains_key(run) {
+            return false;
+        }
+        let found = self
+            .events
+            .iter()
+            .filter(|(r, ..)| r == run)
+            .map(|(_, reason, note)| (reason.to_string(), note.clone(), 1));
+        let announced = Announced::from_events(found);
+        self.process.recalled.insert(run.to_string(), announced);
+        true
+    }
+
+    /// The controller's `repair_announcements`: once per run per process, the start events an
+    /// earlier process owed.
+    fn repair_announcements(
+        &mut self,
+        run: &UpgradeRun,
+        frozen: &Frozen,
+        to: &str,
+        checker: &mut Checker,
+    ) -> Result<(), Violation> {
+        let name = run.name_any();
+        if !self.recall(&name) {
+            return Ok(());
+        }
+        let bindings = self.bindings();
+        let view = View {
+            bindings: &bindings,
+            revisions: &self.revisions,
+            freezes: &self.freezes,
+        };
+        let announced = self.process.recalled.get(&name).cloned().unwrap_or_default();
+        for note in lifecycle::lost_start_announcements(run, &frozen.snapshot, to, &announced, &view) {
+            self.publish(&name, events::RESOURCE_UPGRADE_STARTED, note, checker)?;
+        }
+        Ok(())
+    }
+
+    /// An Event about `run` published.
+    fn publish(
+        &mut self,
+        run: &str,
+        reason: &'static str,
+        note: String,
+        checker: &mut Checker,
+    ) -> Result<(), Violation> {
+        checker.published(self, run, reason, &note)?;
+        self.events.push((run.to_string(), reason, note));
+        Ok(())
+    }
+
+    /// `Ctx::count`: the results the step's status records, the run's end once.
+    fn count(&mut self, run: &UpgradeRun, step: &Step) {
+        let name = run.name_any();
+        let counts = step.frozen.as_ref().map_or(&[][..], |_| &step.result_counts[..]);
+        for c in counts {
+            let group = step.frozen.as_ref().and_then(|f| f.snapshot.groups.get(c.group));
+            let group = group.map_or("", |g| g.name.as_str());
+            *self
+                .metrics
+                .upgrades
+                .entry((name.clone(), group.to_string(), c.result.as_str()))
+                .or_default() += c.count;
+        }
+        if step.finished.is_some() {
+            *self.metrics.runs.entry(name.clone()).or_default() += 1;
+            // `Ctx::forget_run`: a finished run's memory goes.
+            self.process.reported.retain(|(r, ..)| *r != name);
+            self.process.recalled.remove(&name);
+        }
     }
 }
 
