@@ -1146,8 +1146,13 @@ fn gate_transition(
             Some(b) if b.open == open => b.since,
             _ => now,
         };
-        // Each change is its own event, also when it says what an earlier one said.
-        let key = format!("{}/{}", g.name(), crate::time::rfc3339(now));
+        // Each change is its own event, also when it says what an earlier one said; a change is
+        // named by the gate, the group it holds and the state it leaves (as recorded), so every
+        // pass that finds the same change — again after a refused status write, or from a stale
+        // copy — names it alike (found by the simulation, seed 9650512759359055554: keyed by
+        // `now`, one closing was announced twice).
+        let left = before.map_or_else(|| "unread".to_string(), |b| crate::time::rfc3339(b.since));
+        let key = format!("{}/{}/{left}", g.name(), group);
         match (before.map(|b| b.open), open) {
             (None | Some(true), false) => out
                 .announce

@@ -62,6 +62,20 @@ pub enum UserAction {
         minutes: u32,
     },
     EndFreezes,
+    /// What the signal gate's query finds changes, or Prometheus becomes unreachable.
+    Gate {
+        firing: bool,
+        reachable: bool,
+    },
+    /// `kubectl upgradeplan approve RUN GROUP`.
+    Approve {
+        run: usize,
+        group: usize,
+    },
+    /// An UpgradeApproval deleted.
+    Revoke {
+        approval: usize,
+    },
     /// The target version's PromiseRevision is deleted.
     DeleteTargetRevision,
     /// The `from` version's PromiseRevision is deleted: Kratix deletes the resources still at it.
@@ -104,6 +118,9 @@ impl History {
             max_failures: [rng.below(2) as i32, rng.below(2) as i32],
             workflows: (0..sizes[0] + sizes[1]).map(|_| rng.below(300) as u32).collect(),
             kratix_retry_minutes: rng.chance(50).then(|| 5 + rng.below(60) as u32),
+            gate: rng.chance(40),
+            approval: rng.chance(40),
+            soak_seconds: rng.chance(30).then(|| 1 + rng.below(900) as u32),
         };
         let actions = (0..steps).map(|_| action(&mut rng)).collect();
         History { shape, actions }
@@ -130,7 +147,7 @@ fn action(rng: &mut Rng) -> Action {
 }
 
 fn user(rng: &mut Rng) -> UserAction {
-    match rng.below(24) {
+    match rng.below(30) {
         0..=3 => UserAction::CreateRun {
             preview: rng.chance(25),
         },
@@ -151,6 +168,15 @@ fn user(rng: &mut Rng) -> UserAction {
             minutes: 1 + rng.below(120) as u32,
         },
         20..=21 => UserAction::EndFreezes,
+        22..=24 => UserAction::Gate {
+            firing: rng.chance(50),
+            reachable: rng.chance(85),
+        },
+        25..=27 => UserAction::Approve {
+            run: target(rng),
+            group: target(rng),
+        },
+        28 => UserAction::Revoke { approval: target(rng) },
         // Rare: it fails every run that has not finished.
         _ if rng.chance(15) => UserAction::DeleteTargetRevision,
         _ if rng.chance(15) => UserAction::DeleteFromRevision,

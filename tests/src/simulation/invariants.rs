@@ -10,7 +10,7 @@ use upgradeplan::engine::lifecycle::{SnapshotConfigMap, Step};
 use upgradeplan::engine::snapshot::Frozen;
 use upgradeplan::engine::write::{Attempt, BindingPatch};
 
-use super::world::{World, PROMISE};
+use super::world::{Published, World, PROMISE};
 
 /// An invariant that does not hold, and what broke it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -116,6 +116,62 @@ fn holds(type_: &str, status: ConditionStatus) -> bool {
     }
 }
 
+/// Why a patch of `step` went to a group that §14.1 holds (its gate closed, its approval missing
+/// before it started, the group before it soaking), read from the frozen plan and the run's
+/// status as the step read it.
+fn held_group(world: &World, run: &UpgradeRun, frozen: &Frozen, step: &Step) -> Option<String> {
+    let status = run.status.clone().unwrap_or_default();
+    let approvals = world.approvals_of(&run.name_any());
+    for patch in &step.binding_patches {
+        let in_group = |g: &upgradeplan::engine::snapshot::SnapshotGroup| {
+            g.resources
+                .iter()
+                .any(|r| r.binding == patch.resource.binding && r.namespace == patch.resource.namespace)
+        };
+        let Some(index) = frozen.snapshot.groups.iter().position(in_group) else {
+            continue;
+        };
+        let Some(group) = frozen.plan.rollout_groups.get(index) else {
+            continue;
+        };
+        let what = format!(
+            "{} ({:?}) in group {}",
+            patch.resource.binding, patch.attempt, group.name
+        );
+        let recorded = status.rollout_groups.iter().find(|g| g.name == group.name);
+        let gates = frozen.plan.gates.iter().flatten();
+        let closed = gates
+            .filter(|g| g.groups.as_ref().is_none_or(|groups| groups.contains(&group.name)))
+            .find(|_| !world.gate.is_open());
+        if let Some(gate) = closed {
+            return Some(format!("patched {what} while gate {} read {:?}", gate.name, world.gate));
+        }
+        let started = recorded.is_some_and(|g| g.started_at.is_some() || g.approval.is_some());
+        let approved = approvals.iter().any(|a| a.group == group.name);
+        if group.require_approval == Some(true) && !started && !approved {
+            return Some(format!("patched {what} before any UpgradeApproval for it"));
+        }
+        let before = index.checked_sub(1).and_then(|i| frozen.plan.rollout_groups.get(i));
+        let soak = before.and_then(|b| b.soak_duration.as_deref()).and_then(go_seconds);
+        let completed = before
+            .and_then(|b| status.rollout_groups.iter().find(|g| g.name == b.name))
+            .and_then(|g| g.completed_at);
+        if let (Some(soak), Some(done), false) = (soak, completed, started) {
+            if world.now < done + chrono::Duration::seconds(soak) {
+                return Some(format!(
+                    "patched {what} while the group before soaks (until {soak} s after {done})"
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// A Go duration of whole seconds, as the simulation writes them (`90s`).
+fn go_seconds(d: &str) -> Option<i64> {
+    d.strip_suffix('s')?.parse().ok()
+}
+
 /// What the checker remembers across a history (the simulated API server's own memory would do).
 #[derive(Default, Debug)]
 pub struct Checker {
@@ -148,6 +204,9 @@ impl Checker {
                 format!("frozen at {}", world.now),
             ),
         ];
+        if let Some(why) = step.frozen.as_ref().and_then(|f| held_group(world, run, f, step)) {
+            return violation(Invariant::NoStartWhileHeld, format!("run {}: {why}", run.name_any()));
+        }
         if let Some((_, why)) = held.iter().find(|(holds, _)| *holds) {
             let what: Vec<String> = step
                 .binding_patches
@@ -244,16 +303,20 @@ impl Checker {
         }
     }
 
-    /// An Event about `run` about to be published: none like it before.
-    pub fn published(&self, world: &World, run: &str, reason: &str, note: &str) -> Result<(), Violation> {
-        if world
-            .events
-            .iter()
-            .any(|(r, re, n)| r == run && *re == reason && n == note)
-        {
+    /// An Event about to be published: none for the same occurrence with the same text before
+    /// (the controller recognises an earlier process's Events by their text: an occurrence whose
+    /// text changed meanwhile, a gate closed for another reason, is announced with its new text).
+    pub fn published(&self, world: &World, event: &Published) -> Result<(), Violation> {
+        fn occurrence(e: &Published) -> (&str, &str, &str, &str) {
+            (&e.run, e.reason, &e.key, &e.note)
+        }
+        if world.events.iter().any(|e| occurrence(e) == occurrence(event)) {
             return violation(
                 Invariant::EachOnce,
-                format!("run {run}: event {reason} \"{note}\" published again"),
+                format!(
+                    "run {}: event {} \"{}\" published again",
+                    event.run, event.reason, event.note
+                ),
             );
         }
         Ok(())

@@ -43,6 +43,9 @@ pub fn replay_in(history: &History) -> (Outcome, World) {
     let mut steps = 0;
     for (i, action) in history.actions.iter().enumerate() {
         steps += 1;
+        if world::trace() {
+            eprintln!("{i:>4}. {action:?} at {}", world.now);
+        }
         if let Err(v) = act(&mut world, action, &mut checker).and_then(|()| checker.after_action(&world)) {
             let outcome = Outcome {
                 steps,

@@ -12,11 +12,13 @@ use serde_json::{json, Value};
 use upgradeplan::api::kratix::{BindingFacts, CachedBinding, HealthRecord, Interner, ResourceBinding};
 use upgradeplan::api::{UpgradeFreeze, UpgradePlan, UpgradeRun, RUN_FINALIZER};
 use upgradeplan::engine::admission::RunFacts;
+use upgradeplan::engine::gate::{GateReading, Reading};
 use upgradeplan::engine::lifecycle::{
     self, events, Announced, Cluster, Facts, SnapshotConfigMap, SnapshotFact, Step, Write,
 };
 use upgradeplan::engine::run::texts;
 use upgradeplan::engine::snapshot::{digest, read_frozen, Frozen};
+use upgradeplan::engine::stage::ApprovalFact;
 use upgradeplan::time::to_jiff;
 
 use super::history::{Fault, UserAction};
@@ -25,6 +27,7 @@ use super::invariants::{Checker, Violation};
 pub const PROMISE: &str = "redis";
 pub const NAMESPACE: &str = "apps";
 pub const PLAN: &str = "p";
+pub const GATE: &str = "alerts";
 
 /// One binding of the world and how Kratix treats it.
 #[derive(Clone, Debug)]
@@ -55,14 +58,30 @@ pub struct World {
     pub kratix_retry: Option<std::time::Duration>,
     /// When each run's last step asked to be woken.
     pub wakes: BTreeMap<String, DateTime<Utc>>,
+    /// What the signal gate's query finds (the plan's gate, when it has one).
+    pub gate: Reading,
+    /// The UpgradeApprovals that exist.
+    pub approvals: Vec<ApprovalFact>,
+    approvals_made: usize,
     pub tally: Tally,
     /// The controller process's memory, lost when it crashes.
     process: Process,
-    /// The Events published about each run, as (run, reason, note), in order.
-    pub events: Vec<(String, &'static str, String)>,
+    /// The Events published about each run, in order.
+    pub events: Vec<Published>,
     pub metrics: Metrics,
     next_version: u64,
     runs_made: usize,
+}
+
+/// An Event published about a run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Published {
+    pub run: String,
+    pub reason: &'static str,
+    /// Which occurrence it announces, where a note may repeat (a gate closing again): the
+    /// engine's key; empty, the note says.
+    pub key: String,
+    pub note: String,
 }
 
 /// What the controller process remembers (its `Ctx`), lost when it crashes: the next process
@@ -162,6 +181,12 @@ pub struct Shape {
     pub max_failures: [i32; 2],
     pub workflows: Vec<u32>,
     pub kratix_retry_minutes: Option<u32>,
+    /// A signal gate over every group (spec §13.3).
+    pub gate: bool,
+    /// `prod` requires an UpgradeApproval (spec §13.4).
+    pub approval: bool,
+    /// `dev`'s `soakDuration`, in seconds.
+    pub soak_seconds: Option<u32>,
 }
 
 pub fn utc(s: &str) -> DateTime<Utc> {
@@ -174,14 +199,26 @@ impl World {
     pub fn new(shape: &Shape) -> World {
         let now = utc("2026-06-06T10:00:00Z");
         let group = |name: &str, i: usize| {
-            json!({"name": name, "selectors": {"matchLabels": {"env": name}},
-                   "maxConcurrent": shape.limits[i], "maxFailures": shape.max_failures[i]})
+            let mut g = json!({"name": name, "selectors": {"matchLabels": {"env": name}},
+                   "maxConcurrent": shape.limits[i], "maxFailures": shape.max_failures[i]});
+            if let (0, Some(soak)) = (i, shape.soak_seconds) {
+                g["soakDuration"] = json!(format!("{soak}s"));
+            }
+            if i == 1 && shape.approval {
+                g["requireApproval"] = json!(true);
+            }
+            g
+        };
+        let gates = if shape.gate {
+            json!([{"name": GATE, "prometheus": {"query": "ALERTS{severity=\"critical\"}"}}])
+        } else {
+            json!(null)
         };
         let mut plan: UpgradePlan = serde_json::from_value(json!({
             "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradePlan",
             "metadata": {"name": PLAN, "uid": "plan-uid", "generation": 1, "resourceVersion": "1"},
             "spec": {"promiseRef": {"name": PROMISE}, "upgradePath": {"from": ["v1"], "to": "v2"},
-                     "rolloutGroups": [group("dev", 0), group("prod", 1)]}
+                     "rolloutGroups": [group("dev", 0), group("prod", 1)], "gates": gates}
         }))
         .unwrap_or_else(|e| panic!("the simulation's plan: {e}"));
         plan.metadata.creation_timestamp = Some(Time(to_jiff(now)));
@@ -221,6 +258,9 @@ impl World {
                 .kratix_retry_minutes
                 .map(|m| std::time::Duration::from_secs(u64::from(m) * 60)),
             wakes: BTreeMap::new(),
+            gate: Reading::Open,
+            approvals: Vec::new(),
+            approvals_made: 0,
             tally: Tally::default(),
             process: Process::default(),
             events: Vec::new(),
@@ -353,6 +393,37 @@ impl World {
                 }
             }
             UserAction::EndFreezes => self.freezes.clear(),
+            UserAction::Gate { firing, reachable } => {
+                self.gate = match (reachable, firing) {
+                    (false, _) => Reading::Error("Prometheus cannot be reached".into()),
+                    (true, true) => Reading::Firing {
+                        series: 1,
+                        first: "ALERTS{severity=\"critical\"}".into(),
+                    },
+                    (true, false) => Reading::Open,
+                }
+            }
+            UserAction::Approve { run, group } => {
+                if let Some(i) = self.run_index(run) {
+                    self.approvals_made += 1;
+                    let group = ["dev", "prod"][group % 2].to_string();
+                    self.approvals.push(ApprovalFact {
+                        name: format!("{}-{group}-{}", self.runs[i].name_any(), self.approvals_made),
+                        group,
+                        created: self.now,
+                        approver: Some("someone".into()),
+                        comment: None,
+                        owners: Vec::new(),
+                        resource_version: None,
+                    });
+                }
+            }
+            UserAction::Revoke { approval } => {
+                if !self.approvals.is_empty() {
+                    let i = approval % self.approvals.len();
+                    self.approvals.remove(i);
+                }
+            }
             UserAction::DeleteTargetRevision => self.revisions.retain(|v| v != "v2"),
             UserAction::DeleteFromRevision => self.delete_revision("v1"),
         }
@@ -527,12 +598,14 @@ impl World {
             revisions: &self.revisions,
             freezes: &self.freezes,
         };
+        let gates = self.gate_readings();
+        let approvals = self.approvals_of(&name);
         let facts = Facts {
             plan: Some(&self.plan),
             others: &others,
             snapshot: self.snapshot_of(&run),
-            gates: &[],
-            approvals: &[],
+            gates: &gates,
+            approvals: &approvals,
             missing_kinds: &[],
             selector: None,
             now: self.now,
@@ -630,7 +703,7 @@ impl World {
                         upgradeplan::engine::write::Attempt::Start { from, to } => {
                             self.tally.starts += 1;
                             let note = texts::resource_started(&patch.resource.display_name(), from, to);
-                            self.publish(name, events::RESOURCE_UPGRADE_STARTED, note, checker)?;
+                            self.publish(name, events::RESOURCE_UPGRADE_STARTED, "", note, checker)?;
                         }
                         upgradeplan::engine::write::Attempt::Retry => self.tally.retries += 1,
                     }
@@ -690,20 +763,54 @@ impl World {
                     .get(name)
                     .is_some_and(|r| r.contains(a.reason, &a.note));
                 if first && !before {
-                    self.publish(name, a.reason, a.note.clone(), checker)?;
+                    self.publish(name, a.reason, &a.key, a.note.clone(), checker)?;
                 }
             }
             Write::Count => {
                 self.count(run, step);
                 checker.counted(self, run)?;
             }
-            Write::AdoptApprovals(_) | Write::FlushCounts | Write::Gauges(_) => {}
+            Write::AdoptApprovals(patches) => {
+                for patch in patches {
+                    if let Some(a) = self.approvals.iter_mut().find(|a| a.name == patch.approval) {
+                        a.owners = patch.owner_references.clone();
+                    }
+                }
+            }
+            Write::FlushCounts | Write::Gauges(_) => {}
         }
         Ok(true)
     }
 }
 
 impl World {
+    /// The latest reading of each of the plan's gates (read at every step: the controller's
+    /// cache interval is the engine's concern, not what is checked here).
+    pub fn gate_readings(&self) -> Vec<GateReading> {
+        let gates = self.plan.spec.gates.iter().flatten();
+        gates
+            .map(|g| GateReading {
+                gate: g.name.clone(),
+                reading: self.gate.clone(),
+                next_check: self.now + Duration::seconds(30),
+            })
+            .collect()
+    }
+
+    /// The UpgradeApprovals of run `run`: named after it, as `approve` names them.
+    pub fn approvals_of(&self, run: &str) -> Vec<ApprovalFact> {
+        let prefix = format!("{run}-");
+        self.approvals
+            .iter()
+            .filter(|a| {
+                a.name
+                    .strip_prefix(&prefix)
+                    .is_some_and(|rest| rest.starts_with(&a.group))
+            })
+            .cloned()
+            .collect()
+    }
+
     /// `Ctx::recall_announcements`: the run's Events, read once per process.
     fn recall(&mut self, run: &str) -> bool {
         if self.process.recalled.contains_key(run) {
@@ -712,8 +819,8 @@ impl World {
         let found = self
             .events
             .iter()
-            .filter(|(r, ..)| r == run)
-            .map(|(_, reason, note)| (reason.to_string(), note.clone(), 1));
+            .filter(|e| e.run == run)
+            .map(|e| (e.reason.to_string(), e.note.clone(), 1));
         let announced = Announced::from_events(found);
         self.process.recalled.insert(run.to_string(), announced);
         true
@@ -740,7 +847,7 @@ impl World {
         };
         let announced = self.process.recalled.get(&name).cloned().unwrap_or_default();
         for note in lifecycle::lost_start_announcements(run, &frozen.snapshot, to, &announced, &view) {
-            self.publish(&name, events::RESOURCE_UPGRADE_STARTED, note, checker)?;
+            self.publish(&name, events::RESOURCE_UPGRADE_STARTED, "", note, checker)?;
         }
         Ok(())
     }
@@ -750,11 +857,24 @@ impl World {
         &mut self,
         run: &str,
         reason: &'static str,
+        key: &str,
         note: String,
         checker: &mut Checker,
     ) -> Result<(), Violation> {
-        checker.published(self, run, reason, &note)?;
-        self.events.push((run.to_string(), reason, note));
+        let event = Published {
+            run: run.to_string(),
+            reason,
+            key: key.to_string(),
+            note,
+        };
+        if trace() {
+            eprintln!(
+                "    event {} {} [{}] {}",
+                event.run, event.reason, event.key, event.note
+            );
+        }
+        checker.published(self, &event)?;
+        self.events.push(event);
         Ok(())
     }
 
@@ -778,6 +898,13 @@ impl World {
             self.process.recalled.remove(&name);
         }
     }
+}
+
+/// `SIM_TRACE=1`: print each action and each Event as a replay goes (to read a violation's
+/// history).
+pub fn trace() -> bool {
+    static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *TRACE.get_or_init(|| std::env::var_os("SIM_TRACE").is_some())
 }
 
 /// RFC 7386 JSON merge patch.
