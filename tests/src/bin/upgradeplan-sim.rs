@@ -50,8 +50,18 @@ fn main() -> anyhow::Result<()> {
     }
     let t = &report.tally;
     println!(
-        "({} starts, {} retries, {} crashes mid-step, {} patches refused as stale, {} run writes refused as stale; runs: {} completed, {} failed, {} cancelled)",
-        t.starts, t.retries, t.crashes, t.conflicts, t.stale_run_writes, t.completed, t.failed, t.cancelled
+        "({} starts, {} retries, {} crashes mid-step, {} steps cut by a failed write, {} leader changes, {} steps by a deposed leader, {} patches refused as stale, {} run writes refused as stale; runs: {} completed, {} failed, {} cancelled)",
+        t.starts,
+        t.retries,
+        t.crashes,
+        t.write_errors,
+        t.leader_changes,
+        t.deposed,
+        t.conflicts,
+        t.stale_run_writes,
+        t.completed,
+        t.failed,
+        t.cancelled
     );
     let elapsed = started.elapsed().as_secs_f64();
     println!(

@@ -22,6 +22,11 @@ pub enum Fault {
     /// The caches lag: the step sees the bindings, and its run, as they were before the last
     /// step's writes.
     StaleCache,
+    /// The write after this many of the step's writes fails (a 500, a timeout): the step ends
+    /// there, the process lives on with its memory.
+    WriteFails(usize),
+    /// The step is taken by the deposed leader, from its lagging caches and with its own memory.
+    Deposed,
 }
 
 /// People and the platform.
@@ -76,6 +81,8 @@ pub enum UserAction {
     Revoke {
         approval: usize,
     },
+    /// The leader's lease passes to the other controller.
+    LeaderChange,
     /// The target version's PromiseRevision is deleted.
     DeleteTargetRevision,
     /// The `from` version's PromiseRevision is deleted: Kratix deletes the resources still at it.
@@ -131,9 +138,11 @@ fn action(rng: &mut Rng) -> Action {
     match rng.below(100) {
         0..=39 => Action::ReconcileRun {
             run: target(rng),
-            fault: match rng.below(10) {
-                0 => Fault::CrashAfter(rng.below(6) as usize),
-                1 => Fault::StaleCache,
+            fault: match rng.below(20) {
+                0 | 1 => Fault::CrashAfter(rng.below(6) as usize),
+                2 | 3 => Fault::StaleCache,
+                4 => Fault::WriteFails(rng.below(6) as usize),
+                5 => Fault::Deposed,
                 _ => Fault::None,
             },
         },
@@ -177,6 +186,7 @@ fn user(rng: &mut Rng) -> UserAction {
             group: target(rng),
         },
         28 => UserAction::Revoke { approval: target(rng) },
+        29 if rng.chance(50) => UserAction::LeaderChange,
         // Rare: it fails every run that has not finished.
         _ if rng.chance(15) => UserAction::DeleteTargetRevision,
         _ if rng.chance(15) => UserAction::DeleteFromRevision,

@@ -40,6 +40,8 @@ pub enum Invariant {
     /// Each Event published once per occurrence, each resource's result and each run's end
     /// counted once — across crashes, stale caches and restarts (spec §14.2).
     EachOnce,
+    /// The plan's `phase`, `activeRunRef` and `lastRun` follow from its runs (spec §3.2, §14.2).
+    PlanFollowsRuns,
 }
 
 impl std::fmt::Display for Invariant {
@@ -53,6 +55,7 @@ impl std::fmt::Display for Invariant {
             Invariant::SnapshotImmutable => "a run's snapshot and frozen plan never change",
             Invariant::EndsOrSaysWhy => "every run ends, or carries a condition saying why it waits",
             Invariant::EachOnce => "each event published and each result counted once",
+            Invariant::PlanFollowsRuns => "the plan's status follows from its runs",
         };
         write!(f, "{text}")
     }
@@ -304,11 +307,13 @@ impl Checker {
     }
 
     /// An Event about to be published: none for the same occurrence with the same text before
-    /// (the controller recognises an earlier process's Events by their text: an occurrence whose
-    /// text changed meanwhile, a gate closed for another reason, is announced with its new text).
+    /// by this process or one it restarted (the controller recognises an earlier process's
+    /// Events by their text: an occurrence whose text changed meanwhile, a gate closed for
+    /// another reason, is announced with its new text). Spec §14.2 promises events once across
+    /// restarts; two processes acting at once around a leader change may both announce.
     pub fn published(&self, world: &World, event: &Published) -> Result<(), Violation> {
-        fn occurrence(e: &Published) -> (&str, &str, &str, &str) {
-            (&e.run, e.reason, &e.key, &e.note)
+        fn occurrence(e: &Published) -> (&str, &str, &str, &str, usize) {
+            (&e.run, e.reason, &e.key, &e.note, e.by)
         }
         if world.events.iter().any(|e| occurrence(e) == occurrence(event)) {
             return violation(
@@ -360,6 +365,59 @@ impl Checker {
             );
         }
         Ok(())
+    }
+
+    /// After the plan's reconcile: its status says what its runs say, read literally from spec
+    /// §3.2 — the active run is the one Pending or InProgress, not superseded and not a preview
+    /// its own reconcile has not yet recorded as resumed (`admitted-at`); `lastRun` names a run that ended (or is gone), as it ended.
+    pub fn plan_reconciled(&self, world: &World) -> Result<(), Violation> {
+        use upgradeplan::api::{PlanPhase, RunState, ADMITTED_AT_ANNOTATION, PREVIEW_ANNOTATION};
+        let status = world.plan.status.clone().unwrap_or_default();
+        let active: Vec<String> = world
+            .runs
+            .iter()
+            .filter(|r| {
+                let s = r.status.clone().unwrap_or_default();
+                let dormant = s.superseded_by.is_some()
+                    || r.annotations().contains_key(SUPERSEDED_BY_ANNOTATION)
+                    || (r.annotations().contains_key(PREVIEW_ANNOTATION)
+                        && !r.annotations().contains_key(ADMITTED_AT_ANNOTATION));
+                matches!(s.state, RunState::Pending | RunState::InProgress) && !dormant
+            })
+            .map(|r| r.name_any())
+            .collect();
+        let wrong = match (active.as_slice(), status.active_run_ref.as_str()) {
+            ([], "") => None,
+            ([], named) => Some(format!("activeRunRef {named}, but no run is active")),
+            (runs, "") => Some(format!("no activeRunRef, but {runs:?} active")),
+            (runs, named) if !runs.iter().any(|r| r == named) => {
+                Some(format!("activeRunRef {named}, but {runs:?} active"))
+            }
+            _ => None,
+        };
+        let running = status.phase == PlanPhase::Running;
+        let wrong = wrong.or_else(|| {
+            (running == status.active_run_ref.is_empty()).then(|| {
+                format!(
+                    "phase {:?} with activeRunRef \"{}\"",
+                    status.phase, status.active_run_ref
+                )
+            })
+        });
+        let wrong = wrong.or_else(|| {
+            let last = status.last_run.as_ref()?;
+            let run = world.runs.iter().find(|r| r.name_any() == last.name)?;
+            let state = run.status.clone().unwrap_or_default().state;
+            (state.as_str() != last.result.as_str())
+                .then(|| format!("lastRun {} says {:?}, the run is {state:?}", last.name, last.result))
+        });
+        match wrong {
+            Some(detail) => violation(
+                Invariant::PlanFollowsRuns,
+                format!("plan {}: {detail}", world.plan.name_any()),
+            ),
+            None => Ok(()),
+        }
     }
 
     /// After every action: each active run's groups within their limits.

@@ -67,7 +67,10 @@ pub fn replay_in(history: &History) -> (Outcome, World) {
 fn act(world: &mut World, action: &Action, checker: &mut Checker) -> Result<(), Violation> {
     match *action {
         Action::ReconcileRun { run, fault } => world.reconcile_run(run, fault, checker)?,
-        Action::ReconcilePlan => world.reconcile_plan(),
+        Action::ReconcilePlan => {
+            world.reconcile_plan();
+            checker.plan_reconciled(world)?;
+        }
         Action::Kratix { binding } => world.kratix(binding),
         Action::Advance { seconds } => {
             let cap = world.now + chrono::Duration::seconds(i64::from(seconds));
@@ -96,6 +99,7 @@ fn settle(world: &mut World, checker: &mut Checker, steps: &mut usize) -> Result
             }
         }
         world.reconcile_plan();
+        checker.plan_reconciled(world)?;
         let all_ended = world
             .runs
             .iter()

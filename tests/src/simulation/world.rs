@@ -64,8 +64,12 @@ pub struct World {
     pub approvals: Vec<ApprovalFact>,
     approvals_made: usize,
     pub tally: Tally,
-    /// The controller process's memory, lost when it crashes.
-    process: Process,
+    /// The two controller processes' memories (leader election: one leads, the other — a
+    /// deposed leader not yet stopped — may still act on what its caches say).
+    processes: [Process; 2],
+    pub leader: usize,
+    /// The process taking the current step.
+    acting: usize,
     /// The Events published about each run, in order.
     pub events: Vec<Published>,
     pub metrics: Metrics,
@@ -82,6 +86,8 @@ pub struct Published {
     /// engine's key; empty, the note says.
     pub key: String,
     pub note: String,
+    /// Which controller process slot published it (a restart reuses the slot).
+    pub by: usize,
 }
 
 /// What the controller process remembers (its `Ctx`), lost when it crashes: the next process
@@ -114,6 +120,11 @@ pub struct Tally {
     /// Binding patches refused by their precondition (a stale cache's steps).
     pub conflicts: u64,
     pub crashes: u64,
+    /// Steps cut short by a failed write (the process lives on).
+    pub write_errors: u64,
+    /// Steps taken by a deposed leader.
+    pub deposed: u64,
+    pub leader_changes: u64,
     /// Run writes (its own patch, its status) refused: the run changed since the step read it.
     pub stale_run_writes: u64,
     pub completed: u64,
@@ -127,6 +138,9 @@ impl Tally {
         self.retries += other.retries;
         self.conflicts += other.conflicts;
         self.crashes += other.crashes;
+        self.write_errors += other.write_errors;
+        self.deposed += other.deposed;
+        self.leader_changes += other.leader_changes;
         self.stale_run_writes += other.stale_run_writes;
         self.completed += other.completed;
         self.failed += other.failed;
@@ -262,7 +276,9 @@ impl World {
             approvals: Vec::new(),
             approvals_made: 0,
             tally: Tally::default(),
-            process: Process::default(),
+            processes: Default::default(),
+            leader: 0,
+            acting: 0,
             events: Vec::new(),
             metrics: Metrics::default(),
             next_version: 2,
@@ -393,6 +409,13 @@ impl World {
                 }
             }
             UserAction::EndFreezes => self.freezes.clear(),
+            UserAction::LeaderChange => {
+                // The new leader starts remembering nothing; the old one lives on, deposed,
+                // until it notices (its steps are Fault::Deposed).
+                self.leader = 1 - self.leader;
+                self.processes[self.leader] = Process::default();
+                self.tally.leader_changes += 1;
+            }
             UserAction::Gate { firing, reachable } => {
                 self.gate = match (reachable, firing) {
                     (false, _) => Reading::Error("Prometheus cannot be reached".into()),
@@ -563,6 +586,12 @@ impl World {
             return Ok(());
         };
         let name = self.runs[i].name_any();
+        self.acting = if fault == Fault::Deposed {
+            1 - self.leader
+        } else {
+            self.leader
+        };
+        self.tally.deposed += u64::from(fault == Fault::Deposed);
         // kube's finalizer helper: a run is first given the finalizer, in a reconcile of its
         // own; one deleted before it had it is simply gone.
         if !self.runs[i].finalizers().iter().any(|f| f == RUN_FINALIZER) {
@@ -580,7 +609,9 @@ impl World {
         // is conditional on the copy it read, is then refused).
         let lagged = self.lagging_runs.iter().find(|r| r.name_any() == name);
         let run = match (fault, lagged) {
-            (Fault::StaleCache, Some(old)) if old.finalizers().iter().any(|f| f == RUN_FINALIZER) => old.clone(),
+            (Fault::StaleCache | Fault::Deposed, Some(old)) if old.finalizers().iter().any(|f| f == RUN_FINALIZER) => {
+                old.clone()
+            }
             _ => self.runs[i].clone(),
         };
         let runs_before = self.runs.clone();
@@ -594,7 +625,11 @@ impl World {
         // Replaced by `before` once the step is done.
         let stale = std::mem::take(&mut self.lagging);
         let view = View {
-            bindings: if fault == Fault::StaleCache { &stale } else { &before },
+            bindings: if matches!(fault, Fault::StaleCache | Fault::Deposed) {
+                &stale
+            } else {
+                &before
+            },
             revisions: &self.revisions,
             freezes: &self.freezes,
         };
@@ -613,10 +648,16 @@ impl World {
         let step = lifecycle::step(&run, &facts, &view);
         checker.before_writes(self, &run, &step)?;
         let writes = step.writes(run.status.as_ref());
-        let crash = match fault {
-            Fault::CrashAfter(k) if k < writes.len() => Some(k),
-            _ => None,
+        let (crash, failed) = match fault {
+            Fault::CrashAfter(k) if k < writes.len() => (Some(k), None),
+            // Only a request whose error fails the pass: events, counts and gauges are best
+            // effort or local.
+            Fault::WriteFails(k) if writes.get(k).is_some_and(fallible) => (None, Some(k)),
+            _ => (None, None),
         };
+        if failed.is_some() {
+            self.tally.write_errors += 1;
+        }
         if let Some(k) = crash {
             self.tally.crashes += 1;
             if matches!(writes.get(k), Some(Write::Count))
@@ -626,14 +667,17 @@ impl World {
             }
         }
         let mut read_version = run.resource_version();
-        for write in writes.into_iter().take(crash.unwrap_or(usize::MAX)) {
+        // A crash ends the process; a failed write (500, timeout) ends the step: the controller
+        // requeues with backoff, its memory intact.
+        for write in writes.into_iter().take(crash.or(failed).unwrap_or(usize::MAX)) {
             if !self.apply(&run, &step, &mut read_version, write, checker)? {
                 break;
             }
         }
         if crash.is_some() {
-            self.process = Process::default();
+            self.processes[self.acting] = Process::default();
         }
+        self.acting = self.leader;
         match step.wake_at {
             Some(at) => self.wakes.insert(name, at),
             None => self.wakes.remove(&name),
@@ -753,12 +797,10 @@ impl World {
                     self.recall(name);
                 }
                 // `Ctx::event_once`: not again in this process, nor when an earlier one published it.
-                let first = self
-                    .process
+                let first = self.processes[self.acting]
                     .reported
                     .insert((name.to_string(), a.reason, a.key.clone()));
-                let before = self
-                    .process
+                let before = self.processes[self.acting]
                     .recalled
                     .get(name)
                     .is_some_and(|r| r.contains(a.reason, &a.note));
@@ -813,7 +855,7 @@ impl World {
 
     /// `Ctx::recall_announcements`: the run's Events, read once per process.
     fn recall(&mut self, run: &str) -> bool {
-        if self.process.recalled.contains_key(run) {
+        if self.processes[self.acting].recalled.contains_key(run) {
             return false;
         }
         let found = self
@@ -822,7 +864,7 @@ impl World {
             .filter(|e| e.run == run)
             .map(|e| (e.reason.to_string(), e.note.clone(), 1));
         let announced = Announced::from_events(found);
-        self.process.recalled.insert(run.to_string(), announced);
+        self.processes[self.acting].recalled.insert(run.to_string(), announced);
         true
     }
 
@@ -845,7 +887,11 @@ impl World {
             revisions: &self.revisions,
             freezes: &self.freezes,
         };
-        let announced = self.process.recalled.get(&name).cloned().unwrap_or_default();
+        let announced = self.processes[self.acting]
+            .recalled
+            .get(&name)
+            .cloned()
+            .unwrap_or_default();
         for note in lifecycle::lost_start_announcements(run, &frozen.snapshot, to, &announced, &view) {
             self.publish(&name, events::RESOURCE_UPGRADE_STARTED, "", note, checker)?;
         }
@@ -866,6 +912,7 @@ impl World {
             reason,
             key: key.to_string(),
             note,
+            by: self.acting,
         };
         if trace() {
             eprintln!(
@@ -894,10 +941,18 @@ impl World {
         if step.finished.is_some() {
             *self.metrics.runs.entry(name.clone()).or_default() += 1;
             // `Ctx::forget_run`: a finished run's memory goes.
-            self.process.reported.retain(|(r, ..)| *r != name);
-            self.process.recalled.remove(&name);
+            self.processes[self.acting].reported.retain(|(r, ..)| *r != name);
+            self.processes[self.acting].recalled.remove(&name);
         }
     }
+}
+
+/// Whether a failed request for `write` fails the controller's pass (`?` in `carry_out`).
+fn fallible(write: &Write<'_>) -> bool {
+    !matches!(
+        write,
+        Write::Announce(_) | Write::FlushCounts | Write::Gauges(_) | Write::Count
+    )
 }
 
 /// `SIM_TRACE=1`: print each action and each Event as a replay goes (to read a violation's
