@@ -245,7 +245,8 @@ pub enum Gauges {
     Clear,
 }
 
-/// One resource's result, counted once per run (`upgradeplan_resource_upgrades_total`).
+/// One resource's result, listed by every pass that moves its group's counts (for its duration;
+/// what is counted is [`ResultCount`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceResult {
     /// The group's index in the snapshot.
