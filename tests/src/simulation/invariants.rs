@@ -126,12 +126,7 @@ fn held_group(world: &World, run: &UpgradeRun, frozen: &Frozen, step: &Step) -> 
     let status = run.status.clone().unwrap_or_default();
     let approvals = world.approvals_of(&run.name_any());
     for patch in &step.binding_patches {
-        let in_group = |g: &upgradeplan::engine::snapshot::SnapshotGroup| {
-            g.resources
-                .iter()
-                .any(|r| r.binding == patch.resource.binding && r.namespace == patch.resource.namespace)
-        };
-        let Some(index) = frozen.snapshot.groups.iter().position(in_group) else {
+        let Some(index) = group_of(frozen, patch) else {
             continue;
         };
         let Some(group) = frozen.plan.rollout_groups.get(index) else {
@@ -168,6 +163,15 @@ fn held_group(world: &World, run: &UpgradeRun, frozen: &Frozen, step: &Step) -> 
         }
     }
     None
+}
+
+/// The snapshot group `patch`'s binding is in.
+fn group_of(frozen: &Frozen, patch: &BindingPatch) -> Option<usize> {
+    frozen.snapshot.groups.iter().position(|g| {
+        g.resources
+            .iter()
+            .any(|r| r.binding == patch.resource.binding && r.namespace == patch.resource.namespace)
+    })
 }
 
 /// A Go duration of whole seconds, as the simulation writes them (`90s`).
@@ -226,12 +230,7 @@ impl Checker {
 
     /// A binding patch of `run` the API server accepted.
     pub fn patched(&mut self, run: &str, frozen: &Frozen, patch: &BindingPatch) -> Result<(), Violation> {
-        let in_snapshot = frozen.snapshot.groups.iter().any(|g| {
-            g.resources
-                .iter()
-                .any(|r| r.binding == patch.resource.binding && r.namespace == patch.resource.namespace)
-        });
-        if !in_snapshot {
+        if group_of(frozen, patch).is_none() {
             return violation(
                 Invariant::OnlySnapshotPatched,
                 format!("run {run} patched {} outside its snapshot", patch.resource.binding),
@@ -312,10 +311,7 @@ impl Checker {
     /// another reason, is announced with its new text). Spec §14.2 promises events once across
     /// restarts; two processes acting at once around a leader change may both announce.
     pub fn published(&self, world: &World, event: &Published) -> Result<(), Violation> {
-        fn occurrence(e: &Published) -> (&str, &str, &str, &str, usize) {
-            (&e.run, e.reason, &e.key, &e.note, e.by)
-        }
-        if world.events.iter().any(|e| occurrence(e) == occurrence(event)) {
+        if world.events.contains(event) {
             return violation(
                 Invariant::EachOnce,
                 format!(

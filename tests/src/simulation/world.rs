@@ -60,8 +60,8 @@ pub struct World {
     pub wakes: BTreeMap<String, DateTime<Utc>>,
     /// What the signal gate's query finds (the plan's gate, when it has one).
     pub gate: Reading,
-    /// The UpgradeApprovals that exist.
-    pub approvals: Vec<ApprovalFact>,
+    /// The UpgradeApprovals that exist, by the run they name (`spec.upgradeRunRef`).
+    pub approvals: Vec<(String, ApprovalFact)>,
     approvals_made: usize,
     pub tally: Tally,
     /// The two controller processes' memories (leader election: one leads, the other — a
@@ -430,15 +430,17 @@ impl World {
                 if let Some(i) = self.run_index(run) {
                     self.approvals_made += 1;
                     let group = ["dev", "prod"][group % 2].to_string();
-                    self.approvals.push(ApprovalFact {
-                        name: format!("{}-{group}-{}", self.runs[i].name_any(), self.approvals_made),
+                    let run = self.runs[i].name_any();
+                    let fact = ApprovalFact {
+                        name: format!("{run}-{group}-{}", self.approvals_made),
                         group,
                         created: self.now,
                         approver: Some("someone".into()),
                         comment: None,
                         owners: Vec::new(),
                         resource_version: None,
-                    });
+                    };
+                    self.approvals.push((run, fact));
                 }
             }
             UserAction::Revoke { approval } => {
@@ -608,10 +610,9 @@ impl World {
         // A lagging cache may hand the step an older copy of the run (its status write, which
         // is conditional on the copy it read, is then refused).
         let lagged = self.lagging_runs.iter().find(|r| r.name_any() == name);
-        let run = match (fault, lagged) {
-            (Fault::StaleCache | Fault::Deposed, Some(old)) if old.finalizers().iter().any(|f| f == RUN_FINALIZER) => {
-                old.clone()
-            }
+        let lagging = matches!(fault, Fault::StaleCache | Fault::Deposed);
+        let run = match lagged {
+            Some(old) if lagging && old.finalizers().iter().any(|f| f == RUN_FINALIZER) => old.clone(),
             _ => self.runs[i].clone(),
         };
         let runs_before = self.runs.clone();
@@ -625,11 +626,7 @@ impl World {
         // Replaced by `before` once the step is done.
         let stale = std::mem::take(&mut self.lagging);
         let view = View {
-            bindings: if matches!(fault, Fault::StaleCache | Fault::Deposed) {
-                &stale
-            } else {
-                &before
-            },
+            bindings: if lagging { &stale } else { &before },
             revisions: &self.revisions,
             freezes: &self.freezes,
         };
@@ -675,9 +672,8 @@ impl World {
             }
         }
         if crash.is_some() {
-            self.processes[self.acting] = Process::default();
+            *self.process() = Process::default();
         }
-        self.acting = self.leader;
         match step.wake_at {
             Some(at) => self.wakes.insert(name, at),
             None => self.wakes.remove(&name),
@@ -797,10 +793,12 @@ impl World {
                     self.recall(name);
                 }
                 // `Ctx::event_once`: not again in this process, nor when an earlier one published it.
-                let first = self.processes[self.acting]
+                let first = self
+                    .process()
                     .reported
                     .insert((name.to_string(), a.reason, a.key.clone()));
-                let before = self.processes[self.acting]
+                let before = self
+                    .process()
                     .recalled
                     .get(name)
                     .is_some_and(|r| r.contains(a.reason, &a.note));
@@ -814,7 +812,7 @@ impl World {
             }
             Write::AdoptApprovals(patches) => {
                 for patch in patches {
-                    if let Some(a) = self.approvals.iter_mut().find(|a| a.name == patch.approval) {
+                    if let Some((_, a)) = self.approvals.iter_mut().find(|(_, a)| a.name == patch.approval) {
                         a.owners = patch.owner_references.clone();
                     }
                 }
@@ -826,6 +824,11 @@ impl World {
 }
 
 impl World {
+    /// The memory of the process taking the current step.
+    fn process(&mut self) -> &mut Process {
+        &mut self.processes[self.acting]
+    }
+
     /// The latest reading of each of the plan's gates (read at every step: the controller's
     /// cache interval is the engine's concern, not what is checked here).
     pub fn gate_readings(&self) -> Vec<GateReading> {
@@ -839,23 +842,15 @@ impl World {
             .collect()
     }
 
-    /// The UpgradeApprovals of run `run`: named after it, as `approve` names them.
+    /// The UpgradeApprovals of run `run`.
     pub fn approvals_of(&self, run: &str) -> Vec<ApprovalFact> {
-        let prefix = format!("{run}-");
-        self.approvals
-            .iter()
-            .filter(|a| {
-                a.name
-                    .strip_prefix(&prefix)
-                    .is_some_and(|rest| rest.starts_with(&a.group))
-            })
-            .cloned()
-            .collect()
+        let of_run = self.approvals.iter().filter(|(r, _)| r == run);
+        of_run.map(|(_, a)| a.clone()).collect()
     }
 
     /// `Ctx::recall_announcements`: the run's Events, read once per process.
     fn recall(&mut self, run: &str) -> bool {
-        if self.processes[self.acting].recalled.contains_key(run) {
+        if self.process().recalled.contains_key(run) {
             return false;
         }
         let found = self
@@ -864,7 +859,7 @@ impl World {
             .filter(|e| e.run == run)
             .map(|e| (e.reason.to_string(), e.note.clone(), 1));
         let announced = Announced::from_events(found);
-        self.processes[self.acting].recalled.insert(run.to_string(), announced);
+        self.process().recalled.insert(run.to_string(), announced);
         true
     }
 
@@ -881,17 +876,13 @@ impl World {
         if !self.recall(&name) {
             return Ok(());
         }
+        let announced = self.process().recalled.get(&name).cloned().unwrap_or_default();
         let bindings = self.bindings();
         let view = View {
             bindings: &bindings,
             revisions: &self.revisions,
             freezes: &self.freezes,
         };
-        let announced = self.processes[self.acting]
-            .recalled
-            .get(&name)
-            .cloned()
-            .unwrap_or_default();
         for note in lifecycle::lost_start_announcements(run, &frozen.snapshot, to, &announced, &view) {
             self.publish(&name, events::RESOURCE_UPGRADE_STARTED, "", note, checker)?;
         }
@@ -928,8 +919,7 @@ impl World {
     /// `Ctx::count`: the results the step's status records, the run's end once.
     fn count(&mut self, run: &UpgradeRun, step: &Step) {
         let name = run.name_any();
-        let counts = step.frozen.as_ref().map_or(&[][..], |_| &step.result_counts[..]);
-        for c in counts {
+        for c in &step.result_counts {
             let group = step.frozen.as_ref().and_then(|f| f.snapshot.groups.get(c.group));
             let group = group.map_or("", |g| g.name.as_str());
             *self
@@ -941,8 +931,8 @@ impl World {
         if step.finished.is_some() {
             *self.metrics.runs.entry(name.clone()).or_default() += 1;
             // `Ctx::forget_run`: a finished run's memory goes.
-            self.processes[self.acting].reported.retain(|(r, ..)| *r != name);
-            self.processes[self.acting].recalled.remove(&name);
+            self.process().reported.retain(|(r, ..)| *r != name);
+            self.process().recalled.remove(&name);
         }
     }
 }
