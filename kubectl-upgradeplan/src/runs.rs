@@ -605,11 +605,16 @@ fn current_group_name(run: &UpgradeRun, e: &Evaluation) -> Option<String> {
         .or_else(|| run.status.as_ref()?.rollout_groups.get(group).map(|g| g.name.clone()))
 }
 
+const PREVIEW_WAITS: &str = "preview: nothing is patched until resumed (kubectl upgradeplan resume <run>)";
+
 /// What a run waits for, in words, from its conditions and (when in progress) the engine.
 fn waiting(run: &UpgradeRun, eval: Option<&Evaluation>, now: DateTime<Utc>, style: &Style) -> Option<String> {
     let s = run.status.as_ref()?;
     if let Some(by) = &s.superseded_by {
         return Some(format!("superseded by {by}: it starts nothing more"));
+    }
+    if is_preview(run) && run.spec.suspend {
+        return Some(PREVIEW_WAITS.to_string());
     }
     for c in [reasons::PLAN_RESOLVED, reasons::TARGET_REVISION_READY] {
         if let Some(c) =
@@ -633,9 +638,6 @@ fn waiting(run: &UpgradeRun, eval: Option<&Evaluation>, now: DateTime<Utc>, styl
 fn held_words(blocked: Blocked, run: &UpgradeRun, e: &Evaluation, now: DateTime<Utc>, style: &Style) -> String {
     let conditions = run.status.as_ref().map_or(&[][..], |s| s.conditions.as_slice());
     match blocked {
-        Blocked::Suspended if is_preview(run) => {
-            "preview: nothing is patched until resumed (kubectl upgradeplan resume <run>)".to_string()
-        }
         Blocked::Suspended => "suspended: no new upgrade starts (kubectl upgradeplan resume <run>)".to_string(),
         Blocked::WindowClosed => match e.windows.and_then(|g| g.next_open) {
             Some(t) => format!("window closed until {}", style.time(t, None)),
@@ -715,12 +717,15 @@ pub fn status(
 ) -> (StatusJson, String) {
     let s = run.status.clone().unwrap_or_default();
     let name = run.metadata.name.clone().unwrap_or_default();
-    let eval = frozen.filter(|_| s.state == RunState::InProgress).map(|f| {
+    // A dormant run (superseded, or a preview not resumed) is not evaluated by the controller
+    // (spec §5.2): its recorded counts are the run's, and the view shows those.
+    let live_run = s.state == RunState::InProgress && !upgradeplan::engine::admission::is_dormant(run);
+    let eval = frozen.filter(|_| live_run).map(|f| {
         evaluate(
             &RunContext {
                 run_name: &name,
                 run_created: admitted(run),
-                suspended: run.spec.suspend || s.superseded_by.is_some(),
+                suspended: run.spec.suspend,
                 plan: &f.compiled,
                 snapshot: &f.snapshot,
                 recorded: &s.rollout_groups,

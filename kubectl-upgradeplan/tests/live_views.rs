@@ -425,3 +425,65 @@ fn status_of_runs_soaking_and_awaiting_approval() {
     let (_, text) = runs::status(&awaiting, Some(&frozen), &live(&live_now), true, utc(NOW), &style());
     golden("status-awaiting-approval.txt", &text);
 }
+
+/// A dormant run — superseded, or a preview not resumed — is never evaluated by the controller
+/// (spec §5.2), so its view shows the counts it recorded, not what its bindings show now: found
+/// by the simulation, a superseded run (seed 13865975483465176421) and a preview (seed
+/// 16445935778384770790) shown with a failure that the newer run, or Kratix after the preview
+/// was made, produced.
+#[test]
+fn a_dormant_runs_view_shows_what_it_recorded() {
+    let plan = plan();
+    let (mut bindings, frozen, _) = dev_done(&plan);
+    // A dev resource fails after the dormant run stopped acting.
+    for b in &mut bindings {
+        if b.metadata.name.as_deref() == Some("cache-1-redis") {
+            b.spec.version = "v2.0.0".into();
+            let s = b.status.get_or_insert_with(Default::default);
+            s.last_applied_version = "v1.0.0".into();
+            s.failed_version = Some("v2.0.0".into());
+            s.conditions = vec![upgradeplan::api::kratix::BindingCondition {
+                type_: upgradeplan::api::kratix::UPGRADE_SUCCEEDED.into(),
+                status: "False".into(),
+                reason: upgradeplan::api::kratix::UPGRADE_FAILED.into(),
+                message: "workflow failed".into(),
+                last_transition_time: Some(utc("2026-03-27T21:20:00Z")),
+            }];
+        }
+    }
+    let recorded = json!([{"name": "dev", "total": 3}, {"name": "eu", "total": 2}, {"name": "rest", "total": 1}]);
+    let superseded = {
+        let mut r = run(
+            "superseded",
+            json!({"state": "InProgress", "startedAt": "2026-03-27T21:00:05Z", "totalResources": 6,
+                   "supersededBy": "newer", "rolloutGroups": recorded}),
+        );
+        r.spec.suspend = true;
+        r
+    };
+    let preview = {
+        let mut r = run(
+            "preview",
+            json!({"state": "InProgress", "totalResources": 6, "rolloutGroups": recorded}),
+        );
+        r.spec.suspend = true;
+        r.metadata.generation = Some(1);
+        r.metadata.annotations = Some([(upgradeplan::api::PREVIEW_ANNOTATION.to_string(), "true".to_string())].into());
+        r
+    };
+    let cases = [
+        (superseded, "superseded by newer: it starts nothing more"),
+        (
+            preview,
+            "preview: nothing is patched until resumed (kubectl upgradeplan resume <run>)",
+        ),
+    ];
+    for (r, waits) in cases {
+        let name = r.metadata.name.clone().unwrap_or_default();
+        let (json, _) = runs::status(&r, Some(&frozen), &live(&bindings), true, utc(NOW), &style());
+        let counts: Vec<(i64, i64, i64)> = json.groups.iter().map(|g| (g.succeeded, g.failed, g.skipped)).collect();
+        assert_eq!(counts, vec![(0, 0, 0); 3], "{name}: the recorded counts");
+        assert_eq!(json.waiting.as_deref(), Some(waits), "{name}");
+        assert!(json.in_flight_resources.is_empty(), "{name}");
+    }
+}

@@ -42,6 +42,9 @@ pub enum Invariant {
     EachOnce,
     /// The plan's `phase`, `activeRunRef` and `lastRun` follow from its runs (spec §3.2, §14.2).
     PlanFollowsRuns,
+    /// The plugin's run view (`kubectl upgradeplan status`), read from the world the controller's
+    /// step read, shows the counts the step recorded.
+    PluginShowsRecorded,
 }
 
 impl std::fmt::Display for Invariant {
@@ -56,6 +59,7 @@ impl std::fmt::Display for Invariant {
             Invariant::EndsOrSaysWhy => "every run ends, or carries a condition saying why it waits",
             Invariant::EachOnce => "each event published and each result counted once",
             Invariant::PlanFollowsRuns => "the plan's status follows from its runs",
+            Invariant::PluginShowsRecorded => "the plugin's run view equals what the controller recorded",
         };
         write!(f, "{text}")
     }
@@ -414,6 +418,41 @@ impl Checker {
             ),
             None => Ok(()),
         }
+    }
+
+    /// Right after run `name`'s status was written from live facts: `kubectl upgradeplan status`
+    /// shows each group's counts as recorded.
+    pub fn viewed(&self, world: &World, name: &str) -> Result<(), Violation> {
+        let Some(run) = world.runs.iter().find(|r| r.name_any() == name) else {
+            return Ok(());
+        };
+        let recorded = run.status.clone().unwrap_or_default();
+        let frozen = world.frozen_of(name);
+        let mut live = kubectl_upgradeplan::runs::Live::of_bindings(world.bindings());
+        live.freezes = holding(&world.freezes, PROMISE, world.plan.labels());
+        let to = frozen.as_ref().map_or("", |f| f.plan.upgrade_path.to.as_str());
+        let revision_present = world.revisions.iter().any(|v| v == to);
+        let (shown, _) = kubectl_upgradeplan::runs::status(
+            run,
+            frozen.as_deref(),
+            &live,
+            revision_present,
+            world.now,
+            &kubectl_upgradeplan::output::Style::plain(),
+        );
+        let counts = |g: &upgradeplan::api::GroupStatus| (g.name.clone(), g.succeeded, g.failed, g.skipped);
+        let want: Vec<_> = recorded.rollout_groups.iter().map(counts).collect();
+        let got: Vec<_> = shown.groups.iter().map(counts).collect();
+        if want != got {
+            return violation(
+                Invariant::PluginShowsRecorded,
+                format!(
+                    "run {name} ({:?}): recorded {want:?}, the plugin shows {got:?}",
+                    recorded.state
+                ),
+            );
+        }
+        Ok(())
     }
 
     /// After every action: each active run's groups within their limits.

@@ -70,6 +70,8 @@ pub struct World {
     pub leader: usize,
     /// The process taking the current step.
     acting: usize,
+    /// Whether the current step reads lagging caches.
+    lagging_step: bool,
     /// The Events published about each run, in order.
     pub events: Vec<Published>,
     pub metrics: Metrics,
@@ -279,6 +281,7 @@ impl World {
             processes: Default::default(),
             leader: 0,
             acting: 0,
+            lagging_step: false,
             events: Vec::new(),
             metrics: Metrics::default(),
             next_version: 2,
@@ -611,6 +614,7 @@ impl World {
         // is conditional on the copy it read, is then refused).
         let lagged = self.lagging_runs.iter().find(|r| r.name_any() == name);
         let lagging = matches!(fault, Fault::StaleCache | Fault::Deposed);
+        self.lagging_step = lagging;
         let run = match lagged {
             Some(old) if lagging && old.finalizers().iter().any(|f| f == RUN_FINALIZER) => old.clone(),
             _ => self.runs[i].clone(),
@@ -772,6 +776,9 @@ impl World {
                 }
                 r.status = Some(status.clone());
                 r.metadata.resource_version = version;
+                if !self.lagging_step {
+                    checker.viewed(self, name)?;
+                }
             }
             Write::Release(release) => {
                 let Some(i) = self.runs.iter().position(|r| r.name_any() == name) else {
