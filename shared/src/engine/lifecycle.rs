@@ -652,7 +652,9 @@ struct Admitted {
 fn admit_run(out: &mut Step, run: &UpgradeRun, plan: &UpgradePlan, facts: &Facts<'_>) -> ControlFlow<(), Admitted> {
     let now = facts.now;
     let mut me = RunFacts::of(run);
-    let resumed = me.preview && !run.spec.suspend && out.status.state != RunState::Unresolved;
+    // A preview is one only while suspended, or once seen as one (annotated): resumed before its
+    // status was first written (a failed write after its annotation), it is admitted now too.
+    let resumed = me.preview && !run.spec.suspend;
     if resumed {
         me.preview = false;
         me.created = crate::time::whole_seconds(now); // as the annotation will say

@@ -1414,6 +1414,32 @@ fn a_preview_is_dormant_until_resumed_and_judges_failures_from_its_admission() {
     assert_eq!(s.status.rollout_groups[0].failed, 0);
 }
 
+/// Found by the simulation (seed 11044320068972114203): a preview's first pass wrote its
+/// preview annotation, then a request failed before its status; resumed before the next pass, it
+/// was neither dormant (no longer suspended) nor admitted (no status yet), so that pass recorded
+/// it InProgress unevaluated, and `status` showed other counts than the run recorded. It is
+/// admitted at once instead, like any resumed preview.
+#[test]
+fn a_preview_resumed_before_its_status_was_first_written_is_admitted_at_once() {
+    let plan = valid_plan(2);
+    let world = World::with(2);
+    let mut preview = a_run("preview", t(0), true);
+    let first = pass(&preview, Some(&plan), &[], &world, t(1));
+    // Its own patch lands; the request after it fails: no status.
+    first.own.apply(&mut preview).expect("the run as the step read it");
+    assert!(preview.status.is_none());
+    preview.spec.suspend = false;
+    preview.metadata.generation = Some(2);
+    let s = pass(&preview, Some(&plan), &[], &world, t(5));
+    assert_eq!(
+        s.own.annotations.get(crate::api::ADMITTED_AT_ANNOTATION).cloned(),
+        Some(crate::time::rfc3339(t(5))),
+        "admitted now"
+    );
+    assert!(s.evaluation.is_some(), "evaluated as an admitted run");
+    assert_eq!((s.status.state, started(&s)), (RunState::InProgress, 2));
+}
+
 /// Issue 36 D2 (spec §14.2): after its snapshot a run follows its frozen plan, Promise
 /// included. The live plan's promiseRef edited mid-run (to a Promise without the target
 /// revision) neither fails the run nor stops it.
