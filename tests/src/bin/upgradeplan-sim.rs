@@ -50,7 +50,7 @@ fn main() -> anyhow::Result<()> {
     }
     let t = &report.tally;
     println!(
-        "({} starts, {} retries, {} crashes mid-step, {} steps cut by a failed write, {} leader changes, {} steps by a deposed leader, {} patches refused as stale, {} run writes refused as stale; runs: {} completed, {} failed, {} cancelled)",
+        "({} starts, {} retries, {} crashes mid-step, {} steps cut by a failed write, {} leader changes, {} steps by a deposed leader, {} patches refused as stale, {} run writes refused as stale, {} HealthRecords written, {} statuses compared with the plugin's view; runs: {} completed, {} failed, {} cancelled)",
         t.starts,
         t.retries,
         t.crashes,
@@ -59,6 +59,8 @@ fn main() -> anyhow::Result<()> {
         t.deposed,
         t.conflicts,
         t.stale_run_writes,
+        t.health_reports,
+        t.plugin_views,
         t.completed,
         t.failed,
         t.cancelled

@@ -3,7 +3,7 @@
 //! it acts on by a number taken modulo what exists when it happens, so a history stays valid when
 //! the shrinker removes actions from it.
 
-use super::world::Shape;
+use super::world::{Health, Shape};
 
 /// The generator: the same seed, the same history, on every machine.
 pub use upgradeplan::rng::SplitMix64 as Rng;
@@ -49,6 +49,11 @@ pub enum UserAction {
     EditLimit {
         group: usize,
         limit: i32,
+    },
+    /// What the resource's health checks report after an upgrade changes (`None`: it has none).
+    Health {
+        binding: usize,
+        health: Option<Health>,
     },
     /// The resource's next upgrade to v2 fails.
     FailNext {
@@ -128,10 +133,24 @@ impl History {
             gate: rng.chance(40),
             approval: rng.chance(40),
             soak_seconds: rng.chance(30).then(|| 1 + rng.below(900) as u32),
+            health_check: rng
+                .chance(40)
+                .then(|| (rng.below(2) as usize, 1 + rng.below(1200) as u32)),
+            health: (0..sizes[0] + sizes[1]).map(|_| health(&mut rng)).collect(),
         };
         let actions = (0..steps).map(|_| action(&mut rng)).collect();
         History { shape, actions }
     }
+}
+
+/// What a resource's health checks report: mostly healthy, sometimes not, sometimes nothing.
+fn health(rng: &mut Rng) -> Option<Health> {
+    rng.chance(85).then(|| Health {
+        // unknown, ready, unhealthy, healthy, degraded: healthy and ready most often.
+        state: [3, 3, 3, 1, 1, 0, 2, 4][rng.below(8) as usize],
+        records: 1 + rng.below(3) as usize,
+        delay: rng.below(600) as u32,
+    })
 }
 
 fn action(rng: &mut Rng) -> Action {
@@ -170,7 +189,16 @@ fn user(rng: &mut Rng) -> UserAction {
             group: target(rng),
             limit: 1 + rng.below(4) as i32,
         },
-        11..=13 => UserAction::FailNext { binding: target(rng) },
+        // A check that starts reporting otherwise: any state, as often bad as good.
+        11..=12 => UserAction::Health {
+            binding: target(rng),
+            health: rng.chance(90).then(|| Health {
+                state: rng.below(5) as usize,
+                records: 1 + rng.below(3) as usize,
+                delay: rng.below(600) as u32,
+            }),
+        },
+        13 => UserAction::FailNext { binding: target(rng) },
         14..=15 => UserAction::Fix { binding: target(rng) },
         16..=17 => UserAction::RetryLabel { binding: target(rng) },
         18..=19 => UserAction::Freeze {

@@ -42,6 +42,9 @@ pub enum Invariant {
     EachOnce,
     /// The plan's `phase`, `activeRunRef` and `lastRun` follow from its runs (spec §3.2, §14.2).
     PlanFollowsRuns,
+    /// In a group with a health check, a resource counts Succeeded only once its HealthRecords
+    /// from after its upgrade, combined by the worst state, said healthy or ready (spec §13.2).
+    VerifiedByHealth,
     /// The plugin's run view (`kubectl upgradeplan status`), read from the world the controller's
     /// step read, shows the counts the step recorded.
     PluginShowsRecorded,
@@ -59,6 +62,7 @@ impl std::fmt::Display for Invariant {
             Invariant::EndsOrSaysWhy => "every run ends, or carries a condition saying why it waits",
             Invariant::EachOnce => "each event published and each result counted once",
             Invariant::PlanFollowsRuns => "the plan's status follows from its runs",
+            Invariant::VerifiedByHealth => "a success in a health-checked group is one its records verified",
             Invariant::PluginShowsRecorded => "the plugin's run view equals what the controller recorded",
         };
         write!(f, "{text}")
@@ -188,6 +192,48 @@ fn go_seconds(d: &str) -> Option<i64> {
 pub struct Checker {
     /// Version starts by (run, binding).
     starts: BTreeMap<(String, String), usize>,
+    /// Resources (namespace, name) whose records, at some moment, verified their upgrade.
+    verified: std::collections::BTreeSet<(String, String)>,
+}
+
+/// Whether `b`'s upgrade to `to` is verified by `records`, read literally from spec §13.2: its
+/// records whose check ran no earlier than the upgrade completed (the `UpgradeSucceeded=True`
+/// transition, to the second; without it the start annotation), the worst state of them
+/// healthy or ready.
+fn verified_now(
+    b: &upgradeplan::api::kratix::ResourceBinding,
+    to: &str,
+    records: &[std::sync::Arc<upgradeplan::api::kratix::HealthRecord>],
+) -> bool {
+    use upgradeplan::api::kratix::BindingFacts;
+    if b.last_applied_version() != to {
+        return false;
+    }
+    let started = b
+        .annotations()
+        .get(upgradeplan::api::UPGRADE_STARTED_AT_ANNOTATION)
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.timestamp());
+    let success = b.upgrade_condition().filter(|c| c.status == "True");
+    let Some(completed) = success
+        .and_then(|c| c.last_transition_time)
+        .map(|t| t.timestamp())
+        .or(started)
+    else {
+        return false;
+    };
+    let rank = |state: &str| {
+        ["unhealthy", "degraded", "unknown", "healthy", "ready"]
+            .iter()
+            .position(|s| *s == state)
+    };
+    let worst = records
+        .iter()
+        .filter(|r| r.data.resource_ref.name == b.spec.resource_ref.name)
+        .filter(|r| r.data.last_run.is_some_and(|t| t >= completed))
+        .map(|r| rank(&r.data.state).unwrap_or(2))
+        .min();
+    worst.is_some_and(|w| w >= 3)
 }
 
 impl Checker {
@@ -420,6 +466,49 @@ impl Checker {
         }
     }
 
+    /// Every resource whose records verify its upgrade now (once verified, it may be counted).
+    fn learn_verifications(&mut self, world: &World) {
+        let to = &world.plan.spec.upgrade_path.to;
+        for r in &world.resources {
+            if verified_now(&r.binding, to, &world.health) {
+                let b = &r.binding;
+                self.verified.insert((b.namespace().unwrap_or_default(), b.name_any()));
+            }
+        }
+    }
+
+    /// Before run `name`'s `status` is written: no group with a health check counts more
+    /// successes than it has resources whose records verified them.
+    pub fn health_counted(&mut self, world: &World, name: &str, status: &UpgradeRunStatus) -> Result<(), Violation> {
+        self.learn_verifications(world);
+        let Some(frozen) = world.frozen_of(name) else {
+            return Ok(());
+        };
+        for (group, written) in frozen.snapshot.groups.iter().zip(&frozen.plan.rollout_groups) {
+            if written.health_check.is_none() {
+                continue;
+            }
+            let Some(counted) = status.rollout_groups.iter().find(|g| g.name == group.name) else {
+                continue;
+            };
+            let verified = group
+                .resources
+                .iter()
+                .filter(|r| self.verified.contains(&(r.namespace.clone(), r.binding.clone())))
+                .count();
+            if usize::try_from(counted.succeeded).unwrap_or(0) > verified {
+                return violation(
+                    Invariant::VerifiedByHealth,
+                    format!(
+                        "run {name} group {}: {} succeeded, {verified} ever verified by their records",
+                        group.name, counted.succeeded
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// Right after run `name`'s status was written from live facts: `kubectl upgradeplan status`
     /// shows each group's counts as recorded.
     pub fn viewed(&self, world: &World, name: &str) -> Result<(), Violation> {
@@ -430,6 +519,7 @@ impl Checker {
         let frozen = world.frozen_of(name);
         let mut live = kubectl_upgradeplan::runs::Live::of_bindings(world.bindings());
         live.freezes = holding(&world.freezes, PROMISE, world.plan.labels());
+        live.health = upgradeplan::engine::health::HealthRecords::index(PROMISE, world.health.iter().cloned());
         let to = frozen.as_ref().map_or("", |f| f.plan.upgrade_path.to.as_str());
         let revision_present = world.revisions.iter().any(|v| v == to);
         let (shown, _) = kubectl_upgradeplan::runs::status(
@@ -456,7 +546,8 @@ impl Checker {
     }
 
     /// After every action: each active run's groups within their limits.
-    pub fn after_action(&self, world: &World) -> Result<(), Violation> {
+    pub fn after_action(&mut self, world: &World) -> Result<(), Violation> {
+        self.learn_verifications(world);
         for run in &world.runs {
             let status = run.status.clone().unwrap_or_default();
             if status.state.is_terminal() {

@@ -58,6 +58,8 @@ pub struct World {
     pub kratix_retry: Option<std::time::Duration>,
     /// When each run's last step asked to be woken.
     pub wakes: BTreeMap<String, DateTime<Utc>>,
+    /// Kratix's HealthRecords (spec §2), as kratix-sim writes them.
+    pub health: Vec<Arc<HealthRecord>>,
     /// What the signal gate's query finds (the plan's gate, when it has one).
     pub gate: Reading,
     /// The UpgradeApprovals that exist, by the run they name (`spec.upgradeRunRef`).
@@ -129,6 +131,10 @@ pub struct Tally {
     pub leader_changes: u64,
     /// Run writes (its own patch, its status) refused: the run changed since the step read it.
     pub stale_run_writes: u64,
+    /// HealthRecords Kratix's checks wrote.
+    pub health_reports: u64,
+    /// Statuses the plugin's run view was compared with.
+    pub plugin_views: u64,
     pub completed: u64,
     pub failed: u64,
     pub cancelled: u64,
@@ -144,6 +150,8 @@ impl Tally {
         self.deposed += other.deposed;
         self.leader_changes += other.leader_changes;
         self.stale_run_writes += other.stale_run_writes;
+        self.health_reports += other.health_reports;
+        self.plugin_views += other.plugin_views;
         self.completed += other.completed;
         self.failed += other.failed;
         self.cancelled += other.cancelled;
@@ -155,6 +163,7 @@ struct View<'w> {
     bindings: &'w [ResourceBinding],
     revisions: &'w [String],
     freezes: &'w [Arc<UpgradeFreeze>],
+    health: &'w [Arc<HealthRecord>],
 }
 
 impl Cluster for View<'_> {
@@ -174,8 +183,9 @@ impl Cluster for View<'_> {
     fn revision_exists(&self, promise: &str, version: &str) -> bool {
         promise == PROMISE && self.revisions.iter().any(|v| v == version)
     }
-    fn health_records(&self, _: &str) -> Vec<Arc<HealthRecord>> {
-        Vec::new()
+    fn health_records(&self, promise: &str) -> Vec<Arc<HealthRecord>> {
+        let of_promise = self.health.iter().filter(|r| r.data.promise_ref.name == promise);
+        of_promise.cloned().collect()
     }
     fn freezes(&self) -> Vec<Arc<UpgradeFreeze>> {
         self.freezes.to_vec()
@@ -203,6 +213,34 @@ pub struct Shape {
     pub approval: bool,
     /// `dev`'s `soakDuration`, in seconds.
     pub soak_seconds: Option<u32>,
+    /// A group (0 `dev`, 1 `prod`) whose upgrades are verified by Kratix's HealthRecords, and its
+    /// `healthCheck.timeout` in seconds (spec §13.2).
+    pub health_check: Option<(usize, u32)>,
+    /// What each resource's health checks report after an upgrade (kratix-sim's annotations).
+    pub health: Vec<Option<Health>>,
+}
+
+/// What a resource's health checks report after its upgrade succeeds, as kratix-sim's
+/// annotations say it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Health {
+    /// An index into [`crate::sim::HEALTH_STATES`].
+    pub state: usize,
+    /// How many records (the first says `state`, the others `healthy`).
+    pub records: usize,
+    /// Seconds between the upgrade's success and the records.
+    pub delay: u32,
+}
+
+impl Health {
+    /// The binding annotations that make kratix-sim report this.
+    fn annotate(&self, b: &mut ResourceBinding) {
+        let a = b.annotations_mut();
+        let state = crate::sim::HEALTH_STATES[self.state % crate::sim::HEALTH_STATES.len()];
+        a.insert(crate::sim::HEALTH_ANNOTATION.into(), state.into());
+        a.insert(crate::sim::HEALTH_RECORDS_ANNOTATION.into(), self.records.to_string());
+        a.insert(crate::sim::HEALTH_DELAY_ANNOTATION.into(), format!("{}s", self.delay));
+    }
 }
 
 pub fn utc(s: &str) -> DateTime<Utc> {
@@ -222,6 +260,9 @@ impl World {
             }
             if i == 1 && shape.approval {
                 g["requireApproval"] = json!(true);
+            }
+            if let Some((_, timeout)) = shape.health_check.filter(|(group, _)| *group == i) {
+                g["healthCheck"] = json!({"timeout": format!("{timeout}s")});
             }
             g
         };
@@ -252,6 +293,10 @@ impl World {
                 }))
                 .unwrap_or_else(|e| panic!("the simulation's binding: {e}"));
                 let seconds = shape.workflows.get(n).copied().unwrap_or(0);
+                let mut binding = binding;
+                if let Some(Some(health)) = shape.health.get(n) {
+                    health.annotate(&mut binding);
+                }
                 resources.push(Resource {
                     binding,
                     workflow: std::time::Duration::from_secs(u64::from(seconds)),
@@ -274,6 +319,7 @@ impl World {
                 .kratix_retry_minutes
                 .map(|m| std::time::Duration::from_secs(u64::from(m) * 60)),
             wakes: BTreeMap::new(),
+            health: Vec::new(),
             gate: Reading::Open,
             approvals: Vec::new(),
             approvals_made: 0,
@@ -385,6 +431,23 @@ impl World {
                 let g = group % groups.len();
                 groups[g].max_concurrent = Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(limit));
                 self.plan.metadata.generation = self.plan.metadata.generation.map(|g| g + 1);
+            }
+            UserAction::Health { binding, health } => {
+                let version = self.version();
+                if let Some(r) = self.resource_mut(binding) {
+                    let a = r.binding.annotations_mut();
+                    for key in [
+                        crate::sim::HEALTH_ANNOTATION,
+                        crate::sim::HEALTH_RECORDS_ANNOTATION,
+                        crate::sim::HEALTH_DELAY_ANNOTATION,
+                    ] {
+                        a.remove(key);
+                    }
+                    if let Some(health) = health {
+                        health.annotate(&mut r.binding);
+                    }
+                    r.binding.metadata.resource_version = version;
+                }
             }
             UserAction::FailNext { binding } => self.annotate(binding, Some("v2")),
             UserAction::Fix { binding } => self.annotate(binding, None),
@@ -530,6 +593,7 @@ impl World {
         let step = self.kratix_step(&self.resources[pick % n]);
         let w = crate::sim::writes(&step, now);
         if !w.remove_retry_label && w.status.is_none() {
+            self.report_health(pick % n);
             return;
         }
         let version = self.version();
@@ -549,12 +613,58 @@ impl World {
         b.metadata.resource_version = version;
     }
 
-    /// The next instant something is due: a Kratix completion or retry, a run's wake-up, a
-    /// freeze's end.
+    /// Kratix's health checks of resource `i` report, when kratix-sim's [`crate::sim::decide_health`]
+    /// says they do now.
+    fn report_health(&mut self, i: usize) {
+        let b = &self.resources[i].binding;
+        let name = b.name_any();
+        let first = self
+            .health
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some(name.as_str()));
+        let crate::sim::HealthStep::Write { state, count } =
+            crate::sim::decide_health(b, first.map(|r| &**r), self.now)
+        else {
+            return;
+        };
+        let resource = b.spec.resource_ref.name.clone();
+        for k in 0..count {
+            let record_name = crate::sim::health_record_name(&name, k);
+            let said = if k == 0 { state.as_str() } else { "healthy" };
+            let record: Result<HealthRecord, _> = serde_json::from_value(json!({
+                "apiVersion": "platform.kratix.io/v1alpha1", "kind": "HealthRecord",
+                "metadata": {"name": record_name, "namespace": NAMESPACE},
+                "data": {"promiseRef": {"name": PROMISE}, "resourceRef": {"name": resource, "namespace": NAMESPACE},
+                         "state": said, "lastRun": self.now.timestamp()}
+            }));
+            let Ok(record) = record else {
+                continue;
+            };
+            self.health
+                .retain(|r| r.metadata.name.as_deref() != Some(record_name.as_str()));
+            self.health.push(Arc::new(record));
+            self.tally.health_reports += 1;
+            self.version();
+        }
+    }
+
+    /// The next instant something is due: a Kratix completion or retry, a health check's report,
+    /// a run's wake-up, a freeze's end.
     pub fn next_due(&self) -> Option<DateTime<Utc>> {
         let kratix = self.resources.iter().filter_map(|r| match self.kratix_step(r) {
             crate::sim::Step::FinishAt { at, .. } | crate::sim::Step::RetryAt { at } => Some(at),
             _ => None,
+        });
+        let health = self.resources.iter().filter_map(|r| {
+            let name = r.binding.name_any();
+            let first = self
+                .health
+                .iter()
+                .find(|h| h.metadata.name.as_deref() == Some(name.as_str()));
+            match crate::sim::decide_health(&r.binding, first.map(|h| &**h), self.now) {
+                crate::sim::HealthStep::At(at) => Some(at),
+                _ => None,
+            }
         });
         let plans = [Arc::new(self.plan.clone())];
         let freezes = self
@@ -562,6 +672,7 @@ impl World {
             .iter()
             .filter_map(|f| upgradeplan::engine::freeze::step(f, &plans, self.now).wake_at);
         kratix
+            .chain(health)
             .chain(self.wakes.values().copied())
             .chain(freezes)
             .filter(|t| *t > self.now)
@@ -574,6 +685,7 @@ impl World {
             bindings: &self.lagging,
             revisions: &self.revisions,
             freezes: &self.freezes,
+            health: &self.health,
         };
         let runs: Vec<&UpgradeRun> = self.runs.iter().collect();
         let step = lifecycle::plan::step(&self.plan, &runs, true, &view, self.now);
@@ -633,6 +745,7 @@ impl World {
             bindings: if lagging { &stale } else { &before },
             revisions: &self.revisions,
             freezes: &self.freezes,
+            health: &self.health,
         };
         let gates = self.gate_readings();
         let approvals = self.approvals_of(&name);
@@ -757,6 +870,7 @@ impl World {
                 let Some(i) = self.runs.iter().position(|r| r.name_any() == name) else {
                     return Ok(false);
                 };
+                checker.health_counted(self, name, status)?;
                 let unchanged = self.runs[i].resource_version() == *read_version;
                 let version = if unchanged { self.version() } else { None };
                 let r = &mut self.runs[i];
@@ -764,6 +878,14 @@ impl World {
                 if !unchanged {
                     self.tally.stale_run_writes += 1;
                     return Ok(false);
+                }
+                if trace() {
+                    let groups: Vec<_> = status
+                        .rollout_groups
+                        .iter()
+                        .map(|g| (&g.name, g.succeeded, g.failed, g.skipped))
+                        .collect();
+                    eprintln!("    status {name} {:?} {groups:?}", status.state);
                 }
                 checker.status_written(name, r.status.as_ref(), status)?;
                 let was_terminal = r.status.as_ref().is_some_and(|s| s.state.is_terminal());
@@ -777,6 +899,7 @@ impl World {
                 r.status = Some(status.clone());
                 r.metadata.resource_version = version;
                 if !self.lagging_step {
+                    self.tally.plugin_views += 1;
                     checker.viewed(self, name)?;
                 }
             }
@@ -889,6 +1012,7 @@ impl World {
             bindings: &bindings,
             revisions: &self.revisions,
             freezes: &self.freezes,
+            health: &self.health,
         };
         for note in lifecycle::lost_start_announcements(run, &frozen.snapshot, to, &announced, &view) {
             self.publish(&name, events::RESOURCE_UPGRADE_STARTED, "", note, checker)?;
