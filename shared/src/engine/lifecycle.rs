@@ -49,6 +49,10 @@ use crate::api::{
 /// later is found by the watch, which wakes nothing by itself).
 pub const KIND_POLL: chrono::Duration = chrono::Duration::seconds(30);
 
+/// The longest a run still going waits without looking again, whatever it waits for: what a
+/// missed watch event can cost (kube-rs's reference controller requeues as often).
+pub const RESYNC: Duration = Duration::minutes(5);
+
 /// How long a deleted run waits for its plan to record its result before the finalizer is
 /// released anyway (a plan whose reconcile keeps failing must not pin the run for ever).
 pub const RECORD_GRACE: Duration = Duration::seconds(60);
@@ -511,6 +515,12 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
     let mut out = Step::new(run, run.status.clone().unwrap_or_default());
     // Each stage either decides the step (Break) or hands on what it established.
     let _ = decide_stages(&mut out, run, facts, cluster);
+    // A missed watch event (a binding that finished, an approval created) must not leave a run
+    // waiting for ever: a run still going looks again at least every RESYNC.
+    let going = !out.status.state.is_terminal() && !is_dormant(run) && out.release.is_none();
+    if going {
+        out.wake_at = Some(out.wake_at.map_or(facts.now + RESYNC, |at| at.min(facts.now + RESYNC)));
+    }
     if let Some(selector) = facts.selector {
         if run.annotations().get(SELECTOR_ANNOTATION).map(String::as_str) != Some(selector) {
             out.own.annotations.insert(SELECTOR_ANNOTATION.into(), selector.into());

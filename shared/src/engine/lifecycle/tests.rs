@@ -1440,6 +1440,43 @@ fn a_preview_resumed_before_its_status_was_first_written_is_admitted_at_once() {
     assert_eq!((s.status.state, started(&s)), (RunState::InProgress, 2));
 }
 
+/// Found by the simulation (seed 6, once watch events could be missed): a run whose upgrades
+/// were in flight asked to be woken by nothing but their bindings' changes; one missed event and
+/// it waited for ever, saying nothing. A run still going looks again within RESYNC; one that
+/// ended, or a dormant one, waits for changes alone.
+#[test]
+fn a_run_still_going_looks_again_within_resync_whatever_it_waits_for() {
+    let plan = valid_plan(1);
+    let mut world = World::with(2);
+    let mut run = a_run("r", t(0), false);
+    let s = pass(&run, Some(&plan), &[], &world, t(1));
+    assert_eq!(started(&s), 1);
+    assert_eq!(
+        s.wake_at,
+        Some(t(1) + RESYNC),
+        "in flight: Kratix's change, or the resync"
+    );
+    apply(&mut run, &s, &mut world);
+    let s = pass(&run, Some(&plan), &[], &world, t(2));
+    assert_eq!(s.wake_at, Some(t(2) + RESYNC), "still in flight");
+    apply(&mut run, &s, &mut world);
+    world.kratix_applies();
+    let s = pass(&run, Some(&plan), &[], &world, t(3));
+    apply(&mut run, &s, &mut world);
+    world.kratix_applies();
+    let s = pass(&run, Some(&plan), &[], &world, t(4));
+    assert_eq!(s.status.state, RunState::Completed);
+    assert_eq!(s.wake_at, None, "ended: nothing to look at");
+
+    let preview = a_run("preview", t(0), true);
+    let s = pass(&preview, Some(&plan), &[], &World::with(2), t(1));
+    let mut preview = preview;
+    preview.status = Some(s.status.clone());
+    preview.metadata.annotations = Some(s.own.annotations.clone());
+    let s = pass(&preview, Some(&plan), &[], &World::with(2), t(2));
+    assert_eq!(s.wake_at, None, "a dormant preview waits to be resumed");
+}
+
 /// Issue 36 D2 (spec §14.2): after its snapshot a run follows its frozen plan, Promise
 /// included. The live plan's promiseRef edited mid-run (to a Promise without the target
 /// revision) neither fails the run nor stops it.
