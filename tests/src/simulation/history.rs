@@ -137,6 +137,7 @@ impl History {
                 .chance(40)
                 .then(|| (rng.below(2) as usize, 1 + rng.below(1200) as u32)),
             health: (0..sizes[0] + sizes[1]).map(|_| health(&mut rng)).collect(),
+            missed_events: rng.chance(30),
         };
         let actions = (0..steps).map(|_| action(&mut rng)).collect();
         History { shape, actions }

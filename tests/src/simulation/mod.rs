@@ -89,8 +89,14 @@ fn settle(world: &mut World, checker: &mut Checker, steps: &mut usize) -> Result
         for i in 0..world.resources.len() {
             world.kratix(i);
         }
-        // By name: a run released in this round leaves the others' places.
-        let names: Vec<String> = world.runs.iter().map(kube::ResourceExt::name_any).collect();
+        // By name: a run released in this round leaves the others' places. With missed watch
+        // events, only a run whose own object changed or whose requeue is due is reconciled.
+        let names: Vec<String> = world
+            .runs
+            .iter()
+            .filter(|r| !world.missed_events || world.woken(r))
+            .map(kube::ResourceExt::name_any)
+            .collect();
         for name in names {
             if let Some(i) = world.runs.iter().position(|r| kube::ResourceExt::name_any(r) == name) {
                 *steps += 1;

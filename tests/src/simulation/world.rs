@@ -58,6 +58,10 @@ pub struct World {
     pub kratix_retry: Option<std::time::Duration>,
     /// When each run's last step asked to be woken.
     pub wakes: BTreeMap<String, DateTime<Utc>>,
+    /// [`Shape::missed_events`].
+    pub missed_events: bool,
+    /// Each run's resourceVersion when a reconcile last read it (its own watch event consumed).
+    last_read: BTreeMap<String, Option<String>>,
     /// Kratix's HealthRecords (spec §2), as kratix-sim writes them.
     pub health: Vec<Arc<HealthRecord>>,
     /// What the signal gate's query finds (the plan's gate, when it has one).
@@ -218,6 +222,10 @@ pub struct Shape {
     pub health_check: Option<(usize, u32)>,
     /// What each resource's health checks report after an upgrade (kratix-sim's annotations).
     pub health: Vec<Option<Health>>,
+    /// Watch events about other objects than the run itself (bindings, approvals, freezes, its
+    /// plan) are missed once the history's actions are over: a run is woken only by its own
+    /// changes and its requeues.
+    pub missed_events: bool,
 }
 
 /// What a resource's health checks report after its upgrade succeeds, as kratix-sim's
@@ -319,6 +327,8 @@ impl World {
                 .kratix_retry_minutes
                 .map(|m| std::time::Duration::from_secs(u64::from(m) * 60)),
             wakes: BTreeMap::new(),
+            missed_events: shape.missed_events,
+            last_read: BTreeMap::new(),
             health: Vec::new(),
             gate: Reading::Open,
             approvals: Vec::new(),
@@ -333,6 +343,14 @@ impl World {
             next_version: 2,
             runs_made: 0,
         }
+    }
+
+    /// Whether run `r` is woken when watch events about other objects are missed: its own object
+    /// changed since a reconcile last read it, or its requeue is due.
+    pub fn woken(&self, r: &UpgradeRun) -> bool {
+        let name = r.name_any();
+        let due = self.wakes.get(&name).is_some_and(|t| *t <= self.now);
+        due || self.last_read.get(&name) != Some(&r.metadata.resource_version)
     }
 
     /// How many writes the API server has taken so far (each moves a resourceVersion on).
@@ -480,6 +498,7 @@ impl World {
                 // until it notices (its steps are Fault::Deposed).
                 self.leader = 1 - self.leader;
                 self.processes[self.leader] = Process::default();
+                self.last_read.clear();
                 self.tally.leader_changes += 1;
             }
             UserAction::Gate { firing, reachable } => {
@@ -703,6 +722,8 @@ impl World {
             return Ok(());
         };
         let name = self.runs[i].name_any();
+        self.last_read
+            .insert(name.clone(), self.runs[i].metadata.resource_version.clone());
         self.acting = if fault == Fault::Deposed {
             1 - self.leader
         } else {
@@ -783,15 +804,22 @@ impl World {
         let mut read_version = run.resource_version();
         // A crash ends the process; a failed write (500, timeout) ends the step: the controller
         // requeues with backoff, its memory intact.
+        let mut refused = false;
         for write in writes.into_iter().take(crash.or(failed).unwrap_or(usize::MAX)) {
             if !self.apply(&run, &step, &mut read_version, write, checker)? {
+                refused = true;
                 break;
             }
         }
         if crash.is_some() {
             *self.process() = Process::default();
+            // The next process lists every object and reconciles each (`reconcile_all_on`).
+            self.last_read.clear();
         }
-        match step.wake_at {
+        // A failed request fails the pass (the error policy requeues it with backoff); a refused
+        // one requeues it at once (after 200 ms).
+        let requeue = (failed.is_some() || refused).then(|| self.now + Duration::seconds(1));
+        match requeue.or(step.wake_at) {
             Some(at) => self.wakes.insert(name, at),
             None => self.wakes.remove(&name),
         };
