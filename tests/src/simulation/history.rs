@@ -3,7 +3,7 @@
 //! it acts on by a number taken modulo what exists when it happens, so a history stays valid when
 //! the shrinker removes actions from it.
 
-use super::world::{Health, Shape};
+use super::world::{Health, Shape, Window};
 
 /// The generator: the same seed, the same history, on every machine.
 pub use upgradeplan::rng::SplitMix64 as Rng;
@@ -44,6 +44,11 @@ pub enum UserAction {
     },
     DeleteRun {
         run: usize,
+    },
+    /// The plan's group's window replaced, or removed (mid-run: changes nothing of the run).
+    EditWindow {
+        group: usize,
+        window: Option<Window>,
     },
     /// The plan's group's `maxConcurrent` edited (mid-run: changes nothing of the run).
     EditLimit {
@@ -137,11 +142,29 @@ impl History {
                 .chance(40)
                 .then(|| (rng.below(2) as usize, 1 + rng.below(1200) as u32)),
             health: (0..sizes[0] + sizes[1]).map(|_| health(&mut rng)).collect(),
+            windows: [window(&mut rng), window(&mut rng)],
             missed_events: rng.chance(30),
         };
         let actions = (0..steps).map(|_| action(&mut rng)).collect();
         History { shape, actions }
     }
+}
+
+/// A group's window, a third of the time: allow or deny, open each hour or more often, for less
+/// than the time between openings (an always-active window costs the engine a long search each
+/// pass: too slow for thousands of histories).
+fn window(rng: &mut Rng) -> Option<Window> {
+    rng.chance(35).then(|| {
+        let every = rng.chance(30).then(|| [15, 20, 30][rng.below(3) as usize]);
+        let gap = every.unwrap_or(60);
+        Window {
+            allow: rng.chance(60),
+            minute: rng.below(60) as u32,
+            every,
+            minutes: 5 + rng.below(u64::from(gap) - 9) as u32,
+            zone: rng.below(3) as usize,
+        }
+    })
 }
 
 /// What a resource's health checks report: mostly healthy, sometimes not, sometimes nothing.
@@ -186,6 +209,10 @@ fn user(rng: &mut Rng) -> UserAction {
         },
         7 => UserAction::Cancel { run: target(rng) },
         8 => UserAction::DeleteRun { run: target(rng) },
+        9 if rng.chance(50) => UserAction::EditWindow {
+            group: target(rng),
+            window: window(rng),
+        },
         9..=10 => UserAction::EditLimit {
             group: target(rng),
             limit: 1 + rng.below(4) as i32,

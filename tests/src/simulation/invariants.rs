@@ -152,6 +152,9 @@ fn held_group(world: &World, run: &UpgradeRun, frozen: &Frozen, step: &Step) -> 
         if let Some(gate) = closed {
             return Some(format!("patched {what} while gate {} read {:?}", gate.name, world.gate));
         }
+        if let Some(closed) = windows_closed(group, world.now) {
+            return Some(format!("patched {what} at {} while {closed}", world.now));
+        }
         let started = recorded.is_some_and(|g| g.started_at.is_some() || g.approval.is_some());
         let approved = approvals.iter().any(|a| a.group == group.name);
         if group.require_approval == Some(true) && !started && !approved {
@@ -171,6 +174,52 @@ fn held_group(world: &World, run: &UpgradeRun, frozen: &Frozen, step: &Step) -> 
         }
     }
     None
+}
+
+/// Why `group`'s windows hold starts at `now`, read literally from spec §7: a window is active
+/// at t when some opening s (a minute its cron names, in its zone) has s ≤ t < s + duration; no
+/// windows: open; allow windows: open while one is active; deny windows: closed while one is.
+/// Only the crons the simulation writes (`M * * * *`, `*/N * * * *`) are read.
+fn windows_closed(group: &upgradeplan::api::RolloutGroup, now: chrono::DateTime<chrono::Utc>) -> Option<String> {
+    use chrono::{DurationRound, Timelike};
+    let windows = group.resource_upgrade_windows.as_deref().unwrap_or_default();
+    let active = |w: &upgradeplan::api::UpgradeWindow| {
+        let zone: chrono_tz::Tz = w
+            .time_zone
+            .as_deref()
+            .unwrap_or("UTC")
+            .parse()
+            .unwrap_or(chrono_tz::UTC);
+        let minutes: i64 = w.duration.trim_end_matches('m').parse().unwrap_or(0);
+        let field = w.schedule.split_whitespace().next().unwrap_or_default();
+        let opens = |minute: u32| match field.strip_prefix("*/") {
+            Some(n) => n.parse::<u32>().is_ok_and(|n| n > 0 && minute.is_multiple_of(n)),
+            None => field.parse::<u32>() == Ok(minute),
+        };
+        let Ok(this_minute) = now.duration_trunc(chrono::Duration::minutes(1)) else {
+            return false;
+        };
+        (0..=minutes)
+            .map(|i| this_minute - chrono::Duration::minutes(i))
+            .filter(|s| *s <= now && now < *s + chrono::Duration::minutes(minutes))
+            .any(|s| opens(s.with_timezone(&zone).minute()))
+    };
+    let allows: Vec<_> = windows
+        .iter()
+        .filter(|w| w.kind == upgradeplan::api::WindowKind::Allow)
+        .collect();
+    let denies: Vec<_> = windows
+        .iter()
+        .filter(|w| w.kind == upgradeplan::api::WindowKind::Deny)
+        .collect();
+    if let Some(w) = denies.iter().find(|w| active(w)) {
+        return Some(format!(
+            "deny window {} ({}) is active",
+            w.schedule,
+            w.time_zone.as_deref().unwrap_or("UTC")
+        ));
+    }
+    (!allows.is_empty() && !allows.iter().any(|w| active(w))).then(|| "no allow window is active".to_string())
 }
 
 /// The snapshot group `patch`'s binding is in.
@@ -614,5 +663,37 @@ impl Checker {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::*;
+
+    fn group(window: serde_json::Value) -> upgradeplan::api::RolloutGroup {
+        serde_json::from_value(serde_json::json!({"name": "g", "resourceUpgradeWindows": [window]})).unwrap()
+    }
+
+    /// The oracle itself, at the edges: an hourly allow window at :10 for 20 minutes, in a zone
+    /// half an hour off UTC.
+    #[test]
+    fn windows_closed_reads_spec_7_literally() {
+        let utc = |s: &str| super::super::world::utc(s);
+        let kolkata = group(
+            serde_json::json!({"kind": "allow", "schedule": "10 * * * *", "duration": "20m", "timeZone": "Asia/Kolkata"}),
+        );
+        // 10:10 in Kolkata is 04:40 UTC.
+        for (t, open) in [
+            ("2026-06-06T04:39:59Z", false),
+            ("2026-06-06T04:40:00Z", true),
+            ("2026-06-06T04:59:59Z", true),
+            ("2026-06-06T05:00:00Z", false),
+            ("2026-06-06T05:10:00Z", false),
+        ] {
+            assert_eq!(windows_closed(&kolkata, utc(t)).is_none(), open, "{t}");
+        }
+        let deny = group(serde_json::json!({"kind": "deny", "schedule": "*/15 * * * *", "duration": "5m"}));
+        assert!(windows_closed(&deny, utc("2026-06-06T04:31:00Z")).is_some());
+        assert!(windows_closed(&deny, utc("2026-06-06T04:35:00Z")).is_none());
     }
 }

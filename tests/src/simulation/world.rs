@@ -222,10 +222,39 @@ pub struct Shape {
     pub health_check: Option<(usize, u32)>,
     /// What each resource's health checks report after an upgrade (kratix-sim's annotations).
     pub health: Vec<Option<Health>>,
+    /// Each group's upgrade window, if it has one (spec §7).
+    pub windows: [Option<Window>; 2],
     /// Watch events about other objects than the run itself (bindings, approvals, freezes, its
     /// plan) are missed once the history's actions are over: a run is woken only by its own
     /// changes and its requeues.
     pub missed_events: bool,
+}
+
+/// A group's upgrade window: hourly cron openings in a zone, a duration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    pub allow: bool,
+    /// Opens at this minute of every hour (`M * * * *`), or every `every` minutes (`*/N`).
+    pub minute: u32,
+    pub every: Option<u32>,
+    pub minutes: u32,
+    /// An index into [`ZONES`].
+    pub zone: usize,
+}
+
+/// Zones whose offsets are not whole hours, so that a window's zone matters to hourly openings.
+pub const ZONES: [&str; 3] = ["UTC", "Asia/Kolkata", "America/St_Johns"];
+
+impl Window {
+    /// As the plan writes it (`resourceUpgradeWindows[]`).
+    pub fn written(&self) -> Value {
+        let minute = match self.every {
+            Some(n) => format!("*/{n}"),
+            None => self.minute.to_string(),
+        };
+        json!({"kind": if self.allow { "allow" } else { "deny" }, "schedule": format!("{minute} * * * *"),
+               "duration": format!("{}m", self.minutes), "timeZone": ZONES[self.zone % ZONES.len()]})
+    }
 }
 
 /// What a resource's health checks report after its upgrade succeeds, as kratix-sim's
@@ -268,6 +297,9 @@ impl World {
             }
             if i == 1 && shape.approval {
                 g["requireApproval"] = json!(true);
+            }
+            if let Some(w) = shape.windows[i] {
+                g["resourceUpgradeWindows"] = json!([w.written()]);
             }
             if let Some((_, timeout)) = shape.health_check.filter(|(group, _)| *group == i) {
                 g["healthCheck"] = json!({"timeout": format!("{timeout}s")});
@@ -443,6 +475,16 @@ impl World {
                         r.metadata.resource_version = version;
                     }
                 }
+            }
+            UserAction::EditWindow { group, window } => {
+                let groups = &mut self.plan.spec.rollout_groups;
+                let g = group % groups.len();
+                let written = window.map(|w| serde_json::from_value(w.written()));
+                groups[g].resource_upgrade_windows = match written {
+                    Some(Ok(w)) => Some(vec![w]),
+                    _ => None,
+                };
+                self.plan.metadata.generation = self.plan.metadata.generation.map(|g| g + 1);
             }
             UserAction::EditLimit { group, limit } => {
                 let groups = &mut self.plan.spec.rollout_groups;
