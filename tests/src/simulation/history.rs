@@ -91,6 +91,10 @@ pub enum UserAction {
     Revoke {
         approval: usize,
     },
+    /// The plan's `suspend` set or cleared (no scheduled runs while set).
+    SuspendPlan {
+        suspend: bool,
+    },
     /// The leader's lease passes to the other controller.
     LeaderChange,
     /// The target version's PromiseRevision is deleted.
@@ -142,6 +146,9 @@ impl History {
                 .chance(40)
                 .then(|| (rng.below(2) as usize, 1 + rng.below(1200) as u32)),
             health: (0..sizes[0] + sizes[1]).map(|_| health(&mut rng)).collect(),
+            schedule: rng
+                .chance(30)
+                .then(|| ([30, 60][rng.below(2) as usize], rng.below(3) as usize)),
             windows: [window(&mut rng), window(&mut rng)],
             missed_events: rng.chance(30),
         };
@@ -243,6 +250,9 @@ fn user(rng: &mut Rng) -> UserAction {
         },
         28 => UserAction::Revoke { approval: target(rng) },
         29 if rng.chance(50) => UserAction::LeaderChange,
+        29 if rng.chance(30) => UserAction::SuspendPlan {
+            suspend: rng.chance(50),
+        },
         // Rare: it fails every run that has not finished.
         _ if rng.chance(15) => UserAction::DeleteTargetRevision,
         _ if rng.chance(15) => UserAction::DeleteFromRevision,

@@ -45,6 +45,10 @@ pub enum Invariant {
     /// In a group with a health check, a resource counts Succeeded only once its HealthRecords
     /// from after its upgrade, combined by the worst state, said healthy or ready (spec §13.2).
     VerifiedByHealth,
+    /// A scheduled run is created only for a trigger of the plan's schedule (a minute its cron
+    /// names in its zone, not in the future), never while the plan is suspended, and at most
+    /// once per trigger (spec §3).
+    SchedulesFireOnce,
     /// The plugin's run view (`kubectl upgradeplan status`), read from the world the controller's
     /// step read, shows the counts the step recorded.
     PluginShowsRecorded,
@@ -63,6 +67,7 @@ impl std::fmt::Display for Invariant {
             Invariant::EachOnce => "each event published and each result counted once",
             Invariant::PlanFollowsRuns => "the plan's status follows from its runs",
             Invariant::VerifiedByHealth => "a success in a health-checked group is one its records verified",
+            Invariant::SchedulesFireOnce => "a schedule creates one run per trigger, none while the plan is suspended",
             Invariant::PluginShowsRecorded => "the plugin's run view equals what the controller recorded",
         };
         write!(f, "{text}")
@@ -241,6 +246,8 @@ fn go_seconds(d: &str) -> Option<i64> {
 pub struct Checker {
     /// Version starts by (run, binding).
     starts: BTreeMap<(String, String), usize>,
+    /// The scheduled runs seen so far, by name, with their trigger and creation.
+    scheduled: BTreeMap<String, (String, String)>,
     /// Resources (namespace, name) whose records, at some moment, verified their upgrade.
     verified: std::collections::BTreeSet<(String, String)>,
 }
@@ -465,7 +472,8 @@ impl Checker {
     /// After the plan's reconcile: its status says what its runs say, read literally from spec
     /// §3.2 — the active run is the one Pending or InProgress, not superseded and not a preview
     /// its own reconcile has not yet recorded as resumed (`admitted-at`); `lastRun` names a run that ended (or is gone), as it ended.
-    pub fn plan_reconciled(&self, world: &World) -> Result<(), Violation> {
+    pub fn plan_reconciled(&mut self, world: &World) -> Result<(), Violation> {
+        self.schedule_fired(world)?;
         use upgradeplan::api::{PlanPhase, RunState, ADMITTED_AT_ANNOTATION, PREVIEW_ANNOTATION};
         let status = world.plan.status.clone().unwrap_or_default();
         let active: Vec<String> = world
@@ -513,6 +521,73 @@ impl Checker {
             ),
             None => Ok(()),
         }
+    }
+
+    /// The runs a plan reconcile created for its schedule, read literally: the trigger is a
+    /// whole minute the cron names (`*/N` or `0` in the minute field, as the simulation writes
+    /// it) in the plan's zone, not after now; the plan is not suspended; no other run has it.
+    fn schedule_fired(&mut self, world: &World) -> Result<(), Violation> {
+        use chrono::Timelike;
+        let policy = world.plan.spec.upgrade_execution_policy.as_ref();
+        for run in &world.runs {
+            let Some(at) = run.annotations().get(upgradeplan::api::SCHEDULED_AT_ANNOTATION) else {
+                continue;
+            };
+            let name = run.name_any();
+            let created = run.creation_timestamp().map(|t| t.0.to_string()).unwrap_or_default();
+            let seen = (at.clone(), created);
+            match self.scheduled.get(&name) {
+                Some(before) if *before == seen => continue,
+                Some(_) => {
+                    return violation(
+                        Invariant::SchedulesFireOnce,
+                        format!("run {name} for trigger {at} created again"),
+                    )
+                }
+                None => {}
+            }
+            let wrong = if let Some(other) = self.scheduled.iter().find(|(_, (t, _))| t == at).map(|(n, _)| n) {
+                Some(format!("run {name} for trigger {at}, which run {other} serviced"))
+            } else if world.plan.spec.suspend {
+                Some(format!("run {name} created for {at} while the plan is suspended"))
+            } else {
+                let zone: chrono_tz::Tz = policy
+                    .and_then(|p| p.time_zone.as_deref())
+                    .unwrap_or("UTC")
+                    .parse()
+                    .unwrap_or(chrono_tz::UTC);
+                let field = policy
+                    .and_then(|p| p.repeat_schedule.as_deref())
+                    .and_then(|c| c.split_whitespace().next())
+                    .unwrap_or_default()
+                    .to_string();
+                let trigger = chrono::DateTime::parse_from_rfc3339(at).map(|t| t.with_timezone(&chrono::Utc));
+                match trigger {
+                    Err(_) => Some(format!("run {name}: trigger {at} is not a time")),
+                    Ok(t) => {
+                        let local = t.with_timezone(&zone);
+                        let named = match field.strip_prefix("*/") {
+                            Some(n) => n
+                                .parse::<u32>()
+                                .is_ok_and(|n| n > 0 && local.minute().is_multiple_of(n)),
+                            None => field.parse::<u32>() == Ok(local.minute()),
+                        };
+                        if !named || t.second() != 0 {
+                            Some(format!("run {name}: {at} is not a trigger of {field:?} in {zone}"))
+                        } else if t > world.now {
+                            Some(format!("run {name}: trigger {at} is still to come at {}", world.now))
+                        } else {
+                            None
+                        }
+                    }
+                }
+            };
+            if let Some(detail) = wrong {
+                return violation(Invariant::SchedulesFireOnce, detail);
+            }
+            self.scheduled.insert(name, seen);
+        }
+        Ok(())
     }
 
     /// Every resource whose records verify its upgrade now (once verified, it may be counted).

@@ -83,7 +83,10 @@ fn act(world: &mut World, action: &Action, checker: &mut Checker) -> Result<(), 
 
 /// Nothing but the controller (without failures), Kratix and the clock, until every run has
 /// ended or nothing changes any more; then every run must have ended or say why it waits.
+/// The plan's schedule creates no more runs meanwhile.
 fn settle(world: &mut World, checker: &mut Checker, steps: &mut usize) -> Result<(), Violation> {
+    // The schedule stops with the actions (the plan suspended), or runs would never all end.
+    world.plan.spec.suspend = true;
     for _ in 0..SETTLE_ROUNDS {
         let before = world.writes();
         for i in 0..world.resources.len() {

@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use serde_json::{json, Value};
 use upgradeplan::api::kratix::{BindingFacts, CachedBinding, HealthRecord, Interner, ResourceBinding};
 use upgradeplan::api::{UpgradeFreeze, UpgradePlan, UpgradeRun, RUN_FINALIZER};
-use upgradeplan::engine::admission::RunFacts;
+use upgradeplan::engine::admission::{new_run, NewRun, RunFacts};
 use upgradeplan::engine::gate::{GateReading, Reading};
 use upgradeplan::engine::lifecycle::{
     self, events, Announced, Cluster, Facts, SnapshotConfigMap, SnapshotFact, Step, Write,
@@ -58,6 +58,8 @@ pub struct World {
     pub kratix_retry: Option<std::time::Duration>,
     /// When each run's last step asked to be woken.
     pub wakes: BTreeMap<String, DateTime<Utc>>,
+    /// When the plan's last reconcile asked to be woken (its next trigger, a window's edge).
+    plan_wake: Option<DateTime<Utc>>,
     /// [`Shape::missed_events`].
     pub missed_events: bool,
     /// Each run's resourceVersion when a reconcile last read it (its own watch event consumed).
@@ -222,6 +224,9 @@ pub struct Shape {
     pub health_check: Option<(usize, u32)>,
     /// What each resource's health checks report after an upgrade (kratix-sim's annotations).
     pub health: Vec<Option<Health>>,
+    /// The plan's `repeatSchedule`, every this many minutes (`*/N * * * *`, or `0 * * * *` for
+    /// 60), and an index into [`ZONES`] for its `timeZone`.
+    pub schedule: Option<(u32, usize)>,
     /// Each group's upgrade window, if it has one (spec §7).
     pub windows: [Option<Window>; 2],
     /// Watch events about other objects than the run itself (bindings, approvals, freezes, its
@@ -311,11 +316,20 @@ impl World {
         } else {
             json!(null)
         };
+        let policy = shape.schedule.map(|(every, zone)| {
+            let cron = if every >= 60 {
+                "0 * * * *".to_string()
+            } else {
+                format!("*/{every} * * * *")
+            };
+            json!({"repeatSchedule": cron, "timeZone": ZONES[zone % ZONES.len()]})
+        });
         let mut plan: UpgradePlan = serde_json::from_value(json!({
             "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradePlan",
             "metadata": {"name": PLAN, "uid": "plan-uid", "generation": 1, "resourceVersion": "1"},
             "spec": {"promiseRef": {"name": PROMISE}, "upgradePath": {"from": ["v1"], "to": "v2"},
-                     "rolloutGroups": [group("dev", 0), group("prod", 1)], "gates": gates}
+                     "rolloutGroups": [group("dev", 0), group("prod", 1)], "gates": gates,
+                     "upgradeExecutionPolicy": policy}
         }))
         .unwrap_or_else(|e| panic!("the simulation's plan: {e}"));
         plan.metadata.creation_timestamp = Some(Time(to_jiff(now)));
@@ -359,6 +373,7 @@ impl World {
                 .kratix_retry_minutes
                 .map(|m| std::time::Duration::from_secs(u64::from(m) * 60)),
             wakes: BTreeMap::new(),
+            plan_wake: None,
             missed_events: shape.missed_events,
             last_read: BTreeMap::new(),
             health: Vec::new(),
@@ -535,6 +550,10 @@ impl World {
                 }
             }
             UserAction::EndFreezes => self.freezes.clear(),
+            UserAction::SuspendPlan { suspend } => {
+                self.plan.spec.suspend = suspend;
+                self.plan.metadata.generation = self.plan.metadata.generation.map(|g| g + 1);
+            }
             UserAction::LeaderChange => {
                 // The new leader starts remembering nothing; the old one lives on, deposed,
                 // until it notices (its steps are Fault::Deposed).
@@ -735,6 +754,7 @@ impl World {
         kratix
             .chain(health)
             .chain(self.wakes.values().copied())
+            .chain(self.plan_wake)
             .chain(freezes)
             .filter(|t| *t > self.now)
             .min()
@@ -751,6 +771,25 @@ impl World {
         let runs: Vec<&UpgradeRun> = self.runs.iter().collect();
         let step = lifecycle::plan::step(&self.plan, &runs, true, &view, self.now);
         let deleted = step.delete_runs.clone();
+        self.plan_wake = step.wake_at;
+        if let Some(scheduled) = &step.create_run {
+            // An existing run of that name: the trigger was serviced already (409).
+            if !self.runs.iter().any(|r| r.name_any() == scheduled.name) {
+                let mut run = new_run(
+                    &self.plan,
+                    NewRun::Scheduled {
+                        name: scheduled.name.clone(),
+                        at: scheduled.at,
+                    },
+                );
+                run.metadata.uid = Some(format!("{}-uid", scheduled.name));
+                run.metadata.generation = Some(1);
+                run.metadata.creation_timestamp = Some(Time(to_jiff(self.now)));
+                run.metadata.owner_references = kube::Resource::controller_owner_ref(&self.plan, &()).map(|o| vec![o]);
+                run.metadata.resource_version = self.version();
+                self.runs.push(run);
+            }
+        }
         self.plan.status = Some(step.status);
         let now = Time(to_jiff(self.now));
         for r in self.runs.iter_mut().filter(|r| deleted.contains(&r.name_any())) {
