@@ -752,8 +752,15 @@ fn start_run(
     cluster: &dyn Cluster,
 ) -> ControlFlow<()> {
     let (now, plan) = (facts.now, resolved.plan);
+    // A snapshot an earlier pass wrote (a crash before the status) is the run's: its frozen plan
+    // decides from here, whatever the live plan says since (spec §14.2).
+    let found = match &facts.snapshot {
+        SnapshotFact::Found { frozen, .. } => Some(frozen),
+        _ => None,
+    };
     let compiled = match &resolved.live {
-        Some(Ok(compiled)) => compiled,
+        _ if found.is_some() => None,
+        Some(Ok(compiled)) => Some(compiled),
         Some(Err(message)) => {
             if resolved.announced_invalid.as_ref() != Some(message) {
                 // Keyed by the problem: once per problem, across restarts.
@@ -765,8 +772,9 @@ fn start_run(
         // Only a run before its snapshot starts, and it always has the live plan checked.
         None => return ControlFlow::Break(()),
     };
-    let promise = plan.spec.promise_ref.name.as_str();
-    let to = plan.spec.upgrade_path.to.as_str();
+    let target = found.map_or(&plan.spec, |f| &f.plan);
+    let promise = target.promise_ref.name.as_str();
+    let to = target.upgrade_path.to.as_str();
     out.to = to.to_string();
     // Revision gate: wait, not a failure.
     let ready = cluster.revision_exists(promise, to);
@@ -791,16 +799,16 @@ fn start_run(
     };
     set_condition(&mut out.status.conditions, c);
     if !ready {
-        if admitted.owns_gauges {
+        if let (true, Some(compiled)) = (admitted.owns_gauges, compiled) {
             out.gauges = Gauges::Set(revision_gate_gauges(plan, compiled, cluster));
         }
         return ControlFlow::Break(());
     }
-    // Taken once: a snapshot an earlier pass wrote (crash before the status) is the run's, not a
-    // new one.
-    let (frozen, refs) = match &facts.snapshot {
-        SnapshotFact::Found { frozen, refs } => (frozen.clone(), refs.clone()),
-        _ => {
+    // Taken once: a snapshot an earlier pass wrote is the run's, not a new one.
+    let (frozen, refs) = match (&facts.snapshot, compiled) {
+        (SnapshotFact::Found { frozen, refs }, _) => (frozen.clone(), refs.clone()),
+        (_, None) => return ControlFlow::Break(()),
+        (_, Some(compiled)) => {
             let frozen = Arc::new(take_snapshot(plan, compiled, cluster));
             out.write_snapshot = snapshot_config_maps(run_name(run), &frozen);
             let refs = out

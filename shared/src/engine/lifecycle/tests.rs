@@ -1477,6 +1477,49 @@ fn a_run_still_going_looks_again_within_resync_whatever_it_waits_for() {
     assert_eq!(s.wake_at, None, "a dormant preview waits to be resumed");
 }
 
+/// Found by the simulation (seed 10153634015363561648): a run's first pass wrote its snapshot
+/// and the process died before the status; the plan's Promise or target was then edited, and the
+/// next pass gated on the *live* plan's revision (waiting for `postgres`) instead of going on from
+/// the snapshot it had. The snapshot's frozen plan decides once it is written.
+#[test]
+fn a_snapshot_written_before_a_crash_decides_over_a_plan_edited_since() {
+    type Edit = fn(&mut UpgradePlan);
+    let edits: [(&str, Edit); 2] = [
+        ("the Promise", |p| p.spec.promise_ref.name = "postgres".into()),
+        ("the target", |p| p.spec.upgrade_path.to = "v3".into()),
+    ];
+    for (case, edit) in edits {
+        let mut plan = valid_plan(2);
+        let mut world = World::with(2);
+        let mut run = a_run("r", t(0), false);
+        let first = pass(&run, Some(&plan), &[], &world, t(1));
+        // The snapshot lands; the process dies before the status.
+        first.own.apply(&mut run).expect("the run as the step read it");
+        apply_snapshot(&run, &first, &mut world);
+        edit(&mut plan);
+        let s = pass(&run, Some(&plan), &[], &world, t(2));
+        assert_eq!(
+            s.status.state,
+            RunState::InProgress,
+            "{case}: {:?}",
+            s.status.conditions
+        );
+        let ready = s
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == reasons::TARGET_REVISION_READY)
+            .map(|c| (c.status, c.message.clone()));
+        assert_eq!(
+            ready,
+            Some((ConditionStatus::True, texts::revision_ready("redis", "v2"))),
+            "{case}"
+        );
+        assert_eq!(started(&s), 2, "{case}: from its snapshot");
+        assert!(s.write_snapshot.is_empty(), "{case}: never taken again");
+    }
+}
+
 /// Issue 36 D2 (spec §14.2): after its snapshot a run follows its frozen plan, Promise
 /// included. The live plan's promiseRef edited mid-run (to a Promise without the target
 /// revision) neither fails the run nor stops it.
