@@ -50,7 +50,7 @@ fn main() -> anyhow::Result<()> {
     }
     let t = &report.tally;
     println!(
-        "({} starts, {} retries, {} crashes mid-step, {} steps cut by a failed write, {} leader changes, {} steps by a deposed leader, {} patches refused as stale, {} run writes refused as stale, {} HealthRecords written, {} statuses compared with the plugin's view; runs: {} completed, {} failed, {} cancelled)",
+        "({} starts, {} retries, {} crashes mid-step, {} steps cut by a failed write, {} leader changes, {} steps by a deposed leader, {} patches refused as stale, {} run writes refused as stale, {} HealthRecords written, {} statuses compared with the plugin's view, {} steps of an edited plan compared with the unedited; runs: {} completed, {} failed, {} cancelled)",
         t.starts,
         t.retries,
         t.crashes,
@@ -61,6 +61,7 @@ fn main() -> anyhow::Result<()> {
         t.stale_run_writes,
         t.health_reports,
         t.plugin_views,
+        t.edited_plan_steps,
         t.completed,
         t.failed,
         t.cancelled

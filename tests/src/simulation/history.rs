@@ -91,6 +91,13 @@ pub enum UserAction {
     Revoke {
         approval: usize,
     },
+    /// The plan's Promise, target, groups' order, selectors or number edited (mid-run: changes
+    /// nothing of the run).
+    EditPlan {
+        edit: usize,
+    },
+    /// The plan deleted: the garbage collector deletes the runs it owns.
+    DeletePlan,
     /// The plan's `suspend` set or cleared (no scheduled runs while set).
     SuspendPlan {
         suspend: bool,
@@ -250,6 +257,9 @@ fn user(rng: &mut Rng) -> UserAction {
         },
         28 => UserAction::Revoke { approval: target(rng) },
         29 if rng.chance(50) => UserAction::LeaderChange,
+        29 if rng.chance(40) => UserAction::EditPlan { edit: target(rng) },
+        // Rare: it ends every run the plan owns.
+        29 if rng.chance(10) => UserAction::DeletePlan,
         29 if rng.chance(30) => UserAction::SuspendPlan {
             suspend: rng.chance(50),
         },

@@ -49,6 +49,9 @@ pub enum Invariant {
     /// names in its zone, not in the future), never while the plan is suspended, and at most
     /// once per trigger (spec §3).
     SchedulesFireOnce,
+    /// A plan edited since a run's snapshot changes nothing of the run: its step from the live
+    /// plan is its step from the plan as the snapshot froze it (spec §14.2).
+    PlanEditChangesNothing,
     /// The plugin's run view (`kubectl upgradeplan status`), read from the world the controller's
     /// step read, shows the counts the step recorded.
     PluginShowsRecorded,
@@ -68,6 +71,7 @@ impl std::fmt::Display for Invariant {
             Invariant::PlanFollowsRuns => "the plan's status follows from its runs",
             Invariant::VerifiedByHealth => "a success in a health-checked group is one its records verified",
             Invariant::SchedulesFireOnce => "a schedule creates one run per trigger, none while the plan is suspended",
+            Invariant::PlanEditChangesNothing => "a plan edit mid-run changes nothing of the run",
             Invariant::PluginShowsRecorded => "the plugin's run view equals what the controller recorded",
         };
         write!(f, "{text}")
@@ -248,8 +252,9 @@ pub struct Checker {
     starts: BTreeMap<(String, String), usize>,
     /// The scheduled runs seen so far, by name, with their trigger and creation.
     scheduled: BTreeMap<String, (String, String)>,
-    /// Resources (namespace, name) whose records, at some moment, verified their upgrade.
-    verified: std::collections::BTreeSet<(String, String)>,
+    /// Resources (namespace, name, version) whose records, at some moment, verified their
+    /// upgrade to that version.
+    verified: std::collections::BTreeSet<(String, String, String)>,
 }
 
 /// Whether `b`'s upgrade to `to` is verified by `records`, read literally from spec §13.2: its
@@ -309,7 +314,7 @@ impl Checker {
             ),
             // A preview waits suspended (covered above); resumed, it starts like any run.
             (
-                !world.revisions.contains(&world.plan.spec.upgrade_path.to),
+                !world.revisions.contains(&step.to),
                 "without its target PromiseRevision".to_string(),
             ),
             (
@@ -590,13 +595,32 @@ impl Checker {
         Ok(())
     }
 
+    /// The step of run `name` from the edited plan (`step`) and from the plan as its snapshot
+    /// froze it (`unedited`): the same patches, status and end.
+    pub fn edit_changed_nothing(&self, name: &str, step: &Step, unedited: &Step) -> Result<(), Violation> {
+        let same = (&step.binding_patches, &step.status, step.finished)
+            == (&unedited.binding_patches, &unedited.status, unedited.finished);
+        if !same {
+            let what = |s: &Step| format!("{:?}\n{:?}\n{:?}", s.binding_patches, s.status, s.finished);
+            let (edited, frozen) = (what(step), what(unedited));
+            let first = edited.lines().zip(frozen.lines()).find(|(a, b)| a != b);
+            return violation(
+                Invariant::PlanEditChangesNothing,
+                format!("run {name}: from the edited plan {first:?} (edited, unedited)"),
+            );
+        }
+        Ok(())
+    }
+
     /// Every resource whose records verify its upgrade now (once verified, it may be counted).
     fn learn_verifications(&mut self, world: &World) {
-        let to = &world.plan.spec.upgrade_path.to;
+        use upgradeplan::api::kratix::BindingFacts;
         for r in &world.resources {
-            if verified_now(&r.binding, to, &world.health) {
-                let b = &r.binding;
-                self.verified.insert((b.namespace().unwrap_or_default(), b.name_any()));
+            let b = &r.binding;
+            let version = b.last_applied_version().to_string();
+            if verified_now(b, &version, &world.health) {
+                self.verified
+                    .insert((b.namespace().unwrap_or_default(), b.name_any(), version));
             }
         }
     }
@@ -618,7 +642,14 @@ impl Checker {
             let verified = group
                 .resources
                 .iter()
-                .filter(|r| self.verified.contains(&(r.namespace.clone(), r.binding.clone())))
+                .filter(|r| {
+                    let key = (
+                        r.namespace.clone(),
+                        r.binding.clone(),
+                        frozen.plan.upgrade_path.to.clone(),
+                    );
+                    self.verified.contains(&key)
+                })
                 .count();
             if usize::try_from(counted.succeeded).unwrap_or(0) > verified {
                 return violation(
@@ -683,6 +714,15 @@ impl Checker {
             };
             let to = frozen.plan.upgrade_path.to.clone();
             for group in &frozen.snapshot.groups {
+                // A group that has not begun starts nothing: a resource it shares with the group
+                // before is that group's to count.
+                let begun = status
+                    .rollout_groups
+                    .iter()
+                    .any(|g| g.name == group.name && g.started_at.is_some());
+                if !begun {
+                    continue;
+                }
                 let failed: Vec<&str> = status
                     .rollout_groups
                     .iter()

@@ -67,6 +67,7 @@ pub fn replay_in(history: &History) -> (Outcome, World) {
 fn act(world: &mut World, action: &Action, checker: &mut Checker) -> Result<(), Violation> {
     match *action {
         Action::ReconcileRun { run, fault } => world.reconcile_run(run, fault, checker)?,
+        Action::ReconcilePlan if world.plan_deleted => {}
         Action::ReconcilePlan => {
             world.reconcile_plan();
             checker.plan_reconciled(world)?;
@@ -107,8 +108,10 @@ fn settle(world: &mut World, checker: &mut Checker, steps: &mut usize) -> Result
                 checker.after_action(world)?;
             }
         }
-        world.reconcile_plan();
-        checker.plan_reconciled(world)?;
+        if !world.plan_deleted {
+            world.reconcile_plan();
+            checker.plan_reconciled(world)?;
+        }
         let all_ended = world
             .runs
             .iter()

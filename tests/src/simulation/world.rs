@@ -42,6 +42,8 @@ pub struct Resource {
 pub struct World {
     pub now: DateTime<Utc>,
     pub plan: UpgradePlan,
+    /// The plan was deleted (its runs garbage-collected with it).
+    pub plan_deleted: bool,
     /// In creation order; a run whose finalizer is released is gone.
     pub runs: Vec<UpgradeRun>,
     pub resources: Vec<Resource>,
@@ -141,6 +143,9 @@ pub struct Tally {
     pub health_reports: u64,
     /// Statuses the plugin's run view was compared with.
     pub plugin_views: u64,
+    /// Run steps taken while the plan differed from the run's frozen plan (each compared with
+    /// the step from the unedited plan).
+    pub edited_plan_steps: u64,
     pub completed: u64,
     pub failed: u64,
     pub cancelled: u64,
@@ -158,6 +163,7 @@ impl Tally {
         self.stale_run_writes += other.stale_run_writes;
         self.health_reports += other.health_reports;
         self.plugin_views += other.plugin_views;
+        self.edited_plan_steps += other.edited_plan_steps;
         self.completed += other.completed;
         self.failed += other.failed;
         self.cancelled += other.cancelled;
@@ -361,6 +367,7 @@ impl World {
         World {
             now,
             plan,
+            plan_deleted: false,
             runs: Vec::new(),
             resources,
             lagging,
@@ -550,6 +557,22 @@ impl World {
                 }
             }
             UserAction::EndFreezes => self.freezes.clear(),
+            UserAction::EditPlan { edit } => self.edit_plan(edit),
+            UserAction::DeletePlan => {
+                // The garbage collector deletes what the plan owns (background propagation).
+                self.plan_deleted = true;
+                self.plan_wake = None;
+                let uid = self.plan.metadata.uid.clone();
+                let now = Time(to_jiff(self.now));
+                for r in &mut self.runs {
+                    let owned = r.owner_references().iter().any(|o| Some(&o.uid) == uid.as_ref());
+                    if owned && r.metadata.deletion_timestamp.is_none() {
+                        r.metadata.deletion_timestamp = Some(now.clone());
+                        self.next_version += 1;
+                        r.metadata.resource_version = Some(self.next_version.to_string());
+                    }
+                }
+            }
             UserAction::SuspendPlan { suspend } => {
                 self.plan.spec.suspend = suspend;
                 self.plan.metadata.generation = self.plan.metadata.generation.map(|g| g + 1);
@@ -598,6 +621,38 @@ impl World {
             UserAction::DeleteTargetRevision => self.revisions.retain(|v| v != "v2"),
             UserAction::DeleteFromRevision => self.delete_revision("v1"),
         }
+    }
+
+    /// Someone edits what a run's snapshot froze (spec §14.2): the Promise, the target, the
+    /// groups' order, selectors and number.
+    fn edit_plan(&mut self, edit: usize) {
+        let spec = &mut self.plan.spec;
+        match edit % 5 {
+            0 => {
+                let other = if spec.promise_ref.name == PROMISE {
+                    "postgres"
+                } else {
+                    PROMISE
+                };
+                spec.promise_ref.name = other.into();
+            }
+            1 => spec.upgrade_path.to = if spec.upgrade_path.to == "v2" { "v3" } else { "v2" }.into(),
+            2 => spec.rollout_groups.reverse(),
+            3 => {
+                // The first group now selects the other environment's resources too.
+                if let Some(s) = spec.rollout_groups.first_mut().and_then(|g| g.selectors.as_mut()) {
+                    s.match_labels = None;
+                    s.match_all = Some(true);
+                }
+            }
+            _ => match spec.rollout_groups.len() {
+                1 => {}
+                _ => {
+                    spec.rollout_groups.pop();
+                }
+            },
+        }
+        self.plan.metadata.generation = self.plan.metadata.generation.map(|g| g + 1);
     }
 
     /// The PromiseRevision of `version` is deleted, and Kratix deletes the resources at it before
@@ -762,6 +817,9 @@ impl World {
 
     /// The plan's reconcile: its status, from its runs (runs beyond the history limit deleted).
     pub fn reconcile_plan(&mut self) {
+        if self.plan_deleted {
+            return;
+        }
         let view = View {
             bindings: &self.lagging,
             revisions: &self.revisions,
@@ -852,7 +910,7 @@ impl World {
         let gates = self.gate_readings();
         let approvals = self.approvals_of(&name);
         let facts = Facts {
-            plan: Some(&self.plan),
+            plan: (!self.plan_deleted).then_some(&self.plan),
             others: &others,
             snapshot: self.snapshot_of(&run),
             gates: &gates,
@@ -862,6 +920,23 @@ impl World {
             now: self.now,
         };
         let step = lifecycle::step(&run, &facts, &view);
+        // A plan edited since the run's snapshot: the same step from the plan as it was must be
+        // this step (spec §14.2: a plan edit mid-run changes nothing of the run).
+        if let (false, SnapshotFact::Found { frozen, .. }) = (self.plan_deleted, &facts.snapshot) {
+            if frozen.plan != self.plan.spec {
+                let unedited = UpgradePlan {
+                    spec: frozen.plan.clone(),
+                    ..self.plan.clone()
+                };
+                let facts = Facts {
+                    plan: Some(&unedited),
+                    snapshot: facts.snapshot.clone(),
+                    ..facts
+                };
+                self.tally.edited_plan_steps += 1;
+                checker.edit_changed_nothing(&name, &step, &lifecycle::step(&run, &facts, &view))?;
+            }
+        }
         checker.before_writes(self, &run, &step)?;
         let writes = step.writes(run.status.as_ref());
         let (crash, failed) = match fault {
