@@ -60,6 +60,12 @@ pub enum UserAction {
         binding: usize,
         health: Option<Health>,
     },
+    /// Kratix reconciles the resource's Resource Request and rewrites the binding's labels from
+    /// it (`relabel`: someone moved the request to the other environment first).
+    RequestReconciled {
+        binding: usize,
+        relabel: bool,
+    },
     /// The resource's next upgrade to v2 fails.
     FailNext {
         binding: usize,
@@ -239,6 +245,10 @@ fn user(rng: &mut Rng) -> UserAction {
                 records: 1 + rng.below(3) as usize,
                 delay: rng.below(600) as u32,
             }),
+        },
+        13 if rng.chance(40) => UserAction::RequestReconciled {
+            binding: target(rng),
+            relabel: rng.chance(50),
         },
         13 => UserAction::FailNext { binding: target(rng) },
         14..=15 => UserAction::Fix { binding: target(rng) },

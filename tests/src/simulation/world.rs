@@ -33,6 +33,8 @@ pub const GATE: &str = "alerts";
 #[derive(Clone, Debug)]
 pub struct Resource {
     pub binding: ResourceBinding,
+    /// The Resource Request's labels: Kratix rewrites the binding's whole label map from them.
+    pub request_labels: BTreeMap<String, String>,
     /// How long Kratix's workflow takes for it.
     pub workflow: std::time::Duration,
 }
@@ -358,6 +360,7 @@ impl World {
                     health.annotate(&mut binding);
                 }
                 resources.push(Resource {
+                    request_labels: [("env".to_string(), env.to_string())].into(),
                     binding,
                     workflow: std::time::Duration::from_secs(u64::from(seconds)),
                 });
@@ -528,6 +531,26 @@ impl World {
                     if let Some(health) = health {
                         health.annotate(&mut r.binding);
                     }
+                    r.binding.metadata.resource_version = version;
+                }
+            }
+            UserAction::RequestReconciled { binding, relabel } => {
+                let version = self.version();
+                if let Some(r) = self.resource_mut(binding) {
+                    if relabel {
+                        let env = r.request_labels.get("env").map(String::as_str);
+                        let other = if env == Some("dev") { "prod" } else { "dev" };
+                        r.request_labels.insert("env".into(), other.into());
+                    }
+                    // Kratix rewrites the whole map: a label set only on the binding (a retry
+                    // asked and not yet acted on) is gone.
+                    let mut labels = r.request_labels.clone();
+                    labels.insert("kratix.io/promise-name".into(), PROMISE.into());
+                    labels.insert(
+                        "kratix.io/resource-name".into(),
+                        r.binding.spec.resource_ref.name.clone(),
+                    );
+                    r.binding.metadata.labels = Some(labels);
                     r.binding.metadata.resource_version = version;
                 }
             }
