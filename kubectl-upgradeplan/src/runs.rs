@@ -613,15 +613,16 @@ fn waiting(run: &UpgradeRun, eval: Option<&Evaluation>, now: DateTime<Utc>, styl
     if let Some(by) = &s.superseded_by {
         return Some(format!("superseded by {by}: it starts nothing more"));
     }
-    if is_preview(run) && run.spec.suspend {
-        return Some(PREVIEW_WAITS.to_string());
-    }
     for c in [reasons::PLAN_RESOLVED, reasons::TARGET_REVISION_READY] {
         if let Some(c) =
             find_condition(&s.conditions, c).filter(|c| c.status == upgradeplan::api::ConditionStatus::False)
         {
             return Some(c.message.clone());
         }
+    }
+    // A preview not resumed is not evaluated (dormant): its wait is its own.
+    if is_preview(run) && run.spec.suspend {
+        return Some(PREVIEW_WAITS.to_string());
     }
     let e = eval?;
     let first = held_words(e.blocked()?, run, e, now, style);

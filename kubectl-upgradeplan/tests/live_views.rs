@@ -86,6 +86,24 @@ fn run(name: &str, status: serde_json::Value) -> UpgradeRun {
     .unwrap()
 }
 
+/// Kratix reports cache-1's upgrade to v2.0.0 failed at `at`.
+fn fail_cache_1(bindings: &mut [ResourceBinding], message: &str, at: &str) {
+    for b in bindings {
+        if b.metadata.name.as_deref() == Some("cache-1-redis") {
+            b.spec.version = "v2.0.0".into();
+            let s = b.status.get_or_insert_with(Default::default);
+            s.failed_version = Some("v2.0.0".into());
+            s.conditions = vec![upgradeplan::api::kratix::BindingCondition {
+                type_: upgradeplan::api::kratix::UPGRADE_SUCCEEDED.into(),
+                status: "False".into(),
+                reason: upgradeplan::api::kratix::UPGRADE_FAILED.into(),
+                message: message.into(),
+                last_transition_time: Some(utc(at)),
+            }];
+        }
+    }
+}
+
 fn live(bindings: &[ResourceBinding]) -> runs::Live {
     runs::Live::of_bindings(bindings.iter().cloned())
 }
@@ -157,20 +175,11 @@ fn status_of_a_failed_run() {
     let bindings = bindings();
     let frozen = frozen(&plan, &bindings);
     let mut failed = bindings.clone();
-    for b in &mut failed {
-        if b.metadata.name.as_deref() == Some("cache-1-redis") {
-            b.spec.version = "v2.0.0".into();
-            let s = b.status.get_or_insert_with(Default::default);
-            s.failed_version = Some("v2.0.0".into());
-            s.conditions = vec![upgradeplan::api::kratix::BindingCondition {
-                type_: upgradeplan::api::kratix::UPGRADE_SUCCEEDED.into(),
-                status: "False".into(),
-                reason: upgradeplan::api::kratix::UPGRADE_FAILED.into(),
-                message: "workflow failed: helm upgrade timed out".into(),
-                last_transition_time: Some(utc("2026-03-27T21:04:00Z")),
-            }];
-        }
-    }
+    fail_cache_1(
+        &mut failed,
+        "workflow failed: helm upgrade timed out",
+        "2026-03-27T21:04:00Z",
+    );
     let r = run(
         "redis-v1-to-v2-20260327-2100",
         json!({"state": "Failed", "startedAt": "2026-03-27T21:00:05Z", "finishedAt": "2026-03-27T21:04:10Z",
@@ -438,19 +447,10 @@ fn a_dormant_runs_view_shows_what_it_recorded() {
     // A dev resource fails after the dormant run stopped acting.
     for b in &mut bindings {
         if b.metadata.name.as_deref() == Some("cache-1-redis") {
-            b.spec.version = "v2.0.0".into();
-            let s = b.status.get_or_insert_with(Default::default);
-            s.last_applied_version = "v1.0.0".into();
-            s.failed_version = Some("v2.0.0".into());
-            s.conditions = vec![upgradeplan::api::kratix::BindingCondition {
-                type_: upgradeplan::api::kratix::UPGRADE_SUCCEEDED.into(),
-                status: "False".into(),
-                reason: upgradeplan::api::kratix::UPGRADE_FAILED.into(),
-                message: "workflow failed".into(),
-                last_transition_time: Some(utc("2026-03-27T21:20:00Z")),
-            }];
+            b.status.get_or_insert_with(Default::default).last_applied_version = "v1.0.0".into();
         }
     }
+    fail_cache_1(&mut bindings, "workflow failed", "2026-03-27T21:20:00Z");
     let recorded = json!([{"name": "dev", "total": 3}, {"name": "eu", "total": 2}, {"name": "rest", "total": 1}]);
     let superseded = {
         let mut r = run(
