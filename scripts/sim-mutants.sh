@@ -3,11 +3,11 @@
 # tests/mutants/*.patch, one at a time, to a scratch copy of the repository, runs the
 # simulation there, and counts the mutants it caught (a violation found). Ends with
 # `mutants: <caught> of <total> caught`; exit 1 unless all are.
-#   SIM_MUTANT_HISTORIES (300) histories each, from SIM_SEED (1); SIM_MUTANTS="a.patch b.patch"
+#   SIM_MUTANT_HISTORIES (500) histories each, from SIM_SEED (1); SIM_MUTANTS="a.patch b.patch"
 #   runs only those.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-histories=${SIM_MUTANT_HISTORIES:-300}
+histories=${SIM_MUTANT_HISTORIES:-500}
 seed=${SIM_SEED:-1}
 # One target directory for every mutant: only the engine and the simulation rebuild.
 target=${CARGO_TARGET_DIR:-$root/target}/mutants

@@ -171,9 +171,14 @@ fn held_group(world: &World, run: &UpgradeRun, frozen: &Frozen, step: &Step) -> 
         }
         let before = index.checked_sub(1).and_then(|i| frozen.plan.rollout_groups.get(i));
         let soak = before.and_then(|b| b.soak_duration.as_deref()).and_then(go_seconds);
-        let completed = before
-            .and_then(|b| status.rollout_groups.iter().find(|g| g.name == b.name))
-            .and_then(|g| g.completed_at);
+        // As recorded, or as this very step records it (a group completing in the pass that
+        // would start the next).
+        let completed_in = |groups: &[upgradeplan::api::GroupStatus]| {
+            before
+                .and_then(|b| groups.iter().find(|g| g.name == b.name))
+                .and_then(|g| g.completed_at)
+        };
+        let completed = completed_in(&status.rollout_groups).or_else(|| completed_in(&step.status.rollout_groups));
         if let (Some(soak), Some(done), false) = (soak, completed, started) {
             if world.now < done + chrono::Duration::seconds(soak) {
                 return Some(format!(
