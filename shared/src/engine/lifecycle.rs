@@ -519,7 +519,8 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
     // waiting for ever: a run still going looks again at least every RESYNC.
     let going = !out.status.state.is_terminal() && !is_dormant(run) && out.release.is_none();
     if going {
-        out.wake_at = Some(out.wake_at.map_or(facts.now + RESYNC, |at| at.min(facts.now + RESYNC)));
+        let resync = facts.now + RESYNC;
+        out.wake_at = Some(out.wake_at.map_or(resync, |at| at.min(resync)));
     }
     if let Some(selector) = facts.selector {
         if run.annotations().get(SELECTOR_ANNOTATION).map(String::as_str) != Some(selector) {

@@ -52,6 +52,9 @@ pub enum Invariant {
     /// A plan edited since a run's snapshot changes nothing of the run: its step from the live
     /// plan is its step from the plan as the snapshot froze it (spec §14.2).
     PlanEditChangesNothing,
+    /// A step decided from a stale copy of its run writes nothing of the run: its own patch and
+    /// status are refused by their preconditions (spec §14.2).
+    StaleCopyWritesNothing,
     /// The plugin's run view (`kubectl upgradeplan status`), read from the world the controller's
     /// step read, shows the counts the step recorded.
     PluginShowsRecorded,
@@ -72,6 +75,7 @@ impl std::fmt::Display for Invariant {
             Invariant::VerifiedByHealth => "a success in a health-checked group is one its records verified",
             Invariant::SchedulesFireOnce => "a schedule creates one run per trigger, none while the plan is suspended",
             Invariant::PlanEditChangesNothing => "a plan edit mid-run changes nothing of the run",
+            Invariant::StaleCopyWritesNothing => "a step from a stale copy of its run writes nothing of it",
             Invariant::PluginShowsRecorded => "the plugin's run view equals what the controller recorded",
         };
         write!(f, "{text}")
@@ -364,6 +368,18 @@ impl Checker {
                     format!("run {run} started {} {n} times", patch.resource.binding),
                 );
             }
+        }
+        Ok(())
+    }
+
+    /// A write to run `name` (`what`) the API server accepted, from a step whose copy of the run
+    /// was `stale`.
+    pub fn run_written(&self, name: &str, stale: bool, what: &str) -> Result<(), Violation> {
+        if stale {
+            return violation(
+                Invariant::StaleCopyWritesNothing,
+                format!("run {name}: {what} written from a stale copy of the run"),
+            );
         }
         Ok(())
     }

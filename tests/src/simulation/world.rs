@@ -84,6 +84,8 @@ pub struct World {
     acting: usize,
     /// Whether the current step reads lagging caches.
     lagging_step: bool,
+    /// Whether the current step's copy of its run is older than the API server's.
+    stale_copy: bool,
     /// The Events published about each run, in order.
     pub events: Vec<Published>,
     pub metrics: Metrics,
@@ -395,6 +397,7 @@ impl World {
             leader: 0,
             acting: 0,
             lagging_step: false,
+            stale_copy: false,
             events: Vec::new(),
             metrics: Metrics::default(),
             next_version: 2,
@@ -914,6 +917,7 @@ impl World {
             Some(old) if lagging && old.finalizers().iter().any(|f| f == RUN_FINALIZER) => old.clone(),
             _ => self.runs[i].clone(),
         };
+        self.stale_copy = run.resource_version() != self.runs[i].resource_version();
         let runs_before = self.runs.clone();
         let others: Vec<RunFacts> = self
             .runs
@@ -1029,6 +1033,7 @@ impl World {
                     self.tally.stale_run_writes += 1;
                     return Ok(false);
                 }
+                checker.run_written(name, self.stale_copy, "its own patch")?;
                 let version = self.version();
                 self.runs[i].metadata.resource_version = version.clone();
                 *read_version = version;
@@ -1094,6 +1099,7 @@ impl World {
                         .collect();
                     eprintln!("    status {name} {:?} {groups:?}", status.state);
                 }
+                checker.run_written(name, self.stale_copy, "its status")?;
                 checker.status_written(name, r.status.as_ref(), status)?;
                 let was_terminal = r.status.as_ref().is_some_and(|s| s.state.is_terminal());
                 if status.state.is_terminal() && !was_terminal {
