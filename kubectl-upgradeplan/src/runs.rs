@@ -605,6 +605,13 @@ fn current_group_name(run: &UpgradeRun, e: &Evaluation) -> Option<String> {
         .or_else(|| run.status.as_ref()?.rollout_groups.get(group).map(|g| g.name.clone()))
 }
 
+/// For a preview not resumed, its first group with resources not yet finished, as recorded.
+fn first_unfinished(run: &UpgradeRun, groups: &[GroupStatus]) -> Option<usize> {
+    let waiting = is_preview(run) && run.spec.suspend && run.status.as_ref().is_some_and(|s| !s.state.is_terminal());
+    let unfinished = |g: &GroupStatus| g.succeeded + g.failed + g.skipped < g.total;
+    groups.iter().position(unfinished).filter(|_| waiting)
+}
+
 const PREVIEW_WAITS: &str = "preview: nothing is patched until resumed (kubectl upgradeplan resume <run>)";
 
 /// What a run waits for, in words, from its conditions and (when in progress) the engine.
@@ -771,8 +778,12 @@ pub fn status(
             _ => Vec::new(),
         },
         failure_budgets: view.budgets.clone(),
-        kratix_idle: match (frozen, view.current) {
-            (Some(f), Some(c)) => kratix_idle(&f.snapshot.groups[c], &f.plan.upgrade_path.to, live),
+        // A preview not resumed has no current group (it is not evaluated): the group it would
+        // begin with, its first unfinished one as recorded, is what resuming it would act on.
+        kratix_idle: match (frozen, view.current.or_else(|| first_unfinished(run, &groups))) {
+            (Some(f), Some(c)) if c < f.snapshot.groups.len() => {
+                kratix_idle(&f.snapshot.groups[c], &f.plan.upgrade_path.to, live)
+            }
             _ => Vec::new(),
         },
         gates: if s.state.is_terminal() {
