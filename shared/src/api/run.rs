@@ -165,12 +165,6 @@ pub struct GroupStatus {
     /// The approval's comment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<String>,
-    /// The resources of a group with a `healthCheck` that this run counted Succeeded, by their
-    /// place in the group's snapshot: hex digits, four resources to a digit, lowest bit first
-    /// ([`crate::engine::health::Verified`]). A verified success stands for the run (spec §5.5)
-    /// even when Kratix later re-runs the resource or its health check reports otherwise.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub verified: Option<String>,
     /// The resources this run counted Failed, in the order it saw them (at most the group's
     /// `maxFailures` + 1): a failure stands for the run even when Kratix later retries the
     /// resource by itself or the controller restarts (spec §5.5).

@@ -17,43 +17,6 @@ use super::window::WrittenDuration;
 use crate::api::kratix::{BindingFacts, HealthRecord};
 use crate::api::UPGRADE_STARTED_AT_ANNOTATION;
 
-/// The resources of a group that a run counted Succeeded by their health check, by their place
-/// in the group's snapshot (`status.rolloutGroups[].verified`): without it a later Kratix re-run
-/// (a newer success, older records) or a later report would take a counted success back.
-/// Written as hex digits, four places to a digit, lowest bit first: 10,000 resources in 2,500
-/// bytes. A digit that is not hex holds none (the field is read from the API server).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Verified(Vec<u8>);
-
-impl Verified {
-    pub fn read(written: Option<&str>) -> Verified {
-        let digits = written.unwrap_or_default().chars();
-        Verified(digits.map(|c| c.to_digit(16).unwrap_or(0) as u8).collect())
-    }
-
-    pub fn contains(&self, place: usize) -> bool {
-        self.0.get(place / 4).is_some_and(|d| d & (1 << (place % 4)) != 0)
-    }
-
-    pub fn insert(&mut self, place: usize) {
-        if self.0.len() <= place / 4 {
-            self.0.resize(place / 4 + 1, 0);
-        }
-        self.0[place / 4] |= 1 << (place % 4);
-    }
-
-    /// The written form; `None` when it holds none.
-    pub fn write(&self) -> Option<String> {
-        let end = self.0.iter().rposition(|d| *d != 0)? + 1;
-        Some(
-            self.0[..end]
-                .iter()
-                .map(|d| char::from_digit(u32::from(*d), 16).unwrap_or('0'))
-                .collect(),
-        )
-    }
-}
-
 /// The HealthRecords of one Promise, by the (namespace, name) of the resource they describe.
 #[derive(Debug, Clone, Default)]
 pub struct HealthRecords {

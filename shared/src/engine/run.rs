@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use super::compile::{CompiledGroup, CompiledPlan, WrittenDuration};
 use super::freeze::{hold_at, Freeze, Hold};
 use super::gate::{self, GateCheck, GateReading};
-use super::health::{apply_health_check, HealthRecords, Verified};
+use super::health::{apply_health_check, HealthRecords};
 use super::snapshot::{Snapshot, SnapshotGroup, SnapshotResource};
 use super::stage::{approval_for, ApprovalFact};
 use super::starts::{admit_starts, StartFacts};
@@ -316,17 +316,6 @@ fn counts(name: &str, total: usize, outcomes: &[Outcome]) -> GroupStatus {
     }
 }
 
-/// `verified` with every place whose outcome is now Succeeded (in a group with a health check,
-/// a success is a verified one).
-fn verified_now(mut verified: Verified, outcomes: &[Outcome]) -> Verified {
-    for (place, o) in outcomes.iter().enumerate() {
-        if matches!(o, Outcome::Succeeded) {
-            verified.insert(place);
-        }
-    }
-    verified
-}
-
 /// The recorded counts of a group that completed: every resource succeeded, was skipped, or
 /// failed within the budget. It stays complete whatever its bindings do later.
 fn recorded_complete(recorded: Option<&GroupStatus>, name: &str, total: usize, budget: usize) -> Option<GroupStatus> {
@@ -446,25 +435,14 @@ fn evaluate_group<'b>(
         .map(|r| lookup(&r.namespace, &r.binding))
         .collect();
     let run = (ctx.plan.to.as_str(), ctx.run_name, ctx.run_created);
-    let verified = Verified::read(recorded.and_then(|g| g.verified.as_deref()));
     let outcomes: Vec<Outcome> = group
         .resources
         .iter()
         .zip(&live)
-        .enumerate()
-        .map(|(place, (r, b))| {
-            if verified.contains(place) {
-                Outcome::Succeeded
-            } else {
-                rules.outcome(r, *b, ctx.health, ctx.recorded, run, ctx.now)
-            }
-        })
+        .map(|(r, b)| rules.outcome(r, *b, ctx.health, ctx.recorded, run, ctx.now))
         .collect();
     let counted = &mut eval.groups[index];
     *counted = counts(&group.name, group.resources.len(), &outcomes);
-    if rules.health.is_some() {
-        counted.verified = verified_now(verified, &outcomes).write();
-    }
     counted.failed_resources = record_failures(recorded, &group.resources, &outcomes, budget, ctx.now);
     counted.started_at = Some(started_at.unwrap_or(ctx.now));
     if let Some(a) = &approved {
@@ -1288,121 +1266,6 @@ pub(crate) mod tests {
             "c never reported: over the budget"
         );
         assert!(matches!(&e.outcomes[0].1[2], Outcome::Failed { message } if message == "no health report within 10m"));
-    }
-
-    /// Found by the simulation (seed 4576991584951943221): a verified success was taken back —
-    /// succeeded went from 1 to 0 — when someone asked Kratix to re-run the resource (its new
-    /// success made every record older than the upgrade). A counted verified success stands
-    /// (spec §5.5), recorded in `verified`; so does it when a later check reports otherwise.
-    #[test]
-    fn a_verified_success_stands_whatever_kratix_and_its_checks_do_later() {
-        let mut g = match_all("all");
-        g.max_concurrent = Some(IntOrString::Int(2));
-        g.health_check = Some(crate::api::HealthCheck { timeout: "10m".into() });
-        let bindings = ["a", "b"].map(|n| binding("ns", n, &[], "v1", "v1")).to_vec();
-        let succeeded_at = |name: &str, at: &str| {
-            with_condition(
-                binding("ns", name, &[], "v2", "v2"),
-                "True",
-                "UpgradeComplete",
-                at,
-                None,
-            )
-        };
-        let base = World::new(plan(&["v1"], "v2", vec![g]), bindings);
-        let mut w = World::new(base.spec.clone(), base.live.clone());
-        w.live[0] = succeeded_at("a", "2026-06-01T10:00:00Z");
-        w.health.push(crate::engine::health::tests::record_of(
-            "a",
-            "a",
-            "healthy",
-            Some("2026-06-01T10:01:00Z"),
-        ));
-        let first = w.eval(&[], false, "2026-06-01T10:02:00Z");
-        assert_eq!((first.groups[0].succeeded, first.groups[0].verifying), (1, 0));
-        assert_eq!(first.groups[0].verified.as_deref(), Some("1"), "place 0 verified");
-        let recorded = first.groups.clone();
-        type Later = fn(&mut World);
-        let cases: [(&str, Later); 4] = [
-            ("nothing changes", |_| {}),
-            ("Kratix re-ran it: a newer success, the record older", |w| {
-                w.live[0] = with_condition(
-                    binding("ns", "a", &[], "v2", "v2"),
-                    "True",
-                    "UpgradeComplete",
-                    "2026-06-01T10:03:00Z",
-                    None,
-                );
-            }),
-            ("Kratix is re-running it", |w| {
-                w.live[0] = with_condition(
-                    binding("ns", "a", &[], "v2", "v2"),
-                    "Unknown",
-                    "Reconciling",
-                    "2026-06-01T10:03:00Z",
-                    None,
-                );
-            }),
-            ("a later check reports it unhealthy", |w| {
-                w.health = vec![crate::engine::health::tests::record_of(
-                    "a",
-                    "a",
-                    "unhealthy",
-                    Some("2026-06-01T10:03:30Z"),
-                )];
-            }),
-        ];
-        for (case, later) in cases {
-            let mut now = World::new(w.spec.clone(), w.live.clone());
-            now.health = w.health.clone();
-            later(&mut now);
-            let e = now.eval(&recorded, false, "2026-06-01T10:04:00Z");
-            assert_eq!(
-                (e.groups[0].succeeded, e.groups[0].failed, e.groups[0].verifying),
-                (1, 0, 0),
-                "{case}"
-            );
-            assert_eq!(e.groups[0].verified.as_deref(), Some("1"), "{case}");
-            assert_eq!(e.in_flight, 0, "{case}: a verified success holds no slot");
-        }
-        // Without the record, the same re-run takes it back: what the field is for.
-        let mut forgot = recorded.clone();
-        forgot[0].verified = None;
-        let mut rerun = World::new(w.spec.clone(), w.live.clone());
-        rerun.health = w.health.clone();
-        rerun.live[0] = succeeded_at("a", "2026-06-01T10:03:00Z");
-        assert_eq!(
-            rerun.eval(&forgot, false, "2026-06-01T10:04:00Z").groups[0].succeeded,
-            0
-        );
-    }
-
-    /// The written form of `verified`, and what an edited one reads as.
-    #[test]
-    fn verified_places_table() {
-        use crate::engine::health::Verified;
-        let cases: [(&[usize], Option<&str>); 5] = [
-            (&[], None),
-            (&[0], Some("1")),
-            (&[3], Some("8")),
-            (&[0, 1, 2, 3, 4], Some("f1")),
-            (&[9], Some("002")),
-        ];
-        for (places, written) in cases {
-            let mut v = Verified::default();
-            places.iter().for_each(|p| v.insert(*p));
-            assert_eq!(v.write().as_deref(), written, "{places:?}");
-            let read = Verified::read(written);
-            assert!(places.iter().all(|p| read.contains(*p)), "{places:?}");
-            assert_eq!(
-                (0..16).filter(|p| read.contains(*p)).count(),
-                places.len(),
-                "{places:?}"
-            );
-        }
-        // Not hex: holds nothing there, never panics.
-        let edited = Verified::read(Some("zz1"));
-        assert_eq!((0..12).filter(|p| edited.contains(*p)).collect::<Vec<_>>(), vec![8]);
     }
 
     #[test]

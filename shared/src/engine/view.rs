@@ -244,13 +244,7 @@ pub fn resource_views<'f, 'b>(
             .get(index)
             .filter(|g| g.name == group.name && g.total == group.resources.len() as i64)
             .filter(|g| g.succeeded + g.skipped + g.failed == g.total);
-        let verified = super::health::Verified::read(
-            recorded
-                .get(index)
-                .filter(|g| g.name == group.name)
-                .and_then(|g| g.verified.as_deref()),
-        );
-        for (place, r) in group.resources.iter().enumerate() {
+        for r in &group.resources {
             let live = resource_outcome(
                 r,
                 lookup(&r.namespace, &r.binding),
@@ -261,9 +255,6 @@ pub fn resource_views<'f, 'b>(
                 judged_at,
             );
             let (outcome, since) = match (complete, live) {
-                // A verified success stands (spec §5.5); what its binding shows since is said.
-                (_, Outcome::Succeeded) if verified.contains(place) => (Outcome::Succeeded, None),
-                (_, live) if verified.contains(place) => (Outcome::Succeeded, Some(live)),
                 (None, Outcome::NeedsRetry) if run.state.is_terminal() => (Outcome::NotStarted, None),
                 (None, live) => (live, None),
                 (Some(_), live @ Outcome::Failed { .. }) if super::run::recorded_failure(recorded, r).is_some() => {

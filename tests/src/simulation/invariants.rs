@@ -384,12 +384,15 @@ impl Checker {
         Ok(())
     }
 
-    /// A run's status the API server accepted, over the one it had.
+    /// A run's status the API server accepted, over the one it had. In a group with a health
+    /// check (`health_checked`) a success may still be taken back until the group completes:
+    /// spec §13.2 makes a group's verdicts final only then (a later record may say unhealthy).
     pub fn status_written(
         &mut self,
         run: &str,
         before: Option<&UpgradeRunStatus>,
         after: &UpgradeRunStatus,
+        health_checked: &[&str],
     ) -> Result<(), Violation> {
         let Some(before) = before else {
             return Ok(());
@@ -404,8 +407,10 @@ impl Checker {
             let Some(a) = after.rollout_groups.iter().find(|a| a.name == b.name) else {
                 continue;
             };
+            let verdicts_open =
+                health_checked.contains(&b.name.as_str()) && b.phase != Some(upgradeplan::api::GroupPhase::Completed);
             let moved_back = [
-                ("succeeded", b.succeeded, a.succeeded),
+                ("succeeded", if verdicts_open { 0 } else { b.succeeded }, a.succeeded),
                 ("failed", b.failed, a.failed),
                 ("skipped", b.skipped, a.skipped),
             ]

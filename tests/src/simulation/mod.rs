@@ -298,7 +298,7 @@ mod tests {
         ];
         for (case, before, after, want) in cases {
             let got = Checker::default()
-                .status_written("r", Some(&before), &after)
+                .status_written("r", Some(&before), &after, &[])
                 .err()
                 .map(|v| v.invariant);
             assert_eq!(got, want, "{case}");

@@ -1100,7 +1100,17 @@ impl World {
                     eprintln!("    status {name} {:?} {groups:?}", status.state);
                 }
                 checker.run_written(name, self.stale_copy, "its status")?;
-                checker.status_written(name, r.status.as_ref(), status)?;
+                let frozen = self.read_back.get(name).and_then(|f| match f {
+                    SnapshotFact::Found { frozen, .. } => Some(frozen.clone()),
+                    _ => None,
+                });
+                let checked: Vec<&str> = frozen
+                    .iter()
+                    .flat_map(|f| f.plan.rollout_groups.iter())
+                    .filter(|g| g.health_check.is_some())
+                    .map(|g| g.name.as_str())
+                    .collect();
+                checker.status_written(name, r.status.as_ref(), status, &checked)?;
                 let was_terminal = r.status.as_ref().is_some_and(|s| s.state.is_terminal());
                 if status.state.is_terminal() && !was_terminal {
                     match status.state {
