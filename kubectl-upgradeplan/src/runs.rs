@@ -12,7 +12,7 @@ use kube::Client;
 use serde::Serialize;
 use upgradeplan::api::kratix::{HealthRecord, PromiseRevision, ResourceBinding};
 use upgradeplan::api::{find_condition, reasons, GroupStatus, LastRun, RunState, UpgradePlanSpec, UpgradeRun};
-use upgradeplan::engine::admission::is_preview;
+use upgradeplan::engine::admission::waits_as_preview;
 use upgradeplan::engine::freeze::Freeze;
 use upgradeplan::engine::gate::{self, GateCheck};
 use upgradeplan::engine::health::HealthRecords;
@@ -607,7 +607,7 @@ fn current_group_name(run: &UpgradeRun, e: &Evaluation) -> Option<String> {
 
 /// For a preview not resumed, its first group with resources not yet finished, as recorded.
 fn first_unfinished(run: &UpgradeRun, groups: &[GroupStatus]) -> Option<usize> {
-    let waiting = is_preview(run) && run.spec.suspend && run.status.as_ref().is_some_and(|s| !s.state.is_terminal());
+    let waiting = waits_as_preview(run) && run.status.as_ref().is_some_and(|s| !s.state.is_terminal());
     let unfinished = |g: &GroupStatus| g.succeeded + g.failed + g.skipped < g.total;
     groups.iter().position(unfinished).filter(|_| waiting)
 }
@@ -628,7 +628,7 @@ fn waiting(run: &UpgradeRun, eval: Option<&Evaluation>, now: DateTime<Utc>, styl
         }
     }
     // A preview not resumed is not evaluated (dormant): its wait is its own.
-    if is_preview(run) && run.spec.suspend {
+    if waits_as_preview(run) {
         return Some(PREVIEW_WAITS.to_string());
     }
     let e = eval?;

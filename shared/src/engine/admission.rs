@@ -80,7 +80,12 @@ pub fn superseded_by(run: &UpgradeRun) -> Option<&str> {
 /// health records and freezes need not wake it. A preview whose `suspend` was just cleared is
 /// being admitted: not dormant.
 pub fn is_dormant(run: &UpgradeRun) -> bool {
-    superseded_by(run).is_some() || (is_preview(run) && run.spec.suspend)
+    superseded_by(run).is_some() || waits_as_preview(run)
+}
+
+/// A preview not resumed yet: dormant until its `suspend` is cleared (spec §5.2).
+pub fn waits_as_preview(run: &UpgradeRun) -> bool {
+    is_preview(run) && run.spec.suspend
 }
 
 /// Whether `run` asks Prometheus for its plan's signal gates (spec §13.3): the plan's active run
