@@ -1284,9 +1284,32 @@ pub fn urlencode(s: &str) -> String {
         .collect()
 }
 
-/// A TCP port free on 127.0.0.1 right now.
+/// A TCP port free on 127.0.0.1 right now, chosen below the kernel's ephemeral range: a port
+/// the kernel hands out (bind to port 0) is the kind it also gives the next outgoing connection,
+/// so between this check and the server's own bind another process could take it (etcd once
+/// failed with "address already in use" that way).
 pub fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    free_ports(1)
+}
+
+/// `count` consecutive ports, all free on 127.0.0.1 right now; returns the first.
+pub fn free_ports(count: u16) -> anyhow::Result<u16> {
+    use std::hash::{BuildHasher, RandomState};
+    // Below the ephemeral range (Linux's default is 32768–60999) and above the fixed ports of
+    // `make integration`, `bench` and `chaos` (12379–19443).
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (20000u16, ephemeral_low.max(20000 + 1000));
+    let random = RandomState::new();
+    for attempt in 0u32..200 {
+        let first = low + (random.hash_one(attempt) % u64::from(high - low - count)) as u16;
+        if (first..first + count).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+            return Ok(first);
+        }
+    }
+    bail!("no {count} free consecutive ports on 127.0.0.1 in {low}..{high} after 200 tries")
 }
 
 /// A control plane of a test's own (`tests/cluster.sh` with its own directory and ports), for
@@ -1301,28 +1324,29 @@ pub struct OwnControlPlane {
 impl OwnControlPlane {
     pub async fn start(name: &str) -> anyhow::Result<OwnControlPlane> {
         let dir = std::env::temp_dir().join(format!("upgradeplan-{}", unique_id(name)));
-        let api_port = free_port()?;
-        // etcd uses its port and the next one (peer).
-        let etcd_port = loop {
-            let p = free_port()?;
-            if p < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
-                break p;
+        // A port free when chosen can still be taken before the server binds it; then start
+        // again on other ports (the failed start stopped what it had started).
+        let mut attempt = 1;
+        loop {
+            // etcd's client port, its peer port (the next one), then the API server's.
+            let first = free_ports(3)?;
+            let plane = OwnControlPlane {
+                kubeconfig: dir.join("admin.kubeconfig"),
+                dir: dir.clone(),
+                etcd_port: first,
+                api_port: first + 2,
+            };
+            let out = plane.script("start").await?;
+            if out.status.success() {
+                return Ok(plane);
             }
-        };
-        let plane = OwnControlPlane {
-            kubeconfig: dir.join("admin.kubeconfig"),
-            dir,
-            api_port,
-            etcd_port,
-        };
-        let out = plane.script("start").await?;
-        if !out.status.success() {
-            bail!(
-                "tests/cluster.sh start failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if attempt < 3 && stderr.contains("address already in use") {
+                attempt += 1;
+                continue;
+            }
+            bail!("tests/cluster.sh start failed: {stderr}");
         }
-        Ok(plane)
     }
 
     /// `tests/cluster.sh <command>` for this control plane.
