@@ -380,16 +380,17 @@ impl Ctx {
     /// Counts the results the step's status records (once, whichever process wrote it), and how
     /// long the upgrades this process started took.
     fn count_results(&self, run: &UpgradeRun, step: &Step) {
-        let (plan, Some(frozen)) = (run.plan_name(), &step.frozen) else {
-            return;
-        };
-        let group = |i: usize| frozen.snapshot.groups.get(i).map_or("", |g| g.name.as_str());
+        let plan = run.plan_name();
         for c in &step.result_counts {
             self.metrics
                 .resource_upgrades_total
-                .with_label_values(&[plan, group(c.group), c.result.as_str()])
+                .with_label_values(&[plan, &c.group, c.result.as_str()])
                 .inc_by(c.count);
         }
+        let Some(frozen) = &step.frozen else {
+            return;
+        };
+        let group = |i: usize| frozen.snapshot.groups.get(i).map_or("", |g| g.name.as_str());
         let Ok(mut runs) = self.resources.lock() else {
             return;
         };

@@ -264,36 +264,64 @@ pub struct ResourceResult {
 /// `upgradeplan_resource_upgrades_total` adds once the step's status is written. Counted from the
 /// run's record, not from a process's memory, so a restarted controller (which lists a group's
 /// results again when its counts move) counts each outcome once (spec §14.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResultCount {
-    /// The group's index in the snapshot.
-    pub group: usize,
+    /// The group's name (a run cancelled or superseded counts without its snapshot at hand).
+    pub group: String,
     pub result: Finished,
     pub count: u64,
 }
 
 /// What each group's counts gained from `previous` to `now` (groups matched by position and name;
-/// one not recorded before counts from zero).
-pub fn results_since(previous: &[GroupStatus], now: &[GroupStatus]) -> Vec<ResultCount> {
-    let by_result = |g: &GroupStatus| {
+/// one not recorded before counts from zero). A health-checked group's successes count once its
+/// verdicts are final ([`verdicts_final`]): until then a success can be taken back and given
+/// again (spec §13.2), and counting each gain would count it twice.
+pub fn results_since(
+    previous: &UpgradeRunStatus,
+    now: &UpgradeRunStatus,
+    health_checked: &dyn Fn(&str) -> bool,
+) -> Vec<ResultCount> {
+    let by_result = |status: &UpgradeRunStatus, g: &GroupStatus| {
+        let succeeded = if !health_checked(&g.name) || verdicts_final(status, g) {
+            g.succeeded
+        } else {
+            0
+        };
         [
-            (Finished::Succeeded, g.succeeded),
+            (Finished::Succeeded, succeeded),
             (Finished::Failed, g.failed),
             (Finished::Skipped, g.skipped),
         ]
     };
     let mut counts = Vec::new();
-    for (group, g) in now.iter().enumerate() {
-        let before = previous.get(group).filter(|b| b.name == g.name).map(by_result);
-        for (i, (result, is)) in by_result(g).into_iter().enumerate() {
-            let was = before.map_or(0, |b| b[i].1);
+    for (i, g) in now.rollout_groups.iter().enumerate() {
+        let before = previous
+            .rollout_groups
+            .get(i)
+            .filter(|b| b.name == g.name)
+            .map(|b| by_result(previous, b));
+        for (k, (result, is)) in by_result(now, g).into_iter().enumerate() {
+            let was = before.map_or(0, |b| b[k].1);
             let count = u64::try_from(is - was).unwrap_or(0);
             if count > 0 {
+                let group = g.name.clone();
                 counts.push(ResultCount { group, result, count });
             }
         }
     }
     counts
+}
+
+/// Whether a group's counts can no longer change: the group completed (or failed), or the run
+/// ended or was superseded there. Before that, a health-checked group's success can still be
+/// taken back (spec §13.2).
+pub fn verdicts_final(run: &UpgradeRunStatus, group: &GroupStatus) -> bool {
+    run.state.is_terminal()
+        || run.superseded_by.is_some()
+        || matches!(
+            group.phase,
+            Some(GroupPhase::Soaking | GroupPhase::Completed | GroupPhase::Failed)
+        )
 }
 
 /// The output of [`step`], in the order the controller applies it.
@@ -530,6 +558,18 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
     if let Some(eval) = &out.evaluation {
         out.binding_patches = BindingPatch::of_evaluation(eval, &out.to, run_name(run), facts.now);
     }
+    // Counted once the step's end is known: a run ending here makes its last verdicts final.
+    let compiled = match (&out.frozen, &facts.snapshot) {
+        (Some(frozen), _) | (None, SnapshotFact::Found { frozen, .. }) => Some(&frozen.compiled),
+        _ => None,
+    };
+    let health_checked = |group: &str| {
+        compiled
+            .and_then(|c| c.group(group))
+            .is_some_and(|g| g.health_timeout.is_some())
+    };
+    let unrecorded = UpgradeRunStatus::default();
+    out.result_counts = results_since(run.status.as_ref().unwrap_or(&unrecorded), &out.status, &health_checked);
     out
 }
 
@@ -978,7 +1018,6 @@ fn progress(
     let (announce, results) = resource_reports(&eval, &previous, &frozen.snapshot, &to);
     out.announce.extend(announce);
     out.results = results;
-    out.result_counts = results_since(&previous, &out.status.rollout_groups);
     if owns_gauges {
         out.gauges = Gauges::Set(run_gauges(&view, &frozen.snapshot));
     }

@@ -474,18 +474,23 @@ impl Checker {
         let status = current.status.clone().unwrap_or_default();
         let exact = exact && !world.metrics.cut_off.contains(&name);
         let off = |counted: u64, recorded: u64| if exact { counted != recorded } else { counted > recorded };
-        // KNOWN GAP (issue 38's closing note): in a health-checked group a success may be taken
-        // back before the group completes (spec §13.2) and counted again when given again, so
-        // `resource_upgrades_total{result="succeeded"}` is not checked there yet.
+        // A health-checked group's successes are counted once its verdicts are final (spec
+        // §13.2: until the group completes a success can be taken back and given again): the
+        // group completed or failed, or the run ended or was superseded there.
         let health_checked: Vec<String> = world.frozen_of(&name).map_or_else(Vec::new, |f| {
             let checked = f.plan.rollout_groups.iter().filter(|g| g.health_check.is_some());
             checked.map(|g| g.name.clone()).collect()
         });
+        let run_final = status.state.is_terminal() || status.superseded_by.is_some();
         for g in &status.rollout_groups {
-            for (result, recorded) in [("succeeded", g.succeeded), ("failed", g.failed), ("skipped", g.skipped)] {
-                if result == "succeeded" && health_checked.contains(&g.name) {
-                    continue;
-                }
+            use upgradeplan::api::GroupPhase::{Completed, Failed, Soaking};
+            let group_final = run_final || matches!(g.phase, Some(Soaking | Completed | Failed));
+            let succeeded = if health_checked.contains(&g.name) && !group_final {
+                0
+            } else {
+                g.succeeded
+            };
+            for (result, recorded) in [("succeeded", succeeded), ("failed", g.failed), ("skipped", g.skipped)] {
                 let key = (name.clone(), g.name.clone(), result);
                 let counted = world.metrics.upgrades.get(&key).copied().unwrap_or(0);
                 if off(counted, u64::try_from(recorded).unwrap_or(0)) {

@@ -1274,12 +1274,10 @@ impl World {
     fn count(&mut self, run: &UpgradeRun, step: &Step) {
         let name = run.name_any();
         for c in &step.result_counts {
-            let group = step.frozen.as_ref().and_then(|f| f.snapshot.groups.get(c.group));
-            let group = group.map_or("", |g| g.name.as_str());
             *self
                 .metrics
                 .upgrades
-                .entry((name.clone(), group.to_string(), c.result.as_str()))
+                .entry((name.clone(), c.group.clone(), c.result.as_str()))
                 .or_default() += c.count;
         }
         if step.finished.is_some() {

@@ -1228,10 +1228,10 @@ fn results_and_resource_warnings_are_listed_by_the_passes_that_move_a_groups_cou
         v.sort();
         v
     };
-    let counted = |s: &Step| -> Vec<(usize, &'static str, u64)> {
+    let counted = |s: &Step| -> Vec<(String, &'static str, u64)> {
         s.result_counts
             .iter()
-            .map(|c| (c.group, c.result.as_str(), c.count))
+            .map(|c| (c.group.clone(), c.result.as_str(), c.count))
             .collect()
     };
     let failures = |s: &Step| {
@@ -1249,7 +1249,7 @@ fn results_and_resource_warnings_are_listed_by_the_passes_that_move_a_groups_cou
     let s = pass(&run, Some(&plan), &[], &world, t(3));
     let failed_binding = world.bindings[0].metadata.name.clone().unwrap();
     assert_eq!(listed(&s), [(failed_binding.clone(), "failed")]);
-    assert_eq!(counted(&s), [(0, "failed", 1)]);
+    assert_eq!(counted(&s), [("all".to_string(), "failed", 1)]);
     assert_eq!(failures(&s), 1);
     assert!(s.results.iter().all(|r| r.group == 0));
     apply(&mut run, &s, &mut world);
@@ -1275,12 +1275,12 @@ fn results_and_resource_warnings_are_listed_by_the_passes_that_move_a_groups_cou
     let both = vec![(failed_binding, "failed"), (succeeded_binding, "succeeded")];
     let lost = pass(&run, Some(&plan), &[], &world, t(5));
     assert_eq!(listed(&lost), both);
-    assert_eq!(counted(&lost), [(0, "succeeded", 1)]);
+    assert_eq!(counted(&lost), [("all".to_string(), "succeeded", 1)]);
     let s = pass(&run, Some(&plan), &[], &world, t(6));
     assert_eq!(listed(&s), both);
     assert_eq!(
         counted(&s),
-        [(0, "succeeded", 1)],
+        [("all".to_string(), "succeeded", 1)],
         "the failure was counted when recorded"
     );
     assert_eq!(failures(&s), 1, "announced again; published once by the caller");
@@ -1289,7 +1289,8 @@ fn results_and_resource_warnings_are_listed_by_the_passes_that_move_a_groups_cou
     assert_eq!((listed(&s).len(), counted(&s).len()), (0, 0));
 }
 
-/// What each group's counts gained since the status as read, by result.
+/// What each group's counts gained since the status as read, by result; a health-checked
+/// group's successes once its verdicts are final.
 #[test]
 fn results_since_table() {
     let g = |name: &str, (succeeded, failed, skipped): (i64, i64, i64)| GroupStatus {
@@ -1299,55 +1300,113 @@ fn results_since_table() {
         skipped,
         ..Default::default()
     };
+    let phased = |name: &str, counts: (i64, i64, i64), phase: GroupPhase| GroupStatus {
+        phase: Some(phase),
+        ..g(name, counts)
+    };
+    let status = |state: RunState, groups: Vec<GroupStatus>| UpgradeRunStatus {
+        state,
+        rollout_groups: groups,
+        ..Default::default()
+    };
+    let going = |groups| status(RunState::InProgress, groups);
+    let superseded = |groups| UpgradeRunStatus {
+        superseded_by: Some("plan-2".into()),
+        ..going(groups)
+    };
+    use GroupPhase::{Completed, InProgress, Soaking};
     type Case = (
         &'static str,
-        Vec<GroupStatus>,
-        Vec<GroupStatus>,
-        Vec<(usize, Finished, u64)>,
+        UpgradeRunStatus,
+        UpgradeRunStatus,
+        Vec<(&'static str, Finished, u64)>,
     );
     let cases: Vec<Case> = vec![
         (
             "nothing recorded, nothing finished",
-            vec![],
-            vec![g("dev", (0, 0, 0))],
+            going(vec![]),
+            going(vec![g("dev", (0, 0, 0))]),
             vec![],
         ),
         (
             "first results",
-            vec![g("dev", (0, 0, 0))],
-            vec![g("dev", (2, 1, 0))],
-            vec![(0, Finished::Succeeded, 2), (0, Finished::Failed, 1)],
+            going(vec![g("dev", (0, 0, 0))]),
+            going(vec![g("dev", (2, 1, 0))]),
+            vec![("dev", Finished::Succeeded, 2), ("dev", Finished::Failed, 1)],
         ),
         (
             "only the gain",
-            vec![g("dev", (2, 1, 1)), g("prod", (0, 0, 0))],
-            vec![g("dev", (3, 1, 1)), g("prod", (0, 0, 2))],
-            vec![(0, Finished::Succeeded, 1), (1, Finished::Skipped, 2)],
+            going(vec![g("dev", (2, 1, 1)), g("prod", (0, 0, 0))]),
+            going(vec![g("dev", (3, 1, 1)), g("prod", (0, 0, 2))]),
+            vec![("dev", Finished::Succeeded, 1), ("prod", Finished::Skipped, 2)],
         ),
         (
             "a group not recorded before counts from zero",
-            vec![g("dev", (1, 0, 0))],
-            vec![g("dev", (1, 0, 0)), g("prod", (1, 0, 0))],
-            vec![(1, Finished::Succeeded, 1)],
+            going(vec![g("dev", (1, 0, 0))]),
+            going(vec![g("dev", (1, 0, 0)), g("prod", (1, 0, 0))]),
+            vec![("prod", Finished::Succeeded, 1)],
         ),
         (
             "a different group at that place counts from zero",
-            vec![g("old", (5, 0, 0))],
-            vec![g("dev", (1, 0, 0))],
-            vec![(0, Finished::Succeeded, 1)],
+            going(vec![g("old", (5, 0, 0))]),
+            going(vec![g("dev", (1, 0, 0))]),
+            vec![("dev", Finished::Succeeded, 1)],
         ),
         (
             "counts never added back",
-            vec![g("dev", (2, 0, 0))],
-            vec![g("dev", (1, 0, 0))],
+            going(vec![g("dev", (2, 0, 0))]),
+            going(vec![g("dev", (1, 0, 0))]),
             vec![],
         ),
+        (
+            "health-checked: successes wait while the group is in progress; failures do not",
+            going(vec![phased("checked", (0, 0, 0), InProgress)]),
+            going(vec![phased("checked", (2, 1, 1), InProgress)]),
+            vec![("checked", Finished::Failed, 1), ("checked", Finished::Skipped, 1)],
+        ),
+        // Seed 4576991584951943221's shape: a success taken back (Kratix re-ran the resource)
+        // and given again was counted twice.
+        (
+            "health-checked: a success taken back and given again is not counted on the way",
+            going(vec![phased("checked", (1, 0, 0), InProgress)]),
+            going(vec![phased("checked", (2, 0, 0), InProgress)]),
+            vec![],
+        ),
+        (
+            "health-checked: every success once the group completes",
+            going(vec![phased("checked", (2, 0, 0), InProgress)]),
+            going(vec![phased("checked", (3, 0, 0), Soaking)]),
+            vec![("checked", Finished::Succeeded, 3)],
+        ),
+        (
+            "health-checked: nothing again after it completed",
+            going(vec![phased("checked", (3, 0, 0), Soaking)]),
+            going(vec![phased("checked", (3, 0, 0), Completed)]),
+            vec![],
+        ),
+        (
+            "health-checked: the successes of a run ended mid-group",
+            going(vec![phased("checked", (2, 0, 0), InProgress)]),
+            status(RunState::Cancelled, vec![phased("checked", (2, 0, 0), InProgress)]),
+            vec![("checked", Finished::Succeeded, 2)],
+        ),
+        (
+            "health-checked: the successes of a run superseded mid-group",
+            going(vec![phased("checked", (2, 0, 0), InProgress)]),
+            superseded(vec![phased("checked", (2, 0, 0), InProgress)]),
+            vec![("checked", Finished::Succeeded, 2)],
+        ),
+        (
+            "a group without a health check counts as it goes beside one that waits",
+            going(vec![g("dev", (1, 0, 0)), phased("checked", (0, 0, 0), InProgress)]),
+            going(vec![g("dev", (2, 0, 0)), phased("checked", (1, 0, 0), InProgress)]),
+            vec![("dev", Finished::Succeeded, 1)],
+        ),
     ];
+    let health_checked = |group: &str| group == "checked";
     for (case, previous, now, want) in cases {
-        let got: Vec<_> = results_since(&previous, &now)
-            .iter()
-            .map(|c| (c.group, c.result, c.count))
-            .collect();
+        let counts = results_since(&previous, &now, &health_checked);
+        let got: Vec<_> = counts.iter().map(|c| (c.group.as_str(), c.result, c.count)).collect();
         assert_eq!(got, want, "{case}");
     }
 }
