@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
 /// Understand and operate UpgradePlans (platform.syntasso.io/v1alpha1): explain a plan, see which
 /// resources it would upgrade and when, follow runs, and start, suspend, resume or cancel them.
@@ -81,8 +81,11 @@ pub struct Global {
     /// Set for commands that watch (`get -w`, `status -w`).
     #[arg(skip)]
     pub watching: bool,
-    /// Output format.
-    #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Table)]
+    /// Output format: table, wide, json, yaml, name (kind.group/name of the objects read or
+    /// written), jsonpath=TEMPLATE (`{.items[*].metadata.name}`, `{range …}…{end}`) or
+    /// custom-columns=HEADER:PATH,… (`NAME:.metadata.name,PHASE:.status.phase`), as kubectl's.
+    /// Verbs that write (run, approve, suspend, resume, cancel) print what they wrote in it.
+    #[arg(short = 'o', long, global = true, value_name = "FORMAT", default_value = "table", value_parser = parse_output)]
     pub output: Output,
     /// Don't print headers in tables.
     #[arg(long, global = true)]
@@ -101,12 +104,49 @@ pub struct Global {
     pub snapshot_namespace: String,
 }
 
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+/// `-o`: a text view, or one of kubectl's printers over the command's JSON.
+#[derive(Clone, Debug, PartialEq)]
 pub enum Output {
     Table,
     Wide,
     Json,
     Yaml,
+    Name,
+    JsonPath(crate::printers::Template),
+    CustomColumns(Vec<crate::printers::Column>),
+}
+
+impl Output {
+    /// The human views (table, wide); every other format prints the command's objects or JSON.
+    pub fn is_text(&self) -> bool {
+        matches!(self, Output::Table | Output::Wide)
+    }
+}
+
+/// The formats `-o` takes, for help and completion.
+pub const OUTPUT_FORMATS: [&str; 7] = ["table", "wide", "json", "yaml", "name", "jsonpath=", "custom-columns="];
+
+pub fn parse_output(s: &str) -> Result<Output, String> {
+    if let Some(template) = s.strip_prefix("jsonpath=") {
+        return crate::printers::Template::parse(template).map(Output::JsonPath);
+    }
+    if let Some(columns) = s.strip_prefix("custom-columns=") {
+        return crate::printers::parse_columns(columns).map(Output::CustomColumns);
+    }
+    Ok(match s {
+        "table" | "" => Output::Table,
+        "wide" => Output::Wide,
+        "json" => Output::Json,
+        "yaml" => Output::Yaml,
+        "name" => Output::Name,
+        "jsonpath" | "custom-columns" => return Err(format!("-o {s} needs its argument: -o {s}=…")),
+        other => {
+            return Err(format!(
+                "unknown output format {other:?}: one of table, wide, json, yaml, name, jsonpath=TEMPLATE, \
+                 custom-columns=HEADER:PATH,…"
+            ))
+        }
+    })
 }
 
 /// A plan named in the cluster, or read from a file.

@@ -14,6 +14,8 @@ use crate::cli::{Cli, Global};
 pub const DIRECTIVE_FILES: u8 = 0;
 /// cobra's ShellCompDirectiveNoFileComp.
 pub const DIRECTIVE_NO_FILES: u8 = 4;
+/// cobra's ShellCompDirectiveNoSpace: the shell adds no space after the completion.
+pub const DIRECTIVE_NO_SPACE: u8 = 2;
 
 /// What a position on the command line takes.
 #[derive(Debug, PartialEq, Eq)]
@@ -56,7 +58,7 @@ pub fn want(args: &[String]) -> Want {
                     None => Want::Nothing,
                 }
             }
-            "-o" | "--output" => return Want::Values(["table", "wide", "json", "yaml"].map(String::from).to_vec()),
+            "-o" | "--output" => return Want::Values(crate::cli::OUTPUT_FORMATS.map(String::from).to_vec()),
             "-f" | "--filename" | "--bindings" | "--freezes" | "--kubeconfig" => return Want::Files,
             "--context" => return Want::Contexts,
             "-n" | "--namespace" | "--snapshot-namespace" => return Want::Namespaces,
@@ -137,10 +139,14 @@ pub async fn complete(args: &[String], global: &Global) -> (Vec<String>, u8) {
         Want::Namespaces => (names(global, Kind::Namespaces).await, DIRECTIVE_NO_FILES),
         Want::ResourcesOfPlan(p) => (names(global, Kind::Resources { plan: &p }).await, DIRECTIVE_NO_FILES),
     };
-    (
-        candidates.into_iter().filter(|c| c.starts_with(&partial)).collect(),
-        directive,
-    )
+    let candidates: Vec<String> = candidates.into_iter().filter(|c| c.starts_with(&partial)).collect();
+    // `-o jsonpath=` takes its template right after the `=`: no space after it.
+    let directive = if !candidates.is_empty() && candidates.iter().all(|c| c.ends_with('=')) {
+        directive | DIRECTIVE_NO_SPACE
+    } else {
+        directive
+    };
+    (candidates, directive)
 }
 
 /// What to list from the cluster.
@@ -291,7 +297,7 @@ mod tests {
         assert_eq!(w(&["match", "--resource", ""]), Want::Nothing, "no plan named yet");
         assert_eq!(
             w(&["explain", "-o", ""]),
-            Want::Values(vec!["table".into(), "wide".into(), "json".into(), "yaml".into()])
+            Want::Values(crate::cli::OUTPUT_FORMATS.map(String::from).to_vec())
         );
         assert_eq!(w(&["explain", "-f", ""]), Want::Files);
         assert_eq!(w(&["match", "--n"]), Want::Flags("match".into()));

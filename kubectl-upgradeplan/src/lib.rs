@@ -11,6 +11,7 @@ pub mod freezes;
 pub mod input;
 pub mod matching;
 pub mod output;
+pub mod printers;
 pub mod runs;
 pub mod verbs;
 
@@ -19,8 +20,8 @@ use std::process::ExitCode;
 use chrono::Utc;
 use clap::CommandFactory;
 
-use cli::{Cli, Command, Output, PlanSource};
-use output::{structured, Style};
+use cli::{Cli, Command, PlanSource};
+use output::Style;
 
 /// What a view works on: the plan, its unknown fields when read from a file (the API server
 /// would reject them), and (when needed) the bindings — from files, or from the cluster.
@@ -135,10 +136,7 @@ async fn view_sources(g: &cli::Global, source: &PlanSource) -> anyhow::Result<So
 }
 
 fn emit<T: serde::Serialize>(g: &cli::Global, json: &T, text: &str) -> anyhow::Result<()> {
-    match g.output {
-        Output::Json | Output::Yaml => output::out(structured(g.output, json)?),
-        _ => output::out(text),
-    }
+    output::out(output::render(&g.output, &Style::from(g), json, text)?)
 }
 
 /// Runs the command line; the exit code follows kubectl's habits (1 on error) plus the
@@ -314,7 +312,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             verbs::get(&c, g, plan.as_deref(), *watch, &style).await?
         }
         Command::Run { plan, preview, name } => {
-            verbs::run(&client::connect(g).await?, plan, *preview, name.as_deref()).await?
+            verbs::run(&client::connect(g).await?, g, plan, *preview, name.as_deref()).await?
         }
         Command::Status {
             run,
@@ -326,9 +324,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let code = verbs::status(&c, g, run, *watch, *timeout, *fail_on_tolerated, &style).await?;
             return Ok(ExitCode::from(code));
         }
-        Command::Suspend { target } => verbs::set_suspend(&client::connect(g).await?, target, true).await?,
-        Command::Resume { target } => verbs::set_suspend(&client::connect(g).await?, target, false).await?,
-        Command::Cancel { run, yes } => verbs::cancel(&client::connect(g).await?, run, *yes).await?,
+        Command::Suspend { target } => verbs::set_suspend(&client::connect(g).await?, g, target, true).await?,
+        Command::Resume { target } => verbs::set_suspend(&client::connect(g).await?, g, target, false).await?,
+        Command::Cancel { run, yes } => verbs::cancel(&client::connect(g).await?, g, run, *yes).await?,
         Command::Approve { run, group, comment } => {
             verbs::approve(&client::connect(g).await?, g, run, group.as_deref(), comment.as_deref()).await?
         }

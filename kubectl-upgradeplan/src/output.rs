@@ -211,11 +211,20 @@ pub fn table(style: &Style, headers: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-/// Prints `value` as JSON or YAML.
-pub fn structured<T: Serialize>(format: Output, value: &T) -> anyhow::Result<String> {
+/// What a command prints in `format`: `text` for the human views (table, wide), else `value` —
+/// its JSON — as JSON, YAML, or through kubectl's printers (name, jsonpath, custom-columns).
+pub fn render<T: Serialize>(format: &Output, style: &Style, value: &T, text: &str) -> anyhow::Result<String> {
     Ok(match format {
+        Output::Table | Output::Wide => text.to_string(),
         Output::Yaml => serde_saphyr::to_string(value)?,
-        _ => format!("{}\n", serde_json::to_string_pretty(value)?),
+        Output::Json => format!("{}\n", serde_json::to_string_pretty(value)?),
+        Output::Name => crate::printers::names(&serde_json::to_value(value)?).map_err(anyhow::Error::msg)?,
+        Output::JsonPath(template) => template.render(&serde_json::to_value(value)?),
+        Output::CustomColumns(columns) => {
+            let headers: Vec<&str> = columns.iter().map(|c| c.header.as_str()).collect();
+            let rows = crate::printers::column_rows(columns, &serde_json::to_value(value)?);
+            table(style, &headers, &rows)
+        }
     })
 }
 
@@ -291,7 +300,7 @@ pub fn windows_zone(windows: &[upgradeplan::api::UpgradeWindow]) -> Option<chron
 
 /// Whether a watching view redraws itself in place: on a terminal, for the text views.
 pub fn redraws_in_place(g: &Global) -> bool {
-    std::io::stdout().is_terminal() && !matches!(g.output, Output::Json | Output::Yaml)
+    std::io::stdout().is_terminal() && g.output.is_text()
 }
 
 /// Replaces the view `last` drawn on the terminal with `text`: up as many lines as it took,

@@ -15,9 +15,9 @@ use upgradeplan::api::{
     UpgradeRunRef,
 };
 
-use crate::cli::{Global, Output};
+use crate::cli::Global;
 use crate::client::{explain_error, get_plan, get_run, list_plans};
-use crate::output::{relative, structured, table, Style};
+use crate::output::{relative, render, table, Style};
 use crate::runs;
 
 /// Exit codes (README "Exit codes"): `status -w` ends 0 when the run completed, and these
@@ -119,13 +119,8 @@ pub fn plans_table(plans: &[UpgradePlan], now: chrono::DateTime<Utc>, style: &St
 
 pub async fn get(client: &Client, g: &Global, plan: Option<&str>, watch: bool, style: &Style) -> anyhow::Result<()> {
     let show = |plans: Vec<UpgradePlan>| -> anyhow::Result<String> {
-        Ok(match g.output {
-            Output::Json | Output::Yaml => structured(
-                g.output,
-                &crate::output::objects_as_kubectl(&plans, plan.is_some(), g.show_managed_fields)?,
-            )?,
-            _ => plans_table(&plans, Utc::now(), style),
-        })
+        let objects = crate::output::objects_as_kubectl(&plans, plan.is_some(), g.show_managed_fields)?;
+        render(&g.output, style, &objects, &plans_table(&plans, Utc::now(), style))
     };
     let current = match plan {
         Some(p) => vec![get_plan(client, p).await?],
@@ -163,7 +158,23 @@ pub async fn get(client: &Client, g: &Global, plan: Option<&str>, watch: bool, s
     Ok(())
 }
 
-pub async fn run(client: &Client, plan_name: &str, preview: bool, name: Option<&str>) -> anyhow::Result<()> {
+/// What a verb that wrote `object` prints: `message` in the text views, else the object in
+/// `-o`'s format (spec §10), as `kubectl create|patch -o …` does.
+fn wrote<K: serde::Serialize>(g: &Global, object: &K, message: &str) -> anyhow::Result<()> {
+    if g.output.is_text() {
+        return crate::output::out(message);
+    }
+    let value = crate::output::objects_as_kubectl(std::slice::from_ref(object), true, g.show_managed_fields)?;
+    crate::output::out(render(&g.output, &Style::from(g), &value, message)?)
+}
+
+pub async fn run(
+    client: &Client,
+    g: &Global,
+    plan_name: &str,
+    preview: bool,
+    name: Option<&str>,
+) -> anyhow::Result<()> {
     let plan = get_plan(client, plan_name).await?;
     // The run is created either way (spec: it waits for the plan to be fixed), but not silently.
     let invalid = plan
@@ -189,8 +200,8 @@ pub async fn run(client: &Client, plan_name: &str, preview: bool, name: Option<&
         .create(&PostParams::default(), &run)
         .await
         .map_err(|e| explain_error(e, "create", "upgraderuns", name))?;
-    let created_name = created.metadata.name.unwrap_or_default();
-    crate::output::out(format!("{created_name}\n"))?;
+    let created_name = created.metadata.name.clone().unwrap_or_default();
+    wrote(g, &created, &format!("{created_name}\n"))?;
     // Never silently: a (non-preview) run supersedes the plan's active run (spec §5.2). On
     // stderr, so that `run` still prints only the new run's name for scripts.
     let active = plan
@@ -249,16 +260,16 @@ async fn resolve(client: &Client, target: &str) -> anyhow::Result<Target> {
     }
 }
 
-pub async fn set_suspend(client: &Client, target: &str, suspend: bool) -> anyhow::Result<()> {
+pub async fn set_suspend(client: &Client, g: &Global, target: &str, suspend: bool) -> anyhow::Result<()> {
     let patch = Patch::Merge(json!({"spec": {"suspend": suspend}}));
     let verb = if suspend { "suspended" } else { "resumed" };
     match resolve(client, target).await? {
         Target::Plan(n) => {
-            Api::<UpgradePlan>::all(client.clone())
+            let patched = Api::<UpgradePlan>::all(client.clone())
                 .patch(&n, &PatchParams::default(), &patch)
                 .await
                 .map_err(|e| explain_error(e, "patch", "upgradeplans", Some(&n)))?;
-            crate::output::out(format!("upgradeplan/{n} {verb}\n"))?;
+            wrote(g, &patched, &format!("upgradeplan/{n} {verb}\n"))?;
         }
         Target::Run(n) => {
             let run = get_run(client, &n).await?;
@@ -277,17 +288,17 @@ pub async fn set_suspend(client: &Client, target: &str, suspend: bool) -> anyhow
                     run.plan_name()
                 );
             }
-            Api::<UpgradeRun>::all(client.clone())
+            let patched = Api::<UpgradeRun>::all(client.clone())
                 .patch(&n, &PatchParams::default(), &patch)
                 .await
                 .map_err(|e| explain_error(e, "patch", "upgraderuns", Some(&n)))?;
-            crate::output::out(format!("upgraderun/{n} {verb}\n"))?;
+            wrote(g, &patched, &format!("upgraderun/{n} {verb}\n"))?;
         }
     }
     Ok(())
 }
 
-pub async fn cancel(client: &Client, name: &str, yes: bool) -> anyhow::Result<()> {
+pub async fn cancel(client: &Client, g: &Global, name: &str, yes: bool) -> anyhow::Result<()> {
     let run = get_run(client, name).await?;
     let s = run.status.clone().unwrap_or_default();
     if s.state.is_terminal() {
@@ -326,24 +337,32 @@ pub async fn cancel(client: &Client, name: &str, yes: bool) -> anyhow::Result<()
         api.delete(name, &DeleteParams::default())
             .await
             .map_err(|e| explain_error(e, "delete", "upgraderuns", Some(name)))?;
-        crate::output::out(format!(
-            "upgraderun/{name} cancelled: a preview, it had started nothing and is deleted\n"
-        ))?;
+        // -o prints the run as it was, as `kubectl delete -o` would name it.
+        wrote(
+            g,
+            &run,
+            &format!("upgraderun/{name} cancelled: a preview, it had started nothing and is deleted\n"),
+        )?;
         return Ok(());
     }
     // spec.cancel: Cancelled, and the run stays as the record of what it did (spec §5.10).
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"cancel": true}})),
-    )
-    .await
-    .map_err(|e| explain_error(e, "patch", "upgraderuns", Some(name)))?;
-    crate::output::out(format!(
-        "upgraderun/{name} cancelled: nothing more starts, upgrades in flight finish; it stays as the record \
-         (kubectl upgradeplan history {} {name})\n",
-        run.plan_name()
-    ))?;
+    let patched = api
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"cancel": true}})),
+        )
+        .await
+        .map_err(|e| explain_error(e, "patch", "upgraderuns", Some(name)))?;
+    wrote(
+        g,
+        &patched,
+        &format!(
+            "upgraderun/{name} cancelled: nothing more starts, upgrades in flight finish; it stays as the record \
+             (kubectl upgradeplan history {} {name})\n",
+            run.plan_name()
+        ),
+    )?;
     Ok(())
 }
 
@@ -408,16 +427,28 @@ pub async fn approve(
             if needing.is_empty() { String::new() } else { format!(" (groups that require approval: {})", needing.join(", ")) }
         ),
     };
+    let approvals = Api::<UpgradeApproval>::all(client.clone());
+    // Already approved: -o prints the approval that did it, when it is still there.
+    let existing = |name: String, message: String| async move {
+        match approvals.get_opt(&name).await {
+            Ok(Some(a)) => wrote(g, &a, &message),
+            _ if g.output.is_text() => crate::output::out(message),
+            _ => {
+                eprint!("{message}");
+                Ok(())
+            }
+        }
+    };
     if let Some((approval, _)) = status
         .rollout_groups
         .iter()
         .find(|rg| rg.name == group)
         .and_then(|rg| rg.recorded_approval())
     {
-        crate::output::out(format!(
+        let message = format!(
             "rollout group {group:?} of upgraderun/{run_name} is already approved (upgradeapproval/{approval})\n"
-        ))?;
-        return Ok(());
+        );
+        return existing(approval.to_string(), message).await;
     }
     let approver = crate::client::whoami(client, g).await;
     let name = upgradeplan::engine::naming::approval_name(run_name, &group);
@@ -436,12 +467,19 @@ pub async fn approve(
         .create(&PostParams::default(), &approval)
         .await
     {
-        Ok(_) => crate::output::out(format!(
-            "upgradeapproval/{name} created by {approver}: rollout group {group:?} of upgraderun/{run_name} may start\n"
-        ))?,
-        Err(kube::Error::Api(e)) if e.code == 409 => crate::output::out(format!(
-            "upgradeapproval/{name} already exists: rollout group {group:?} of upgraderun/{run_name} is approved\n"
-        ))?,
+        Ok(created) => wrote(
+            g,
+            &created,
+            &format!(
+                "upgradeapproval/{name} created by {approver}: rollout group {group:?} of upgraderun/{run_name} may start\n"
+            ),
+        )?,
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let message = format!(
+                "upgradeapproval/{name} already exists: rollout group {group:?} of upgraderun/{run_name} is approved\n"
+            );
+            existing(name.clone(), message).await?
+        }
         Err(e) => return Err(explain_error(e, "create", "upgradeapprovals", Some(&name))),
     }
     Ok(())
@@ -482,10 +520,8 @@ async fn render_status(
         json.note = Some(note);
     }
     let value = serde_json::to_value(&json)?;
-    Ok(match g.output {
-        Output::Json | Output::Yaml => (value.clone(), structured(g.output, &value)?),
-        _ => (value, text),
-    })
+    let shown = render(&g.output, style, &value, &text)?;
+    Ok((value, shown))
 }
 
 /// The exit code of `status` for the run as it is (spec §10), with or without `-w`: `Some` once
@@ -601,16 +637,16 @@ pub async fn version(g: &Global) -> anyhow::Result<()> {
             .map_err(|e| format!("server unreachable: {e}")),
         Err(e) => Err(format!("server unknown: {e}")),
     };
-    match g.output {
-        Output::Json | Output::Yaml => {
+    match g.output.is_text() {
+        false => {
             let mut v = serde_json::json!({"clientVersion": {"gitVersion": client_version}});
             match &server {
                 Ok(info) => v["serverVersion"] = serde_json::to_value(info)?,
                 Err(why) => eprintln!("{why}"),
             }
-            crate::output::out(structured(g.output, &v)?)
+            crate::output::out(render(&g.output, &Style::from(g), &v, "")?)
         }
-        _ => crate::output::out(format!(
+        true => crate::output::out(format!(
             "kubectl-upgradeplan {}\n{}\n",
             env!("CARGO_PKG_VERSION"),
             match &server {

@@ -717,7 +717,12 @@ fn completion_scripts_and_the_completion_executable() {
         assert!(top.contains(&c.to_string()), "{c} missing from {top:?}");
     }
     assert_eq!(run(&["st"]), vec!["status".to_string(), ":4".to_string()]);
-    assert_eq!(run(&["explain", "-o", "j"]), vec!["json".to_string(), ":4".to_string()]);
+    assert_eq!(run(&["explain", "-o", "j"]), vec!["json", "jsonpath=", ":4"]);
+    assert_eq!(
+        run(&["explain", "-o", "jsonp"]),
+        vec!["jsonpath=", ":6"],
+        "no space after ="
+    );
     assert_eq!(run(&["explain", "-f", ""]), vec![":0".to_string()], "files for -f");
     assert!(run(&["match", "--res"]).contains(&"--resource".to_string()));
 }
@@ -1071,4 +1076,44 @@ fn explain_lints_every_plan_of_multi_document_files_lists_and_directories() {
         "{o:?}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn views_print_through_kubectls_jsonpath_and_custom_columns() {
+    let seed = root().join("../examples/plans/seed.yaml").display().to_string();
+    let view = |format: &str| plugin(&["explain", "-f", &seed, "--now", NOW, "-o", format]);
+    let o = view(r#"jsonpath={.plan} {.to}{"\n"}{range .groups[*]}{.name}={.maxConcurrent}{"\n"}{end}"#);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(stdout(&o), "redis-v1-to-v2 v2.0.0\ndev=5\n");
+    let o = view("custom-columns=PLAN:.plan,TO:{.to},NEXT:.nextRuns[0],NONE:.missing");
+    assert!(o.status.success(), "{o:?}");
+    let lines: Vec<Vec<String>> = stdout(&o)
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            vec!["PLAN", "TO", "NEXT", "NONE"],
+            vec!["redis-v1-to-v2", "v2.0.0", "2026-03-28T23:00:00Z", "<none>"]
+        ]
+    );
+    // A view is not made of objects: -o name says what to use instead, exit 4 as usage errors.
+    let o = view("name");
+    assert_eq!(o.status.code(), Some(4), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("use -o json, -o jsonpath="),
+        "{o:?}"
+    );
+    // A bad template or format is refused before anything is read, naming what is wrong.
+    for (format, says) in [
+        ("jsonpath={.plan", "unclosed '{'"),
+        ("custom-columns=PLAN", "HEADER:PATH"),
+        ("bogus", "jsonpath=TEMPLATE, custom-columns=HEADER:PATH"),
+    ] {
+        let o = view(format);
+        assert_eq!(o.status.code(), Some(4), "{format}: {o:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(says), "{format}: {err}");
+    }
 }

@@ -226,10 +226,15 @@ async fn a_pre_approved_group_never_waits_and_a_restart_keeps_the_soak_clock() {
         .await
         .unwrap();
     let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
-    let out = run_plugin(None, &["approve", &run, "prod", "--comment", "pre-approved"])
-        .await
-        .unwrap();
+    let out = run_plugin(
+        None,
+        &["approve", &run, "prod", "--comment", "pre-approved", "-o", "name"],
+    )
+    .await
+    .unwrap();
     assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    // -o name: the approval it created, as `kubectl create -o name` prints it.
+    assert_eq!(out.stdout, format!("upgradeapproval.platform.syntasso.io/{run}-prod\n"));
 
     let canary_done = soaking_since(&env, &run).await;
     // The controller dies during the soak and comes back: the soak still ends 12 s after the

@@ -266,10 +266,14 @@ async fn every_verb_against_a_live_cluster() {
         }
     });
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(plugin(&["suspend", &format!("plan/{plan}")])
-        .await
-        .stdout
-        .contains("suspended"));
+    // The verbs that write print what they wrote in -o's format, as kubectl's do.
+    let suspended: Value =
+        serde_json::from_str(&plugin(&["suspend", &format!("plan/{plan}"), "-o", "json"]).await.stdout).unwrap();
+    assert_eq!(
+        (suspended["kind"].as_str(), suspended["spec"]["suspend"].as_bool()),
+        (Some("UpgradePlan"), Some(true)),
+        "{suspended:#}"
+    );
     assert!(env.plans().get(&plan).await.unwrap().spec.suspend);
     let table = watching.await.unwrap().stdout;
     assert!(
@@ -277,6 +281,29 @@ async fn every_verb_against_a_live_cluster() {
         "get -w on a terminal: {table:?}"
     );
     assert!(plugin(&["resume", &plan]).await.stdout.contains("resumed"));
+    let suspended = plugin(&["suspend", &plan, "-o", "jsonpath={.metadata.name} {.spec.suspend}"]).await;
+    assert_eq!(suspended.stdout, format!("{plan} true"), "{}", suspended.stderr);
+    let resumed = plugin(&[
+        "resume",
+        &plan,
+        "-o",
+        "custom-columns=NAME:.metadata.name,GENERATION:.metadata.generation",
+    ])
+    .await;
+    // The object the patch returned: its generation (spec writes only, never the controller's
+    // status writes) is the plan's now.
+    let written = env.plans().get(&plan).await.unwrap();
+    assert!(!written.spec.suspend);
+    assert_eq!(
+        resumed
+            .stdout
+            .lines()
+            .nth(1)
+            .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>()),
+        Some(vec![plan.clone(), written.metadata.generation.unwrap().to_string()]),
+        "{}",
+        resumed.stdout
+    );
     assert!(!env.plans().get(&plan).await.unwrap().spec.suspend);
 
     // A preview: status explains it; cancel needs --yes off a terminal; status -w exits 2.
@@ -284,7 +311,12 @@ async fn every_verb_against_a_live_cluster() {
     env.wait_plan(&plan4, WAIT, "status", |p| p.status.is_some())
         .await
         .unwrap();
-    let preview = plugin(&["run", &plan4, "--preview"]).await.stdout.trim().to_string();
+    let created = plugin(&["run", &plan4, "--preview", "-o", "name"]).await.stdout;
+    let preview = created
+        .trim()
+        .strip_prefix("upgraderun.platform.syntasso.io/")
+        .unwrap_or_else(|| panic!("run -o name: {created:?}"))
+        .to_string();
     env.wait_run(&preview, WAIT, "snapshot", |r| {
         r.status.as_ref().is_some_and(|s| s.state == RunState::InProgress)
     })
@@ -315,10 +347,10 @@ async fn every_verb_against_a_live_cluster() {
     let refused = plugin(&["cancel", &preview]).await;
     assert_eq!(refused.code, Some(4));
     assert!(refused.stderr.contains("pass --yes"), "{}", refused.stderr);
-    assert!(plugin(&["cancel", &preview, "--yes"])
-        .await
-        .stdout
-        .contains("cancelled"));
+    assert_eq!(
+        plugin(&["cancel", &preview, "--yes", "-o", "name"]).await.stdout,
+        format!("upgraderun.platform.syntasso.io/{preview}\n")
+    );
     let watched = watcher.await.unwrap();
     assert_eq!(
         watched.code,
