@@ -59,6 +59,8 @@ pub struct AssumptionsJson {
     pub per_resource: String,
     /// Where the start comes from.
     pub start: String,
+    /// Which UpgradeFreezes the forecast holds the run by.
+    pub freezes: String,
     pub approvals: &'static str,
     pub gates: &'static str,
     pub health_checks: &'static str,
@@ -134,11 +136,11 @@ pub fn start_of(
     Ok((at, words, next(at)))
 }
 
-/// The forecast of `plan`'s next run over `bindings`, held by `freezes`.
+/// The forecast of `plan`'s next run over `bindings`, held by `freezes` (and where they come from).
 pub fn render(
     plan: &UpgradePlan,
     bindings: &[ResourceBinding],
-    freezes: &[Freeze],
+    (freezes, freezes_from): (&[Freeze], &str),
     (start, start_words, next_trigger): (DateTime<Utc>, String, Option<DateTime<Utc>>),
     per_resource: &PerResource,
     style: &Style,
@@ -177,6 +179,7 @@ pub fn render(
             per_resource_seconds: each.num_seconds(),
             per_resource: each_words.clone(),
             start: start_words.clone(),
+            freezes: freezes_from.to_string(),
             approvals: "granted when the group is reached",
             gates: "open",
             health_checks: "pass as soon as the upgrade succeeds",
@@ -195,7 +198,7 @@ pub fn render(
         style.time(start, zone)
     ));
     out.push_str(&format!(
-        "Assumes: each upgrade takes {} ({each_words}); approvals granted when reached; signal gates open; health checks pass at once; no failures.\n\n",
+        "Assumes: each upgrade takes {} ({each_words}); freezes: {freezes_from}; approvals granted when reached; signal gates open; health checks pass at once; no failures.\n\n",
         duration(each)
     ));
     let rows: Vec<Vec<String>> = json
@@ -207,16 +210,20 @@ pub fn render(
             } else {
                 g.waits
                     .iter()
-                    .map(|w| format!("{} {} → {}", wait_words(w.reason), at(Some(w.from)), at(Some(w.to))))
+                    .map(|w| format!("{} {}", wait_words(w.reason), style.span(w.from, w.to, zone)))
                     .collect::<Vec<_>>()
                     .join("; ")
+            };
+            let (start, finish) = match (g.start, g.finish) {
+                (Some(s), Some(f)) => style.span_ends(s, f, zone),
+                (s, f) => (at(s), at(f)),
             };
             vec![
                 g.name.clone(),
                 g.resources.to_string(),
                 g.max_concurrent.map_or_else(|| "-".to_string(), |n| n.to_string()),
-                at(g.start),
-                at(g.finish),
+                start,
+                finish,
                 waits,
             ]
         })
@@ -231,7 +238,7 @@ pub fn render(
         Some(end) => out.push_str(&format!(
             "{} {} ({} after the start)\n",
             style.bold("Finish:"),
-            style.time(end, zone),
+            style.span_ends(start, end, zone).1,
             duration(end - start)
         )),
         None => out.push_str(&format!("{} not within the search horizon\n", style.bold("Finish:"))),

@@ -119,9 +119,8 @@ pub fn freezes(
                 let label = if i == 0 { "periods:" } else { "" };
                 let now_mark = if f.active && i == 0 { " (now)" } else { "" };
                 out.push_str(&format!(
-                    "  {label:<8} {} → {}{now_mark}\n",
-                    style.time(p.start, zone),
-                    style.time(p.end, zone)
+                    "  {label:<8} {}{now_mark}\n",
+                    style.span(p.start, p.end, zone)
                 ));
             }
         }

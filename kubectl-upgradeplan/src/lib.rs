@@ -31,6 +31,8 @@ struct Sources {
     bindings: Option<Vec<upgradeplan::api::kratix::ResourceBinding>>,
     /// The UpgradeFreezes that hold the plan and can be evaluated (they close its gates).
     freezes: Vec<upgradeplan::engine::freeze::Freeze>,
+    /// Where `freezes` come from, in words (a forecast states it among its assumptions).
+    freezes_from: String,
     /// The connection the sources were read over; `None` offline.
     client: Option<kube::Client>,
 }
@@ -74,24 +76,36 @@ async fn sources_with(
         }
         (None, None) => None,
     };
-    let freezes = match (&source.freezes, &client) {
-        (Some(f), _) => input::freezes(f)?,
-        (None, Some(c)) => client::list_freezes(c).await.unwrap_or_else(|e| {
-            eprintln!("note: {e:#}; gate times leave UpgradeFreezes out");
-            Vec::new()
-        }),
-        (None, None) => Vec::new(),
+    // `Err(words)`: no freezes could be read, and why.
+    let listed = match (&source.freezes, &client) {
+        (Some(f), _) => Ok((input::freezes(f)?, "those of the --freezes file")),
+        (None, Some(c)) => match client::list_freezes(c).await {
+            Ok(listed) => Ok((listed, "the cluster's UpgradeFreezes")),
+            Err(e) => {
+                eprintln!("note: {e:#}; gate times leave UpgradeFreezes out");
+                Err("none: the cluster's UpgradeFreezes could not be listed")
+            }
+        },
+        (None, None) => Err("none: read offline, so only --freezes FILE brings them in"),
     };
-    let freezes = upgradeplan::engine::freeze::holding(
-        &freezes.into_iter().map(std::sync::Arc::new).collect::<Vec<_>>(),
-        &plan.spec.promise_ref.name,
-        kube::ResourceExt::labels(&plan),
-    );
+    let (freezes, freezes_from) = match listed {
+        Ok((all, from)) => {
+            let holding = upgradeplan::engine::freeze::holding(
+                &all.into_iter().map(std::sync::Arc::new).collect::<Vec<_>>(),
+                &plan.spec.promise_ref.name,
+                kube::ResourceExt::labels(&plan),
+            );
+            let words = format!("{from} ({} holding the plan)", holding.len());
+            (holding, words)
+        }
+        Err(why) => (Vec::new(), why.to_string()),
+    };
     Ok(Sources {
         plan,
         unknown_fields,
         bindings,
         freezes,
+        freezes_from,
         client,
     })
 }
@@ -174,6 +188,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     bindings,
                     freezes,
                     client,
+                    ..
                 } = sources_with(g, source, file.map(|f| (f.plan, f.unknown)), false).await?;
                 let cluster_plans = match client.as_ref().filter(|_| live) {
                     Some(c) => client::list_plans(c).await.unwrap_or_else(|e| {
@@ -251,6 +266,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 plan,
                 bindings,
                 freezes,
+                freezes_from,
                 ..
             } = view_sources(g, source).await?;
             let now = source.now.unwrap_or_else(Utc::now);
@@ -261,7 +277,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let (json, text) = forecast::render(
                 &plan,
                 bindings.as_deref().unwrap_or_default(),
-                &freezes,
+                (&freezes, &freezes_from),
                 forecast::start_of(&plan, start.as_ref(), now)?,
                 &per_resource,
                 &style,

@@ -91,15 +91,44 @@ impl Style {
     /// with the plan's own zone beside when it has one and it differs
     /// (`2026-03-27 18:00 EDT (22:00 GMT in Europe/London)`).
     pub fn time(&self, t: DateTime<Utc>, plan_zone: Option<chrono_tz::Tz>) -> String {
-        let mine = t.with_timezone(&self.zone).format("%Y-%m-%d %H:%M %Z").to_string();
+        self.time_to(t, plan_zone, "%H:%M")
+    }
+
+    /// `from → to` by [`Style::time`], to the second when minutes would show the same instant
+    /// twice (a 30 s soak reads `19:25:00 → 19:25:30`, not `19:25 → 19:25`).
+    pub fn span(&self, from: DateTime<Utc>, to: DateTime<Utc>, plan_zone: Option<chrono_tz::Tz>) -> String {
+        let (a, b) = self.span_ends(from, to, plan_zone);
+        format!("{a} → {b}")
+    }
+
+    /// The two ends of [`Style::span`], for views that show them in separate columns.
+    pub fn span_ends(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+        plan_zone: Option<chrono_tz::Tz>,
+    ) -> (String, String) {
+        let (a, b) = (self.time(from, plan_zone), self.time(to, plan_zone));
+        if a != b || from == to {
+            return (a, b);
+        }
+        let seconds = |t| self.time_to(t, plan_zone, "%H:%M:%S");
+        (seconds(from), seconds(to))
+    }
+
+    fn time_to(&self, t: DateTime<Utc>, plan_zone: Option<chrono_tz::Tz>, clock: &str) -> String {
+        let mine = t
+            .with_timezone(&self.zone)
+            .format(&format!("%Y-%m-%d {clock} %Z"))
+            .to_string();
         match plan_zone {
             // Two names of one zone (UTC and Etc/UTC) say the same thing: once is enough.
             Some(z) if z != self.zone && !same_wall_time(t, z, self.zone) => {
                 let theirs = t.with_timezone(&z);
                 let day = if theirs.date_naive() == t.with_timezone(&self.zone).date_naive() {
-                    theirs.format("%H:%M %Z").to_string()
+                    theirs.format(&format!("{clock} %Z")).to_string()
                 } else {
-                    theirs.format("%a %H:%M %Z").to_string()
+                    theirs.format(&format!("%a {clock} %Z")).to_string()
                 };
                 format!("{mine} ({day} in {z})")
             }

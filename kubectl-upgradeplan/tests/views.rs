@@ -339,6 +339,44 @@ fn freezes_are_named_with_their_reason_and_end_in_every_view() {
     assert_eq!(v[2]["periods"][0]["start"], "2026-03-27T22:00:00Z");
 }
 
+/// A forecast read from files cannot see the cluster's freezes: it says so rather than assuming
+/// none silently; and a soak shorter than a minute reads to the second.
+#[test]
+fn forecast_offline_states_its_freezes_and_short_soaks_read_to_the_second() {
+    let dir = std::env::temp_dir().join(format!("views-soak-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plan = dir.join("plan.yaml");
+    let staged = std::fs::read_to_string(fixture("staged-plan.yaml")).unwrap();
+    std::fs::write(&plan, staged.replace("soakDuration: 2h", "soakDuration: 30s")).unwrap();
+    let o = plugin(&[
+        "forecast",
+        "-f",
+        plan.to_str().unwrap(),
+        "--bindings",
+        &fixture("bindings.json"),
+        "--start",
+        "2026-03-30T12:00:00Z",
+        "--per-resource",
+        "10s",
+        "--utc",
+    ]);
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(o.status.success(), "{o:?}");
+    let text = stdout(&o);
+    assert!(
+        text.contains("freezes: none: read offline, so only --freezes FILE brings them in;"),
+        "{text}"
+    );
+    let soak = text
+        .lines()
+        .find_map(|l| l.split("soak ").nth(1))
+        .unwrap_or_else(|| panic!("no soak in {text}"));
+    let (from, to) = soak.trim().split_once(" → ").unwrap_or_else(|| panic!("{soak}"));
+    let clock = |t: &str| t.split(' ').nth(1).unwrap_or_default().to_string();
+    assert_eq!(clock(from).len(), "12:00:30".len(), "to the second: {soak}");
+    assert_ne!(clock(from), clock(to), "a 30 s soak has two ends: {soak}");
+}
+
 /// Spec §13.6: the forecast of a plan's next run, offline: it starts at the plan's next trigger,
 /// the freeze holds the first group until its end (across London's change to summer time), the
 /// windowed group waits for its window, and every assumption is stated; the warnings name the
@@ -378,12 +416,17 @@ fn forecast_golden_and_json_contract() {
         [
             "approvals",
             "failures",
+            "freezes",
             "gates",
             "healthChecks",
             "perResource",
             "perResourceSeconds",
             "start"
         ]
+    );
+    assert_eq!(
+        v["assumptions"]["freezes"],
+        "those of the --freezes file (1 holding the plan)"
     );
     assert_eq!(
         keys(&v["groups"][0]),
