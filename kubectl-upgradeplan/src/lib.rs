@@ -110,6 +110,38 @@ async fn sources_with(
     })
 }
 
+/// The plan's run under way, as `match --resource` answers from it; `None` when there is none
+/// or it cannot be read (said on stderr: the answer is then a new run's).
+async fn active_run(
+    client: &kube::Client,
+    g: &cli::Global,
+    plan: &upgradeplan::api::UpgradePlan,
+    now: chrono::DateTime<Utc>,
+) -> Option<matching::InRun> {
+    let name = plan
+        .status
+        .as_ref()
+        .map(|s| s.active_run_ref.as_str())
+        .filter(|n| !n.is_empty())?;
+    let read = async {
+        let run = client::get_run(client, name).await?;
+        let Some(frozen) = runs::load_frozen(client, &g.snapshot_namespace, &run).await? else {
+            anyhow::bail!("its snapshot is not there yet");
+        };
+        let live = runs::live_state(client, run.plan_name(), &frozen.plan).await?;
+        let revision =
+            runs::revision_exists(client, &frozen.plan.promise_ref.name, &frozen.plan.upgrade_path.to).await?;
+        Ok(runs::in_run(&run, frozen, &live, revision, now))
+    };
+    match read.await {
+        Ok(r) => Some(r),
+        Err(e) => {
+            eprintln!("note: run {name} is under way but cannot be read ({e:#}); the answer is a new run's");
+            None
+        }
+    }
+}
+
 /// Upgrade durations measured in the plan's last 10 runs, when the plan is read from the cluster
 /// (its runs and their bindings' annotations are there); else none.
 async fn measured(
@@ -243,15 +275,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 plan,
                 bindings,
                 freezes,
+                client,
                 ..
             } = view_sources(g, source).await?;
             let now = source.now.unwrap_or_else(Utc::now);
+            // "When will mine be upgraded?" while a run goes on: that run's answer.
+            let in_run = match (&client, resource) {
+                (Some(c), Some(_)) if source.filename.is_empty() => active_run(c, g, &plan, now).await,
+                _ => None,
+            };
             let (json, text) = matching::matching(
                 &plan,
                 bindings.as_deref().unwrap_or_default(),
                 &freezes,
                 now,
                 resource.as_deref(),
+                in_run.as_ref(),
                 *all,
                 &style,
             )?;

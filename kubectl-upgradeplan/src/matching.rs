@@ -7,7 +7,8 @@ use upgradeplan::api::kratix::{BindingFacts, ResourceBinding};
 use upgradeplan::api::UpgradePlan;
 use upgradeplan::engine::compile::CompiledPlan;
 use upgradeplan::engine::freeze::{hold_at, Freeze, Hold};
-use upgradeplan::engine::snapshot::{assign, belongs_to, idle_resources, Assignment, SnapshotResource};
+use upgradeplan::engine::snapshot::{assign, belongs_to, idle_resources, Assignment, Frozen, SnapshotResource};
+use upgradeplan::engine::view::{GroupState, RunView};
 use upgradeplan::engine::window::WindowState;
 
 use crate::output::{table, Style};
@@ -88,6 +89,10 @@ pub struct PlacementJson {
     pub placements: Vec<PlaceJson>,
     /// Why it is in no group, when it is not.
     pub reason: Option<String>,
+    /// The plan's run under way, when its snapshot does not hold the resource: the answer is then
+    /// a new run's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_in_run: Option<String>,
 }
 
 #[derive(Serialize, Debug, Clone, PartialEq)]
@@ -113,20 +118,76 @@ pub struct PlaceJson {
     pub frozen_until: Option<DateTime<Utc>>,
     #[serde(skip)]
     pub hold: Option<Hold>,
+    /// The plan's run under way that holds the resource: the answer is that run's, from the
+    /// snapshot it took, not a new run's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
+    /// In that run: the group's state (`waiting`, `current`, `soaking`, `done`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_state: Option<String>,
+    /// In that run: the resource's outcome (`not started`, `in flight`, `Succeeded`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
 }
 
-/// What must happen, beyond windows and earlier groups, before group `index` of `plan` starts.
-fn waits_for(plan: &CompiledPlan, index: usize) -> Vec<String> {
+/// The plan's run under way, for `--resource`: its frozen plan and snapshot, what it is doing,
+/// and each resource's outcome in it.
+pub struct InRun {
+    pub name: String,
+    pub frozen: Frozen,
+    pub view: RunView,
+    /// When the soak holding the run ends, while one does.
+    pub soak_ends: Option<DateTime<Utc>>,
+    /// Each snapshot entry's outcome: (group index, namespace, binding, outcome).
+    pub outcomes: Vec<(usize, String, String, &'static str)>,
+}
+
+impl InRun {
+    /// Whether group `index` has begun in this run (its soak and approval gates are behind it).
+    fn began(&self, index: usize) -> bool {
+        self.view.groups.get(index).is_some_and(|g| {
+            g.status.started_at.is_some()
+                || g.status.succeeded + g.status.failed + g.status.skipped + g.status.verifying > 0
+                || matches!(
+                    g.state,
+                    GroupState::Done | GroupState::Soaking | GroupState::Failed | GroupState::Stopped
+                )
+        })
+    }
+}
+
+/// What must happen, beyond windows and earlier groups, before group `index` of `plan` starts;
+/// in a run under way, only what is still to come (soaks and approvals behind it are left out).
+fn waits_for(plan: &CompiledPlan, index: usize, run: Option<&InRun>, style: &Style) -> Vec<String> {
+    let began = |i: usize| run.is_some_and(|r| r.began(i));
+    if began(index) {
+        return Vec::new();
+    }
     let mut out = Vec::new();
-    for g in plan.groups.iter().take(index) {
-        if let Some(d) = &g.soak {
-            out.push(format!("a {} soak after group {}", d.written, g.name));
+    for (i, g) in plan.groups.iter().enumerate().take(index) {
+        let Some(d) = &g.soak else { continue };
+        if began(i + 1) {
+            continue;
+        }
+        let soaking = run.and_then(|r| r.view.groups.get(i)).map(|g| g.state) == Some(GroupState::Soaking);
+        match run.and_then(|r| r.soak_ends).filter(|_| soaking) {
+            Some(end) => out.push(format!(
+                "the {} soak after group {} (until {})",
+                d.written,
+                g.name,
+                style.time(end, None)
+            )),
+            None => out.push(format!("a {} soak after group {}", d.written, g.name)),
         }
     }
-    for g in plan.groups.iter().take(index + 1) {
-        if g.requires_approval {
+    let run_name = run.map_or("RUN", |r| r.name.as_str());
+    for (i, g) in plan.groups.iter().enumerate().take(index + 1) {
+        let approved = run
+            .and_then(|r| r.view.groups.get(i))
+            .is_some_and(|g| g.status.approval.is_some() || g.status.approved_by.is_some());
+        if g.requires_approval && !approved && !began(i) {
             out.push(format!(
-                "an approval of group {} (kubectl upgradeplan approve RUN {})",
+                "an approval of group {} (kubectl upgradeplan approve {run_name} {})",
                 g.name, g.name
             ));
         }
@@ -157,6 +218,61 @@ pub struct MatchJson {
     pub resource: Option<PlacementJson>,
 }
 
+/// Where `ns/name` stands in the run under way: `None` when the run's snapshot does not hold it.
+fn placement_in_run(
+    run: &InRun,
+    freezes: &[Freeze],
+    (ns, name): (&str, &str),
+    now: DateTime<Utc>,
+    style: &Style,
+) -> Option<PlacementJson> {
+    let is = |r: &SnapshotResource| r.namespace == ns && (r.name == name || r.binding == name);
+    let compiled = &run.frozen.compiled;
+    let mut placements = Vec::new();
+    for (gi, g) in run.frozen.snapshot.groups.iter().enumerate() {
+        let Some(pos) = g.resources.iter().position(|r| is(r)) else {
+            continue;
+        };
+        let r = &g.resources[pos];
+        let (state, _) = WindowState::of_group(&compiled.groups[gi].windows, freezes, now);
+        let hold = hold_at(freezes, now);
+        let windows = run
+            .frozen
+            .plan
+            .rollout_groups
+            .get(gi)
+            .and_then(|g| g.resource_upgrade_windows.clone())
+            .unwrap_or_default();
+        placements.push(PlaceJson {
+            group: g.name.clone(),
+            group_index: gi + 1,
+            position: pos + 1,
+            group_size: g.resources.len(),
+            window_open: state.open,
+            next_open: if state.open { None } else { state.next_open },
+            zone: crate::output::windows_zone(&windows),
+            waits_for: waits_for(compiled, gi, Some(run), style),
+            frozen_by: hold.as_ref().map(|h| h.freeze.clone()),
+            frozen_until: hold.as_ref().and_then(|h| h.until),
+            hold,
+            run: Some(run.name.clone()),
+            group_state: run.view.groups.get(gi).map(|g| g.state.as_str().to_string()),
+            outcome: run
+                .outcomes
+                .iter()
+                .find(|(i, n, b, _)| *i == gi && *n == r.namespace && *b == r.binding)
+                .map(|(.., word)| word.to_string()),
+        });
+    }
+    (!placements.is_empty()).then(|| PlacementJson {
+        namespace: ns.to_string(),
+        name: name.to_string(),
+        placements,
+        reason: None,
+        not_in_run: None,
+    })
+}
+
 fn placement(
     (plan, compiled): (&UpgradePlan, &CompiledPlan),
     a: &Assignment,
@@ -164,6 +280,7 @@ fn placement(
     freezes: &[Freeze],
     (ns, name): (&str, &str),
     now: DateTime<Utc>,
+    style: &Style,
 ) -> PlacementJson {
     let is = |r: &SnapshotResource| r.namespace == ns && (r.name == name || r.binding == name);
     let mut placements = Vec::new();
@@ -185,10 +302,13 @@ fn placement(
                 window_open: state.open,
                 next_open: if state.open { None } else { state.next_open },
                 zone: crate::output::windows_zone(&windows),
-                waits_for: waits_for(compiled, gi),
+                waits_for: waits_for(compiled, gi, None, style),
                 frozen_by: hold.as_ref().map(|h| h.freeze.clone()),
                 frozen_until: hold.as_ref().and_then(|h| h.until),
                 hold,
+                run: None,
+                group_state: None,
+                outcome: None,
             });
         }
     }
@@ -220,16 +340,20 @@ fn placement(
         name: name.to_string(),
         placements,
         reason,
+        not_in_run: None,
     }
 }
 
-/// Matches `plan` against `bindings` as at `now`; `resource` is an optional `NS/NAME` to place.
+/// Matches `plan` against `bindings` as at `now`; `resource` is an optional `NS/NAME` to place,
+/// in the plan's run under way when there is one and it holds the resource.
+#[allow(clippy::too_many_arguments)]
 pub fn matching(
     plan: &UpgradePlan,
     bindings: &[ResourceBinding],
     freezes: &[Freeze],
     now: DateTime<Utc>,
     resource: Option<&str>,
+    in_run: Option<&InRun>,
     all: bool,
     style: &Style,
 ) -> anyhow::Result<(MatchJson, String)> {
@@ -269,7 +393,13 @@ pub fn matching(
             let (ns, n) = r
                 .split_once('/')
                 .ok_or_else(|| anyhow::anyhow!("--resource takes NAMESPACE/NAME, got {r:?}"))?;
-            Some(placement((plan, &compiled), &a, bindings, freezes, (ns, n), now))
+            match in_run.map(|r| (r, placement_in_run(r, freezes, (ns, n), now, style))) {
+                Some((_, Some(p))) => Some(p),
+                outside => Some(PlacementJson {
+                    not_in_run: outside.map(|(r, _)| r.name.clone()),
+                    ..placement((plan, &compiled), &a, bindings, freezes, (ns, n), now, style)
+                }),
+            }
         }
         None => None,
     };
@@ -341,6 +471,12 @@ fn render(m: &MatchJson, all: bool, style: &Style) -> String {
     ));
     if let Some(p) = &m.resource {
         out.push('\n');
+        if let Some(run) = &p.not_in_run {
+            out.push_str(&format!(
+                "Run {run} is under way without {}/{} (its snapshot was taken when it started); a new run:\n",
+                p.namespace, p.name
+            ));
+        }
         if p.placements.is_empty() {
             out.push_str(&format!(
                 "{}/{} would not be upgraded: {}\n",
@@ -374,6 +510,12 @@ fn render(m: &MatchJson, all: bool, style: &Style) -> String {
                 pl.position,
                 pl.group_size
             ));
+            if let (Some(run), Some(state)) = (&pl.run, &pl.group_state) {
+                out.push_str(&format!(
+                    "In run {run}, under way (its snapshot): the group is {state}, the resource {}.\n",
+                    pl.outcome.as_deref().unwrap_or("not started")
+                ));
+            }
             if !pl.waits_for.is_empty() {
                 out.push_str(&format!("Before the group starts: {}.\n", pl.waits_for.join("; ")));
             }

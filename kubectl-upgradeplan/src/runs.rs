@@ -569,6 +569,85 @@ pub struct ResourceNote {
     pub message: String,
 }
 
+/// The run evaluated now as the controller evaluates it, with the gate readings and approvals it
+/// recorded; `None` for a run the controller no longer evaluates: ended, or dormant (superseded,
+/// or a preview not resumed — spec §5.2), whose recorded counts are the run's.
+pub fn evaluation_now(
+    run: &UpgradeRun,
+    frozen: &Frozen,
+    live: &Live,
+    revision_present: bool,
+    now: DateTime<Utc>,
+) -> Option<Evaluation> {
+    let s = run.status.clone().unwrap_or_default();
+    if s.state != RunState::InProgress || upgradeplan::engine::admission::is_dormant(run) {
+        return None;
+    }
+    let name = run.metadata.name.clone().unwrap_or_default();
+    Some(evaluate(
+        &RunContext {
+            run_name: &name,
+            run_created: admitted(run),
+            suspended: run.spec.suspend,
+            plan: &frozen.compiled,
+            snapshot: &frozen.snapshot,
+            recorded: &s.rollout_groups,
+            health: &live.health,
+            gates: &gate::readings_recorded(&frozen.plan, &s, now),
+            approvals: &recorded_approvals(&s.rollout_groups),
+            freezes: &live.freezes,
+            revision_present,
+            now,
+        },
+        live.lookup(),
+    ))
+}
+
+/// Where `run` stands now, for `match --resource` to answer from the run under way.
+pub fn in_run(
+    run: &UpgradeRun,
+    frozen: Frozen,
+    live: &Live,
+    revision_present: bool,
+    now: DateTime<Utc>,
+) -> crate::matching::InRun {
+    let name = run.metadata.name.clone().unwrap_or_default();
+    let eval = evaluation_now(run, &frozen, live, revision_present, now);
+    let state = run.status.as_ref().map(|s| s.state).unwrap_or_default();
+    let view = run_view(state, recorded_groups(run), Some(&frozen), eval.as_ref());
+    let soak_ends = eval
+        .as_ref()
+        .filter(|e| e.blocked() == Some(Blocked::Soaking))
+        .and_then(|e| e.wake_at);
+    let index = |group: &str| frozen.snapshot.groups.iter().position(|g| g.name == group);
+    let outcomes = resource_views(
+        &frozen,
+        run_at(run, &name),
+        recorded_groups(run),
+        live.lookup(),
+        &live.health,
+        now,
+    )
+    .iter()
+    .filter_map(|v| {
+        let (word, _) = outcome_words(&v.outcome);
+        Some((
+            index(v.group)?,
+            v.resource.namespace.clone(),
+            v.resource.binding.clone(),
+            word,
+        ))
+    })
+    .collect();
+    crate::matching::InRun {
+        name,
+        view,
+        soak_ends,
+        outcomes,
+        frozen,
+    }
+}
+
 /// A group's progress as a bar: done (succeeded or skipped) of total.
 pub fn progress_bar(g: &GroupStatus) -> String {
     const WIDTH: i64 = 10;
@@ -725,30 +804,7 @@ pub fn status(
 ) -> (StatusJson, String) {
     let s = run.status.clone().unwrap_or_default();
     let name = run.metadata.name.clone().unwrap_or_default();
-    // A dormant run (superseded, or a preview not resumed) is not evaluated by the controller
-    // (spec §5.2): its recorded counts are the run's, and the view shows those.
-    let live_run = s.state == RunState::InProgress && !upgradeplan::engine::admission::is_dormant(run);
-    let eval = frozen.filter(|_| live_run).map(|f| {
-        evaluate(
-            &RunContext {
-                run_name: &name,
-                run_created: admitted(run),
-                suspended: run.spec.suspend,
-                plan: &f.compiled,
-                snapshot: &f.snapshot,
-                recorded: &s.rollout_groups,
-                health: &live.health,
-                // The controller's last reading of each gate, as the run records it.
-                gates: &gate::readings_recorded(&f.plan, &s, now),
-                // The approvals the controller recorded.
-                approvals: &recorded_approvals(&s.rollout_groups),
-                freezes: &live.freezes,
-                revision_present,
-                now,
-            },
-            live.lookup(),
-        )
-    });
+    let eval = frozen.and_then(|f| evaluation_now(run, f, live, revision_present, now));
     let view = run_view(s.state, &s.rollout_groups, frozen, eval.as_ref());
     let groups: Vec<GroupStatus> = view.groups.iter().map(|g| g.status.clone()).collect();
     let json = StatusJson {

@@ -116,6 +116,58 @@ async fn a_canary_soaks_then_production_waits_for_approval() {
         status.stdout
     );
     assert!(status.stdout.contains("awaiting approval"), "{}", status.stdout);
+    // "When will mine be upgraded?" answers from the run under way: the canary's soak is behind
+    // it, the approval ahead.
+    let resource = format!("{ns}/p0");
+    let placed = run_plugin(
+        None,
+        &[
+            "match",
+            &plan,
+            "--resource",
+            &resource,
+            "--snapshot-namespace",
+            &env.snapshot_namespace(),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(placed.code, Some(0), "{}{}", placed.stdout, placed.stderr);
+    assert!(
+        placed.stdout.contains(&format!(
+            "In run {run}, under way (its snapshot): the group is awaiting approval, the resource not started."
+        )) && placed.stdout.contains(&format!(
+            "an approval of group prod (kubectl upgradeplan approve {run} prod)"
+        )) && !placed.stdout.contains("soak"),
+        "{}",
+        placed.stdout
+    );
+    let placed = run_plugin(
+        None,
+        &[
+            "match",
+            &plan,
+            "--resource",
+            &resource,
+            "--snapshot-namespace",
+            &env.snapshot_namespace(),
+            "-o",
+            "json",
+        ],
+    )
+    .await
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&placed.stdout).unwrap();
+    let place = &v["resource"]["placements"][0];
+    assert_eq!(
+        (
+            place["run"].as_str(),
+            place["groupState"].as_str(),
+            place["outcome"].as_str()
+        ),
+        (Some(run.as_str()), Some("awaiting approval"), Some("not started")),
+        "{v}"
+    );
 
     // `approve` with no group approves the one waiting, and says who approved: this API server
     // (1.20) has no SelfSubjectReview, so the kubeconfig's user ("admin"), unverified.
