@@ -23,6 +23,11 @@ pub struct GateReader {
 }
 
 impl GateReader {
+    /// Whether there is a Prometheus to ask (`--prometheus-url`).
+    pub fn configured(&self) -> bool {
+        self.client.is_some()
+    }
+
     pub fn new(client: Option<PrometheusClient>, interval: Duration) -> Self {
         GateReader {
             client,

@@ -67,6 +67,9 @@ impl lifecycle::Cluster for Ctx {
     fn freezes(&self) -> Vec<Arc<UpgradeFreeze>> {
         self.caches.freezes.state()
     }
+    fn prometheus_configured(&self) -> bool {
+        self.gates.configured()
+    }
 }
 
 /// Gathers the facts, takes the engine's step and applies it.

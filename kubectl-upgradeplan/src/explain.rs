@@ -198,6 +198,8 @@ pub struct Found<'a> {
     pub freezes: &'a [Freeze],
     /// The other plans it is checked against: the cluster's (live), or the files' (`-f`).
     pub plans: &'a [UpgradePlan],
+    /// Whether the PromiseRevision of `upgradePath.to` exists, when the cluster could be asked.
+    pub target_revision: Option<bool>,
 }
 
 /// Explains `plan` as at `now`.
@@ -258,7 +260,12 @@ fn findings(
     found: &Found<'_>,
     (now, runs): (DateTime<Utc>, usize),
 ) -> Findings {
-    let Found { bindings, plans, .. } = *found;
+    let Found {
+        bindings,
+        plans,
+        target_revision,
+        ..
+    } = *found;
     let name = plan.metadata.name.clone().unwrap_or_default();
     let spec = &plan.spec;
     let mut problems = unknown_fields.to_vec();
@@ -274,6 +281,28 @@ fn findings(
         warnings.push(Problem {
             field: "spec.promiseRef.name".into(),
             message: c.message.clone(),
+        });
+    }
+    if target_revision == Some(false) {
+        warnings.push(Problem {
+            field: "spec.upgradePath.to".into(),
+            message: format!(
+                "Promise {:?} has no PromiseRevision {:?}: a run waits (TargetRevisionReady=False) until Kratix \
+                 has one — apply the Promise at {} first",
+                spec.promise_ref.name, spec.upgrade_path.to, spec.upgrade_path.to
+            ),
+        });
+    }
+    // Live: the controller cannot read the plan's gates (no Prometheus), so they hold its runs.
+    let unreadable = plan
+        .status
+        .as_ref()
+        .and_then(|s| find_condition(&s.conditions, reasons::GATES_READABLE))
+        .filter(|c| c.status == ConditionStatus::False);
+    if let Some(c) = unreadable {
+        warnings.push(Problem {
+            field: "spec.gates".into(),
+            message: c.message.trim_start_matches("spec.gates: ").to_string(),
         });
     }
     warnings.extend(upgradeplan::engine::validate::overlapping_plans(

@@ -229,6 +229,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     }),
                     None => Vec::new(),
                 };
+                let target_revision = match client.as_ref() {
+                    Some(c) => {
+                        let (promise, to) = (&plan.spec.promise_ref.name, &plan.spec.upgrade_path.to);
+                        match runs::revision_exists(c, promise, to).await {
+                            Ok(found) => Some(found),
+                            Err(e) => {
+                                eprintln!("note: {e:#}; the target PromiseRevision is not checked");
+                                None
+                            }
+                        }
+                    }
+                    None => None,
+                };
                 let now = source.now.unwrap_or_else(Utc::now);
                 let gates = match prometheus_url {
                     Some(url) => Some(
@@ -250,6 +263,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         gates: gates.as_deref(),
                         freezes: &freezes,
                         plans: if live { &cluster_plans } else { &file_plans },
+                        target_revision,
                     },
                     (now, *runs),
                     output::viewer_zone(),

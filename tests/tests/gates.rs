@@ -310,3 +310,78 @@ async fn a_gate_closed_for_fail_after_fails_the_run_and_explain_evaluates_gates_
     let b = env.bindings_api(&ns).get(&format!("r0-{}", env.promise)).await.unwrap();
     assert_eq!(b.spec.version, "v1.0.0", "nothing started while the gate was closed");
 }
+
+/// A plan with gates on a controller with no `--prometheus-url`: the plan says so
+/// (`GatesReadable=False/NoPrometheus`, announced once) while it stays Ready, and `explain`
+/// warns about it; `explain` also warns when the target PromiseRevision does not exist.
+#[tokio::test]
+async fn a_controller_without_prometheus_says_so_on_a_gated_plan_and_explain_warns() {
+    let mut env = TestEnv::new("noprom").await.unwrap();
+    env.upgrade_world(&[("r0", "dev")], SIM, &[]).await.unwrap();
+    let _controller = env.start_controller(&[]).await.unwrap();
+    let plan = env
+        .create_plan(
+            "gated",
+            json!({"upgradePath": {"from": ["v1.0.0"], "to": TO},
+                   "gates": [{"name": "calm", "prometheus": {"query": "vector(0) > 1"}}],
+                   "rolloutGroups": [{"name": "dev", "selectors": {"matchLabels": {"env": "dev"}}}]}),
+        )
+        .await
+        .unwrap();
+    let said = env
+        .wait_plan(&plan, WAIT, "GatesReadable False", |p| {
+            p.status
+                .as_ref()
+                .and_then(|s| find_condition(&s.conditions, reasons::GATES_READABLE))
+                .is_some_and(|c| c.status == ConditionStatus::False)
+        })
+        .await
+        .unwrap();
+    let status = said.status.unwrap();
+    let c = find_condition(&status.conditions, reasons::GATES_READABLE).unwrap();
+    assert_eq!(c.reason, reasons::NO_PROMETHEUS);
+    assert!(c.message.contains("--prometheus-url"), "{}", c.message);
+    let ready = find_condition(&status.conditions, reasons::READY).unwrap();
+    assert_eq!(ready.status, ConditionStatus::True, "the plan itself is valid");
+    let events = env
+        .events_when(&plan, |(_, r, _)| r == reasons::NO_PROMETHEUS)
+        .await
+        .unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|(t, r, m)| t == "Warning" && r == reasons::NO_PROMETHEUS && m == &c.message),
+        "{events:?}"
+    );
+
+    let o = run_plugin(None, &["explain", &plan, "-o", "json"]).await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("{e}: {o:?}"));
+    let warned = |field: &str| {
+        v["warnings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|w| w["field"] == field)
+            .map(|w| w["message"].as_str().unwrap_or_default().to_string())
+    };
+    let gates = warned("spec.gates").unwrap_or_else(|| panic!("no warning about the gates: {v}"));
+    assert!(gates.contains("no Prometheus to ask"), "{gates}");
+    assert_eq!(warned("spec.upgradePath.to"), None, "{TO} exists: {v}");
+
+    // A target Kratix has no revision of: explain says so before anyone runs it.
+    let missing = env
+        .create_plan(
+            "ahead",
+            json!({"upgradePath": {"from": ["v1.0.0"], "to": "v9.0.0"},
+                   "rolloutGroups": [{"name": "dev", "selectors": {"matchLabels": {"env": "dev"}}}]}),
+        )
+        .await
+        .unwrap();
+    let o = run_plugin(None, &["explain", &missing]).await.unwrap();
+    assert_eq!(o.code, Some(0), "a warning, not a problem: {o:?}");
+    assert!(
+        o.stdout.contains("spec.upgradePath.to") && o.stdout.contains("has no PromiseRevision \"v9.0.0\""),
+        "{}",
+        o.stdout
+    );
+}

@@ -315,6 +315,10 @@ pub mod reasons {
     pub const GATE_ERROR: &str = "GateError";
     pub const GATES_OPEN: &str = "GatesOpen";
     pub const GATE_FAILED: &str = "GateFailed";
+    /// A plan with signal gates: whether the controller has a Prometheus to read them from.
+    pub const GATES_READABLE: &str = "GatesReadable";
+    pub const PROMETHEUS_CONFIGURED: &str = "PrometheusConfigured";
+    pub const NO_PROMETHEUS: &str = "NoPrometheus";
     /// Approvals (spec §13.4).
     pub const AWAITING_APPROVAL: &str = "AwaitingApproval";
     pub const APPROVAL_REQUIRED: &str = "ApprovalRequired";

@@ -90,6 +90,11 @@ pub trait Cluster {
     fn health_records(&self, promise: &str) -> Vec<Arc<HealthRecord>>;
     /// Every UpgradeFreeze (spec §13.5).
     fn freezes(&self) -> Vec<Arc<UpgradeFreeze>>;
+    /// Whether the controller was given a Prometheus to read signal gates from
+    /// (`--prometheus-url`); without one every gate reads closed (spec §13.3).
+    fn prometheus_configured(&self) -> bool {
+        true
+    }
 }
 
 /// Everything [`step`] needs besides the run and the caches.

@@ -173,6 +173,14 @@ pub fn step(
     let mut status = previous.clone();
     let mut events = Vec::new();
     let compiled = readiness(plan, &previous, &mut status, &mut events, promise_found, now);
+    gates_readable(
+        plan,
+        &previous,
+        &mut status,
+        &mut events,
+        cluster.prometheus_configured(),
+        now,
+    );
     let (create_run, next_trigger) = triggers(plan, compiled.as_ref(), &previous, &mut status, &mut events, now);
 
     let summary = summarize(runs, status.last_run.as_ref(), None);
@@ -261,6 +269,54 @@ fn readiness(
     );
     checked.ok()
 }
+
+/// `GatesReadable`, on a plan with signal gates only: False/`NoPrometheus` while the controller has
+/// no Prometheus, when every gate reads closed and the plan's runs would wait in their gated
+/// groups while the plan reads Ready — announced once as it turns False.
+fn gates_readable(
+    plan: &UpgradePlan,
+    previous: &UpgradePlanStatus,
+    status: &mut UpgradePlanStatus,
+    events: &mut Vec<PlanEvent>,
+    prometheus_configured: bool,
+    now: DateTime<Utc>,
+) {
+    let gates = plan.spec.gates.as_deref().unwrap_or_default();
+    if gates.is_empty() {
+        status.conditions.retain(|c| c.type_ != reasons::GATES_READABLE);
+        return;
+    }
+    let message = if prometheus_configured {
+        format!("{} signal gate(s) read from the controller's Prometheus", gates.len())
+    } else {
+        format!("{NO_PROMETHEUS_MESSAGE} ({} gate(s))", gates.len())
+    };
+    let readable = Condition {
+        observed_generation: plan.metadata.generation,
+        ..condition(
+            reasons::GATES_READABLE,
+            prometheus_configured,
+            (reasons::PROMETHEUS_CONFIGURED, reasons::NO_PROMETHEUS),
+            message,
+            now,
+        )
+    };
+    let turned_unreadable = !prometheus_configured
+        && find_condition(&previous.conditions, reasons::GATES_READABLE)
+            .is_none_or(|c| c.status != ConditionStatus::False);
+    if turned_unreadable {
+        events.push(PlanEvent {
+            warning: true,
+            reason: reasons::NO_PROMETHEUS,
+            note: readable.message.clone(),
+        });
+    }
+    set_condition(&mut status.conditions, readable);
+}
+
+/// What a plan with gates says while the controller has no Prometheus.
+pub const NO_PROMETHEUS_MESSAGE: &str = "spec.gates: the controller has no Prometheus to ask (--prometheus-url), \
+     so every gate reads closed and runs wait in their gated groups";
 
 /// The plan's triggers (spec §6), only for a valid plan with a policy: the run a trigger due now
 /// asks for, what a skipped or missed one announces, `nextRunAt`, and when the next one is due.

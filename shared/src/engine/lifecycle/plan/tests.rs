@@ -620,3 +620,106 @@ fn a_trigger_found_past_its_starting_deadline_is_missed_and_said_so() {
     let on_time = step(&p, &[], true, &four(), utc("2026-06-02T10:40:00Z"));
     assert_eq!(on_time.create_run.map(|r| r.at), Some(utc("2026-06-02T10:30:00Z")));
 }
+
+/// A controller without Prometheus, as the plan's step sees it.
+struct NoPrometheus(Bindings);
+
+impl Cluster for NoPrometheus {
+    fn binding(&self, namespace: &str, name: &str) -> Option<Arc<dyn BindingFacts>> {
+        self.0.binding(namespace, name)
+    }
+    fn bindings_of(&self, promise: &str) -> Vec<Arc<dyn BindingFacts>> {
+        self.0.bindings_of(promise)
+    }
+    fn revision_exists(&self, promise: &str, version: &str) -> bool {
+        self.0.revision_exists(promise, version)
+    }
+    fn health_records(&self, promise: &str) -> Vec<Arc<HealthRecord>> {
+        self.0.health_records(promise)
+    }
+    fn freezes(&self) -> Vec<Arc<crate::api::UpgradeFreeze>> {
+        self.0.freezes()
+    }
+    fn prometheus_configured(&self) -> bool {
+        false
+    }
+}
+
+/// A plan with gates on a controller with no Prometheus: every gate reads closed, so its runs
+/// would wait while the plan reads Ready — `GatesReadable` says so, announced once; with a
+/// Prometheus it reads True, and a plan without gates carries no such condition.
+#[test]
+fn gates_readable_says_when_the_controller_has_no_prometheus() {
+    let gated = |gates: usize| {
+        let mut p = a_plan(None);
+        p.spec.gates = Some(
+            (0..gates)
+                .map(|i| crate::api::Gate {
+                    name: format!("g{i}"),
+                    prometheus: crate::api::PrometheusGate { query: "ALERTS".into() },
+                    groups: None,
+                    fail_after: None,
+                })
+                .collect(),
+        );
+        p
+    };
+    let now = utc("2026-06-01T10:05:00Z");
+    type Want = Option<(ConditionStatus, &'static str)>;
+    let cases: [(&str, usize, bool, Want, usize); 4] = [
+        ("no gates, no Prometheus", 0, false, None, 0),
+        ("no gates, Prometheus", 0, true, None, 0),
+        (
+            "gates, Prometheus",
+            2,
+            true,
+            Some((ConditionStatus::True, reasons::PROMETHEUS_CONFIGURED)),
+            0,
+        ),
+        (
+            "gates, no Prometheus",
+            2,
+            false,
+            Some((ConditionStatus::False, reasons::NO_PROMETHEUS)),
+            1,
+        ),
+    ];
+    for (case, gates, prometheus, want, announced) in cases {
+        let plan = gated(gates);
+        let s = if prometheus {
+            step(&plan, &[], true, &four(), now)
+        } else {
+            step(&plan, &[], true, &NoPrometheus(four()), now)
+        };
+        let got = find_condition(&s.status.conditions, reasons::GATES_READABLE).map(|c| (c.status, c.reason.as_str()));
+        assert_eq!(got, want, "{case}");
+        let events = s.events.iter().filter(|e| e.reason == reasons::NO_PROMETHEUS).count();
+        assert_eq!(events, announced, "{case}: announced as it turns False");
+        let ready = find_condition(&s.status.conditions, reasons::READY).unwrap();
+        assert_eq!(ready.status, ConditionStatus::True, "{case}: the plan itself is valid");
+        // The next pass, with that status written: nothing announced again.
+        let mut again = plan.clone();
+        again.status = Some(s.status.clone());
+        let s = if prometheus {
+            step(&again, &[], true, &four(), now)
+        } else {
+            step(&again, &[], true, &NoPrometheus(four()), now)
+        };
+        assert!(
+            s.events.iter().all(|e| e.reason != reasons::NO_PROMETHEUS),
+            "{case}: once"
+        );
+        if gates == 0 {
+            continue;
+        }
+        // The gates removed: the condition goes with them.
+        let mut ungated = again.clone();
+        ungated.spec.gates = None;
+        ungated.status = Some(s.status.clone());
+        let s = step(&ungated, &[], true, &NoPrometheus(four()), now);
+        assert!(
+            find_condition(&s.status.conditions, reasons::GATES_READABLE).is_none(),
+            "{case}: no gates, no condition"
+        );
+    }
+}
