@@ -84,7 +84,8 @@ pub struct Global {
     /// Output format: table, wide, json, yaml, name (kind.group/name of the objects read or
     /// written), jsonpath=TEMPLATE (`{.items[*].metadata.name}`, `{range …}…{end}`) or
     /// custom-columns=HEADER:PATH,… (`NAME:.metadata.name,PHASE:.status.phase`), as kubectl's.
-    /// Verbs that write (run, approve, suspend, resume, cancel) print what they wrote in it.
+    /// Verbs that write (run, approve, suspend, resume, cancel, freezes create) print what they
+    /// wrote in it.
     #[arg(short = 'o', long, global = true, value_name = "FORMAT", default_value = "table", value_parser = parse_output)]
     pub output: Output,
     /// Don't print headers in tables.
@@ -349,11 +350,14 @@ pub enum Command {
     },
     /// List UpgradeFreezes: whether each holds now, its next stretches of frozen time (in your
     /// zone and the freeze's), how many plans it holds and why. With NAME, also the plans it
-    /// holds and its next periods.
+    /// holds and its next periods. `freezes create` declares an incident freeze.
     #[command(
-        after_help = "Examples:\n  kubectl upgradeplan freezes\n  kubectl upgradeplan freezes end-of-year --periods 10\n  kubectl upgradeplan freezes -f freeze.yaml --now 2026-12-24T12:00:00Z   # lint a freeze before applying it\n  kubectl upgradeplan freezes -o json\n\nDeclaring a freeze needs the upgradeplan-freeze-manager ClusterRole (deploy/core/user-roles.yaml)."
+        args_conflicts_with_subcommands = true,
+        after_help = "Examples:\n  kubectl upgradeplan freezes\n  kubectl upgradeplan freezes end-of-year --periods 10\n  kubectl upgradeplan freezes -f freeze.yaml --now 2026-12-24T12:00:00Z   # lint a freeze before applying it\n  kubectl upgradeplan freezes -o json\n  kubectl upgradeplan freezes create incident-4711 --for 2h --reason \"INC-4711: storage degraded\"\n\nDeclaring a freeze needs the upgradeplan-freeze-manager ClusterRole (deploy/core/user-roles.yaml)."
     )]
     Freezes {
+        #[command(subcommand)]
+        action: Option<FreezeAction>,
         /// One UpgradeFreeze; all when omitted.
         freeze: Option<String>,
         /// Read freezes from a YAML or JSON file (one, or a List) instead of the cluster; exits 1
@@ -379,6 +383,51 @@ pub enum Command {
     Version,
 }
 
+/// What `freezes` can do besides listing.
+#[derive(Subcommand, Debug)]
+pub enum FreezeAction {
+    /// Declare an incident freeze now: one UpgradeFreeze with one one-off period, from now (or
+    /// --from) for --for, or until --until, written to the minute (its start rounded down and its
+    /// end up, so it holds at least what you asked). Every matching plan's runs start no new
+    /// upgrades while it holds; those in flight finish. End it early with
+    /// `kubectl delete upgradefreeze NAME`.
+    #[command(
+        after_help = "Examples:\n  kubectl upgradeplan freezes create incident-4711 --for 2h --reason \"INC-4711: storage degraded\"\n  kubectl upgradeplan freezes create db-migration --from 2026-12-05T22:00 --until 2026-12-06T02:00 \\\n      --time-zone Europe/London --promise postgres --reason \"CHG-88: database migration\"\n  kubectl upgradeplan freezes create payments-quiet --for 30m -l team=payments --reason \"month-end close\" --dry-run\n\nTimes are RFC 3339 instants (2026-12-05T22:00:00Z) or local times (2026-12-05T22:00) of --time-zone.\nNeeds the upgradeplan-freeze-manager ClusterRole (deploy/core/user-roles.yaml)."
+    )]
+    Create(FreezeCreate),
+}
+
+/// `freezes create`.
+#[derive(Args, Debug)]
+pub struct FreezeCreate {
+    /// The UpgradeFreeze's name (a DNS subdomain: incident-4711).
+    pub name: String,
+    /// Why upgrades are frozen: shown on every run it holds (an incident or change number helps).
+    #[arg(long, value_name = "TEXT")]
+    pub reason: String,
+    /// How long it holds, from --from or now: 30m, 2h, 1h30m.
+    #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration, conflicts_with = "until", required_unless_present = "until")]
+    pub for_: Option<std::time::Duration>,
+    /// When it begins (default: now).
+    #[arg(long, value_name = "TIME", value_parser = parse_freeze_time)]
+    pub from: Option<StartTime>,
+    /// When it ends.
+    #[arg(long, value_name = "TIME", value_parser = parse_freeze_time)]
+    pub until: Option<StartTime>,
+    /// The IANA zone the period is written in and local --from/--until are read in (default UTC).
+    #[arg(long = "time-zone", value_name = "ZONE")]
+    pub time_zone: Option<String>,
+    /// Hold only plans of this Promise (repeatable; default: every Promise).
+    #[arg(long = "promise", value_name = "NAME")]
+    pub promises: Vec<String>,
+    /// Hold only plans with these labels: key=value[,key=value…] (default: every plan).
+    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    pub selector: Option<String>,
+    /// Have the API server check the freeze without creating it (a server-side dry run).
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     if s == "0" {
         return Ok(std::time::Duration::ZERO);
@@ -397,13 +446,22 @@ pub enum StartTime {
 }
 
 pub fn parse_start(s: &str) -> Result<StartTime, String> {
+    instant_or_local(s, "the plan's zone")
+}
+
+/// `freezes create --from/--until`: an instant, or a local time of `--time-zone`.
+pub fn parse_freeze_time(s: &str) -> Result<StartTime, String> {
+    instant_or_local(s, "--time-zone")
+}
+
+fn instant_or_local(s: &str, zone: &str) -> Result<StartTime, String> {
     if let Ok(t) = DateTime::parse_from_rfc3339(s) {
         return Ok(StartTime::Instant(t.with_timezone(&Utc)));
     }
     match chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M") {
         Ok(_) if s.len() == 16 => Ok(StartTime::Local(s.to_string())),
         _ => Err(format!(
-            "{s:?} is neither an RFC 3339 time (2026-12-05T09:00:00Z) nor a local time of the plan's zone (2026-12-05T09:00)"
+            "{s:?} is neither an RFC 3339 time (2026-12-05T09:00:00Z) nor a local time of {zone} (2026-12-05T09:00)"
         )),
     }
 }

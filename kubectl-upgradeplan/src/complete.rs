@@ -63,7 +63,8 @@ pub fn want(args: &[String]) -> Want {
             "--context" => return Want::Contexts,
             "-n" | "--namespace" | "--snapshot-namespace" => return Want::Namespaces,
             "--now" | "--runs" | "--limit" | "--name" | "--timeout" | "--request-timeout" | "--comment"
-            | "--periods" | "--start" | "--per-resource" => return Want::Nothing,
+            | "--periods" | "--start" | "--per-resource" | "--reason" | "--for" | "--from" | "--until"
+            | "--time-zone" | "--promise" | "-l" | "--selector" => return Want::Nothing,
             _ => {}
         }
     }
@@ -74,8 +75,17 @@ pub fn want(args: &[String]) -> Want {
             Want::Commands
         };
     };
+    let nested = words
+        .get(1)
+        .filter(|w| command.as_str() == "freezes" && w.as_str() == "create");
     if partial.starts_with('-') {
-        return Want::Flags(command.to_string());
+        return Want::Flags(match nested {
+            Some(sub) => format!("{command} {sub}"),
+            None => command.to_string(),
+        });
+    }
+    if nested.is_some() {
+        return Want::Nothing; // the new freeze's name
     }
     let position = words.len() - 1; // positional arguments already given after the command
     match (command.as_str(), position) {
@@ -93,11 +103,10 @@ pub fn want(args: &[String]) -> Want {
 
 fn flags_of(command: &str) -> Vec<String> {
     let cli = Cli::command();
-    let cmd = if command.is_empty() {
-        Some(&cli)
-    } else {
-        cli.find_subcommand(command)
-    };
+    // `freezes create`: a command's own subcommand, by its path.
+    let cmd = command
+        .split_whitespace()
+        .try_fold(&cli, |c, name| c.find_subcommand(name));
     let mut out: Vec<String> = cmd
         .into_iter()
         .flat_map(|c| c.get_arguments())
@@ -126,7 +135,11 @@ pub async fn complete(args: &[String], global: &Global) -> (Vec<String>, u8) {
         Want::Nothing => (vec![], DIRECTIVE_NO_FILES),
         Want::Plans => (names(global, Kind::Plans).await, DIRECTIVE_NO_FILES),
         Want::Runs => (names(global, Kind::runs(None, false)).await, DIRECTIVE_NO_FILES),
-        Want::Freezes => (names(global, Kind::Freezes).await, DIRECTIVE_NO_FILES),
+        Want::Freezes => {
+            let mut all = vec!["create".to_string()];
+            all.extend(names(global, Kind::Freezes).await);
+            (all, DIRECTIVE_NO_FILES)
+        }
         Want::ActiveRuns => (names(global, Kind::runs(None, true)).await, DIRECTIVE_NO_FILES),
         Want::RunsOfPlan(p) => (names(global, Kind::runs(Some(&p), false)).await, DIRECTIVE_NO_FILES),
         Want::GroupsOfRun(r) => (names(global, Kind::GroupsOfRun(&r)).await, DIRECTIVE_NO_FILES),
@@ -283,6 +296,14 @@ mod tests {
         assert_eq!(w(&["approve", ""]), Want::ActiveRuns);
         assert_eq!(w(&["approve", "r1", ""]), Want::GroupsOfRun("r1".into()));
         assert_eq!(w(&["freezes", ""]), Want::Freezes);
+        assert_eq!(w(&["freezes", "create", ""]), Want::Nothing, "a new name");
+        assert_eq!(
+            w(&["freezes", "create", "x", "--ti"]),
+            Want::Flags("freezes create".into())
+        );
+        assert!(flags_of("freezes create").contains(&"--time-zone".to_string()));
+        assert!(flags_of("freezes create").contains(&"--for".to_string()));
+        assert_eq!(w(&["freezes", "create", "x", "--for", ""]), Want::Nothing);
         assert_eq!(w(&["forecast", ""]), Want::Plans);
         assert_eq!(w(&["forecast", "p", "--per-resource", ""]), Want::Nothing);
         assert_eq!(w(&["freezes", "--periods", ""]), Want::Nothing);

@@ -400,6 +400,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             verbs::approve(&client::connect(g).await?, g, run, group.as_deref(), comment.as_deref()).await?
         }
         Command::Freezes {
+            action: Some(cli::FreezeAction::Create(create)),
+            ..
+        } => {
+            let c = client::connect(g).await?;
+            verbs::create_freeze(&c, g, create).await?;
+        }
+        Command::Freezes {
+            action: None,
             freeze,
             filename,
             now,

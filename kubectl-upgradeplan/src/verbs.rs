@@ -11,8 +11,8 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 use serde_json::json;
 use upgradeplan::api::{
-    find_condition, reasons, GroupPhase, RunState, UpgradeApproval, UpgradeApprovalSpec, UpgradePlan, UpgradeRun,
-    UpgradeRunRef,
+    find_condition, reasons, GroupPhase, RunState, UpgradeApproval, UpgradeApprovalSpec, UpgradeFreeze, UpgradePlan,
+    UpgradeRun, UpgradeRunRef,
 };
 
 use crate::cli::Global;
@@ -655,6 +655,63 @@ pub async fn version(g: &Global) -> anyhow::Result<()> {
             }
         )),
     }
+}
+
+/// `freezes create`: an incident freeze, declared now (see [`crate::freezes::incident_spec`]).
+pub async fn create_freeze(client: &Client, g: &Global, c: &crate::cli::FreezeCreate) -> anyhow::Result<()> {
+    let now = Utc::now();
+    let incident = crate::freezes::Incident {
+        reason: &c.reason,
+        from: c.from.as_ref(),
+        until: c.until.as_ref(),
+        for_: c.for_,
+        time_zone: c.time_zone.as_deref(),
+        promises: &c.promises,
+        selector: c.selector.as_deref(),
+    };
+    let (spec, (start, end)) = crate::freezes::incident_spec(&incident, now).map_err(|e| anyhow!(e))?;
+    let freeze = UpgradeFreeze::new(&c.name, spec);
+    let params = PostParams {
+        dry_run: c.dry_run,
+        ..PostParams::default()
+    };
+    let created = match Api::<UpgradeFreeze>::all(client.clone()).create(&params, &freeze).await {
+        Ok(created) => created,
+        Err(kube::Error::Api(e)) if e.code == 409 => anyhow::bail!(
+            "upgradefreeze/{} already exists: choose another name, or change it with kubectl edit upgradefreeze {}",
+            c.name,
+            c.name
+        ),
+        Err(e) => return Err(explain_error(e, "create", "upgradefreezes", Some(&c.name))),
+    };
+    // Best effort: which plans it holds (the freeze-manager role may not read plans).
+    let held = match crate::client::list_plans(client).await {
+        Ok(plans) => {
+            let n = plans
+                .iter()
+                .filter(|p| upgradeplan::engine::freeze::holds_plan(&freeze.spec, p))
+                .count();
+            format!("; it holds {n} plan(s) now")
+        }
+        Err(_) => String::new(),
+    };
+    let style = Style::from(g);
+    let zone = upgradeplan::engine::cron::parse_zone(c.time_zone.as_deref()).ok();
+    let (verb, name) = if c.dry_run {
+        ("would be created (server dry run)", c.name.as_str())
+    } else {
+        ("created", c.name.as_str())
+    };
+    wrote(
+        g,
+        &created,
+        &format!(
+            "upgradefreeze/{name} {verb}: no new upgrade starts {} ({}){held}; in-flight ones finish. \
+             End it early with kubectl delete upgradefreeze {name}\n",
+            style.span(start, end, zone),
+            crate::output::duration(end - start)
+        ),
+    )
 }
 
 #[cfg(test)]

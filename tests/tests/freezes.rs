@@ -523,3 +523,112 @@ async fn retries_of_earlier_failures_wait_for_the_freeze_and_a_slot_like_any_sta
     freezes(&env).delete(&freeze, &DeleteParams::default()).await.unwrap();
     env.teardown().await.unwrap();
 }
+
+/// An incident freeze declared with one command (`freezes create --for`): written as the
+/// controller reads it, it holds the Promise's runs at once with its reason, refuses a second of
+/// that name, a dry run creates nothing, and deleting it ends it.
+#[tokio::test]
+async fn freezes_create_declares_an_incident_freeze_that_holds_at_once() {
+    let mut env = TestEnv::new("freeze-now").await.unwrap();
+    let ns = env.upgrade_world(&[("r0", "all")], SIM, &[]).await.unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
+    let name = format!("{}-incident", env.id);
+    let promise = env.promise.clone();
+
+    let dry = run_plugin(
+        None,
+        &[
+            "freezes",
+            "create",
+            &name,
+            "--for",
+            "1h",
+            "--reason",
+            "INC-4711: storage degraded",
+            "--promise",
+            &promise,
+            "--dry-run",
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(dry.code, Some(0), "{dry:?}");
+    assert!(
+        dry.stdout.contains("would be created (server dry run)"),
+        "{}",
+        dry.stdout
+    );
+    assert!(
+        freezes(&env).get_opt(&name).await.unwrap().is_none(),
+        "a dry run creates nothing"
+    );
+
+    let before = Utc::now();
+    let made = run_plugin(
+        None,
+        &[
+            "freezes",
+            "create",
+            &name,
+            "--for",
+            "1h",
+            "--reason",
+            "INC-4711: storage degraded",
+            "--promise",
+            &promise,
+            "-o",
+            "name",
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(made.code, Some(0), "{made:?}");
+    assert_eq!(made.stdout, format!("upgradefreeze.platform.syntasso.io/{name}\n"));
+    let f = freezes(&env).get(&name).await.unwrap();
+    let p = &f.spec.periods[0];
+    assert_eq!(
+        (f.spec.reason.as_str(), f.spec.promises.clone(), p.time_zone.as_deref()),
+        ("INC-4711: storage degraded", Some(vec![promise.clone()]), Some("UTC"))
+    );
+    let start = upgradeplan::engine::cron::resolve_local_time(p.start.as_deref().unwrap(), chrono_tz::UTC).unwrap();
+    let end = upgradeplan::engine::cron::resolve_local_time(p.end.as_deref().unwrap(), chrono_tz::UTC).unwrap();
+    assert!(
+        start <= before && end >= before + chrono::Duration::hours(1),
+        "{p:?} from {before}"
+    );
+
+    let again = run_plugin(None, &["freezes", "create", &name, "--for", "1h", "--reason", "again"])
+        .await
+        .unwrap();
+    assert_eq!(again.code, Some(4), "{again:?}");
+    assert!(again.stderr.contains("already exists"), "{}", again.stderr);
+
+    let plan = env
+        .create_plan(
+            "plan",
+            json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
+                   "rolloutGroups": [{"name": "all", "selectors": {"matchLabels": {"env": "all"}}}]}),
+        )
+        .await
+        .unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    let held = env
+        .wait_run(&run, WAIT, "held by the incident freeze", |r| {
+            frozen(r).is_some_and(|(s, _, _)| s == ConditionStatus::True)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    let (_, reason, message) = frozen(&held).unwrap();
+    assert_eq!(reason, "FreezeActive");
+    assert!(
+        message.starts_with(&format!("UpgradeFreeze \"{name}\" until "))
+            && message.ends_with(": INC-4711: storage degraded"),
+        "{message}"
+    );
+    let b = env.bindings_api(&ns).get(&format!("r0-{promise}")).await.unwrap();
+    assert_eq!(b.spec.version, "v1.0.0", "nothing starts while it holds");
+
+    freezes(&env).delete(&name, &DeleteParams::default()).await.unwrap();
+    let done = env.wait_ended(&run).await.unwrap();
+    assert_eq!(run_state(&done), RunState::Completed, "{}", controller.log_text());
+}
