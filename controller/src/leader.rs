@@ -10,6 +10,7 @@
 //! clock. A holder whose clock runs minutes behind is not deposed while it renews; one whose clock
 //! runs ahead is replaced one lease duration after it stops.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -39,6 +40,17 @@ pub struct Elector {
     observed: Mutex<Option<(String, Instant)>>,
 }
 
+/// The Lease's annotations as its holder writes them: `annotations` with this controller's
+/// version (read by `kubectl upgradeplan version`).
+fn own_annotations(annotations: Option<BTreeMap<String, String>>) -> BTreeMap<String, String> {
+    let mut a = annotations.unwrap_or_default();
+    a.insert(
+        upgradeplan::api::CONTROLLER_VERSION_ANNOTATION.to_string(),
+        env!("CARGO_PKG_VERSION").to_string(),
+    );
+    a
+}
+
 /// Whether a Lease first seen in its current version at `observed_at` has expired at `now`: its
 /// holder had `held_for` to renew it and did not (client-go's observedTime rule).
 pub fn expired(observed_at: Instant, now: Instant, held_for: Duration) -> bool {
@@ -64,6 +76,7 @@ impl Elector {
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.config.name.clone()),
+                    annotations: Some(own_annotations(None)),
                     ..Default::default()
                 },
                 spec: Some(LeaseSpec {
@@ -89,6 +102,7 @@ impl Elector {
             return Ok(false);
         }
         let taking_over = holder != *me;
+        lease.metadata.annotations = Some(own_annotations(lease.metadata.annotations.take()));
         lease.spec = Some(LeaseSpec {
             holder_identity: Some(me.clone()),
             lease_duration_seconds: Some(duration_s),

@@ -379,8 +379,19 @@ pub enum Command {
         /// The shell: bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
-    /// Print the plugin's version and the API server's.
-    Version,
+    /// Print the plugin's version, the running controller's (from the leader-election Lease the
+    /// leader holds: who leads and since when) and the API server's.
+    #[command(
+        after_help = "Examples:\n  kubectl upgradeplan version\n  kubectl upgradeplan version --controller-namespace platform-system -o json\n\nA controller run without --leader-elect holds no Lease and so does not say its version."
+    )]
+    Version {
+        /// Namespace of the controller's leader-election Lease (its --leader-election-namespace).
+        #[arg(long, value_name = "NS", default_value = "upgradeplan-system")]
+        controller_namespace: String,
+        /// Name of that Lease (the controller's --leader-election-id).
+        #[arg(long, value_name = "NAME", default_value = "upgradeplan-controller")]
+        controller_lease: String,
+    },
 }
 
 /// What `freezes` can do besides listing.

@@ -439,7 +439,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             clap_complete::generate(*shell, &mut Cli::command(), "kubectl-upgradeplan", &mut script);
             output::out(String::from_utf8_lossy(&script))?;
         }
-        Command::Version => verbs::version(g).await?,
+        Command::Version {
+            controller_namespace,
+            controller_lease,
+        } => verbs::version(g, (controller_namespace, controller_lease)).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

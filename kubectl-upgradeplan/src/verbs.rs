@@ -628,33 +628,118 @@ pub async fn status(
 
 /// `version`: the plugin's and the server's; `-o json|yaml` in kubectl's shape
 /// (`clientVersion`, `serverVersion`), the server's left out when it cannot be reached.
-pub async fn version(g: &Global) -> anyhow::Result<()> {
+pub async fn version(g: &Global, (namespace, lease): (&str, &str)) -> anyhow::Result<()> {
     let client_version = format!("v{}", env!("CARGO_PKG_VERSION"));
-    let server = match crate::client::connect(g).await {
-        Ok(c) => c
-            .apiserver_version()
-            .await
-            .map_err(|e| format!("server unreachable: {e}")),
-        Err(e) => Err(format!("server unknown: {e}")),
+    let (server, controller) = match crate::client::connect(g).await {
+        Ok(c) => (
+            c.apiserver_version()
+                .await
+                .map_err(|e| format!("server unreachable: {e}")),
+            controller_version(&c, namespace, lease).await,
+        ),
+        Err(e) => (
+            Err(format!("server unknown: {e}")),
+            Err("controller unknown".to_string()),
+        ),
     };
-    match g.output.is_text() {
-        false => {
-            let mut v = serde_json::json!({"clientVersion": {"gitVersion": client_version}});
-            match &server {
-                Ok(info) => v["serverVersion"] = serde_json::to_value(info)?,
-                Err(why) => eprintln!("{why}"),
-            }
-            crate::output::out(render(&g.output, &Style::from(g), &v, "")?)
+    if let Ok(running) = &controller {
+        if running.git_version != client_version {
+            eprintln!(
+                "note: the plugin ({client_version}) and the controller ({}) differ: views read what that controller writes",
+                running.git_version
+            );
         }
-        true => crate::output::out(format!(
-            "kubectl-upgradeplan {}\n{}\n",
-            env!("CARGO_PKG_VERSION"),
-            match &server {
-                Ok(info) => format!("server {}", info.git_version),
-                Err(why) => why.clone(),
-            }
-        )),
     }
+    if !g.output.is_text() {
+        let mut v = serde_json::json!({"clientVersion": {"gitVersion": client_version}});
+        match &controller {
+            Ok(running) => v["controllerVersion"] = serde_json::to_value(running)?,
+            Err(why) => eprintln!("{why}"),
+        }
+        match &server {
+            Ok(info) => v["serverVersion"] = serde_json::to_value(info)?,
+            Err(why) => eprintln!("{why}"),
+        }
+        return crate::output::out(render(&g.output, &Style::from(g), &v, "")?);
+    }
+    let controller = match &controller {
+        Ok(running) => {
+            let since = |t: Option<chrono::DateTime<Utc>>| t.map(|t| relative(t, Utc::now())).unwrap_or_default();
+            let leading = if running.leading {
+                format!("leader {}, renewed {}", running.leader, since(running.renew_time))
+            } else {
+                format!(
+                    "last led by {}, whose Lease expired {}: no controller is leading",
+                    running.leader,
+                    since(running.renew_time)
+                )
+            };
+            format!(
+                "controller {} ({leading}; Lease {})",
+                running.git_version, running.lease
+            )
+        }
+        Err(why) => why.clone(),
+    };
+    crate::output::out(format!(
+        "kubectl-upgradeplan {}\n{controller}\n{}\n",
+        env!("CARGO_PKG_VERSION"),
+        match &server {
+            Ok(info) => format!("server {}", info.git_version),
+            Err(why) => why.clone(),
+        }
+    ))
+}
+
+/// The running controller, as the holder of its leader-election Lease records itself.
+#[derive(serde::Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct ControllerVersion {
+    pub git_version: String,
+    /// The Lease's holder: the leading replica (its pod name in a cluster).
+    pub leader: String,
+    /// `namespace/name` of the Lease.
+    pub lease: String,
+    pub renew_time: Option<chrono::DateTime<Utc>>,
+    /// Whether the holder renewed within its lease duration (by this machine's clock).
+    pub leading: bool,
+}
+
+/// The controller's version from its Lease; why not, in words, when it cannot be read.
+async fn controller_version(client: &Client, namespace: &str, name: &str) -> Result<ControllerVersion, String> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let lease = format!("{namespace}/{name}");
+    let found = Api::<Lease>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| {
+            format!(
+                "controller unknown: {:#}",
+                explain_error(e, "get", "leases", Some(name))
+            )
+        })?;
+    let Some(l) = found else {
+        return Err(format!(
+            "controller unknown: no Lease {lease} (a controller without --leader-elect holds none; \
+             --controller-namespace names its --leader-election-namespace)"
+        ));
+    };
+    let annotations = l.metadata.annotations.unwrap_or_default();
+    let Some(version) = annotations.get(upgradeplan::api::CONTROLLER_VERSION_ANNOTATION) else {
+        return Err(format!(
+            "controller unknown: Lease {lease} does not say its holder's version (a controller from before it was recorded, or not upgradeplan's)"
+        ));
+    };
+    let spec = l.spec.unwrap_or_default();
+    let renew_time = spec.renew_time.map(|t| upgradeplan::time::to_chrono(&t.0));
+    let duration = chrono::Duration::seconds(i64::from(spec.lease_duration_seconds.unwrap_or(15)));
+    Ok(ControllerVersion {
+        git_version: format!("v{version}"),
+        leader: spec.holder_identity.unwrap_or_default(),
+        lease,
+        leading: renew_time.is_some_and(|t| Utc::now() <= t + duration),
+        renew_time,
+    })
 }
 
 /// `freezes create`: an incident freeze, declared now (see [`crate::freezes::incident_spec`]).

@@ -1557,7 +1557,40 @@ async fn with_leader_election_only_the_leader_acts_and_a_standby_takes_over() {
     let addr = || format!("127.0.0.1:{}", upgradeplan_e2e::harness::free_port().unwrap());
     let (a_metrics, b_metrics, c_metrics) = (addr(), addr(), addr());
     let mut a = start_leader(&mut env, &ns, &lease, &a_metrics).await;
-    wait_lease_holder(&env, &ns, &lease, &a, WAIT).await;
+    let a_holds = wait_lease_holder(&env, &ns, &lease, &a, WAIT).await;
+    // `version` names the controller running: the Lease holder's own record.
+    let running = |env_ns: String, lease: String| async move {
+        let o = upgradeplan_e2e::harness::run_plugin(
+            None,
+            &[
+                "version",
+                "--controller-namespace",
+                &env_ns,
+                "--controller-lease",
+                &lease,
+                "-o",
+                "json",
+            ],
+        )
+        .await
+        .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("{e}: {o:?}"));
+        v["controllerVersion"].clone()
+    };
+    let shown = running(ns.clone(), lease.clone()).await;
+    assert_eq!(
+        (
+            shown["gitVersion"].as_str(),
+            shown["leader"].as_str(),
+            shown["leading"].as_bool()
+        ),
+        (
+            Some(concat!("v", env!("CARGO_PKG_VERSION"))),
+            Some(a_holds.as_str()),
+            Some(true)
+        ),
+        "{shown}"
+    );
     let mut b = start_leader(&mut env, &ns, &lease, &b_metrics).await;
     let plan = env.create_plan("plan", two_groups()).await.unwrap();
     let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
@@ -1582,7 +1615,12 @@ async fn with_leader_election_only_the_leader_acts_and_a_standby_takes_over() {
         "graceful shutdown exits 0: {status:?}\n{}",
         a.log_text()
     );
-    wait_lease_holder(&env, &ns, &lease, &b, Duration::from_secs(3)).await;
+    let b_holds = wait_lease_holder(&env, &ns, &lease, &b, Duration::from_secs(3)).await;
+    assert_eq!(
+        running(ns.clone(), lease.clone()).await["leader"].as_str(),
+        Some(b_holds.as_str()),
+        "after the takeover"
+    );
     env.binding(&ns, "dev-2", &[("env", "dev")], "v1.0.0", Some("v1.0.0"))
         .await
         .unwrap();

@@ -67,6 +67,10 @@ pub const ADMITTED_AT_ANNOTATION: &str = "platform.syntasso.io/admitted-at";
 /// Annotation naming the `--selector` of the controller that took a run on, so that the run
 /// stays recognisably its own after the plan is deleted (to release the finalizer).
 pub const SELECTOR_ANNOTATION: &str = "platform.syntasso.io/controller-selector";
+
+/// On the leader-election Lease, written by the controller that holds it: its version, so that
+/// `kubectl upgradeplan version` can say which controller is running.
+pub const CONTROLLER_VERSION_ANNOTATION: &str = "platform.syntasso.io/controller-version";
 /// Default namespace of the snapshot ConfigMaps.
 pub const DEFAULT_SNAPSHOT_NAMESPACE: &str = "kratix-platform-system";
 /// Field manager for everything the controller writes.
