@@ -17,6 +17,11 @@
 #   TESTENV_API_PORT   kube-apiserver secure port (16443)
 #   TESTENV_ETCD_PORT  etcd client port (12379); the peer port is this + 1
 #   UPGRADEPLAN_CACHE  where built binaries are kept (~/.cache/upgradeplan)
+#   TESTENV_NODE=1     also a node: kube-scheduler, a private Docker Engine and a kubelet (Kubernetes
+#                      1.20's dockershim) registered as node $NODE_NAME, ServiceAccount admission on;
+#                      `start` then prints DOCKER_HOST too. Its bridge TESTENV_NODE_BRIDGE (upnode0)
+#                      has TESTENV_NODE_IP (10.213.0.1/24) on the host side: pods reach the API server
+#                      there and talk only to it and to each other (no NAT, no forwarding).
 #
 # Kubeconfigs written to $TESTENV_DIR: admin.kubeconfig (client certificate, system:masters),
 # no-rights.kubeconfig (static token of user "no-rights", no RBAC grants: for RBAC tests). The API
@@ -29,6 +34,12 @@ API_PORT="${TESTENV_API_PORT:-16443}"
 ETCD_PORT="${TESTENV_ETCD_PORT:-12379}"
 ETCD_PEER_PORT="$((ETCD_PORT + 1))"
 BIN="$CACHE/bin"
+NODE="${TESTENV_NODE:-0}"
+NODE_BRIDGE="${TESTENV_NODE_BRIDGE:-upnode0}"
+NODE_CIDR="${TESTENV_NODE_IP:-10.213.0.1/24}"
+NODE_IP="${NODE_CIDR%/*}"
+NODE_NAME=upgradeplan-testenv-node
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # Debian bookworm's source package: 1.20.5+really1.20.2 (dependencies vendored).
 K8S_VERSION=v1.20.2
 
@@ -67,8 +78,14 @@ cmd_install() {
     if command -v "$t" >/dev/null && adopt "$t" "$(command -v "$t")"; then continue; fi
     if [ "$t" = etcd ]; then apt_install etcd-server; adopt etcd /usr/bin/etcd; fi
   done
-  local build=()
-  for t in kube-apiserver kube-controller-manager; do
+  local build=() targets=(kube-apiserver kube-controller-manager)
+  # A node too (TESTENV_NODE=1): the scheduler places pods, the kubelet runs them in a private
+  # Docker Engine (dockershim: Kubernetes 1.20's kubelet talks to Docker directly).
+  if [ "${TESTENV_NODE:-0}" = 1 ]; then
+    targets+=(kube-scheduler kubelet)
+    apt_install docker.io gcc libc6-dev iproute2
+  fi
+  for t in "${targets[@]}"; do
     "$BIN/$t" --version >/dev/null 2>&1 || build+=("$t")
   done
   if [ "${#build[@]}" = 0 ]; then
@@ -111,7 +128,7 @@ SRC
     cp "$src/_output/bin/$t" "$BIN/$t.tmp" && chmod 0755 "$BIN/$t.tmp" && mv "$BIN/$t.tmp" "$BIN/$t"
   done
   rm -rf "$work"
-  log "built: $("$BIN/kube-apiserver" --version)"
+  log "built $*: $("$BIN/$1" --version)"
 }
 
 pki() {
@@ -120,7 +137,7 @@ pki() {
     cd "$d"
     openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 -subj "/CN=upgradeplan-testenv-ca" 2>/dev/null
     openssl req -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr -subj "/CN=kube-apiserver" 2>/dev/null
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' >apiserver.ext
+    printf 'subjectAltName=IP:127.0.0.1,IP:%s,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' "$NODE_IP" >apiserver.ext
     openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out apiserver.crt -days 3650 -extfile apiserver.ext 2>/dev/null
     # O=system:masters: cluster-admin without RBAC bindings.
     openssl req -newkey rsa:2048 -nodes -keyout admin.key -out admin.csr -subj "/O=system:masters/CN=upgradeplan-testenv-admin" 2>/dev/null
@@ -182,16 +199,23 @@ rules:
   userGroups: ["system:serviceaccounts"]
 - level: None
 POLICY
-  launch kube-apiserver "$BIN/kube-apiserver" \
+  # Without a node no pod runs, and pods need no ServiceAccount token; with one, the kubelet's pods
+  # get theirs mounted, and the API server listens where pods reach it too.
+  local node_flags=(--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --disable-admission-plugins ServiceAccount)
+  if [ "$NODE" = 1 ]; then
+    node_flags=(--bind-address 0.0.0.0 --advertise-address "$NODE_IP" --kubelet-preferred-address-types InternalIP
+                --kubelet-client-certificate "$RUN/pki/admin.crt" --kubelet-client-key "$RUN/pki/admin.key")
+  fi
+  launch kube-apiserver "$BIN/kube-apiserver" "${node_flags[@]}" \
     --audit-policy-file "$RUN/audit-policy.yaml" --audit-log-path "$RUN/logs/audit.log" --audit-log-format json \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
+    --secure-port "$API_PORT" \
     --tls-cert-file "$RUN/pki/apiserver.crt" --tls-private-key-file "$RUN/pki/apiserver.key" \
     --client-ca-file "$RUN/pki/ca.crt" --token-auth-file "$RUN/pki/tokens.csv" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$RUN/pki/sa.pub" --service-account-signing-key-file "$RUN/pki/sa.key" \
     --service-cluster-ip-range 10.96.0.0/24 --authorization-mode RBAC --endpoint-reconciler-type none \
-    --disable-admission-plugins ServiceAccount --profiling=false --v=1
+    --profiling=false --v=1
 }
 
 curl_admin() { curl -fsS --max-time 2 --cacert "$RUN/pki/ca.crt" --cert "$RUN/pki/admin.crt" --key "$RUN/pki/admin.key" "$@"; }
@@ -252,8 +276,56 @@ cmd_start() {
     --use-service-account-credentials=false --leader-elect=false --port 0 --secure-port 0 --v=1
   wait_until 60 curl_admin "https://127.0.0.1:$API_PORT/api/v1/namespaces/default/serviceaccounts/default" \
     || { tail -40 "$RUN/logs/kube-controller-manager.log" >&2; cmd_stop; die "kube-controller-manager did not start"; }
+  [ "$NODE" = 1 ] && start_node
   log "ready in $(elapsed "$t0") s: $("$BIN/kube-apiserver" --version) on https://127.0.0.1:$API_PORT (logs: $RUN/logs)"
   env_lines
+}
+
+docker_sock() { echo "$RUN/node/docker.sock"; }
+in_docker() { DOCKER_HOST="unix://$(docker_sock)" docker "$@"; }
+
+# The node: kube-scheduler, a private Docker Engine (its own data root, exec root, socket and
+# bridge; the clamping runtime as default) and a kubelet registered as $NODE_NAME.
+start_node() {
+  for t in kube-scheduler kubelet; do
+    [ -x "$BIN/$t" ] || { cmd_stop; die "$BIN/$t missing: run 'TESTENV_NODE=1 $0 install' first"; }
+  done
+  local n="$RUN/node"; mkdir -p "$n/docker-data" "$n/docker-exec" "$n/kubelet" "$n/dockershim" "$n/pause"
+  launch kube-scheduler "$BIN/kube-scheduler" --kubeconfig "$RUN/admin.kubeconfig" --leader-elect=false \
+    --port 0 --secure-port 0 --v=1
+  ip link show "$NODE_BRIDGE" >/dev/null 2>&1 || ip link add "$NODE_BRIDGE" type bridge
+  ip addr replace "$NODE_CIDR" dev "$NODE_BRIDGE"; ip link set "$NODE_BRIDGE" up
+  # The kubelet gives every pod sandbox oom_score_adj -998, which a sandbox without CAP_SYS_RESOURCE
+  # may not set (runc: "can't get final child's PID from pipe"): tests/node/runc-clamp clamps it.
+  launch dockerd dockerd --data-root "$n/docker-data" --exec-root "$n/docker-exec" -H "unix://$(docker_sock)" \
+    --pidfile "$n/dockerd.pid" --bridge "$NODE_BRIDGE" --iptables=false --ip-forward=false --ip-masq=false \
+    --add-runtime "clamp=$HERE/node/runc-clamp" --default-runtime clamp
+  wait_until 60 in_docker info || { tail -30 "$RUN/logs/dockerd.log" >&2; cmd_stop; die "dockerd did not start"; }
+  # No registry is reachable: the sandbox image is a static program of our own.
+  gcc -static -O2 -o "$n/pause/pause" "$HERE/node/pause.c"
+  tar -C "$n/pause" -cf "$n/pause.tar" pause
+  in_docker import --change 'ENTRYPOINT ["/pause"]' "$n/pause.tar" upgradeplan-testenv/pause:1 >/dev/null
+  launch kubelet "$BIN/kubelet" --kubeconfig "$RUN/admin.kubeconfig" --hostname-override "$NODE_NAME" \
+    --node-ip "$NODE_IP" --address "$NODE_IP" --port "${TESTENV_KUBELET_PORT:-16250}" --read-only-port 0 \
+    --healthz-bind-address 127.0.0.1 --healthz-port "${TESTENV_KUBELET_HEALTHZ_PORT:-16248}" \
+    --root-dir "$n/kubelet" --cert-dir "$n/kubelet/pki" --experimental-dockershim-root-directory "$n/dockershim" \
+    --container-runtime docker --docker-endpoint "unix://$(docker_sock)" \
+    --pod-infra-container-image upgradeplan-testenv/pause:1 \
+    --fail-swap-on=false --cgroup-driver cgroupfs --cgroups-per-qos=false --enforce-node-allocatable= \
+    --eviction-hard= --image-gc-high-threshold 100 --image-gc-low-threshold 99 \
+    --authentication-token-webhook=false --authorization-mode AlwaysAllow --v=1
+  wait_until 120 node_ready || { tail -40 "$RUN/logs/kubelet.log" >&2; cmd_stop; die "the node did not become Ready"; }
+  log "node $NODE_NAME Ready on $NODE_IP (Docker at $(docker_sock))"
+}
+
+node_ready() {
+  curl_admin "https://127.0.0.1:$API_PORT/api/v1/nodes/$NODE_NAME" \
+    | jq -e '.status.conditions[] | select(.type == "Ready") | .status == "True"' >/dev/null
+}
+
+stop_node() {
+  [ -S "$(docker_sock)" ] && in_docker ps -aq 2>/dev/null | xargs -r env DOCKER_HOST="unix://$(docker_sock)" docker rm -f >/dev/null 2>&1
+  return 0
 }
 
 env_lines() {
@@ -261,19 +333,32 @@ env_lines() {
   echo "export TESTENV_DIR=$RUN"
   echo "export TESTENV_NO_RIGHTS_KUBECONFIG=$RUN/no-rights.kubeconfig"
   echo "export TESTENV_AUDIT_LOG=$RUN/logs/audit.log"
+  [ "$NODE" = 1 ] && echo "export DOCKER_HOST=unix://$(docker_sock)"
+  return 0
+}
+
+stop_pid() { # name: the process `start` recorded, by its PID
+  local pid
+  [ -f "$RUN/$1.pid" ] || return 0
+  pid="$(cat "$RUN/$1.pid")"
+  if alive "$pid"; then
+    kill -TERM "$pid" 2>/dev/null || true
+    wait_until 15 eval "! alive $pid" || kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$RUN/$1.pid"
 }
 
 cmd_stop() {
-  local name pid
-  for name in kube-controller-manager kube-apiserver etcd; do
-    [ -f "$RUN/$name.pid" ] || continue
-    pid="$(cat "$RUN/$name.pid")"
-    if alive "$pid"; then
-      kill -TERM "$pid" 2>/dev/null || true
-      wait_until 15 eval "! alive $pid" || kill -KILL "$pid" 2>/dev/null || true
-    fi
-    rm -f "$RUN/$name.pid"
-  done
+  local name
+  # The kubelet first (it would restart what is removed), then the pods' containers, then the rest.
+  stop_pid kubelet
+  stop_node
+  for name in dockerd kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_pid "$name"; done
+  if [ -d "$RUN/node" ]; then ip link del "$NODE_BRIDGE" 2>/dev/null || true; fi
+  # The kubelet's volume mounts (the pods' tokens) would keep the run directory busy.
+  if [ -d "$RUN/node/kubelet" ]; then
+    grep -o " $RUN/node/kubelet[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  fi
   [ "${TESTENV_KEEP:-0}" = 1 ] || rm -rf "$RUN"
 }
 
