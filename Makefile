@@ -21,11 +21,12 @@ SIM_BIN = $${CARGO_TARGET_DIR:-target}/debug/upgradeplan-sim
 # nearly the whole dependency tree once per selection (syn, serde, tokio, k8s-openapi, kube ...).
 WORKSPACE := --workspace --locked
 # The integration suites: the test targets under tests/tests/.
-E2E_SUITES := $(patsubst tests/tests/%.rs,--test %,$(sort $(wildcard tests/tests/*.rs)))
+# node.rs needs a node (make node-test).
+E2E_SUITES := $(patsubst tests/tests/%.rs,--test %,$(sort $(filter-out tests/tests/node.rs,$(wildcard tests/tests/*.rs))))
 # Every integration suite, whatever fails (tests/run-suites.sh), on the control plane in KUBECONFIG.
 RUN_SUITES = CARGO="$(CARGO)" tests/run-suites.sh $(WORKSPACE) $(E2E_SUITES) -- --test-threads 16
 
-.PHONY: help sim sim-test sim-mutants test-stress build-all krew-install monitoring-rules demo-smoke chaos fuzz bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
+.PHONY: image node-test help sim sim-test sim-mutants test-stress build-all krew-install monitoring-rules demo-smoke chaos fuzz bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -93,6 +94,31 @@ test-stress: build-all cluster-install ## the integration suites STRESS_RUNS (3)
 	done; \
 	echo "test-stress: $(STRESS_RUNS) runs in a row green beside $(STRESS_HOGS) CPU hogs"
 
+# The controller's image, built from the repository's Dockerfile into the engine DOCKER_HOST names (the
+# test node's: `TESTENV_NODE=1 tests/cluster.sh start` prints it). No registry is reachable here, so the
+# Dockerfile's base images are replaced as its arguments allow: the static binary built on this machine
+# (glibc, statically linked) and an empty runtime base. Debian's docker client speaks the engine's API
+# version and has BuildKit built in.
+IMAGE ?= upgradeplan-controller:dev
+DOCKER ?= $(shell test -x /usr/bin/docker && echo /usr/bin/docker || echo docker)
+IMAGE_BINARY = $${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-gnu/release/upgradeplan-controller
+image: deps ## the controller's image $(IMAGE) from the Dockerfile, into DOCKER_HOST's engine (its binary built here, static)
+	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release --locked -p upgradeplan-controller --target x86_64-unknown-linux-gnu
+	mkdir -p target/image && cp $(IMAGE_BINARY) target/image/upgradeplan-controller
+	DOCKER_BUILDKIT=1 $(DOCKER) build -q --build-arg BINARY=prebuilt --build-arg RUNTIME_BASE=scratch -t $(IMAGE) . >/dev/null
+	@echo "image: $(IMAGE) ($$(DOCKER_HOST=$${DOCKER_HOST:-} $(DOCKER) image inspect -f '{{.Size}}' $(IMAGE) | awk '{printf "%.1f MiB", $$1/1048576}'))"
+
+# A control plane of its own with a node (kube-scheduler, a kubelet, a private Docker Engine), the image
+# built into its engine, deploy/ applied through deploy/overlays/local-node, and tests/tests/node.rs.
+NODE_TESTENV_DIR ?= /tmp/upgradeplan-node-testenv
+node-test: build-all ## the controller as pods on a real node: the image from the Dockerfile, deploy/ applied, probes, failover, a run (tests/tests/node.rs)
+	TESTENV_NODE=1 tests/cluster.sh install
+	export TESTENV_NODE=1 TESTENV_DIR=$(NODE_TESTENV_DIR); trap 'tests/cluster.sh stop' EXIT; \
+	eval "$$(tests/cluster.sh start)"; \
+	$(MAKE) --no-print-directory image; \
+	$(CARGO) test $(WORKSPACE) --test node -- --nocapture 2>&1 | tee target/node-test.log | grep -E '^(test |handover|takeover|liveness)|panicked|FAILED'; \
+	grep -q '^test result: ok' target/node-test.log
+
 demo: deps cluster-install ## a local control plane, kratix-sim, the controller, a plan and a run to watch
 	$(CARGO) build --workspace --locked --bins
 	scripts/demo.sh start
@@ -151,4 +177,4 @@ sim-mutants: deps ## shows the simulation catches bugs: each deliberate engine b
 sim-test: build-all ## the simulation as `make test` runs it: 1000 histories
 	SIM_HISTORIES=1000 $(SIM_BIN)
 
-test: check unit sim-test monitoring krew-install integration demo-smoke ## everything: format, lints, unit, rule and integration tests, and the demo
+test: check unit sim-test monitoring krew-install integration demo-smoke node-test ## everything: format, lints, unit, rule and integration tests, the demo, and the controller as pods on a node
