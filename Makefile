@@ -115,7 +115,7 @@ node-test: build-all ## the controller as pods on a real node: the image from th
 	TESTENV_NODE=1 tests/cluster.sh install
 	export TESTENV_NODE=1 TESTENV_DIR=$(NODE_TESTENV_DIR); trap 'tests/cluster.sh stop' EXIT; \
 	eval "$$(tests/cluster.sh start)"; \
-	$(MAKE) --no-print-directory image; \
+	$(MAKE) --no-print-directory image; mkdir -p target; \
 	$(CARGO) test $(WORKSPACE) --test node -- --nocapture 2>&1 | tee target/node-test.log | grep -E '^(test |handover|takeover|liveness)|panicked|FAILED'; \
 	grep -q '^test result: ok' target/node-test.log
 
