@@ -4,10 +4,12 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use upgradeplan::api::kratix::{BindingFacts, ResourceBinding};
-use upgradeplan::api::UpgradePlan;
+use upgradeplan::api::{UpgradePlan, UpgradePlanSpec};
 use upgradeplan::engine::compile::CompiledPlan;
 use upgradeplan::engine::freeze::{hold_at, Freeze, Hold};
-use upgradeplan::engine::snapshot::{assign, belongs_to, idle_resources, Assignment, Frozen, SnapshotResource};
+use upgradeplan::engine::snapshot::{
+    assign, belongs_to, idle_resources, Assignment, Frozen, Snapshot, SnapshotResource,
+};
 use upgradeplan::engine::view::{GroupState, RunView};
 use upgradeplan::engine::window::WindowState;
 
@@ -222,27 +224,52 @@ pub struct MatchJson {
 fn placement_in_run(
     run: &InRun,
     freezes: &[Freeze],
-    (ns, name): (&str, &str),
+    resource: (&str, &str),
     now: DateTime<Utc>,
     style: &Style,
 ) -> Option<PlacementJson> {
+    let f = &run.frozen;
+    let placements = places(
+        (&f.plan, &f.compiled, &f.snapshot),
+        Some(run),
+        freezes,
+        resource,
+        now,
+        style,
+    );
+    (!placements.is_empty()).then(|| PlacementJson {
+        namespace: resource.0.to_string(),
+        name: resource.1.to_string(),
+        placements,
+        reason: None,
+        not_in_run: None,
+    })
+}
+
+/// The groups of `snapshot` that hold `ns/name`, with its position in each, its window and what
+/// else it waits for; in the run under way `run`, the group's state and its outcome too.
+fn places(
+    (spec, compiled, snapshot): (&UpgradePlanSpec, &CompiledPlan, &Snapshot),
+    run: Option<&InRun>,
+    freezes: &[Freeze],
+    (ns, name): (&str, &str),
+    now: DateTime<Utc>,
+    style: &Style,
+) -> Vec<PlaceJson> {
     let is = |r: &SnapshotResource| r.namespace == ns && (r.name == name || r.binding == name);
-    let compiled = &run.frozen.compiled;
     let mut placements = Vec::new();
-    for (gi, g) in run.frozen.snapshot.groups.iter().enumerate() {
+    for (gi, g) in snapshot.groups.iter().enumerate() {
         let Some(pos) = g.resources.iter().position(|r| is(r)) else {
             continue;
         };
-        let r = &g.resources[pos];
-        let (state, _) = WindowState::of_group(&compiled.groups[gi].windows, freezes, now);
-        let hold = hold_at(freezes, now);
-        let windows = run
-            .frozen
-            .plan
+        let entry = &g.resources[pos];
+        let windows = spec
             .rollout_groups
             .get(gi)
             .and_then(|g| g.resource_upgrade_windows.clone())
             .unwrap_or_default();
+        let (state, _) = WindowState::of_group(&compiled.groups[gi].windows, freezes, now);
+        let hold = hold_at(freezes, now);
         placements.push(PlaceJson {
             group: g.name.clone(),
             group_index: gi + 1,
@@ -251,26 +278,23 @@ fn placement_in_run(
             window_open: state.open,
             next_open: if state.open { None } else { state.next_open },
             zone: crate::output::windows_zone(&windows),
-            waits_for: waits_for(compiled, gi, Some(run), style),
+            waits_for: waits_for(compiled, gi, run, style),
             frozen_by: hold.as_ref().map(|h| h.freeze.clone()),
             frozen_until: hold.as_ref().and_then(|h| h.until),
             hold,
-            run: Some(run.name.clone()),
-            group_state: run.view.groups.get(gi).map(|g| g.state.as_str().to_string()),
-            outcome: run
-                .outcomes
-                .iter()
-                .find(|(i, n, b, _)| *i == gi && *n == r.namespace && *b == r.binding)
-                .map(|(.., word)| word.to_string()),
+            run: run.map(|r| r.name.clone()),
+            group_state: run
+                .and_then(|r| r.view.groups.get(gi))
+                .map(|g| g.state.as_str().to_string()),
+            outcome: run.and_then(|run| {
+                run.outcomes
+                    .iter()
+                    .find(|(i, n, b, _)| *i == gi && *n == entry.namespace && *b == entry.binding)
+                    .map(|(.., word)| word.to_string())
+            }),
         });
     }
-    (!placements.is_empty()).then(|| PlacementJson {
-        namespace: ns.to_string(),
-        name: name.to_string(),
-        placements,
-        reason: None,
-        not_in_run: None,
-    })
+    placements
 }
 
 fn placement(
@@ -283,35 +307,14 @@ fn placement(
     style: &Style,
 ) -> PlacementJson {
     let is = |r: &SnapshotResource| r.namespace == ns && (r.name == name || r.binding == name);
-    let mut placements = Vec::new();
-    for (gi, g) in a.snapshot.groups.iter().enumerate() {
-        if let Some(pos) = g.resources.iter().position(|r| is(r)) {
-            let windows = plan
-                .spec
-                .rollout_groups
-                .get(gi)
-                .and_then(|g| g.resource_upgrade_windows.clone())
-                .unwrap_or_default();
-            let (state, _) = WindowState::of_group(&compiled.groups[gi].windows, freezes, now);
-            let hold = hold_at(freezes, now);
-            placements.push(PlaceJson {
-                group: g.name.clone(),
-                group_index: gi + 1,
-                position: pos + 1,
-                group_size: g.resources.len(),
-                window_open: state.open,
-                next_open: if state.open { None } else { state.next_open },
-                zone: crate::output::windows_zone(&windows),
-                waits_for: waits_for(compiled, gi, None, style),
-                frozen_by: hold.as_ref().map(|h| h.freeze.clone()),
-                frozen_until: hold.as_ref().and_then(|h| h.until),
-                hold,
-                run: None,
-                group_state: None,
-                outcome: None,
-            });
-        }
-    }
+    let placements = places(
+        (&plan.spec, compiled, &a.snapshot),
+        None,
+        freezes,
+        (ns, name),
+        now,
+        style,
+    );
     let reason = if !placements.is_empty() {
         None
     } else if let Some((_, why)) = a.ineligible.iter().find(|(r, _)| is(r)) {

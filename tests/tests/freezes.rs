@@ -535,23 +535,26 @@ async fn freezes_create_declares_an_incident_freeze_that_holds_at_once() {
     let name = format!("{}-incident", env.id);
     let promise = env.promise.clone();
 
-    let dry = run_plugin(
-        None,
-        &[
-            "freezes",
-            "create",
-            &name,
-            "--for",
-            "1h",
-            "--reason",
-            "INC-4711: storage degraded",
-            "--promise",
-            &promise,
-            "--dry-run",
-        ],
-    )
-    .await
-    .unwrap();
+    // `freezes create NAME --for 1h --reason … --promise P`, and `extra`.
+    let create = |extra: &'static [&'static str]| {
+        let (name, promise) = (name.clone(), promise.clone());
+        async move {
+            let mut args = vec![
+                "freezes",
+                "create",
+                &name,
+                "--for",
+                "1h",
+                "--reason",
+                "INC-4711: storage degraded",
+                "--promise",
+                &promise,
+            ];
+            args.extend(extra);
+            run_plugin(None, &args).await.unwrap()
+        }
+    };
+    let dry = create(&["--dry-run"]).await;
     assert_eq!(dry.code, Some(0), "{dry:?}");
     assert!(
         dry.stdout.contains("would be created (server dry run)"),
@@ -564,24 +567,7 @@ async fn freezes_create_declares_an_incident_freeze_that_holds_at_once() {
     );
 
     let before = Utc::now();
-    let made = run_plugin(
-        None,
-        &[
-            "freezes",
-            "create",
-            &name,
-            "--for",
-            "1h",
-            "--reason",
-            "INC-4711: storage degraded",
-            "--promise",
-            &promise,
-            "-o",
-            "name",
-        ],
-    )
-    .await
-    .unwrap();
+    let made = create(&["-o", "name"]).await;
     assert_eq!(made.code, Some(0), "{made:?}");
     assert_eq!(made.stdout, format!("upgradefreeze.platform.syntasso.io/{name}\n"));
     let f = freezes(&env).get(&name).await.unwrap();

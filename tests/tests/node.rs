@@ -177,6 +177,9 @@ async fn deploy_on_a_real_node_leads_upgrades_probes_and_hands_over() {
         &container,
     ]);
     assert_eq!(user, "65532:65532 true", "{container}");
+    // Its logs, through the API server and the kubelet (the node's address, reachable).
+    let logs = kubectl(&["logs", "-n", NS, &first]);
+    assert!(logs.contains("upgradeplan-controller starting"), "{logs}");
 
     // A plan's run completes with the controller in pods.
     let mut env = TestEnv::new("node").await.unwrap();
