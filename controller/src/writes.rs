@@ -117,6 +117,7 @@ pub(crate) mod tests {
                 binding: "db-binding".into(),
                 last_applied_version: "v1".into(),
                 spec_version: "v1".into(),
+                target: None,
             }),
             resource_version: Some("41".into()),
             from: "v1".into(),

@@ -129,9 +129,8 @@ async fn active_run(
             anyhow::bail!("its snapshot is not there yet");
         };
         let live = runs::live_state(client, run.plan_name(), &frozen.plan).await?;
-        let revision =
-            runs::revision_exists(client, &frozen.plan.promise_ref.name, &frozen.plan.upgrade_path.to).await?;
-        Ok(runs::in_run(&run, frozen, &live, revision, now))
+        let revisions = runs::revisions(client, &frozen).await?;
+        Ok(runs::in_run(&run, frozen, &live, &revisions, now))
     };
     match read.await {
         Ok(r) => Some(r),

@@ -16,6 +16,7 @@ use upgradeplan::engine::admission::waits_as_preview;
 use upgradeplan::engine::freeze::Freeze;
 use upgradeplan::engine::gate::{self, GateCheck};
 use upgradeplan::engine::health::HealthRecords;
+use upgradeplan::engine::revert::Revisions;
 use upgradeplan::engine::run::{evaluate, recorded_failure, texts, Blocked, Evaluation, Outcome, RunContext};
 use upgradeplan::engine::snapshot::{check_shard, read_frozen, ShardCheck};
 use upgradeplan::engine::view::{resource_views, run_view, BudgetUse, GroupView, RunAt};
@@ -153,6 +154,20 @@ pub async fn revision_exists(client: &Client, promise: &str, version: &str) -> a
         .items
         .iter()
         .any(|r| r.promise() == promise && r.spec.version == version))
+}
+
+/// What the run's evaluation knows of its target PromiseRevisions (a revert's: each target's),
+/// from one list; a failed lookup is an error.
+pub async fn revisions(client: &Client, frozen: &Frozen) -> anyhow::Result<Revisions> {
+    let api: Api<PromiseRevision> = Api::all(client.clone());
+    let revs = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| crate::client::explain_error(e, "list", "promiserevisions", None))?;
+    let promise = &frozen.plan.promise_ref.name;
+    Ok(Revisions::of(frozen, |v| {
+        revs.items.iter().any(|r| r.promise() == promise && r.spec.version == v)
+    }))
 }
 
 /// The run's events: (type, reason, message).
@@ -576,7 +591,7 @@ pub fn evaluation_now(
     run: &UpgradeRun,
     frozen: &Frozen,
     live: &Live,
-    revision_present: bool,
+    revisions: &Revisions,
     now: DateTime<Utc>,
 ) -> Option<Evaluation> {
     let s = run.status.clone().unwrap_or_default();
@@ -596,7 +611,8 @@ pub fn evaluation_now(
             gates: &gate::readings_recorded(&frozen.plan, &s, now),
             approvals: &recorded_approvals(&s.rollout_groups),
             freezes: &live.freezes,
-            revision_present,
+            revision_present: revisions.present,
+            gone_targets: &revisions.gone_targets,
             now,
         },
         live.lookup(),
@@ -608,11 +624,11 @@ pub fn in_run(
     run: &UpgradeRun,
     frozen: Frozen,
     live: &Live,
-    revision_present: bool,
+    revisions: &Revisions,
     now: DateTime<Utc>,
 ) -> crate::matching::InRun {
     let name = run.metadata.name.clone().unwrap_or_default();
-    let eval = evaluation_now(run, &frozen, live, revision_present, now);
+    let eval = evaluation_now(run, &frozen, live, revisions, now);
     let state = run.status.as_ref().map(|s| s.state).unwrap_or_default();
     let view = run_view(state, recorded_groups(run), Some(&frozen), eval.as_ref());
     let soak_ends = eval
@@ -798,13 +814,13 @@ pub fn status(
     run: &UpgradeRun,
     frozen: Option<&Frozen>,
     live: &Live,
-    revision_present: bool,
+    revisions: &Revisions,
     now: DateTime<Utc>,
     style: &Style,
 ) -> (StatusJson, String) {
     let s = run.status.clone().unwrap_or_default();
     let name = run.metadata.name.clone().unwrap_or_default();
-    let eval = frozen.and_then(|f| evaluation_now(run, f, live, revision_present, now));
+    let eval = frozen.and_then(|f| evaluation_now(run, f, live, revisions, now));
     let view = run_view(s.state, &s.rollout_groups, frozen, eval.as_ref());
     let groups: Vec<GroupStatus> = view.groups.iter().map(|g| g.status.clone()).collect();
     let json = StatusJson {
@@ -1116,6 +1132,7 @@ mod tests {
             binding: format!("{name}-b"),
             last_applied_version: "v1".into(),
             spec_version: "v1".into(),
+            target: None,
         };
         let group = |name: &str, resources: Vec<SnapshotResource>| SnapshotGroup {
             name: name.into(),
@@ -1141,6 +1158,7 @@ mod tests {
                 upgrade_plan_ref: UpgradePlanRef { name: "p".into() },
                 suspend: false,
                 cancel: false,
+                ..Default::default()
             },
         );
         r.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(

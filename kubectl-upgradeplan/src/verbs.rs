@@ -14,6 +14,7 @@ use upgradeplan::api::{
     find_condition, reasons, GroupPhase, RunState, UpgradeApproval, UpgradeApprovalSpec, UpgradeFreeze, UpgradePlan,
     UpgradeRun, UpgradeRunRef,
 };
+use upgradeplan::engine::revert::Revisions;
 
 use crate::cli::Global;
 use crate::client::{explain_error, get_plan, get_run, list_plans};
@@ -499,22 +500,22 @@ async fn render_status(
             return anyhow::Ok(None);
         };
         let live = runs::live_state(client, run.plan_name(), &f.plan).await?;
-        let revision = runs::revision_exists(client, &f.plan.promise_ref.name, &f.plan.upgrade_path.to).await?;
-        Ok(Some((f, live, revision)))
+        let revisions = runs::revisions(client, &f).await?;
+        Ok(Some((f, live, revisions)))
     };
     let (frozen, live, revision, note) = match live_view.await {
-        Ok(Some((f, live, revision))) => (Some(f), live, revision, None),
-        Ok(None) => (None, Default::default(), true, None),
+        Ok(Some((f, live, revisions))) => (Some(f), live, revisions, None),
+        Ok(None) => (None, Default::default(), Revisions::present(), None),
         Err(e) if run.status.as_ref().is_some_and(|s| !s.state.is_terminal()) => (
             None,
             Default::default(),
-            true,
+            Revisions::present(),
             Some(format!("showing the run's recorded status: {e:#}")),
         ),
         // An ended run's recorded status is complete: nothing to say.
-        Err(_) => (None, Default::default(), true, None),
+        Err(_) => (None, Default::default(), Revisions::present(), None),
     };
-    let (mut json, mut text) = runs::status(run, frozen.as_ref(), &live, revision, Utc::now(), style);
+    let (mut json, mut text) = runs::status(run, frozen.as_ref(), &live, &revision, Utc::now(), style);
     if let Some(note) = note {
         text.push_str(&format!("\n{} {note}\n", style.bold("Note:")));
         json.note = Some(note);
@@ -811,6 +812,7 @@ mod tests {
                 upgrade_plan_ref: UpgradePlanRef { name: "p".into() },
                 suspend: false,
                 cancel: false,
+                ..Default::default()
             },
         );
         r.status = Some(UpgradeRunStatus {

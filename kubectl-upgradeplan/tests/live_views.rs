@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
+use upgradeplan::engine::revert::Revisions;
 
 use chrono::{DateTime, Utc};
 use kubectl_upgradeplan::output::Style;
@@ -140,7 +141,14 @@ fn dev_done(plan: &UpgradePlan) -> (Vec<ResourceBinding>, Frozen, UpgradeRun) {
 fn status_of_a_run_waiting_for_its_window() {
     let plan = plan();
     let (bindings, frozen, r) = dev_done(&plan);
-    let (_, text) = runs::status(&r, Some(&frozen), &live(&bindings), true, utc(NOW), &style());
+    let (_, text) = runs::status(
+        &r,
+        Some(&frozen),
+        &live(&bindings),
+        &Revisions::present(),
+        utc(NOW),
+        &style(),
+    );
     golden("status-waiting-for-a-window.txt", &text);
 }
 
@@ -161,7 +169,7 @@ fn status_names_every_reason_that_holds_the_group() {
         ..Default::default()
     };
     live.freezes = vec![upgradeplan::engine::freeze::Freeze::compile("launch", &spec).unwrap()];
-    let (_, text) = runs::status(&r, Some(&frozen), &live, true, utc(NOW), &style());
+    let (_, text) = runs::status(&r, Some(&frozen), &live, &Revisions::present(), utc(NOW), &style());
     let waiting = text.lines().find(|l| l.starts_with("Waiting:")).unwrap_or_default();
     assert!(
         waiting.contains("launch") && waiting.ends_with("; also held by WindowClosed"),
@@ -191,7 +199,14 @@ fn status_of_a_failed_run() {
                                "message": "1 resource(s) failed to upgrade in rollout group \"dev\"",
                                "lastTransitionTime": "2026-03-27T21:04:10Z"}]}),
     );
-    let (_, text) = runs::status(&r, Some(&frozen), &live(&failed), true, utc(NOW), &style());
+    let (_, text) = runs::status(
+        &r,
+        Some(&frozen),
+        &live(&failed),
+        &Revisions::present(),
+        utc(NOW),
+        &style(),
+    );
     golden("status-failed.txt", &text);
 }
 
@@ -223,7 +238,14 @@ fn a_recorded_failure_stands_after_kratix_retried_the_resource() {
                                "message": "1 resource(s) failed to upgrade in rollout group \"dev\"",
                                "lastTransitionTime": "2026-03-27T21:04:10Z"}]}),
     );
-    let (_, text) = runs::status(&r, Some(&frozen), &live(&retried), true, utc(NOW), &style());
+    let (_, text) = runs::status(
+        &r,
+        Some(&frozen),
+        &live(&retried),
+        &Revisions::present(),
+        utc(NOW),
+        &style(),
+    );
     assert!(
         text.contains("Failed:\n  team-a/cache-1: workflow failed: helm upgrade timed out"),
         "{text}"
@@ -342,7 +364,14 @@ fn status_of_a_run_upgrading_now() {
                "rolloutGroups": [{"name": "dev", "total": 3, "succeeded": 1}, {"name": "eu", "total": 2},
                                  {"name": "rest", "total": 1}]}),
     );
-    let (json, text) = runs::status(&r, Some(&frozen), &live(&live_now), true, utc(NOW), &style());
+    let (json, text) = runs::status(
+        &r,
+        Some(&frozen),
+        &live(&live_now),
+        &Revisions::present(),
+        utc(NOW),
+        &style(),
+    );
     assert_eq!(json.in_flight_resources, vec!["team-a/cache-1".to_string()]);
     golden("status-upgrading.txt", &text);
 }
@@ -378,7 +407,14 @@ fn status_of_a_run_held_by_a_gate_while_a_resource_verifies() {
                                "message": "gate \"no-critical-alerts\": 2 series, first ALERTS{alertname=\"KubeNodeNotReady\", alertstate=\"firing\", severity=\"critical\"}",
                                "lastTransitionTime": "2026-03-27T21:26:00Z"}]}),
     );
-    let (json, text) = runs::status(&r, Some(&frozen), &live(&live_now), true, utc(NOW), &style());
+    let (json, text) = runs::status(
+        &r,
+        Some(&frozen),
+        &live(&live_now),
+        &Revisions::present(),
+        utc(NOW),
+        &style(),
+    );
     assert_eq!(json.verifying_resources, vec!["team-a/cache-0"]);
     assert_eq!(json.in_flight, 1);
     golden("status-held-by-a-gate.txt", &text);
@@ -413,7 +449,14 @@ fn status_of_runs_soaking_and_awaiting_approval() {
                                   "startedAt": "2026-03-27T21:00:05Z", "completedAt": "2026-03-27T21:17:00Z"},
                                  {"name": "prod", "total": 2, "phase": "Pending"}]}),
     );
-    let (_, text) = runs::status(&soaking, Some(&frozen), &live(&live_now), true, utc(NOW), &style());
+    let (_, text) = runs::status(
+        &soaking,
+        Some(&frozen),
+        &live(&live_now),
+        &Revisions::present(),
+        utc(NOW),
+        &style(),
+    );
     assert!(
         text.contains("Waiting: soaking after group \"canary\", next group in 1h47m"),
         "{text}"
@@ -431,7 +474,14 @@ fn status_of_runs_soaking_and_awaiting_approval() {
                                "message": "rollout group \"prod\" waits for an UpgradeApproval",
                                "lastTransitionTime": "2026-03-27T21:18:00Z"}]}),
     );
-    let (_, text) = runs::status(&awaiting, Some(&frozen), &live(&live_now), true, utc(NOW), &style());
+    let (_, text) = runs::status(
+        &awaiting,
+        Some(&frozen),
+        &live(&live_now),
+        &Revisions::present(),
+        utc(NOW),
+        &style(),
+    );
     golden("status-awaiting-approval.txt", &text);
 }
 
@@ -480,7 +530,14 @@ fn a_dormant_runs_view_shows_what_it_recorded() {
     ];
     for (r, waits) in cases {
         let name = r.metadata.name.clone().unwrap_or_default();
-        let (json, _) = runs::status(&r, Some(&frozen), &live(&bindings), true, utc(NOW), &style());
+        let (json, _) = runs::status(
+            &r,
+            Some(&frozen),
+            &live(&bindings),
+            &Revisions::present(),
+            utc(NOW),
+            &style(),
+        );
         let counts: Vec<(i64, i64, i64)> = json.groups.iter().map(|g| (g.succeeded, g.failed, g.skipped)).collect();
         assert_eq!(counts, vec![(0, 0, 0); 3], "{name}: the recorded counts");
         assert_eq!(json.waiting.as_deref(), Some(waits), "{name}");

@@ -147,6 +147,7 @@ fn eval_run(
         approvals: &[],
         freezes: &[],
         revision_present: true,
+        gone_targets: &[],
         now: now(),
     };
     evaluate(&ctx, |ns, name| {

@@ -294,6 +294,83 @@ fn run_plan_ref_is_immutable() {
     assert!(got.len() == 1 && got[0].contains("immutable"), "{got:?}");
 }
 
+#[test]
+fn revert_of_and_respect_policy_are_immutable_table() {
+    let s = schema::<UpgradeRun>();
+    let run = |extra: Value| {
+        let mut spec = json!({"upgradePlanRef": {"name": "p"}});
+        spec.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        json!({"apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeRun", "metadata": {"name": "r"}, "spec": spec})
+    };
+    let revert = |of: &str| json!({"revertOf": {"name": of, "resources": "upgraded"}});
+    let cases = [
+        ("a run stays a run", run(json!({})), run(json!({})), None),
+        (
+            "a revert stays the same revert",
+            run(revert("a")),
+            run(revert("a")),
+            None,
+        ),
+        (
+            "suspending a revert is fine",
+            run(revert("a")),
+            run(json!({"revertOf": {"name": "a", "resources": "upgraded"}, "suspend": true})),
+            None,
+        ),
+        (
+            "made a revert",
+            run(json!({})),
+            run(revert("a")),
+            Some("spec.revertOf is immutable"),
+        ),
+        (
+            "no longer a revert",
+            run(revert("a")),
+            run(json!({})),
+            Some("spec.revertOf is immutable"),
+        ),
+        (
+            "another run reverted",
+            run(revert("a")),
+            run(revert("b")),
+            Some("spec.revertOf is immutable"),
+        ),
+        (
+            "other resources",
+            run(revert("a")),
+            run(json!({"revertOf": {"name": "a", "resources": "all"}})),
+            Some("spec.revertOf is immutable"),
+        ),
+        (
+            "policy respected later",
+            run(revert("a")),
+            run(json!({"revertOf": {"name": "a", "resources": "upgraded"}, "respectPolicy": true})),
+            Some("spec.respectPolicy is immutable"),
+        ),
+        (
+            "respectPolicy false written out is as omitted",
+            run(revert("a")),
+            run(json!({"revertOf": {"name": "a", "resources": "upgraded"}, "respectPolicy": false})),
+            None,
+        ),
+    ];
+    for (name, old, new, want) in cases {
+        assert_eq!(
+            violations(&s, &old, None),
+            Vec::<String>::new(),
+            "{name}: the old object is valid"
+        );
+        let got = violations(&s, &new, Some(&old));
+        match want {
+            None => assert!(got.is_empty(), "{name}: unexpected {got:?}"),
+            Some(text) => assert!(
+                got.len() == 1 && got[0].contains(text),
+                "{name}: want one violation with {text:?}, got {got:?}"
+            ),
+        }
+    }
+}
+
 /// Rules the API server enforces from the OpenAPI schema itself (any version, CEL or not).
 #[test]
 fn schema_carries_structural_rules() {

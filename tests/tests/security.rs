@@ -86,6 +86,7 @@ async fn a_snapshot_edited_mid_run_fails_the_run_and_the_added_binding_is_never_
         binding: format!("intruder-{}", env.promise),
         last_applied_version: "v1.0.0".into(),
         spec_version: "v1.0.0".into(),
+        target: None,
     };
     snapshot["groups"][0]["resources"]
         .as_array_mut()

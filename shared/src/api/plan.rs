@@ -213,6 +213,24 @@ pub struct RolloutGroup {
     /// (`kubectl upgradeplan approve RUN GROUP`). Omitted or false: no approval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub require_approval: Option<bool>,
+    /// What happens when the run fails in this group: `Stop` (default, SKE's behaviour: the run
+    /// ends Failed) or `Revert`: the controller also creates `<run>-revert`, which moves back the
+    /// resources the run upgraded or failed in this group and the groups before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_failure: Option<OnFailure>,
+}
+
+/// What a run does when it fails in this group: `Stop` (the default, SKE's behaviour: the run
+/// ends Failed and nothing is undone) or `Revert`: the controller also creates the run's revert,
+/// `<run>-revert`, once, for the resources the run upgraded or failed in this group and the groups
+/// before it (`kubectl upgradeplan revert RUN --resources all`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum OnFailure {
+    /// The run ends Failed; nothing is undone.
+    #[default]
+    Stop,
+    /// The run ends Failed and its revert is created once.
+    Revert,
 }
 
 /// How an upgraded resource's health is verified (spec §13.2).

@@ -22,7 +22,14 @@ use super::{Condition, RunResult};
     printcolumn = r#"{"name":"Total","type":"integer","jsonPath":".status.totalResources"}"#,
     printcolumn = r#"{"name":"Suspended","type":"boolean","jsonPath":".spec.suspend"}"#,
     printcolumn = r#"{"name":"Finished","type":"date","jsonPath":".status.finishedAt"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"Revert Of","type":"string","priority":1,"jsonPath":".spec.revertOf.name"}"#,
+    validation = Rule::new("has(self.spec.revertOf) == has(oldSelf.spec.revertOf) && (!has(self.spec.revertOf) || self.spec.revertOf == oldSelf.spec.revertOf)")
+        .message("spec.revertOf is immutable: create a new run instead")
+        .reason(Reason::FieldValueInvalid),
+    validation = Rule::new("(has(self.spec.respectPolicy) && self.spec.respectPolicy) == (has(oldSelf.spec.respectPolicy) && oldSelf.spec.respectPolicy)")
+        .message("spec.respectPolicy is immutable: create a new run instead")
+        .reason(Reason::FieldValueInvalid)
 )]
 #[serde(rename_all = "camelCase")]
 pub struct UpgradeRunSpec {
@@ -38,6 +45,53 @@ pub struct UpgradeRunSpec {
     /// did. Deleting a run cancels it too, but the record goes with it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cancel: bool,
+    /// This run undoes another run of the same plan (spec §13.7): it moves the resources that
+    /// run started back to the versions that run's snapshot recorded for them, group by group in
+    /// reverse order (`kubectl upgradeplan revert RUN`). Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revert_of: Option<RevertOf>,
+    /// Only for a revert: hold it by the plan's windows, freezes, signal gates, soak and
+    /// approvals as an upgrade is held. Omitted or false: only limits, failure budgets, deadlines
+    /// and health checks apply, so that a revert in an emergency is not held by a freeze.
+    /// Immutable.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub respect_policy: bool,
+}
+
+/// The run a revert undoes, and which of its resources.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RevertOf {
+    /// Name of the UpgradeRun to revert (of the same plan).
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Which of its resources: `upgraded` (default: those Kratix upgraded), `failed` (those whose
+    /// upgrade failed), or `all`.
+    #[serde(default)]
+    pub resources: RevertResources,
+}
+
+/// Which resources of a run a revert moves back.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RevertResources {
+    /// Those Kratix upgraded (at the run's target now, and not counted Failed).
+    #[default]
+    Upgraded,
+    /// Those whose upgrade failed (Kratix reported it, or the run counted it Failed).
+    Failed,
+    /// Both.
+    All,
+}
+
+impl RevertResources {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RevertResources::Upgraded => "upgraded",
+            RevertResources::Failed => "failed",
+            RevertResources::All => "all",
+        }
+    }
 }
 
 /// A reference to an UpgradePlan by name.
@@ -330,4 +384,7 @@ pub mod reasons {
     /// A kind the run's plan needs is served by the API server (spec §14.2).
     pub const KINDS_SERVED: &str = "KindsServed";
     pub const KIND_NOT_SERVED: &str = "KindNotServed";
+    /// A revert whose run cannot be reverted: gone, of another plan (spec §13.7). Its snapshot
+    /// lost or changed reads SnapshotMissing or SnapshotTampered, naming that run's ConfigMap.
+    pub const REVERT_NOT_POSSIBLE: &str = "RevertNotPossible";
 }

@@ -180,6 +180,7 @@ pub fn new_run(plan: &UpgradePlan, how: NewRun) -> UpgradeRun {
             },
             suspend,
             cancel: false,
+            ..Default::default()
         },
     );
     if name.is_empty() {
@@ -423,6 +424,7 @@ mod tests {
                 upgrade_plan_ref: UpgradePlanRef { name: "p".into() },
                 suspend,
                 cancel: false,
+                ..Default::default()
             },
         );
         r.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
@@ -562,6 +564,7 @@ mod dormancy_tests {
                 upgrade_plan_ref: crate::api::UpgradePlanRef { name: "p".into() },
                 suspend,
                 cancel: false,
+                ..Default::default()
             },
         );
         r.metadata.annotations = Some(

@@ -133,6 +133,7 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
                 approvals: &approvals,
                 freezes: input.freezes,
                 revision_present: true,
+                gone_targets: &[],
                 now,
             },
             |ns, name| kratix.binding(ns, name),

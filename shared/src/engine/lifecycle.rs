@@ -1011,6 +1011,7 @@ fn progress(
             approvals: facts.approvals,
             freezes: &freezes,
             revision_present: cluster.revision_exists(promise, &to),
+            gone_targets: &[],
             now,
         },
         |ns, name| index.get(&(ns, name)).map(|&i| live[i].as_ref()),
@@ -1390,7 +1391,7 @@ fn resource_reports(
                 Outcome::Failed { message } => announce.push(
                     Announcement::warning(
                         events::RESOURCE_UPGRADE_FAILED,
-                        texts::resource_failed(&resource.display_name(), to, message),
+                        texts::resource_failed(&resource.display_name(), resource.target(to), message),
                     )
                     .keyed(key()),
                 ),
@@ -1458,6 +1459,7 @@ pub fn lost_start_announcements(
         let started = cluster
             .binding(&resource.namespace, &resource.binding)
             .is_some_and(|b| b.annotation(UPGRADED_BY_ANNOTATION) == Some(run_name(run)));
+        let to = resource.target(to);
         let note = texts::resource_started(&resource.display_name(), &resource.last_applied_version, to);
         if started && !announced.contains(events::RESOURCE_UPGRADE_STARTED, &note) {
             missing.push(note);

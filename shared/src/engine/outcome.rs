@@ -15,6 +15,10 @@ pub enum SkipReason {
     },
     /// The run counted it skipped in a group it recorded complete; its binding has moved since.
     Counted,
+    /// A revert's target for it has no PromiseRevision any more (spec §13.7).
+    RevisionGone {
+        version: String,
+    },
 }
 
 impl std::fmt::Display for SkipReason {
@@ -27,6 +31,7 @@ impl std::fmt::Display for SkipReason {
                 "its ResourceBinding was changed by someone else (spec.version {spec_version:?}, lastAppliedVersion {last_applied_version:?})"
             ),
             SkipReason::Counted => write!(f, "counted skipped when its group completed"),
+            SkipReason::RevisionGone { version } => write!(f, "revision {version} no longer exists"),
         }
     }
 }

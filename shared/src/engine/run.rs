@@ -41,7 +41,11 @@ pub fn evaluate_resource(
         return Outcome::Skipped(SkipReason::BeingDeleted);
     }
     let applied = b.last_applied_version();
-    if applied == to {
+    // A revert of a failed upgrade finds its binding applied at its target already: it is done
+    // once Kratix has run that version again for the revert's patch (spec §13.7), not before.
+    let reverted = resource.target.is_none()
+        || (b.spec_version() == to && b.upgrade_condition().is_none_or(|c| c.status == "True"));
+    if applied == to && reverted {
         return Outcome::Succeeded;
     }
     // Upgraded by this run and since applied at another version by someone else: this run's
@@ -143,7 +147,7 @@ impl GroupRules {
                 message: failure.detail.clone(),
             };
         }
-        let outcome = evaluate_resource(resource, live, to, run_name, run_created);
+        let outcome = evaluate_resource(resource, live, resource.target(to), run_name, run_created);
         let outcome = apply_deadline(outcome, live, self.deadline.as_ref(), now);
         apply_health_check(outcome, resource, live, self.health.as_ref(), records, run_created, now)
     }
@@ -300,6 +304,9 @@ pub struct RunContext<'a> {
     /// The UpgradeFreezes that hold the run's plan (they close every group's gate).
     pub freezes: &'a [Freeze],
     pub revision_present: bool,
+    /// A revert's targets whose PromiseRevision is gone: their resources not started yet are
+    /// skipped (spec §13.7). Empty for every other run.
+    pub gone_targets: &'a [String],
     pub now: DateTime<Utc>,
 }
 
@@ -439,7 +446,7 @@ fn evaluate_group<'b>(
         .resources
         .iter()
         .zip(&live)
-        .map(|(r, b)| rules.outcome(r, *b, ctx.health, ctx.recorded, run, ctx.now))
+        .map(|(r, b)| revision_gone(r, rules.outcome(r, *b, ctx.health, ctx.recorded, run, ctx.now), ctx))
         .collect();
     let counted = &mut eval.groups[index];
     *counted = counts(&group.name, group.resources.len(), &outcomes);
@@ -464,6 +471,19 @@ fn evaluate_group<'b>(
     counted.phase = Some(GroupPhase::InProgress);
     current_group(ctx, eval, &at, &rules, &live, outcomes);
     ControlFlow::Break(())
+}
+
+/// A revert's resource whose target has no PromiseRevision any more is skipped, unless Kratix
+/// already works on it or it finished (spec §13.7).
+fn revision_gone(resource: &SnapshotResource, outcome: Outcome, ctx: &RunContext<'_>) -> Outcome {
+    match (&resource.target, &outcome) {
+        (Some(version), Outcome::NotStarted | Outcome::NeedsRetry) if ctx.gone_targets.contains(version) => {
+            Outcome::Skipped(SkipReason::RevisionGone {
+                version: version.clone(),
+            })
+        }
+        _ => outcome,
+    }
 }
 
 /// Into a group (spec §13.4): the soak of the group before, then the approval; `Break` while
@@ -892,6 +912,7 @@ pub(crate) mod tests {
                 approvals: &self.approvals,
                 freezes: &self.freezes,
                 revision_present: true,
+                gone_targets: &[],
                 now: utc(now),
             };
             evaluate(&ctx, |ns, name| {
@@ -1417,6 +1438,7 @@ pub(crate) mod tests {
             approvals: &[],
             freezes: &[],
             revision_present: false,
+            gone_targets: &[],
             now: utc(CREATED),
         };
         let e = evaluate(&ctx, |_, _| None);

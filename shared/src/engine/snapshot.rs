@@ -29,6 +29,10 @@ pub struct SnapshotResource {
     pub binding: String,
     pub last_applied_version: String,
     pub spec_version: String,
+    /// A revert's own target for this resource (spec §13.7): the version the reverted run's
+    /// snapshot recorded for it. Absent: the frozen plan's `to`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
 }
 
 impl SnapshotResource {
@@ -45,7 +49,14 @@ impl SnapshotResource {
             binding,
             last_applied_version: b.last_applied_version().to_string(),
             spec_version: b.spec_version().to_string(),
+            target: None,
         }
+    }
+
+    /// The version this resource moves to in a run whose frozen plan targets `to`: its own
+    /// target in a revert, else `to`.
+    pub fn target<'s>(&'s self, to: &'s str) -> &'s str {
+        self.target.as_deref().unwrap_or(to)
     }
 
     /// `<namespace>/<name>` of the Resource Request, as events print it.

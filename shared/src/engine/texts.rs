@@ -140,6 +140,27 @@ pub fn terminal_event(
         _ => None,
     }
 }
+/// A revert whose run does not exist.
+pub fn reverted_run_not_found(run: &str) -> String {
+    format!("UpgradeRun \"{run}\" to revert does not exist")
+}
+/// A revert whose run belongs to another plan than the revert's own.
+pub fn reverted_run_of_other_plan(run: &str, its_plan: &str, plan: &str) -> String {
+    format!("UpgradeRun \"{run}\" to revert is a run of UpgradePlan \"{its_plan}\", not of \"{plan}\"")
+}
+/// The reverted run's snapshot, lost or changed: `why` is [`snapshot_missing`] or
+/// [`snapshot_tampered`] of its ConfigMap.
+pub fn reverted_snapshot(run: &str, why: &str) -> String {
+    format!("cannot revert UpgradeRun \"{run}\": {why}")
+}
+/// TargetRevisionReady of a revert whose targets' PromiseRevisions are not all there: it does
+/// not wait, their resources are skipped (spec §13.7).
+pub fn revert_revisions_missing(promise: &str, versions: &[&str]) -> String {
+    format!(
+        "PromiseRevision for promise \"{promise}\" version(s) {} not found: their resources are skipped",
+        versions.join(", ")
+    )
+}
 pub fn superseded(newer: &str) -> String {
     format!("Superseded by UpgradeRun \"{newer}\"")
 }

@@ -101,11 +101,12 @@ impl BindingPatch {
         }
     }
 
-    /// Upgrades `action`'s binding to `to`, started by `run` at `now`.
+    /// Upgrades `action`'s binding to `to` (a revert: to the resource's own target), started by
+    /// `run` at `now`.
     pub fn start(action: &BindingAction, to: &str, run: &str, now: DateTime<Utc>) -> Self {
         let attempt = Attempt::Start {
             from: action.from.clone(),
-            to: to.to_string(),
+            to: action.resource.target(to).to_string(),
         };
         Self::new(action, attempt, run, now)
     }
@@ -396,6 +397,7 @@ mod tests {
                 binding: "db-binding".into(),
                 last_applied_version: "v1".into(),
                 spec_version: "v1".into(),
+                target: None,
             }),
             resource_version: rv.map(str::to_string),
             from: "v1".into(),

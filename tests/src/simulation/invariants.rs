@@ -716,13 +716,16 @@ impl Checker {
         let mut live = kubectl_upgradeplan::runs::Live::of_bindings(world.bindings());
         live.freezes = holding(&world.freezes, PROMISE, world.plan.labels());
         live.health = upgradeplan::engine::health::HealthRecords::index(PROMISE, world.health.iter().cloned());
-        let to = frozen.as_ref().map_or("", |f| f.plan.upgrade_path.to.as_str());
-        let revision_present = world.revisions.iter().any(|v| v == to);
+        let revisions = frozen
+            .as_deref()
+            .map_or_else(upgradeplan::engine::revert::Revisions::present, |f| {
+                upgradeplan::engine::revert::Revisions::of(f, |v| world.revisions.iter().any(|r| r == v))
+            });
         let (shown, _) = kubectl_upgradeplan::runs::status(
             run,
             frozen.as_deref(),
             &live,
-            revision_present,
+            &revisions,
             world.now,
             &kubectl_upgradeplan::output::Style::plain(),
         );

@@ -173,6 +173,7 @@ fn a_run(name: &str, created: DateTime<Utc>, suspend: bool) -> UpgradeRun {
             upgrade_plan_ref: UpgradePlanRef { name: "p".into() },
             suspend,
             cancel: false,
+            ..Default::default()
         },
     );
     r.metadata.uid = Some(format!("{name}-uid"));

@@ -91,6 +91,7 @@ fn a_run(name: &str, state: RunState) -> UpgradeRun {
             upgrade_plan_ref: UpgradePlanRef { name: "p".into() },
             suspend: false,
             cancel: false,
+            ..Default::default()
         },
     );
     r.metadata.creation_timestamp = Some(Time(crate::time::to_jiff(utc(CREATED))));

@@ -1,0 +1,220 @@
+//! Revert (spec §13.7): a run that moves back what another run upgraded, as carefully as that
+//! run did it — from its verified snapshot, each resource to the version recorded for it there,
+//! its groups in reverse order with their limits, budgets, deadlines and health checks.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+use super::problem::Problem;
+use super::run::recorded_failure;
+use super::snapshot::{Frozen, Snapshot, SnapshotGroup, SnapshotResource};
+use crate::api::kratix::{BindingFacts, UPGRADE_FAILED};
+use crate::api::{RevertResources, UpgradePlanSpec, UpgradeRunStatus, UPGRADED_BY_ANNOTATION};
+
+/// The frozen plan's `to` of a revert with no resource at all (a plan's `to` must name
+/// something; no resource is patched to it).
+pub const NO_TARGET: &str = "(none)";
+
+/// The run a revert undoes, as its own records say: its name, its verified snapshot and frozen
+/// plan, and its status (for the failures it counted).
+#[derive(Debug, Clone, Copy)]
+pub struct Reverted<'a> {
+    pub name: &'a str,
+    pub frozen: &'a Frozen,
+    pub status: &'a UpgradeRunStatus,
+}
+
+/// What the reverted run did to one of its resources, as far as a revert is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Done {
+    /// Kratix applied the run's target.
+    Upgraded,
+    /// Kratix reported the upgrade failed, or the run counted it Failed (a deadline, a health
+    /// check).
+    Failed,
+}
+
+impl Done {
+    /// Whether `--resources` (`resources`) takes a resource the run left so.
+    pub fn wanted(self, resources: RevertResources) -> bool {
+        matches!(
+            (self, resources),
+            (_, RevertResources::All)
+                | (Done::Upgraded, RevertResources::Upgraded)
+                | (Done::Failed, RevertResources::Failed)
+        )
+    }
+}
+
+/// What `reverted` did to `resource` (its live binding `live`): `None` when it is not the
+/// run's to undo — the binding is gone, the run did not start it (`upgraded-by` names another
+/// run, or none), someone moved it since (`spec.version` is not the run's target), or it is
+/// still upgrading.
+pub fn done_to(resource: &SnapshotResource, live: Option<&dyn BindingFacts>, reverted: &Reverted<'_>) -> Option<Done> {
+    let b = live?;
+    let to = resource.target(&reverted.frozen.plan.upgrade_path.to);
+    if b.being_deleted() || b.annotation(UPGRADED_BY_ANNOTATION) != Some(reverted.name) || b.spec_version() != to {
+        return None;
+    }
+    let kratix_failed = b
+        .upgrade_condition()
+        .is_some_and(|c| c.status == "False" && c.reason == UPGRADE_FAILED)
+        && b.failed_version() == Some(to);
+    if kratix_failed || recorded_failure(&reverted.status.rollout_groups, resource).is_some() {
+        return Some(Done::Failed);
+    }
+    (b.last_applied_version() == to).then_some(Done::Upgraded)
+}
+
+/// The snapshot of a revert of `reverted` for `resources`: its groups in reverse order, each
+/// with the resources it holds in `reverted`'s snapshot that [`done_to`] finds wanted, each
+/// once (in the first group that held it, where it was upgraded), each with its own target:
+/// the `lastAppliedVersion` that snapshot recorded (pinned, even if it was floating).
+pub fn revert_snapshot<'b>(
+    reverted: &Reverted<'_>,
+    resources: RevertResources,
+    lookup: impl Fn(&str, &str) -> Option<&'b dyn BindingFacts>,
+) -> Snapshot {
+    let mut seen = HashSet::new();
+    let mut groups: Vec<SnapshotGroup> = Vec::new();
+    for group in &reverted.frozen.snapshot.groups {
+        let mut taken = Vec::new();
+        for r in &group.resources {
+            if !seen.insert((r.namespace.as_str(), r.binding.as_str())) {
+                continue;
+            }
+            let live = lookup(&r.namespace, &r.binding);
+            if !done_to(r, live, reverted).is_some_and(|d| d.wanted(resources)) {
+                continue;
+            }
+            let Some(b) = live else { continue };
+            taken.push(Arc::new(SnapshotResource {
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+                binding: r.binding.clone(),
+                last_applied_version: b.last_applied_version().to_string(),
+                spec_version: b.spec_version().to_string(),
+                target: Some(r.last_applied_version.clone()),
+            }));
+        }
+        groups.push(SnapshotGroup {
+            name: group.name.clone(),
+            resources: taken,
+        });
+    }
+    groups.reverse();
+    Snapshot { groups }
+}
+
+/// Every target of a revert's snapshot, each once.
+pub fn targets(snapshot: &Snapshot) -> BTreeSet<&str> {
+    snapshot
+        .groups
+        .iter()
+        .flat_map(|g| &g.resources)
+        .filter_map(|r| r.target.as_deref())
+        .collect()
+}
+
+/// The plan a revert follows, from the reverted run's frozen `original`: the same Promise, from
+/// the original's target to the versions of `snapshot` (each resource carries its own), its
+/// groups in reverse order with their limits, failure budgets, deadlines and health checks.
+/// Windows, signal gates, soak and approvals stay only with `respect_policy` (freezes are not
+/// part of a plan: the run holds for them only then, too). Never scheduled, and never reverted
+/// again by `onFailure`.
+pub fn revert_plan(original: &UpgradePlanSpec, snapshot: &Snapshot, respect_policy: bool) -> UpgradePlanSpec {
+    let targets = targets(snapshot);
+    let to = if targets.is_empty() {
+        NO_TARGET.to_string()
+    } else {
+        targets.into_iter().collect::<Vec<_>>().join(", ")
+    };
+    let mut plan = original.clone();
+    plan.upgrade_path.from = vec![original.upgrade_path.to.clone()];
+    plan.upgrade_path.to = to;
+    plan.upgrade_execution_policy = None;
+    plan.suspend = false;
+    plan.rollout_groups.reverse();
+    for g in &mut plan.rollout_groups {
+        g.on_failure = None;
+        if !respect_policy {
+            g.resource_upgrade_windows = None;
+            g.soak_duration = None;
+            g.require_approval = None;
+        }
+    }
+    if !respect_policy {
+        plan.gates = None;
+    }
+    plan
+}
+
+/// The snapshot and frozen plan of a revert of `reverted` ([`revert_snapshot`], [`revert_plan`]),
+/// or why the reverted run's frozen plan no longer compiles.
+pub fn revert_frozen<'b>(
+    reverted: &Reverted<'_>,
+    resources: RevertResources,
+    respect_policy: bool,
+    lookup: impl Fn(&str, &str) -> Option<&'b dyn BindingFacts>,
+) -> Result<Frozen, Vec<Problem>> {
+    let snapshot = revert_snapshot(reverted, resources, lookup);
+    let plan = revert_plan(&reverted.frozen.plan, &snapshot, respect_policy);
+    Frozen::new(snapshot, plan)
+}
+
+/// What an evaluation knows of the PromiseRevisions a run moves to: whether the frozen plan's
+/// target has one and, for a revert (whose resources each carry a target), the targets that
+/// have none. A revert never waits or fails for a revision: those resources are skipped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Revisions {
+    pub present: bool,
+    pub gone_targets: Vec<String>,
+}
+
+impl Revisions {
+    /// The target's revision there, as assumed when nothing better is known.
+    pub fn present() -> Revisions {
+        Revisions {
+            present: true,
+            gone_targets: Vec::new(),
+        }
+    }
+
+    /// The versions whose PromiseRevision the run's evaluation must know of.
+    pub fn needed(frozen: &Frozen) -> Vec<String> {
+        let targets = targets(&frozen.snapshot);
+        if is_revert(frozen) {
+            targets.into_iter().map(str::to_string).collect()
+        } else {
+            vec![frozen.plan.upgrade_path.to.clone()]
+        }
+    }
+
+    /// From `exists`, asked of each version [`Revisions::needed`] names.
+    pub fn of(frozen: &Frozen, exists: impl Fn(&str) -> bool) -> Revisions {
+        if !is_revert(frozen) {
+            return Revisions {
+                present: exists(&frozen.plan.upgrade_path.to),
+                gone_targets: Vec::new(),
+            };
+        }
+        let gone_targets = targets(&frozen.snapshot)
+            .into_iter()
+            .filter(|v| !exists(v))
+            .map(str::to_string)
+            .collect();
+        Revisions {
+            present: true,
+            gone_targets,
+        }
+    }
+}
+
+/// Whether a snapshot is a revert's: its resources carry their own targets (a revert with none
+/// at all has nothing to move either way).
+fn is_revert(frozen: &Frozen) -> bool {
+    frozen.plan.upgrade_path.to == NO_TARGET || !targets(&frozen.snapshot).is_empty()
+}
+
+#[cfg(test)]
+mod tests;
