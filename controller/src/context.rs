@@ -193,6 +193,11 @@ impl Ctx {
         frozen.or_else(|| self.plan(run.plan_name()).map(|p| p.spec.promise_ref.name.clone()))
     }
 
+    /// The UpgradeRun named `name`, from the cache.
+    pub fn run(&self, name: &str) -> Option<Arc<UpgradeRun>> {
+        self.caches.runs.get(&ObjectRef::new(name))
+    }
+
     /// Runs of `plan` (by label or, for runs not yet labelled, by reference).
     pub fn runs_of(&self, plan: &str) -> Vec<Arc<UpgradeRun>> {
         self.caches

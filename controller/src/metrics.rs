@@ -18,7 +18,7 @@ use prometheus::{
 };
 
 /// Label values of `upgradeplan_runs_total{trigger}`.
-pub const TRIGGERS: [&str; 2] = ["scheduled", "manual"];
+pub const TRIGGERS: [&str; 3] = ["scheduled", "manual", "revert"];
 /// Label values of `upgradeplan_resource_upgrades_total{result}`.
 pub const RESOURCE_RESULTS: [&str; 3] = ["succeeded", "failed", "skipped"];
 /// The `controller` label of the reconcile metrics.

@@ -15,13 +15,14 @@ use upgradeplan::api::kratix::{BindingFacts, HealthRecord};
 use upgradeplan::api::{RunState, UpgradeFreeze, UpgradeRun, RUN_FINALIZER};
 use upgradeplan::engine::admission::{reads_gates, RunFacts};
 use upgradeplan::engine::lifecycle::{self, events, KindsNeeded, SnapshotFact, Step, Write};
+use upgradeplan::engine::revert::RevertedFact;
 use upgradeplan::engine::run::texts;
 use upgradeplan::engine::write::{Attempt, BindingPatch};
 
 use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::events::EventType;
-use crate::writes::{adopt_approvals, patch_binding, patch_run, release_run};
+use crate::writes::{adopt_approvals, create_run, patch_binding, patch_run, release_run};
 
 /// How many binding patches (and their events) are in flight at once.
 const PATCH_CONCURRENCY: usize = 16;
@@ -118,6 +119,21 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         _ => Vec::new(),
     };
     let approvals = ctx.approvals_of(run);
+    // A revert before its snapshot derives it from the run it reverts (spec §13.7).
+    let reverted_run = match (&run.spec.revert_of, &snapshot) {
+        (Some(of), SnapshotFact::Absent) if !status.state.is_terminal() => {
+            Some(crate::snapshots::gather_reverted(ctx, &of.name).await?)
+        }
+        _ => None,
+    };
+    let reverted = match &reverted_run {
+        None => RevertedFact::NotGathered,
+        Some(None) => RevertedFact::NotFound,
+        Some(Some((run, snapshot))) => RevertedFact::Found {
+            run,
+            snapshot: snapshot.clone(),
+        },
+    };
     let facts = lifecycle::Facts {
         plan: plan.as_deref(),
         others: &others,
@@ -125,6 +141,7 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         gates: &gates,
         approvals: &approvals,
         missing_kinds: &missing_kinds,
+        reverted,
         selector: ctx.selector.as_deref(),
         now,
     };
@@ -186,6 +203,7 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
                 repair_announcements(ctx, run, &frozen.snapshot, &step.to).await;
                 conflict = patch_bindings(ctx, run, patches).await?;
             }
+            Write::CreateRevert(revert) => create_run(&ctx.client, &revert.0).await?,
             Write::FlushCounts => ctx.recorder.flush_counts(&run.uid().unwrap_or_default()).await,
             Write::Announce(a) => {
                 let type_ = if a.warning {
@@ -436,6 +454,7 @@ mod tests {
             newly_superseded: false,
             finished: None,
             release: None,
+            create_revert: None,
             status: UpgradeRunStatus {
                 state: RunState::Pending,
                 ..Default::default()

@@ -62,6 +62,35 @@ pub async fn gather_snapshot(ctx: &Ctx, run: &UpgradeRun, status: &UpgradeRunSta
     }
 }
 
+/// The run a revert undoes (spec §13.7), and its snapshot as read back and verified against the
+/// digests its status records, whatever its state (a revert is mostly of an ended run): `Absent`
+/// when it never took one. `None` when no run of that name exists.
+pub async fn gather_reverted(ctx: &Ctx, name: &str) -> Result<Option<(Arc<UpgradeRun>, SnapshotFact)>> {
+    let Some(run) = ctx.run(name) else {
+        return Ok(None);
+    };
+    let status = run.status.clone().unwrap_or_default();
+    if status.resource_list_refs.is_empty() {
+        return Ok(Some((run, SnapshotFact::Absent)));
+    }
+    let fact = match load_snapshot(ctx, &run, &status).await {
+        Ok(Loaded::Intact(frozen)) => SnapshotFact::Found {
+            frozen,
+            refs: status.resource_list_refs.clone(),
+        },
+        Ok(Loaded::Tampered(config_map)) => {
+            tracing::warn!(run = %name, %config_map, "the snapshot of the run to revert does not match its recorded digest");
+            SnapshotFact::Tampered { config_map }
+        }
+        Err(Error::Snapshot { config_map, detail, .. }) => {
+            tracing::warn!(run = %name, %config_map, %detail, "the snapshot of the run to revert is lost");
+            SnapshotFact::Lost { config_map }
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(Some((run, fact)))
+}
+
 fn snapshot_error(run: &UpgradeRun, config_map: &str, detail: impl Into<String>) -> Error {
     Error::Snapshot {
         run: run.name_any(),

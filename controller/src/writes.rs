@@ -3,7 +3,7 @@
 //! means: a binding changed since it was read is re-evaluated on the next pass, never
 //! overwritten; a run or approval gone is no error. Nothing is decided here.
 
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use upgradeplan::api::{UpgradeApproval, UpgradeRun};
 use upgradeplan::engine::write::{ApprovalPatch, BindingPatch, Release, RunPatch};
@@ -28,6 +28,27 @@ pub(crate) async fn patch_run(client: &kube::Client, patch: &RunPatch) -> Result
     {
         Ok(patched) => Ok(Some(patched)),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Creates a run the engine decided on (a revert, spec §13.7). Its name is fixed, so
+/// AlreadyExists means an earlier pass (or another leader) created it: done.
+pub(crate) async fn create_run(client: &kube::Client, run: &UpgradeRun) -> Result<()> {
+    let api: Api<UpgradeRun> = Api::all(client.clone());
+    let params = PostParams {
+        field_manager: Some(upgradeplan::api::FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match api.create(&params, run).await {
+        Ok(created) => {
+            tracing::info!(run = %created.name_any(), "created the run's revert");
+            Ok(())
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            tracing::debug!(run = %run.name_any(), "the revert exists already");
+            Ok(())
+        }
         Err(e) => Err(e.into()),
     }
 }
@@ -107,7 +128,7 @@ pub(crate) mod tests {
     use upgradeplan::engine::snapshot::SnapshotResource;
     use upgradeplan::engine::write::{ApprovalPatch, BindingPatch, RunPatch};
 
-    use super::{adopt_approvals, patch_binding, patch_run};
+    use super::{adopt_approvals, create_run, patch_binding, patch_run};
 
     fn start() -> BindingPatch {
         let action = BindingAction {
@@ -235,6 +256,38 @@ pub(crate) mod tests {
         let (_, answer) = serve_one(status(404, "NotFound"), call(patch.clone())).await;
         assert_eq!(answer, Ok(None), "a run deleted meanwhile needs no patch");
         let (_, answer) = serve_one(status(500, "InternalError"), call(patch)).await;
+        assert!(answer.is_err(), "a server error is the pass's error: {answer:?}");
+    }
+
+    #[tokio::test]
+    async fn a_revert_is_created_once_and_one_that_exists_is_no_error() {
+        let mut revert = UpgradeRun::new(
+            "r-revert",
+            upgradeplan::api::UpgradeRunSpec {
+                revert_of: Some(upgradeplan::api::RevertOf {
+                    name: "r".into(),
+                    resources: upgradeplan::api::RevertResources::All,
+                }),
+                ..Default::default()
+            },
+        );
+        revert.spec.upgrade_plan_ref.name = "p".into();
+        let call = |run: UpgradeRun| {
+            move |client: kube::Client| async move { create_run(&client, &run).await.map_err(|e| e.to_string()) }
+        };
+        let reply = ok(serde_json::to_value(&revert).expect("json"));
+        let ((method, uri, content_type, body), answer) = serve_one(reply, call(revert.clone())).await;
+        assert_eq!(method, "POST");
+        assert_eq!(
+            uri,
+            "/apis/platform.syntasso.io/v1alpha1/upgraderuns?&fieldManager=upgradeplan-controller"
+        );
+        assert_eq!(content_type, "application/json");
+        assert_eq!(body["spec"]["revertOf"], json!({"name": "r", "resources": "all"}));
+        assert_eq!(answer, Ok(()));
+        let (_, answer) = serve_one(status(409, "AlreadyExists"), call(revert.clone())).await;
+        assert_eq!(answer, Ok(()), "created by an earlier pass: done");
+        let (_, answer) = serve_one(status(500, "InternalError"), call(revert)).await;
         assert!(answer.is_err(), "a server error is the pass's error: {answer:?}");
     }
 

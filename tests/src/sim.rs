@@ -196,7 +196,12 @@ pub fn decide(
     let cond = b.upgrade_condition();
     let retry = b.labels().get(MANUAL_RECONCILIATION_LABEL).is_some_and(|v| v == "true");
     let applied = b.last_applied_version() == target;
-    let failed = b.failed_version() == Some(target.as_str()) && cond.is_some_and(|c| c.status == "False");
+    // Kratix's binding controller acts only when the desired version differs from the Resource
+    // Request's recorded one (which `lastAppliedVersion` mirrors) and was not the last failure's
+    // (`internal/controller/resourcebinding_controller.go`): a failed workflow is left for its
+    // retry after the interval, including when the binding was set back to the version applied
+    // (a revert of a failed upgrade, unless it also asks with the label).
+    let failed = cond.is_some_and(|c| c.status == "False") && (b.failed_version() == Some(target.as_str()) || applied);
     if retry {
         return Step::Retry { target };
     }
@@ -783,6 +788,26 @@ mod tests {
                 ),
                 true,
                 Step::Idle,
+            ),
+            (
+                "set back to the version applied after a failure: Kratix leaves it (its Resource Request says that version)",
+                b(
+                    "v2",
+                    Some(("False", FAILURE_MESSAGE, "2026-06-01T10:00:00Z")),
+                    Some("v3"),
+                ),
+                true,
+                Step::Idle,
+            ),
+            (
+                "a failure of another version, then a new one: started at once",
+                b(
+                    "v1",
+                    Some(("False", FAILURE_MESSAGE, "2026-06-01T10:00:00Z")),
+                    Some("v3"),
+                ),
+                true,
+                Step::Start { target: t("v2") },
             ),
         ];
         let held = |cond: (&str, &str, &str)| {

@@ -61,6 +61,10 @@ pub const PREVIEW_ANNOTATION: &str = "platform.syntasso.io/preview";
 /// Annotation a newer run puts on an older active run it supersedes (with `spec.suspend=true`);
 /// the older run's own reconcile records it as `status.supersededBy` (spec §5.2).
 pub const SUPERSEDED_BY_ANNOTATION: &str = "platform.syntasso.io/superseded-by";
+/// Annotation a run that failed in a group with `onFailure: Revert` records its revert under
+/// (spec §13.7), written by its own (conditional) patch in the pass that creates the revert, so
+/// that a pass decided from a stale copy of the run creates none.
+pub const REVERTED_BY_ANNOTATION: &str = "platform.syntasso.io/reverted-by";
 /// Annotation recording when a preview was resumed, i.e. admitted for rolling out (RFC 3339 UTC):
 /// admission orders it as if created then (spec §5.2).
 pub const ADMITTED_AT_ANNOTATION: &str = "platform.syntasso.io/admitted-at";

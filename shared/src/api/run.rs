@@ -65,8 +65,8 @@ pub struct RevertOf {
     /// Name of the UpgradeRun to revert (of the same plan).
     #[schemars(length(min = 1))]
     pub name: String,
-    /// Which of its resources: `upgraded` (default: those Kratix upgraded), `failed` (those whose
-    /// upgrade failed), or `all`.
+    /// Which of its resources: `upgraded` (default: those Kratix upgraded or is upgrading),
+    /// `failed` (those whose upgrade failed, or that the run counted Failed), or `all` (both).
     #[serde(default)]
     pub resources: RevertResources,
 }
@@ -75,7 +75,8 @@ pub struct RevertOf {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum RevertResources {
-    /// Those Kratix upgraded (at the run's target now, and not counted Failed).
+    /// Those Kratix upgraded (at the run's target now, and not counted Failed), or is upgrading
+    /// (started by the run, no verdict yet).
     #[default]
     Upgraded,
     /// Those whose upgrade failed (Kratix reported it, or the run counted it Failed).

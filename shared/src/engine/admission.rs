@@ -9,8 +9,9 @@ use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 
 use crate::api::{
-    find_condition, reasons, LastRun, PlanPhase, RunState, UpgradePlan, UpgradePlanRef, UpgradeRun, UpgradeRunSpec,
-    ADMITTED_AT_ANNOTATION, PLAN_LABEL, PREVIEW_ANNOTATION, SCHEDULED_AT_ANNOTATION, SUPERSEDED_BY_ANNOTATION,
+    find_condition, reasons, LastRun, PlanPhase, RevertOf, RunState, UpgradePlan, UpgradePlanRef, UpgradeRun,
+    UpgradeRunSpec, ADMITTED_AT_ANNOTATION, PLAN_LABEL, PREVIEW_ANNOTATION, SCHEDULED_AT_ANNOTATION,
+    SUPERSEDED_BY_ANNOTATION,
 };
 
 /// What admission needs to know about a run.
@@ -115,6 +116,8 @@ pub enum TriggerKind {
     /// Created by hand with `suspend: true`.
     Preview,
     Manual,
+    /// A revert of another run (`spec.revertOf`, spec §13.7), by hand or by `onFailure: Revert`.
+    Revert,
 }
 
 impl TriggerKind {
@@ -124,7 +127,9 @@ impl TriggerKind {
             .annotations
             .as_ref()
             .is_some_and(|a| a.contains_key(SCHEDULED_AT_ANNOTATION));
-        if scheduled {
+        if run.spec.revert_of.is_some() {
+            TriggerKind::Revert
+        } else if scheduled {
             TriggerKind::Scheduled
         } else if is_preview(run) {
             TriggerKind::Preview
@@ -139,14 +144,17 @@ impl TriggerKind {
             TriggerKind::Scheduled => "scheduled",
             TriggerKind::Preview => "preview",
             TriggerKind::Manual => "manual",
+            TriggerKind::Revert => "revert",
         }
     }
 
-    /// The `trigger` label of `upgradeplan_runs_total` (spec §9.1): a preview is a manual run.
+    /// The `trigger` label of `upgradeplan_runs_total` (spec §9.1, §13.7): a preview is a manual
+    /// run; a revert, resumed from a preview or not, is a revert.
     pub fn metric_label(self) -> &'static str {
         match self {
             TriggerKind::Scheduled => "scheduled",
             TriggerKind::Preview | TriggerKind::Manual => "manual",
+            TriggerKind::Revert => "revert",
         }
     }
 }
@@ -159,6 +167,14 @@ pub enum NewRun {
     /// By hand (`kubectl upgradeplan run`): named `name`, or `<plan>-<random>` by the API server;
     /// a preview is created suspended.
     Manual { name: Option<String>, preview: bool },
+    /// A revert of another run of the plan (spec §13.7): by hand (`kubectl upgradeplan revert`,
+    /// named `name` or `<plan>-<random>`), or by the controller for `onFailure: Revert`.
+    Revert {
+        name: Option<String>,
+        of: RevertOf,
+        respect_policy: bool,
+        preview: bool,
+    },
 }
 
 /// The one constructor of a run object (spec §4.2), for scheduled and manual runs alike: the
@@ -170,7 +186,13 @@ pub fn new_run(plan: &UpgradePlan, how: NewRun) -> UpgradeRun {
     let plan_name = plan.metadata.name.clone().unwrap_or_default();
     let (name, suspend) = match &how {
         NewRun::Scheduled { name, .. } => (name.clone(), false),
-        NewRun::Manual { name, preview } => (name.clone().unwrap_or_default(), *preview),
+        NewRun::Manual { name, preview } | NewRun::Revert { name, preview, .. } => {
+            (name.clone().unwrap_or_default(), *preview)
+        }
+    };
+    let (revert_of, respect_policy) = match &how {
+        NewRun::Revert { of, respect_policy, .. } => (Some(of.clone()), *respect_policy),
+        _ => (None, false),
     };
     let mut run = UpgradeRun::new(
         &name,
@@ -180,7 +202,8 @@ pub fn new_run(plan: &UpgradePlan, how: NewRun) -> UpgradeRun {
             },
             suspend,
             cancel: false,
-            ..Default::default()
+            revert_of,
+            respect_policy,
         },
     );
     if name.is_empty() {

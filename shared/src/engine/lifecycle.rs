@@ -22,14 +22,17 @@ use chrono::{DateTime, Duration, Utc};
 use kube::{Resource, ResourceExt};
 
 use super::admission::{
-    admit, admitted_at, created_suspended, is_dormant, is_preview, last_run_of, superseded_by, Admission, RunFacts,
+    admit, admitted_at, created_suspended, is_dormant, is_preview, last_run_of, new_run, superseded_by, Admission,
+    NewRun, RunFacts,
 };
 use super::compile::CompiledPlan;
 use super::freeze::holding;
 use super::gate::{self, GateCheck, GateReading};
 use super::health::HealthRecords;
 use super::outcome::Finished;
+use super::revert::{self, RevertedFact, Revisions};
 use super::run::{evaluate, texts, Blocked, Evaluation, Outcome, RunContext, Verdict};
+pub use super::snapshot::SnapshotFact;
 use super::snapshot::{
     config_map_data, digest, group_bindings, shard, snapshot_config_map_name, Frozen, Snapshot, SnapshotResource,
     SNAPSHOT_SHARD_BYTES,
@@ -40,9 +43,10 @@ use super::view::{run_view, RunView};
 use super::write::{ApprovalPatch, BindingPatch, Release, RunPatch};
 use crate::api::kratix::{BindingFacts, HealthRecord};
 use crate::api::{
-    find_condition, reasons, set_condition, Condition, ConditionStatus, GateStatus, GroupPhase, GroupStatus,
-    ResourceListRef, RunState, UpgradeFreeze, UpgradePlan, UpgradePlanSpec, UpgradeRun, UpgradeRunStatus,
-    ADMITTED_AT_ANNOTATION, PLAN_LABEL, PREVIEW_ANNOTATION, SELECTOR_ANNOTATION, UPGRADED_BY_ANNOTATION,
+    find_condition, reasons, set_condition, Condition, ConditionStatus, GateStatus, GroupPhase, GroupStatus, OnFailure,
+    ResourceListRef, RevertOf, RevertResources, RunState, UpgradeFreeze, UpgradePlan, UpgradePlanSpec, UpgradeRun,
+    UpgradeRunStatus, ADMITTED_AT_ANNOTATION, PLAN_LABEL, PREVIEW_ANNOTATION, REVERTED_BY_ANNOTATION,
+    SELECTOR_ANNOTATION, UPGRADED_BY_ANNOTATION,
 };
 
 /// How often a run waiting for a kind the cluster does not serve looks again (a CRD installed
@@ -60,25 +64,6 @@ pub const RECORD_GRACE: Duration = Duration::seconds(60);
 /// How soon a deleted run that waits for its plan looks again (the plan's status change also
 /// wakes it: runs watch their plan).
 pub const RECORD_POLL: Duration = Duration::seconds(2);
-
-/// The run's snapshot as the controller found it.
-#[derive(Debug, Clone)]
-pub enum SnapshotFact {
-    /// No snapshot of this run exists (or what exists is not a complete one: it is written again).
-    /// Before the status says InProgress the controller must still look: the status it sees may be
-    /// older than the snapshot an earlier pass wrote.
-    Absent,
-    /// Read back from the run's ConfigMaps, with their names in shard order.
-    Found {
-        frozen: Arc<Frozen>,
-        refs: Vec<ResourceListRef>,
-    },
-    /// The status names a ConfigMap that is missing or unreadable (the controller logs how).
-    Lost { config_map: String },
-    /// A ConfigMap differs from the digest the status recorded for it, or is gone (spec §4.3):
-    /// someone changed what steers the run.
-    Tampered { config_map: String },
-}
 
 /// Read access to the controller's caches of Kratix objects.
 pub trait Cluster {
@@ -111,6 +96,9 @@ pub struct Facts<'a> {
     pub approvals: &'a [ApprovalFact],
     /// Kinds the run's plan needs that the API server does not serve (spec §14.2).
     pub missing_kinds: &'a [MissingKind],
+    /// For a revert before its snapshot, the run it reverts (spec §13.7); otherwise not
+    /// gathered.
+    pub reverted: RevertedFact<'a>,
     /// The controller's `--selector`: a run it works on carries it
     /// ([`crate::api::SELECTOR_ANNOTATION`]), so the run stays recognisably its own once the plan
     /// is gone.
@@ -365,8 +353,22 @@ pub struct Step {
     pub finished: Option<RunState>,
     /// Deleted and done: delete the snapshot and remove the finalizer.
     pub release: Option<Release>,
+    /// The revert this run creates as it fails in a group with `onFailure: Revert` (spec §13.7):
+    /// created before the status that ends the run, so that a crash between them creates it again
+    /// (its name is fixed: the API server answers AlreadyExists) rather than never.
+    pub create_revert: Option<Created>,
     pub status: UpgradeRunStatus,
     pub wake_at: Option<DateTime<Utc>>,
+}
+
+/// A run a step creates, as sent (compared by what it is made of: its metadata and spec).
+#[derive(Debug, Clone)]
+pub struct Created(pub UpgradeRun);
+
+impl PartialEq for Created {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.metadata == other.0.metadata && self.0.spec == other.0.spec
+    }
 }
 
 /// One write of a [`Step`], as [`Step::writes`] orders them.
@@ -384,6 +386,8 @@ pub enum Write<'s> {
     /// The start events an earlier pass lost repaired, then the version patches and retry
     /// labels (possibly none).
     Bindings(&'s [BindingPatch], &'s Arc<Frozen>),
+    /// The run's revert created (`onFailure: Revert`); AlreadyExists means an earlier pass did.
+    CreateRevert(&'s Created),
     /// The run's counters written out before its end is announced: a crash after loses none.
     FlushCounts,
     Announce(&'s Announcement),
@@ -415,6 +419,9 @@ impl Step {
         }
         if let (Some(_), Some(frozen)) = (&self.evaluation, &self.frozen) {
             w.push(Write::Bindings(&self.binding_patches, frozen));
+        }
+        if let Some(revert) = &self.create_revert {
+            w.push(Write::CreateRevert(revert));
         }
         if self.finished.is_some() {
             w.push(Write::FlushCounts);
@@ -450,6 +457,7 @@ impl Step {
             newly_superseded: false,
             finished: None,
             release: None,
+            create_revert: None,
             status,
             wake_at: None,
         }
@@ -671,7 +679,11 @@ fn resolve_plan<'a>(out: &mut Step, run: &UpgradeRun, facts: &Facts<'a>) -> Cont
         set_condition(&mut out.status.conditions, c);
         return ControlFlow::Break(());
     };
-    let live = matches!(out.status.state, RunState::Unresolved | RunState::Pending).then(|| {
+    // A revert follows the frozen plan of the run it reverts, never the live plan: an emergency
+    // revert is not held by a plan someone broke since (spec §13.7).
+    let follows_live =
+        matches!(out.status.state, RunState::Unresolved | RunState::Pending) && run.spec.revert_of.is_none();
+    let live = follows_live.then(|| {
         check_plan(plan_name, &plan.spec, now)
             .map_err(|problems: Vec<_>| texts::plan_invalid(plan_name, &summarize_problems(&problems)))
     });
@@ -789,6 +801,7 @@ fn kinds_served(out: &mut Step, facts: &Facts<'_>, dormant_preview: bool) -> Con
 
 /// A Pending run starts once its plan is valid and the target PromiseRevision exists (spec
 /// §5.3): it takes its snapshot (spec §5.4) and, unless a dormant preview, its first evaluation.
+/// A revert derives its snapshot from the run it reverts instead ([`start_revert`]).
 fn start_run(
     out: &mut Step,
     run: &UpgradeRun,
@@ -797,6 +810,9 @@ fn start_run(
     facts: &Facts<'_>,
     cluster: &dyn Cluster,
 ) -> ControlFlow<()> {
+    if let Some(of) = &run.spec.revert_of {
+        return start_revert(out, run, resolved.plan, of, admitted, facts, cluster);
+    }
     let (now, plan) = (facts.now, resolved.plan);
     // A snapshot an earlier pass wrote (a crash before the status) is the run's: its frozen plan
     // decides from here, whatever the live plan says since (spec §14.2).
@@ -856,30 +872,149 @@ fn start_run(
         (_, None) => return ControlFlow::Break(()),
         (_, Some(compiled)) => {
             let frozen = Arc::new(take_snapshot(plan, compiled, cluster));
-            out.write_snapshot = snapshot_config_maps(run_name(run), &frozen);
-            let refs = out
-                .write_snapshot
-                .iter()
-                .map(|(name, data)| ResourceListRef {
-                    name: name.clone(),
-                    sha256: Some(digest(data)),
-                })
-                .collect();
+            let refs = write_new_snapshot(out, run, &frozen);
             (frozen, refs)
         }
     };
+    begin(out, run, plan, frozen, refs, admitted, facts, cluster);
+    ControlFlow::Break(())
+}
+
+/// A revert starts from a snapshot derived from the run it reverts (spec §13.7), once: each
+/// resource that run started and left upgraded or failed, with its own target. A revert that
+/// cannot be taken (that run gone, of another plan, never started, or its snapshot lost or
+/// changed) fails at once, saying why. Its revision gate never waits: a resource whose target
+/// has no PromiseRevision any more is skipped, the others go back.
+fn start_revert(
+    out: &mut Step,
+    run: &UpgradeRun,
+    plan: &UpgradePlan,
+    of: &RevertOf,
+    admitted: &Admitted,
+    facts: &Facts<'_>,
+    cluster: &dyn Cluster,
+) -> ControlFlow<()> {
+    let now = facts.now;
+    let (frozen, refs) = match &facts.snapshot {
+        SnapshotFact::Found { frozen, refs } => (frozen.clone(), refs.clone()),
+        // The controller gathers the reverted run for a revert without its snapshot.
+        _ if matches!(facts.reverted, RevertedFact::NotGathered) => return ControlFlow::Break(()),
+        _ => {
+            // One consistent view of the bindings the reverted run's snapshot names.
+            let bindings: HashMap<(String, String), Arc<dyn BindingFacts>> = match &facts.reverted {
+                RevertedFact::Found {
+                    snapshot: SnapshotFact::Found { frozen, .. },
+                    ..
+                } => frozen
+                    .snapshot
+                    .groups
+                    .iter()
+                    .flat_map(|g| &g.resources)
+                    .filter_map(|r| {
+                        let b = cluster.binding(&r.namespace, &r.binding)?;
+                        Some(((r.namespace.clone(), r.binding.clone()), b))
+                    })
+                    .collect(),
+                _ => HashMap::new(),
+            };
+            let lookup = |ns: &str, name: &str| bindings.get(&(ns.to_string(), name.to_string())).map(|b| b.as_ref());
+            match revert::derive(run.plan_name(), of, run.spec.respect_policy, &facts.reverted, lookup) {
+                Ok(frozen) => {
+                    let frozen = Arc::new(frozen);
+                    let refs = write_new_snapshot(out, run, &frozen);
+                    (frozen, refs)
+                }
+                Err(refusal) => {
+                    out.to = revert::NO_TARGET.to_string();
+                    // A dormant preview cannot fail (spec §5.2): it says why, and fails once resumed.
+                    if admitted.dormant_preview {
+                        let c = cond(
+                            reasons::RUN_SUCCEEDED,
+                            ConditionStatus::False,
+                            refusal.reason,
+                            refusal.message,
+                            now,
+                        );
+                        set_condition(&mut out.status.conditions, c);
+                        return ControlFlow::Break(());
+                    }
+                    let to = out.to.clone();
+                    finish(
+                        out,
+                        admitted.owns_gauges,
+                        RunState::Failed,
+                        refusal.reason,
+                        refusal.message,
+                        &to,
+                        now,
+                    );
+                    return ControlFlow::Break(());
+                }
+            }
+        }
+    };
+    let promise = frozen.compiled.promise.as_str();
+    let revisions = Revisions::of(&frozen, |v| cluster.revision_exists(promise, v));
+    let gone: Vec<&str> = revisions.gone_targets.iter().map(String::as_str).collect();
+    let c = if gone.is_empty() {
+        cond(
+            reasons::TARGET_REVISION_READY,
+            ConditionStatus::True,
+            reasons::PROMISE_REVISION_READY,
+            texts::revision_ready(promise, &frozen.plan.upgrade_path.to),
+            now,
+        )
+    } else {
+        cond(
+            reasons::TARGET_REVISION_READY,
+            ConditionStatus::False,
+            reasons::PROMISE_REVISION_NOT_FOUND,
+            texts::revert_revisions_missing(promise, &gone),
+            now,
+        )
+    };
+    set_condition(&mut out.status.conditions, c);
+    begin(out, run, plan, frozen, refs, admitted, facts, cluster);
+    ControlFlow::Break(())
+}
+
+/// A new snapshot: its ConfigMaps to write, and the references (with digests) the status records.
+fn write_new_snapshot(out: &mut Step, run: &UpgradeRun, frozen: &Arc<Frozen>) -> Vec<ResourceListRef> {
+    out.write_snapshot = snapshot_config_maps(run_name(run), frozen);
+    out.write_snapshot
+        .iter()
+        .map(|(name, data)| ResourceListRef {
+            name: name.clone(),
+            sha256: Some(digest(data)),
+        })
+        .collect()
+}
+
+/// The run turns InProgress on its snapshot (spec §5.4) and, unless a dormant preview, takes its
+/// first evaluation.
+#[allow(clippy::too_many_arguments)]
+fn begin(
+    out: &mut Step,
+    run: &UpgradeRun,
+    plan: &UpgradePlan,
+    frozen: Arc<Frozen>,
+    refs: Vec<ResourceListRef>,
+    admitted: &Admitted,
+    facts: &Facts<'_>,
+    cluster: &dyn Cluster,
+) {
+    out.to = frozen.plan.upgrade_path.to.clone();
     out.status.resource_list_refs = refs;
     out.status.rollout_groups = frozen.snapshot.initial_counts();
     out.status.total_resources = out.status.rollout_groups.iter().map(|g| g.total).sum();
     out.status.completed_resources = 0;
-    out.status.started_at = Some(now);
+    out.status.started_at = Some(facts.now);
     out.status.state = RunState::InProgress;
     if admitted.dormant_preview {
         out.frozen = Some(frozen);
     } else {
         progress(run, plan, out, frozen, admitted.owns_gauges, cluster, facts);
     }
-    ControlFlow::Break(())
 }
 
 /// An InProgress run goes on from its snapshot. Without it, or with one that is not what was
@@ -996,8 +1131,14 @@ fn progress(
     } else {
         HealthRecords::default()
     };
-    // Freezes select by the live plan's labels (they are not part of the frozen spec).
-    let freezes = holding(&cluster.freezes(), promise, kube::ResourceExt::labels(plan));
+    // Freezes select by the live plan's labels (they are not part of the frozen spec); a revert
+    // that does not respect policy is not held by them (spec §13.7).
+    let freezes = if revert::held_by_policy(&run.spec) {
+        holding(&cluster.freezes(), promise, kube::ResourceExt::labels(plan))
+    } else {
+        Vec::new()
+    };
+    let revisions = Revisions::of(&frozen, |v| cluster.revision_exists(promise, v));
     let eval = evaluate(
         &RunContext {
             run_name: run_name(run),
@@ -1010,8 +1151,8 @@ fn progress(
             gates: facts.gates,
             approvals: facts.approvals,
             freezes: &freezes,
-            revision_present: cluster.revision_exists(promise, &to),
-            gone_targets: &[],
+            revision_present: revisions.present,
+            gone_targets: &revisions.gone_targets,
             now,
         },
         |ns, name| index.get(&(ns, name)).map(|&i| live[i].as_ref()),
@@ -1036,8 +1177,53 @@ fn progress(
     out.evaluation = Some(eval);
     out.frozen = Some(frozen.clone());
     if let Some((state, reason, message)) = ending(&verdict, gate_failure, &out.status, &frozen, promise, &to) {
+        if state == RunState::Failed {
+            revert_on_failure(out, run, plan, &frozen, &verdict);
+        }
         finish(out, owns_gauges, state, reason, message, &to, now);
     }
+}
+
+/// A run failing in a group with `onFailure: Revert` creates its revert, once (spec §13.7): named
+/// `<run>-revert`, for every resource it upgraded or failed (the groups after the failing one
+/// never started). Its own patch records the revert, so that a pass decided from a stale copy
+/// of the run is refused before it creates anything.
+fn revert_on_failure(out: &mut Step, run: &UpgradeRun, plan: &UpgradePlan, frozen: &Frozen, verdict: &Verdict) {
+    let group = match *verdict {
+        Verdict::Failed { group, .. } | Verdict::InProgress { group } => frozen.snapshot.groups.get(group),
+        // The revision gone fails the run in the group it was in: the first not completed.
+        Verdict::RevisionMissing | Verdict::Completed => out
+            .status
+            .rollout_groups
+            .iter()
+            .position(|g| g.phase != Some(GroupPhase::Completed))
+            .and_then(|i| frozen.snapshot.groups.get(i)),
+    };
+    let Some(group) = group else { return };
+    let reverts = frozen
+        .plan
+        .rollout_groups
+        .iter()
+        .any(|g| g.name == group.name && g.on_failure == Some(OnFailure::Revert));
+    if !reverts || run.spec.revert_of.is_some() {
+        return;
+    }
+    let name = revert::revert_name(run_name(run));
+    let how = NewRun::Revert {
+        name: Some(name.clone()),
+        of: RevertOf {
+            name: run_name(run).to_string(),
+            resources: RevertResources::All,
+        },
+        respect_policy: false,
+        preview: false,
+    };
+    out.create_revert = Some(Created(new_run(plan, how)));
+    if run.annotations().get(REVERTED_BY_ANNOTATION) != Some(&name) {
+        out.own.annotations.insert(REVERTED_BY_ANNOTATION.into(), name.clone());
+    }
+    out.announce
+        .push(Announcement::normal(events::REVERT_CREATED, texts::revert_created(&name, &group.name)).keyed(name));
 }
 
 /// How an evaluated run ends now, if it does: completed (with failures within the budgets, or

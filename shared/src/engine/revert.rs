@@ -5,11 +5,14 @@
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
-use super::problem::Problem;
-use super::run::recorded_failure;
-use super::snapshot::{Frozen, Snapshot, SnapshotGroup, SnapshotResource};
+use super::problem::{summarize, Problem};
+use super::run::{recorded_failure, texts};
+use super::snapshot::{Frozen, Snapshot, SnapshotFact, SnapshotGroup, SnapshotResource};
 use crate::api::kratix::{BindingFacts, UPGRADE_FAILED};
-use crate::api::{RevertResources, UpgradePlanSpec, UpgradeRunStatus, UPGRADED_BY_ANNOTATION};
+use crate::api::{
+    reasons, RevertOf, RevertResources, UpgradePlanSpec, UpgradeRun, UpgradeRunSpec, UpgradeRunStatus,
+    UPGRADED_BY_ANNOTATION,
+};
 
 /// The frozen plan's `to` of a revert with no resource at all (a plan's `to` must name
 /// something; no resource is patched to it).
@@ -29,6 +32,10 @@ pub struct Reverted<'a> {
 pub enum Done {
     /// Kratix applied the run's target.
     Upgraded,
+    /// Kratix is applying the run's target (the run started it; no verdict yet). A revert takes
+    /// it with the upgraded ones: it will be, and a revert of a run stopped mid-flight (by the
+    /// revert superseding it, or by a failure with `onFailure: Revert`) must not leave it behind.
+    Upgrading,
     /// Kratix reported the upgrade failed, or the run counted it Failed (a deadline, a health
     /// check).
     Failed,
@@ -40,30 +47,39 @@ impl Done {
         matches!(
             (self, resources),
             (_, RevertResources::All)
-                | (Done::Upgraded, RevertResources::Upgraded)
+                | (Done::Upgraded | Done::Upgrading, RevertResources::Upgraded)
                 | (Done::Failed, RevertResources::Failed)
         )
     }
 }
 
 /// What `reverted` did to `resource` (its live binding `live`): `None` when it is not the
-/// run's to undo — the binding is gone, the run did not start it (`upgraded-by` names another
-/// run, or none), someone moved it since (`spec.version` is not the run's target), or it is
-/// still upgrading.
+/// run's to undo — the binding is gone or being deleted, the run did not start it
+/// (`upgraded-by` names another run, or none), or someone moved it since (`spec.version` is not
+/// the run's target).
 pub fn done_to(resource: &SnapshotResource, live: Option<&dyn BindingFacts>, reverted: &Reverted<'_>) -> Option<Done> {
     let b = live?;
     let to = resource.target(&reverted.frozen.plan.upgrade_path.to);
     if b.being_deleted() || b.annotation(UPGRADED_BY_ANNOTATION) != Some(reverted.name) || b.spec_version() != to {
         return None;
     }
-    let kratix_failed = b
-        .upgrade_condition()
-        .is_some_and(|c| c.status == "False" && c.reason == UPGRADE_FAILED)
-        && b.failed_version() == Some(to);
+    let condition = b.upgrade_condition();
+    // Kratix working on it says more than a failure the run recorded (a deadline, before Kratix
+    // finished): its verdict is still to come.
+    let kratix_working = condition.is_some_and(|c| c.status == "Unknown");
+    let kratix_failed =
+        condition.is_some_and(|c| c.status == "False" && c.reason == UPGRADE_FAILED) && b.failed_version() == Some(to);
+    if b.last_applied_version() != to && kratix_working {
+        return Some(Done::Upgrading);
+    }
     if kratix_failed || recorded_failure(&reverted.status.rollout_groups, resource).is_some() {
         return Some(Done::Failed);
     }
-    (b.last_applied_version() == to).then_some(Done::Upgraded)
+    Some(if b.last_applied_version() == to {
+        Done::Upgraded
+    } else {
+        Done::Upgrading
+    })
 }
 
 /// The snapshot of a revert of `reverted` for `resources`: its groups in reverse order, each
@@ -160,6 +176,104 @@ pub fn revert_frozen<'b>(
     let snapshot = revert_snapshot(reverted, resources, lookup);
     let plan = revert_plan(&reverted.frozen.plan, &snapshot, respect_policy);
     Frozen::new(snapshot, plan)
+}
+
+/// The name of the revert `onFailure: Revert` creates for `run`: `<run>-revert`, shortened as
+/// derived names are (spec §4.2).
+pub fn revert_name(run: &str) -> String {
+    super::naming::derived_name(run, "-revert")
+}
+
+/// Whether windows, freezes, signal gates, soak and approvals hold a run with this spec (spec
+/// §14.1): every run's do, a revert's only when it respects policy — an emergency revert is not
+/// held by the freeze that the incident brought on.
+pub fn held_by_policy(spec: &UpgradeRunSpec) -> bool {
+    spec.revert_of.is_none() || spec.respect_policy
+}
+
+/// The run a revert undoes, as the controller (or the plugin) found it.
+#[derive(Debug, Clone, Default)]
+pub enum RevertedFact<'a> {
+    /// Not looked up: the run is no revert, or its own snapshot exists (its first pass derived it
+    /// and nothing of the reverted run is read again).
+    #[default]
+    NotGathered,
+    /// No UpgradeRun of that name.
+    NotFound,
+    /// The run, and its snapshot as read back and verified against the digests its status
+    /// records (`Absent`: it never took one).
+    Found {
+        run: &'a UpgradeRun,
+        snapshot: SnapshotFact,
+    },
+}
+
+/// Why a revert cannot be taken: the `RunSucceeded` reason it fails with, and the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Refusal {
+    fn not_possible(message: String) -> Refusal {
+        Refusal {
+            reason: reasons::REVERT_NOT_POSSIBLE,
+            message,
+        }
+    }
+}
+
+/// The snapshot and frozen plan of a revert of `of.name` in plan `plan` ([`revert_frozen`]), from
+/// what was found of that run: or why it cannot be reverted — gone, of another plan, never
+/// started (no snapshot), or its snapshot lost or changed since it was written (spec §4.3: the
+/// record a revert is taken from must be the one the run wrote).
+pub fn derive<'b>(
+    plan: &str,
+    of: &RevertOf,
+    respect_policy: bool,
+    reverted: &RevertedFact<'_>,
+    lookup: impl Fn(&str, &str) -> Option<&'b dyn BindingFacts>,
+) -> Result<Frozen, Refusal> {
+    let name = of.name.as_str();
+    let (run, snapshot) = match reverted {
+        RevertedFact::NotGathered | RevertedFact::NotFound => {
+            return Err(Refusal::not_possible(texts::reverted_run_not_found(name)))
+        }
+        RevertedFact::Found { run, snapshot } => (run, snapshot),
+    };
+    if run.plan_name() != plan {
+        return Err(Refusal::not_possible(texts::reverted_run_of_other_plan(
+            name,
+            run.plan_name(),
+            plan,
+        )));
+    }
+    let status = run.status.clone().unwrap_or_default();
+    let frozen = match snapshot {
+        SnapshotFact::Found { frozen, .. } => frozen,
+        SnapshotFact::Absent => return Err(Refusal::not_possible(texts::reverted_run_never_started(name))),
+        SnapshotFact::Lost { config_map } => {
+            return Err(Refusal {
+                reason: reasons::SNAPSHOT_MISSING,
+                message: texts::reverted_snapshot(name, &texts::snapshot_missing(config_map)),
+            })
+        }
+        SnapshotFact::Tampered { config_map } => {
+            let recorded = status.started_at.map(crate::time::rfc3339).unwrap_or_default();
+            return Err(Refusal {
+                reason: reasons::SNAPSHOT_TAMPERED,
+                message: texts::reverted_snapshot(name, &texts::snapshot_tampered(config_map, &recorded)),
+            });
+        }
+    };
+    let reverted = Reverted {
+        name,
+        frozen,
+        status: &status,
+    };
+    revert_frozen(&reverted, of.resources, respect_policy, lookup)
+        .map_err(|problems| Refusal::not_possible(texts::reverted_plan_invalid(name, &summarize(&problems))))
 }
 
 /// What an evaluation knows of the PromiseRevisions a run moves to: whether the frozen plan's

@@ -48,14 +48,22 @@ pub fn evaluate_resource(
     if applied == to && reverted {
         return Outcome::Succeeded;
     }
+    // A revert's resource may still land at the version the revert moves it back from (the
+    // reverted run's target, its `spec.version` in the revert's snapshot) when the revert overtook
+    // Kratix mid-upgrade: Kratix then runs the revert's target, so that is neither drift nor done.
+    let reverting_from = resource.target.as_ref().map(|_| resource.spec_version.as_str());
+    let landed_on_reverted = reverting_from == Some(applied);
     // Upgraded by this run and since applied at another version by someone else: this run's
     // upgrade succeeded (spec §5.5).
-    if b.annotation(UPGRADED_BY_ANNOTATION) == Some(run_name) && applied != resource.last_applied_version {
+    if b.annotation(UPGRADED_BY_ANNOTATION) == Some(run_name)
+        && applied != resource.last_applied_version
+        && !landed_on_reverted
+    {
         return Outcome::Succeeded;
     }
     let spec_version = b.spec_version();
     let spec_drifted = spec_version != resource.spec_version && spec_version != to;
-    let applied_drifted = applied != resource.last_applied_version && applied != to;
+    let applied_drifted = applied != resource.last_applied_version && applied != to && !landed_on_reverted;
     if spec_drifted || applied_drifted {
         return Outcome::Skipped(SkipReason::ChangedByOthers {
             spec_version: spec_version.to_string(),

@@ -560,6 +560,25 @@ pub fn overlap_warnings(plan: &CompiledPlan, snapshot: &Snapshot) -> Vec<Problem
     warnings
 }
 
+/// The run's snapshot as the controller found it.
+#[derive(Debug, Clone)]
+pub enum SnapshotFact {
+    /// No snapshot of this run exists (or what exists is not a complete one: it is written again).
+    /// Before the status says InProgress the controller must still look: the status it sees may be
+    /// older than the snapshot an earlier pass wrote.
+    Absent,
+    /// Read back from the run's ConfigMaps, with their names in shard order.
+    Found {
+        frozen: Arc<Frozen>,
+        refs: Vec<crate::api::ResourceListRef>,
+    },
+    /// The status names a ConfigMap that is missing or unreadable (the controller logs how).
+    Lost { config_map: String },
+    /// A ConfigMap differs from the digest the status recorded for it, or is gone (spec §4.3):
+    /// someone changed what steers the run.
+    Tampered { config_map: String },
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

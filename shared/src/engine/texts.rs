@@ -36,6 +36,8 @@ pub mod events {
     pub const GATE_OPENED: &str = "GateOpened";
     pub const GROUP_AWAITING_APPROVAL: &str = "GroupAwaitingApproval";
     pub const GROUP_APPROVED: &str = "GroupApproved";
+    /// A run failed in a group with `onFailure: Revert` and created its revert (spec §13.7).
+    pub const REVERT_CREATED: &str = "RevertCreated";
 }
 
 pub fn plan_found(plan: &str) -> String {
@@ -147,6 +149,20 @@ pub fn reverted_run_not_found(run: &str) -> String {
 /// A revert whose run belongs to another plan than the revert's own.
 pub fn reverted_run_of_other_plan(run: &str, its_plan: &str, plan: &str) -> String {
     format!("UpgradeRun \"{run}\" to revert is a run of UpgradePlan \"{its_plan}\", not of \"{plan}\"")
+}
+/// A revert of a run that never took a snapshot (it changed nothing).
+pub fn reverted_run_never_started(run: &str) -> String {
+    format!("UpgradeRun \"{run}\" to revert never took a snapshot: it upgraded nothing")
+}
+/// A revert whose run's frozen plan no longer compiles (a snapshot written by an older version).
+pub fn reverted_plan_invalid(run: &str, problems: &str) -> String {
+    format!("cannot revert UpgradeRun \"{run}\": the plan its snapshot froze is invalid: {problems}")
+}
+/// The Normal event of a run that failed in a group with `onFailure: Revert`.
+pub fn revert_created(revert: &str, group: &str) -> String {
+    format!(
+        "rollout group \"{group}\" failed with onFailure: Revert: created UpgradeRun \"{revert}\" to move back the resources this run upgraded or failed in it and the groups before it"
+    )
 }
 /// The reverted run's snapshot, lost or changed: `why` is [`snapshot_missing`] or
 /// [`snapshot_tampered`] of its ConfigMap.

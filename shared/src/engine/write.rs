@@ -102,13 +102,23 @@ impl BindingPatch {
     }
 
     /// Upgrades `action`'s binding to `to` (a revert: to the resource's own target), started by
-    /// `run` at `now`.
+    /// `run` at `now`. A revert whose target is the version Kratix applied (the upgrade failed, or
+    /// had not run yet) also asks Kratix to reconcile: Kratix compares the desired version with
+    /// the Resource Request's, which still says that version, so the version alone would leave
+    /// the failed attempt where it is instead of running the old version's workflows again.
     pub fn start(action: &BindingAction, to: &str, run: &str, now: DateTime<Utc>) -> Self {
+        let to = action.resource.target(to);
         let attempt = Attempt::Start {
             from: action.from.clone(),
-            to: action.resource.target(to).to_string(),
+            to: to.to_string(),
         };
-        Self::new(action, attempt, run, now)
+        let mut patch = Self::new(action, attempt, run, now);
+        if action.resource.target.is_some() && action.from == to {
+            patch
+                .labels
+                .insert(MANUAL_RECONCILIATION_LABEL.to_string(), "true".to_string());
+        }
+        patch
     }
 
     /// Asks Kratix to retry `action`'s binding, for `run` at `now`.
@@ -408,6 +418,20 @@ mod tests {
         "2026-06-01T10:00:00Z".parse().unwrap()
     }
 
+    /// `action` upgrading from the applied version `applied`.
+    fn from(applied: &str, mut action: BindingAction) -> BindingAction {
+        action.from = applied.into();
+        action
+    }
+
+    /// `action` as a revert's, to `target`.
+    fn reverting(mut action: BindingAction, target: &str) -> BindingAction {
+        let mut resource = (*action.resource).clone();
+        resource.target = Some(target.into());
+        action.resource = Arc::new(resource);
+        action
+    }
+
     fn binding(rv: &str) -> ResourceBinding {
         let mut b = ResourceBinding::new(
             "db-binding",
@@ -449,6 +473,25 @@ mod tests {
                 "a binding read without a resourceVersion is patched without a precondition",
                 BindingPatch::start(&action(None), "v2", "run-1", now()),
                 json!({"metadata": {"annotations": audit}, "spec": {"version": "v2"}}),
+            ),
+            (
+                "a revert sets each resource's own target, not the plan's",
+                BindingPatch::start(
+                    &reverting(from("v2", action(Some("7"))), "v1"),
+                    "v0, v1",
+                    "run-1",
+                    now(),
+                ),
+                json!({"metadata": {"annotations": audit, "resourceVersion": "7"}, "spec": {"version": "v1"}}),
+            ),
+            (
+                "a revert to the version Kratix applied (its upgrade failed) also asks Kratix to reconcile",
+                BindingPatch::start(&reverting(action(Some("7")), "v1"), "v1", "run-1", now()),
+                json!({"metadata": {
+                    "labels": {MANUAL_RECONCILIATION_LABEL: "true"},
+                    "annotations": audit,
+                    "resourceVersion": "7",
+                }, "spec": {"version": "v1"}}),
             ),
         ] {
             assert_eq!(patch.merge_patch(), want, "{what}");

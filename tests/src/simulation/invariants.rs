@@ -58,6 +58,10 @@ pub enum Invariant {
     /// The plugin's run view (`kubectl upgradeplan status`), read from the world the controller's
     /// step read, shows the counts the step recorded.
     PluginShowsRecorded,
+    /// A revert is created by the controller only for a run failing in a group with `onFailure:
+    /// Revert`, named `<run>-revert`, for all its resources, at most once per run; and every run
+    /// that ends so has one (spec §13.7).
+    RevertCreatedOnce,
 }
 
 impl std::fmt::Display for Invariant {
@@ -77,6 +81,7 @@ impl std::fmt::Display for Invariant {
             Invariant::PlanEditChangesNothing => "a plan edit mid-run changes nothing of the run",
             Invariant::StaleCopyWritesNothing => "a step from a stale copy of its run writes nothing of it",
             Invariant::PluginShowsRecorded => "the plugin's run view equals what the controller recorded",
+            Invariant::RevertCreatedOnce => "a run failing with onFailure: Revert creates its revert, once",
         };
         write!(f, "{text}")
     }
@@ -254,6 +259,25 @@ fn go_seconds(d: &str) -> Option<i64> {
     d.strip_suffix('s')?.parse().ok()
 }
 
+/// Whether run `run`, whose status is `status`, fails in a group with `onFailure: Revert`, read
+/// from its frozen plan: the group it fails in is its first not completed.
+fn fails_reverting(world: &World, run: &str, status: &UpgradeRunStatus) -> bool {
+    let Some(frozen) = world.frozen_of(run) else {
+        return false;
+    };
+    let failing = status
+        .rollout_groups
+        .iter()
+        .find(|g| g.phase != Some(upgradeplan::api::GroupPhase::Completed));
+    failing.is_some_and(|g| {
+        frozen
+            .plan
+            .rollout_groups
+            .iter()
+            .any(|p| p.name == g.name && p.on_failure == Some(upgradeplan::api::OnFailure::Revert))
+    })
+}
+
 /// What the checker remembers across a history (the simulated API server's own memory would do).
 #[derive(Default, Debug)]
 pub struct Checker {
@@ -264,6 +288,8 @@ pub struct Checker {
     /// Resources (namespace, name, version) whose records, at some moment, verified their
     /// upgrade to that version.
     verified: std::collections::BTreeSet<(String, String, String)>,
+    /// The runs whose revert the controller created.
+    reverted: std::collections::BTreeSet<String>,
 }
 
 /// Whether `b`'s upgrade to `to` is verified by `records`, read literally from spec §13.2: its
@@ -344,6 +370,39 @@ impl Checker {
                 Invariant::NoStartWhileHeld,
                 format!("run {} is {why} and patched {}", run.name_any(), what.join(", ")),
             );
+        }
+        Ok(())
+    }
+
+    /// The controller created `revert` from run `run`'s step, which writes `status`.
+    pub fn revert_created(
+        &mut self,
+        world: &World,
+        run: &str,
+        status: &UpgradeRunStatus,
+        revert: &UpgradeRun,
+    ) -> Result<(), Violation> {
+        let wrong = |why: String| {
+            violation(
+                Invariant::RevertCreatedOnce,
+                format!("run {run} created {}: {why}", revert.name_any()),
+            )
+        };
+        let of = revert.spec.revert_of.as_ref();
+        if of.map(|o| (o.name.as_str(), o.resources)) != Some((run, upgradeplan::api::RevertResources::All)) {
+            return wrong(format!("its revertOf is {of:?}"));
+        }
+        if revert.name_any() != format!("{run}-revert") {
+            return wrong("not named <run>-revert".into());
+        }
+        if status.state != upgradeplan::api::RunState::Failed {
+            return wrong(format!("the run's step ends it {:?}, not Failed", status.state));
+        }
+        if !fails_reverting(world, run, status) {
+            return wrong("the group it fails in has no onFailure: Revert".into());
+        }
+        if !self.reverted.insert(run.to_string()) {
+            return wrong("a second time".into());
         }
         Ok(())
     }

@@ -16,6 +16,7 @@ use upgradeplan::engine::gate::{GateReading, Reading};
 use upgradeplan::engine::lifecycle::{
     self, events, Announced, Cluster, Facts, SnapshotConfigMap, SnapshotFact, Step, Write,
 };
+use upgradeplan::engine::revert::RevertedFact;
 use upgradeplan::engine::run::texts;
 use upgradeplan::engine::snapshot::{digest, read_frozen, Frozen};
 use upgradeplan::engine::stage::ApprovalFact;
@@ -132,6 +133,8 @@ pub struct Metrics {
 #[derive(Clone, Debug, Default)]
 pub struct Tally {
     pub starts: u64,
+    /// Reverts the controller created (`onFailure: Revert`).
+    pub reverts_created: u64,
     pub retries: u64,
     /// Binding patches refused by their precondition (a stale cache's steps).
     pub conflicts: u64,
@@ -439,6 +442,26 @@ impl World {
                 config_map: recorded.name.clone(),
             },
         }
+    }
+
+    /// What a controller finds of the run `run` reverts (spec §13.7), as it gathers it: only for
+    /// a revert going on without its own snapshot; `Some(None)`: no run of that name.
+    fn reverted_of(&self, run: &UpgradeRun, own: &SnapshotFact) -> Option<Option<(UpgradeRun, SnapshotFact)>> {
+        let of = run.spec.revert_of.as_ref()?;
+        let ended = run.status.as_ref().is_some_and(|s| s.state.is_terminal());
+        if ended || !matches!(own, SnapshotFact::Absent) {
+            return None;
+        }
+        Some(self.runs.iter().find(|r| r.name_any() == of.name).map(|r| {
+            // Read from the ConfigMaps its status names, as the controller reads them.
+            let recorded = r.status.as_ref().is_some_and(|s| !s.resource_list_refs.is_empty());
+            let fact = if recorded {
+                self.snapshot_of(r)
+            } else {
+                SnapshotFact::Absent
+            };
+            (r.clone(), fact)
+        }))
     }
 
     /// The snapshot ConfigMaps of `run` as a controller reads them back.
@@ -936,13 +959,24 @@ impl World {
         };
         let gates = self.gate_readings();
         let approvals = self.approvals_of(&name);
+        let snapshot = self.snapshot_of(&run);
+        let reverted_run = self.reverted_of(&run, &snapshot);
+        let reverted = match &reverted_run {
+            None => RevertedFact::NotGathered,
+            Some(None) => RevertedFact::NotFound,
+            Some(Some((run, snapshot))) => RevertedFact::Found {
+                run,
+                snapshot: snapshot.clone(),
+            },
+        };
         let facts = Facts {
             plan: (!self.plan_deleted).then_some(&self.plan),
             others: &others,
-            snapshot: self.snapshot_of(&run),
+            snapshot,
             gates: &gates,
             approvals: &approvals,
             missing_kinds: &[],
+            reverted,
             selector: None,
             now: self.now,
         };
@@ -1077,6 +1111,21 @@ impl World {
                         upgradeplan::engine::write::Attempt::Retry => self.tally.retries += 1,
                     }
                 }
+            }
+            Write::CreateRevert(revert) => {
+                let revert_name = revert.0.name_any();
+                // The name is fixed: an existing run of that name answers AlreadyExists (409).
+                if self.runs.iter().any(|r| r.name_any() == revert_name) {
+                    return Ok(true);
+                }
+                checker.revert_created(self, name, &step.status, &revert.0)?;
+                self.tally.reverts_created += 1;
+                let mut created = revert.0.clone();
+                created.metadata.uid = Some(format!("{revert_name}-uid"));
+                created.metadata.generation = Some(1);
+                created.metadata.creation_timestamp = Some(Time(to_jiff(self.now)));
+                created.metadata.resource_version = self.version();
+                self.runs.push(created);
             }
             Write::Status(status) => {
                 let Some(i) = self.runs.iter().position(|r| r.name_any() == name) else {

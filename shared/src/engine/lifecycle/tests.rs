@@ -238,6 +238,7 @@ fn facts<'a>(
         snapshot: world.snapshot_of(run),
         gates: &world.gates,
         approvals: &world.approvals,
+        reverted: Default::default(),
         now,
     }
 }
@@ -1958,6 +1959,7 @@ fn write_names(step: &Step, current: Option<&UpgradeRunStatus>) -> Vec<&'static 
             Write::Supersede(_) => "supersede",
             Write::Snapshot(..) => "snapshot",
             Write::Bindings(..) => "bindings",
+            Write::CreateRevert(_) => "revert",
             Write::FlushCounts => "flush",
             Write::Announce(_) => "event",
             Write::Gauges(_) => "gauges",
@@ -2003,4 +2005,512 @@ fn a_steps_writes_come_in_the_order_they_must_be_applied() {
     old.status = Some(s.status.clone());
     let s = pass(&old, None, &[], &world, t(9));
     assert_eq!(write_names(&s, old.status.as_ref()), ["count", "release"]);
+}
+
+// Revert (spec §13.7).
+
+/// Groups dev (r0, r1) then prod (r2, r3), v1 → v2; `on_failure` on dev.
+fn two_group_plan(on_failure: Option<crate::api::OnFailure>) -> UpgradePlan {
+    use crate::engine::snapshot::tests::group;
+    let mut dev = group("dev", &[("env", "dev")]);
+    dev.on_failure = on_failure;
+    let prod = group("prod", &[("env", "prod")]);
+    the_plan(plan_spec(&["v1"], "v2", vec![dev, prod]))
+}
+
+fn two_group_world() -> World {
+    let mut world = World::with(0);
+    world.bindings = (0..4)
+        .map(|i| {
+            let env = if i < 2 { "dev" } else { "prod" };
+            Arc::new(binding("ns", &format!("r{i}"), &[("env", env)], "v1", "v1"))
+        })
+        .collect();
+    world
+}
+
+/// Kratix applies binding `i` at its `spec.version` and says so (`UpgradeSucceeded=True`).
+fn kratix_succeeds(world: &mut World, i: usize, at: DateTime<Utc>) {
+    let b = Arc::make_mut(&mut world.bindings[i]);
+    let version = b.spec.version.clone();
+    let st = b.status.get_or_insert_with(Default::default);
+    st.last_applied_version = version;
+    st.failed_version = None;
+    st.conditions = vec![crate::api::kratix::BindingCondition {
+        type_: crate::api::kratix::UPGRADE_SUCCEEDED.into(),
+        status: "True".into(),
+        reason: crate::api::kratix::UPGRADE_COMPLETE.into(),
+        message: "done".into(),
+        last_transition_time: Some(at),
+    }];
+    b.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .remove(crate::api::kratix::MANUAL_RECONCILIATION_LABEL);
+}
+
+fn a_revert(
+    name: &str,
+    of: &str,
+    resources: RevertResources,
+    respect_policy: bool,
+    created: DateTime<Utc>,
+) -> UpgradeRun {
+    let mut r = a_run(name, created, false);
+    r.spec.revert_of = Some(RevertOf {
+        name: of.into(),
+        resources,
+    });
+    r.spec.respect_policy = respect_policy;
+    r
+}
+
+/// A pass of `run`, a revert before its snapshot, that finds `reverted` (and its snapshot as the
+/// world holds it).
+fn revert_pass(
+    run: &UpgradeRun,
+    reverted: Option<&UpgradeRun>,
+    plan: &UpgradePlan,
+    others: &[RunFacts],
+    world: &World,
+    now: DateTime<Utc>,
+) -> Step {
+    let mut f = facts(Some(plan), others, world, run, now);
+    if matches!(f.snapshot, SnapshotFact::Absent) {
+        f.reverted = match reverted {
+            None => RevertedFact::NotFound,
+            Some(r) => RevertedFact::Found {
+                run: r,
+                snapshot: world.snapshot_of(r),
+            },
+        };
+    }
+    step(run, &f, world)
+}
+
+/// Runs `run` under `plan` to its end, Kratix applying each start; returns its last step.
+fn run_to_end(run: &mut UpgradeRun, plan: &UpgradePlan, world: &mut World, from: i64) -> Step {
+    for minute in from..from + 20 {
+        let s = pass(run, Some(plan), &[], world, t(minute));
+        apply(run, &s, world);
+        if s.status.state.is_terminal() {
+            return s;
+        }
+        for i in 0..world.bindings.len() {
+            // `latest` resolves to the latest revision, v1 here: applied already.
+            let spec = &world.bindings[i].spec.version;
+            if spec != "latest" && *spec != world.bindings[i].last_applied_version() {
+                kratix_succeeds(world, i, t(minute));
+            }
+        }
+    }
+    panic!("run did not end");
+}
+
+fn patched(step: &Step) -> Vec<(String, String, bool)> {
+    step.binding_patches
+        .iter()
+        .map(|p| {
+            (
+                p.resource.name.clone(),
+                p.version().unwrap_or("(retry)").to_string(),
+                p.labels.contains_key(crate::api::kratix::MANUAL_RECONCILIATION_LABEL),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_completed_run_is_reverted_group_by_group_in_reverse_order_each_to_the_version_it_had() {
+    let plan = two_group_plan(None);
+    let mut world = two_group_world();
+    // r3 was floating: pinned back to what it had applied.
+    Arc::make_mut(&mut world.bindings[3]).spec.version = "latest".into();
+    let mut up = a_run("up", t(0), false);
+    let end = run_to_end(&mut up, &plan, &mut world, 1);
+    assert_eq!(end.status.state, RunState::Completed);
+
+    let mut revert = a_revert("up-back", "up", RevertResources::Upgraded, false, t(30));
+    let s = revert_pass(&revert, Some(&up), &plan, &[RunFacts::of(&up)], &world, t(31));
+    let frozen = s.frozen.as_ref().expect("its snapshot");
+    let groups: Vec<(&str, usize)> = frozen
+        .snapshot
+        .groups
+        .iter()
+        .map(|g| (g.name.as_str(), g.resources.len()))
+        .collect();
+    assert_eq!(
+        groups,
+        [("prod", 2), ("dev", 2)],
+        "the reverted run's groups, last first"
+    );
+    assert_eq!(frozen.plan.upgrade_path.to, "v1");
+    assert_eq!(
+        condition(&s, reasons::TARGET_REVISION_READY),
+        (reasons::PROMISE_REVISION_READY, ConditionStatus::True)
+    );
+    assert_eq!(
+        patched(&s),
+        [("r2".into(), "v1".into(), false), ("r3".into(), "v1".into(), false)],
+        "prod first, each to the version it had applied (the floating one pinned)"
+    );
+    assert_eq!(s.status.total_resources, 4);
+    assert_eq!(
+        crate::engine::admission::TriggerKind::of(&revert).metric_label(),
+        "revert"
+    );
+    apply(&mut revert, &s, &mut world);
+
+    // Kratix moves prod back; then dev goes.
+    kratix_succeeds(&mut world, 2, t(32));
+    kratix_succeeds(&mut world, 3, t(32));
+    let s = revert_pass(&revert, Some(&up), &plan, &[RunFacts::of(&up)], &world, t(33));
+    assert_eq!(
+        patched(&s),
+        [("r0".into(), "v1".into(), false), ("r1".into(), "v1".into(), false)]
+    );
+    apply(&mut revert, &s, &mut world);
+    kratix_succeeds(&mut world, 0, t(34));
+    kratix_succeeds(&mut world, 1, t(34));
+    let s = revert_pass(&revert, Some(&up), &plan, &[RunFacts::of(&up)], &world, t(35));
+    assert_eq!(s.status.state, RunState::Completed);
+    let done = find_condition(&s.status.conditions, reasons::RUN_SUCCEEDED).unwrap();
+    assert_eq!(done.message, "4/4 resources upgraded to v1");
+    assert!(world.bindings.iter().all(|b| b.last_applied_version() == "v1"));
+    assert!(
+        world
+            .bindings
+            .iter()
+            .all(|b| b.annotation(UPGRADED_BY_ANNOTATION) == Some("up-back")),
+        "the durable record names the revert"
+    );
+}
+
+#[test]
+fn a_revert_of_a_failed_upgrade_asks_kratix_to_run_the_old_version_again() {
+    let plan = two_group_plan(None);
+    let mut world = two_group_world();
+    let mut up = a_run("up", t(0), false);
+    let s = pass(&up, Some(&plan), &[], &world, t(1));
+    apply(&mut up, &s, &mut world);
+    world.kratix_fails(0, t(2));
+    kratix_succeeds(&mut world, 1, t(2));
+    let s = pass(&up, Some(&plan), &[], &world, t(3));
+    apply(&mut up, &s, &mut world);
+    assert_eq!(s.status.state, RunState::Failed);
+
+    let revert = a_revert("up-back", "up", RevertResources::Failed, false, t(10));
+    let s = revert_pass(&revert, Some(&up), &plan, &[RunFacts::of(&up)], &world, t(11));
+    assert_eq!(
+        patched(&s),
+        [("r0".into(), "v1".into(), true)],
+        "only the failed one, back to v1, with Kratix's manual-reconciliation label"
+    );
+    let all = a_revert("up-all", "up", RevertResources::All, false, t(10));
+    let s = revert_pass(&all, Some(&up), &plan, &[RunFacts::of(&up)], &world, t(11));
+    assert_eq!(
+        patched(&s),
+        [("r0".into(), "v1".into(), true), ("r1".into(), "v1".into(), false)]
+    );
+}
+
+#[test]
+fn a_revert_is_held_by_windows_and_freezes_only_when_it_respects_policy() {
+    use crate::api::{UpgradeWindow, WindowKind};
+    let mut plan = two_group_plan(None);
+    let mut world = two_group_world();
+    let mut up = a_run("up", t(0), false);
+    run_to_end(&mut up, &plan, &mut world, 1);
+    // Since: prod may only start on Saturday nights, and a freeze holds every plan now.
+    let saturday = UpgradeWindow {
+        kind: WindowKind::Allow,
+        schedule: "0 22 * * 6".into(),
+        duration: "2h".into(),
+        time_zone: None,
+    };
+    let frozen_now = a_freeze("incident", "2026-06-01T00:00", "2026-06-02T00:00", None, "UTC");
+    world.freezes = vec![frozen_now];
+    // The window is in the reverted run's frozen plan only if it was when that run began: edit
+    // the snapshot's plan as the run would have frozen it.
+    plan.spec.rollout_groups[1].resource_upgrade_windows = Some(vec![saturday]);
+    let mut windowed_up = a_run("up2", t(40), false);
+    let mut world2 = two_group_world();
+    run_to_end(&mut windowed_up, &two_group_plan(None), &mut world2, 41);
+    world2.frozen_plans.insert("up2".into(), plan.spec.clone());
+    let shards = world2.written["up2"].clone();
+    let frozen = crate::engine::snapshot::read_frozen(shards.iter().map(|(n, d)| (n.as_str(), d))).unwrap();
+    let rewritten = Frozen::new(frozen.snapshot, plan.spec.clone()).unwrap();
+    world2
+        .written
+        .insert("up2".into(), snapshot_config_maps("up2", &rewritten));
+    world2.freezes = world.freezes.clone();
+
+    let emergency = a_revert("up2-back", "up2", RevertResources::Upgraded, false, t(60));
+    let s = revert_pass(&emergency, Some(&windowed_up), &plan, &[], &world2, t(61));
+    assert_eq!(
+        patched(&s).len(),
+        2,
+        "neither the freeze nor the window holds an emergency revert"
+    );
+    assert!(find_condition(&s.status.conditions, reasons::FROZEN).is_none());
+    assert!(s.frozen.as_ref().unwrap().plan.rollout_groups[0]
+        .resource_upgrade_windows
+        .is_none());
+
+    let careful = a_revert("up2-careful", "up2", RevertResources::Upgraded, true, t(60));
+    let s = revert_pass(&careful, Some(&windowed_up), &plan, &[], &world2, t(61));
+    assert!(patched(&s).is_empty(), "held: {:?}", patched(&s));
+    assert_eq!(
+        condition(&s, reasons::FROZEN),
+        (reasons::FREEZE_ACTIVE, ConditionStatus::True)
+    );
+    let blocked = &s.evaluation.as_ref().unwrap().held_by;
+    assert!(
+        blocked.contains(&Blocked::Frozen) && blocked.contains(&Blocked::WindowClosed),
+        "{blocked:?}"
+    );
+}
+
+#[test]
+fn a_revert_that_cannot_be_taken_fails_at_once_saying_why_table() {
+    let plan = two_group_plan(None);
+    let mut world = two_group_world();
+    let mut up = a_run("up", t(0), false);
+    run_to_end(&mut up, &plan, &mut world, 1);
+    let mut other_plans = up.clone();
+    other_plans.spec.upgrade_plan_ref.name = "q".into();
+    let never_started = a_run("idle", t(0), false);
+    let mut lost = world.clone();
+    lost.written.remove("up");
+    let mut tampered = world.clone();
+    let mut shards = tampered.written["up"].clone();
+    shards[0].1.insert("resources".into(), r#"{"groups":[]}"#.into());
+    tampered.written.insert("up".into(), shards);
+    let tampered_fact = |run: &UpgradeRun| {
+        let refs = run.status.as_ref().unwrap().resource_list_refs.clone();
+        SnapshotFact::Tampered {
+            config_map: refs[0].name.clone(),
+        }
+    };
+    let cases: Vec<(&str, RevertedFact<'_>, &str, &str)> = vec![
+        (
+            "gone",
+            RevertedFact::NotFound,
+            reasons::REVERT_NOT_POSSIBLE,
+            "UpgradeRun \"up\" to revert does not exist",
+        ),
+        (
+            "of another plan",
+            RevertedFact::Found {
+                run: &other_plans,
+                snapshot: world.snapshot_of(&up),
+            },
+            reasons::REVERT_NOT_POSSIBLE,
+            "UpgradeRun \"up\" to revert is a run of UpgradePlan \"q\", not of \"p\"",
+        ),
+        (
+            "never started",
+            RevertedFact::Found {
+                run: &never_started,
+                snapshot: SnapshotFact::Absent,
+            },
+            reasons::REVERT_NOT_POSSIBLE,
+            "UpgradeRun \"up\" to revert never took a snapshot: it upgraded nothing",
+        ),
+        (
+            "its snapshot lost",
+            RevertedFact::Found {
+                run: &up,
+                snapshot: lost.snapshot_of(&up),
+            },
+            reasons::SNAPSHOT_MISSING,
+            "cannot revert UpgradeRun \"up\": snapshot ConfigMap up-resource-snapshot is missing or unreadable",
+        ),
+        (
+            "its snapshot changed",
+            RevertedFact::Found {
+                run: &up,
+                snapshot: tampered_fact(&up),
+            },
+            reasons::SNAPSHOT_TAMPERED,
+            "cannot revert UpgradeRun \"up\": snapshot ConfigMap up-resource-snapshot does not match the digest recorded at 2026-06-01T10:01:00Z",
+        ),
+    ];
+    for (name, reverted, reason, message) in cases {
+        let revert = a_revert("up-back", "up", RevertResources::All, false, t(30));
+        let mut f = facts(Some(&plan), &[], &world, &revert, t(31));
+        f.reverted = reverted.clone();
+        let s = step(&revert, &f, &world);
+        assert_eq!(s.status.state, RunState::Failed, "{name}");
+        let c = find_condition(&s.status.conditions, reasons::RUN_SUCCEEDED).unwrap();
+        assert_eq!((c.reason.as_str(), c.message.as_str()), (reason, message), "{name}");
+        assert!(s.binding_patches.is_empty() && s.write_snapshot.is_empty(), "{name}");
+        assert!(reasons_announced(&s).contains(&events::UPGRADE_RUN_FAILED), "{name}");
+        // A preview that cannot be taken says why and waits: a dormant run cannot fail.
+        let mut preview = a_revert("up-preview", "up", RevertResources::All, false, t(30));
+        preview.spec.suspend = true;
+        let mut f = facts(Some(&plan), &[], &world, &preview, t(31));
+        f.reverted = reverted;
+        let s = step(&preview, &f, &world);
+        assert_eq!(s.status.state, RunState::Pending, "{name}: a preview");
+        assert_eq!(
+            condition(&s, reasons::RUN_SUCCEEDED),
+            (reason, ConditionStatus::False),
+            "{name}"
+        );
+        assert!(s.finished.is_none(), "{name}: a preview counts nothing");
+    }
+}
+
+#[test]
+fn a_revert_skips_the_resources_whose_target_revision_is_gone_and_moves_the_rest() {
+    let plan = two_group_plan(None);
+    let mut world = two_group_world();
+    // r0 came from v0.9: its revision is gone since.
+    Arc::make_mut(&mut world.bindings[0])
+        .status
+        .get_or_insert_with(Default::default)
+        .last_applied_version = "v0.9".into();
+    let mut spec = plan.spec.clone();
+    spec.upgrade_path.from = vec!["v1".into(), "v0.9".into()];
+    let plan = UpgradePlan { spec, ..plan };
+    let mut up = a_run("up", t(0), false);
+    run_to_end(&mut up, &plan, &mut world, 1);
+    world.revisions.retain(|v| v != "v0.9");
+
+    let mut revert = a_revert("up-back", "up", RevertResources::All, false, t(30));
+    let s = revert_pass(&revert, Some(&up), &plan, &[], &world, t(31));
+    let c = find_condition(&s.status.conditions, reasons::TARGET_REVISION_READY).unwrap();
+    assert_eq!(
+        (c.status, c.message.as_str()),
+        (
+            ConditionStatus::False,
+            "PromiseRevision for promise \"redis\" version(s) v0.9 not found: their resources are skipped"
+        ),
+        "a revert never waits for a revision"
+    );
+    apply(&mut revert, &s, &mut world);
+    for i in 2..4 {
+        kratix_succeeds(&mut world, i, t(32));
+    }
+    let s = revert_pass(&revert, Some(&up), &plan, &[], &world, t(33));
+    assert_eq!(
+        patched(&s),
+        [("r1".into(), "v1".into(), false)],
+        "r0 skipped, r1 goes back"
+    );
+    let skipped: Vec<_> = s
+        .announce
+        .iter()
+        .filter(|a| a.reason == events::RESOURCE_SKIPPED)
+        .map(|a| a.note.as_str())
+        .collect();
+    assert_eq!(skipped, ["Resource ns/r0 skipped: revision v0.9 no longer exists"]);
+}
+
+#[test]
+fn a_run_failing_in_a_group_with_on_failure_revert_creates_its_revert_once() {
+    let plan = two_group_plan(Some(crate::api::OnFailure::Revert));
+    let mut world = two_group_world();
+    let mut up = a_run("up", t(0), false);
+    let s = pass(&up, Some(&plan), &[], &world, t(1));
+    assert!(s.create_revert.is_none());
+    apply(&mut up, &s, &mut world);
+    world.kratix_fails(0, t(2));
+    let failing = pass(&up, Some(&plan), &[], &world, t(3));
+    assert_eq!(failing.status.state, RunState::Failed);
+    let created = &failing.create_revert.as_ref().expect("its revert").0;
+    assert_eq!(created.metadata.name.as_deref(), Some("up-revert"));
+    assert_eq!(
+        created.spec.revert_of,
+        Some(RevertOf {
+            name: "up".into(),
+            resources: RevertResources::All
+        })
+    );
+    assert!(!created.spec.suspend && !created.spec.respect_policy);
+    assert_eq!(created.plan_name(), "p");
+    assert_eq!(
+        failing.own.annotations.get(REVERTED_BY_ANNOTATION).map(String::as_str),
+        Some("up-revert"),
+        "recorded by the run's own conditional patch"
+    );
+    let names = write_names(&failing, up.status.as_ref());
+    let (revert_at, status_at) = (
+        names.iter().position(|w| *w == "revert").unwrap(),
+        names.iter().position(|w| *w == "status").unwrap(),
+    );
+    assert!(
+        revert_at < status_at,
+        "created before the status that ends the run: {names:?}"
+    );
+    let announced: Vec<_> = failing
+        .announce
+        .iter()
+        .filter(|a| a.reason == events::REVERT_CREATED)
+        .collect();
+    assert_eq!(announced.len(), 1);
+    assert!(announced[0]
+        .note
+        .contains("rollout group \"dev\" failed with onFailure: Revert"));
+
+    // A crash after its own patch and the create, before the status: the next pass asks again
+    // (the API server answers AlreadyExists), with nothing more to record on the run.
+    failing.own.apply(&mut up).unwrap();
+    let replay = pass(&up, Some(&plan), &[], &world, t(4));
+    assert_eq!(
+        replay.create_revert.as_ref().map(|c| c.0.metadata.name.clone()),
+        Some(Some("up-revert".into()))
+    );
+    assert!(replay.own.annotations.is_empty());
+    // Ended, it never does anything again.
+    apply(&mut up, &replay, &mut world);
+    assert!(pass(&up, Some(&plan), &[], &world, t(5)).create_revert.is_none());
+
+    // Without onFailure, or failing in a group without it, or as a revert itself: none.
+    for (what, plan, run) in [
+        ("onFailure omitted", two_group_plan(None), a_run("up", t(0), false)),
+        (
+            "a revert never reverts itself",
+            two_group_plan(Some(crate::api::OnFailure::Revert)),
+            a_revert("x-back", "x", RevertResources::All, false, t(0)),
+        ),
+    ] {
+        let mut world = two_group_world();
+        let mut run = run;
+        if run.spec.revert_of.is_some() {
+            // x upgraded dev, then the revert starts moving it back and Kratix fails it.
+            let mut x = a_run("x", t(0), false);
+            let s = pass(&x, Some(&plan), &[], &world, t(1));
+            apply(&mut x, &s, &mut world);
+            kratix_succeeds(&mut world, 0, t(1));
+            kratix_succeeds(&mut world, 1, t(1));
+            let s = pass(&x, Some(&plan), &[], &world, t(2));
+            apply(&mut x, &s, &mut world);
+            let s = revert_pass(&run, Some(&x), &plan, &[], &world, t(3));
+            apply(&mut run, &s, &mut world);
+            let s = revert_pass(&run, Some(&x), &plan, &[], &world, t(4));
+            apply(&mut run, &s, &mut world);
+            let b = Arc::make_mut(&mut world.bindings[0]);
+            let st = b.status.get_or_insert_with(Default::default);
+            st.failed_version = Some("v1".into());
+            st.conditions = vec![crate::api::kratix::BindingCondition {
+                type_: crate::api::kratix::UPGRADE_SUCCEEDED.into(),
+                status: "False".into(),
+                reason: crate::api::kratix::UPGRADE_FAILED.into(),
+                message: "boom".into(),
+                last_transition_time: Some(t(5)),
+            }];
+            let s = revert_pass(&run, Some(&x), &plan, &[], &world, t(6));
+            assert_eq!(s.status.state, RunState::Failed, "{what}");
+            assert!(s.create_revert.is_none(), "{what}");
+            continue;
+        }
+        let s = pass(&run, Some(&plan), &[], &world, t(1));
+        apply(&mut run, &s, &mut world);
+        world.kratix_fails(0, t(2));
+        let s = pass(&run, Some(&plan), &[], &world, t(3));
+        assert_eq!(s.status.state, RunState::Failed, "{what}");
+        assert!(s.create_revert.is_none() && s.own.annotations.is_empty(), "{what}");
+    }
 }

@@ -26,6 +26,10 @@ fn resource(name: &str, applied: &str, spec: &str) -> Arc<SnapshotResource> {
     Arc::new(SnapshotResource::from_binding(&binding("ns", name, &[], applied, spec)))
 }
 
+fn upgrading(b: ResourceBinding) -> ResourceBinding {
+    with_condition(b, "Unknown", UPGRADE_IN_PROGRESS, AT, None)
+}
+
 fn windowed(mut g: RolloutGroup) -> RolloutGroup {
     g.resource_upgrade_windows = Some(vec![UpgradeWindow {
         kind: WindowKind::Allow,
@@ -54,6 +58,7 @@ fn fixture() -> (Frozen, UpgradeRunStatus, HashMap<String, ResourceBinding>) {
                     resource("c", "v1", "v1"),
                     resource("f", "v1.1", "latest"),
                     resource("h", "v1", "v1"),
+                    resource("g", "v1", "v1"),
                 ],
             },
             SnapshotGroup {
@@ -104,6 +109,7 @@ fn fixture() -> (Frozen, UpgradeRunStatus, HashMap<String, ResourceBinding>) {
         ("e", binding("ns", "e", &[], "v1", "v1")),          // never started
         ("f", by(binding("ns", "f", &[], "v2", "v2"), RUN)), // was floating
         ("h", by(binding("ns", "h", &[], "v2", "v2"), RUN)), // counted Failed by its health check
+        ("g", by(upgrading(binding("ns", "g", &[], "v1", "v2")), RUN)), // Kratix still upgrading it
     ];
     let live = live.into_iter().map(|(n, b)| (format!("{n}-binding"), b)).collect();
     (frozen, status, live)
@@ -136,7 +142,7 @@ fn which_resources_a_revert_takes_table() {
     let cases = [
         (
             RevertResources::Upgraded,
-            vec![g("prod", &[]), g("dev", &["a→v1", "f→v1.1"])],
+            vec![g("prod", &[]), g("dev", &["a→v1", "f→v1.1", "g→v1"])],
         ),
         (
             RevertResources::Failed,
@@ -144,7 +150,7 @@ fn which_resources_a_revert_takes_table() {
         ),
         (
             RevertResources::All,
-            vec![g("prod", &[]), g("dev", &["a→v1", "b→v1", "f→v1.1", "h→v1"])],
+            vec![g("prod", &[]), g("dev", &["a→v1", "b→v1", "f→v1.1", "h→v1", "g→v1"])],
         ),
     ];
     for (resources, want) in cases {
@@ -160,34 +166,118 @@ fn which_resources_a_revert_takes_table() {
 }
 
 #[test]
-fn a_resource_still_upgrading_or_gone_is_not_the_reverts() {
-    let (frozen, status, _) = fixture();
+fn what_the_reverted_run_did_to_a_resource_table() {
+    let (frozen, mut status, _) = fixture();
+    // A deadline the run counted while Kratix still worked on it.
+    status.rollout_groups[0].failed_resources.push(ResourceFailure {
+        namespace: "ns".into(),
+        name: "a".into(),
+        at: utc(AT),
+        detail: "did not finish within 10m".into(),
+    });
     let reverted = Reverted {
         name: RUN,
         frozen: &frozen,
         status: &status,
     };
-    let r = resource("a", "v1", "v1");
-    let upgrading = with_condition(
-        binding("ns", "a", &[], "v1", "v2"),
-        "Unknown",
-        UPGRADE_IN_PROGRESS,
+    let fresh = resource("e", "v1", "v1");
+    let counted = resource("a", "v1", "v1");
+    let kratix_failed = with_condition(
+        binding("ns", "e", &[], "v1", "v2"),
+        "False",
+        UPGRADE_FAILED,
         AT,
-        None,
+        Some("v2"),
     );
-    let cases: Vec<(&str, Option<ResourceBinding>, Option<Done>)> = vec![
-        ("gone", None, None),
-        ("still upgrading", Some(by(upgrading, RUN)), None),
+    let failed_elsewhere = with_condition(
+        binding("ns", "e", &[], "v1", "v2"),
+        "False",
+        UPGRADE_FAILED,
+        AT,
+        Some("v3"),
+    );
+    let mut deleting = by(binding("ns", "e", &[], "v2", "v2"), RUN);
+    deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        crate::time::to_jiff(utc(AT)),
+    ));
+    type Case<'c> = (
+        &'c str,
+        &'c Arc<SnapshotResource>,
+        Option<ResourceBinding>,
+        Option<Done>,
+    );
+    let cases: Vec<Case<'_>> = vec![
+        ("gone", &fresh, None, None),
+        ("being deleted", &fresh, Some(deleting), None),
         (
             "upgraded",
-            Some(by(binding("ns", "a", &[], "v2", "v2"), RUN)),
+            &fresh,
+            Some(by(binding("ns", "e", &[], "v2", "v2"), RUN)),
             Some(Done::Upgraded),
         ),
-        ("upgraded by no run", Some(binding("ns", "a", &[], "v2", "v2")), None),
+        (
+            "upgraded by no run",
+            &fresh,
+            Some(binding("ns", "e", &[], "v2", "v2")),
+            None,
+        ),
+        (
+            "upgraded by another run",
+            &fresh,
+            Some(by(binding("ns", "e", &[], "v2", "v2"), "other")),
+            None,
+        ),
+        (
+            "moved on since",
+            &fresh,
+            Some(by(binding("ns", "e", &[], "v2", "v3"), RUN)),
+            None,
+        ),
+        (
+            "Kratix upgrading it",
+            &fresh,
+            Some(by(upgrading(binding("ns", "e", &[], "v1", "v2")), RUN)),
+            Some(Done::Upgrading),
+        ),
+        (
+            "started, Kratix not there yet",
+            &fresh,
+            Some(by(binding("ns", "e", &[], "v1", "v2"), RUN)),
+            Some(Done::Upgrading),
+        ),
+        (
+            "Kratix failed it",
+            &fresh,
+            Some(by(kratix_failed, RUN)),
+            Some(Done::Failed),
+        ),
+        (
+            "an older failure of another version",
+            &fresh,
+            Some(by(failed_elsewhere, RUN)),
+            Some(Done::Upgrading),
+        ),
+        (
+            "counted Failed, upgraded since",
+            &counted,
+            Some(by(binding("ns", "a", &[], "v2", "v2"), RUN)),
+            Some(Done::Failed),
+        ),
+        (
+            "counted Failed by a deadline, Kratix still at it: its verdict is to come",
+            &counted,
+            Some(by(upgrading(binding("ns", "a", &[], "v1", "v2")), RUN)),
+            Some(Done::Upgrading),
+        ),
     ];
-    for (name, live, want) in cases {
-        assert_eq!(done_to(&r, live.as_ref().map(|b| b as _), &reverted), want, "{name}");
+    for (name, r, live, want) in cases {
+        assert_eq!(done_to(r, live.as_ref().map(|b| b as _), &reverted), want, "{name}");
     }
+    let wanted =
+        |d: Done| [RevertResources::Upgraded, RevertResources::Failed, RevertResources::All].map(|r| d.wanted(r));
+    assert_eq!(wanted(Done::Upgraded), [true, false, true]);
+    assert_eq!(wanted(Done::Upgrading), [true, false, true]);
+    assert_eq!(wanted(Done::Failed), [false, true, true]);
 }
 
 #[test]
@@ -237,6 +327,11 @@ fn a_reverted_resource_is_judged_against_its_own_target_table() {
     let failed = SnapshotResource {
         target: Some("v1".into()),
         ..SnapshotResource::from_binding(&binding("ns", "b", &[], "v1", "v2"))
+    };
+    // One Kratix was still upgrading when the revert took its snapshot: applied v1, spec v2.
+    let upgrading_one = SnapshotResource {
+        target: Some("v1".into()),
+        ..SnapshotResource::from_binding(&binding("ns", "g", &[], "v1", "v2"))
     };
     let created = utc(AT);
     let later = "2026-06-01T11:00:00Z";
@@ -315,6 +410,30 @@ fn a_reverted_resource_is_judged_against_its_own_target_table() {
             Outcome::Failed {
                 message: "workflow failed: simulated".into(),
             },
+        ),
+        (
+            "overtaken mid-upgrade: Kratix lands at the version reverted from first",
+            &upgrading_one,
+            with_condition(
+                binding("ns", "g", &[], "v2", "v1"),
+                "True",
+                "UpgradeComplete",
+                later,
+                None,
+            ),
+            Outcome::InFlight,
+        ),
+        (
+            "overtaken mid-upgrade, then reverted",
+            &upgrading_one,
+            with_condition(
+                binding("ns", "g", &[], "v1", "v1"),
+                "True",
+                "UpgradeComplete",
+                later,
+                None,
+            ),
+            Outcome::Succeeded,
         ),
         (
             "moved on by someone since the revert's snapshot",
