@@ -6,7 +6,8 @@ use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 
 /// Understand and operate UpgradePlans (platform.syntasso.io/v1alpha1): explain a plan, see which
-/// resources it would upgrade and when, follow runs, and start, suspend, resume or cancel them.
+/// resources it would upgrade and when, follow runs, and start, suspend, resume, cancel or revert
+/// them.
 #[derive(Parser, Debug)]
 #[command(
     name = "kubectl upgradeplan",
@@ -84,8 +85,8 @@ pub struct Global {
     /// Output format: table, wide, json, yaml, name (kind.group/name of the objects read or
     /// written), jsonpath=TEMPLATE (`{.items[*].metadata.name}`, `{range …}…{end}`) or
     /// custom-columns=HEADER:PATH,… (`NAME:.metadata.name,PHASE:.status.phase`), as kubectl's.
-    /// Verbs that write (run, approve, suspend, resume, cancel, freezes create) print what they
-    /// wrote in it.
+    /// Verbs that write (run, revert, approve, suspend, resume, cancel, freezes create) print what
+    /// they wrote in it.
     #[arg(short = 'o', long, global = true, value_name = "FORMAT", default_value = "table", value_parser = parse_output)]
     pub output: Output,
     /// Don't print headers in tables.
@@ -232,7 +233,7 @@ pub enum Command {
     /// and what it would wait for (windows, freezes, soaks), and whether it fits. Simulated with
     /// the controller's own rules; every assumption is stated.
     #[command(
-        after_help = "Examples:\n  kubectl upgradeplan forecast redis-v1-to-v2                        # its next trigger, durations measured in its recent runs\n  kubectl upgradeplan forecast redis-v1-to-v2 --start 2026-12-01T22:00:00Z --per-resource 3m\n  kubectl upgradeplan forecast -f plan.yaml --bindings b.yaml --freezes f.yaml --now 2026-12-01T12:00:00Z -o json\n\nThe run starts at --start, else the plan's next trigger, else now (a manual run). Each upgrade takes\n--per-resource, else the median measured in the plan's last 10 runs, else 1 minute. Approvals are\nassumed granted, signal gates open, health checks passing and upgrades succeeding."
+        after_help = "Examples:\n  kubectl upgradeplan forecast redis-v1-to-v2                        # its next trigger, durations measured in its recent runs\n  kubectl upgradeplan forecast redis-v1-to-v2 --start 2026-12-01T22:00:00Z --per-resource 3m\n  kubectl upgradeplan forecast -f plan.yaml --bindings b.yaml --freezes f.yaml --now 2026-12-01T12:00:00Z -o json\n  kubectl upgradeplan forecast --revert redis-v1-to-v2-20261205-2300 --resources all   # how long undoing it takes\n\nThe run starts at --start, else the plan's next trigger, else now (a manual run). Each upgrade takes\n--per-resource, else the median measured in the plan's last 10 runs, else 1 minute. Approvals are\nassumed granted, signal gates open, health checks passing and upgrades succeeding."
     )]
     Forecast {
         #[command(flatten)]
@@ -245,6 +246,16 @@ pub enum Command {
         /// How long each upgrade takes (e.g. 90s, 5m). Default: measured in the plan's recent runs.
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         per_resource: Option<std::time::Duration>,
+        /// Forecast the revert `kubectl upgradeplan revert` would create instead: PLAN names the
+        /// run to undo (or a plan: its active run, else its last). It starts at --start, else now.
+        #[arg(long, conflicts_with = "filename")]
+        revert: bool,
+        /// With --revert: which of the run's resources (upgraded, failed or all), as revert takes.
+        #[arg(long, value_name = "WHICH", default_value = "upgraded", value_parser = parse_revert_resources)]
+        resources: upgradeplan::api::RevertResources,
+        /// With --revert: held by the plan's windows and freezes, as `revert --respect-policy`.
+        #[arg(long, requires = "revert")]
+        respect_policy: bool,
     },
     /// The plan's runs, newest first; with RUN, the outcome of each resource of that run.
     #[command(
@@ -283,6 +294,42 @@ pub enum Command {
         /// Name of the run (default: generated from the plan's name).
         #[arg(long, value_name = "NAME")]
         name: Option<String>,
+    },
+    /// Undo a run: create a run that moves the resources it upgraded back to the version each
+    /// had before (its snapshot's record, pinned even where the binding floated on `latest`),
+    /// group by group in reverse order, with the groups' limits, failure budgets, deadlines and
+    /// health checks. It supersedes the plan's active run (so a run still going stops starting
+    /// upgrades) and, unless --respect-policy, is not held by windows, freezes, signal gates,
+    /// soak or approvals. Kratix runs the old version's workflows again: they must still work.
+    #[command(after_help = "Examples:
+  kubectl upgradeplan revert redis-v1-to-v2-20261205-2300                  # what it upgraded (or is upgrading)
+  kubectl upgradeplan revert redis-v1-to-v2-20261205-2300 --resources all  # and what failed
+  kubectl upgradeplan revert redis-v1-to-v2-20261205-2300 --preview        # see what it takes, then resume it
+  kubectl upgradeplan revert redis-v1-to-v2 --respect-policy                # the plan's latest run, in its windows
+  kubectl upgradeplan suspend redis-v1-to-v2                                # so that its schedule does not upgrade again
+
+A resource is taken when the run started it (its binding's platform.syntasso.io/upgraded-by names the
+run) and its spec.version is still the run's target; one someone moved since is left alone. Refused
+when the run's snapshot is gone or changed since it was written, or when it leaves nothing to revert.
+Follow it with kubectl upgradeplan status NAME -w.")]
+    Revert {
+        /// The UpgradeRun to undo (or a plan: its active run, else its last).
+        run: String,
+        /// Which of its resources: upgraded (upgraded by Kratix, or being upgraded), failed (its
+        /// upgrade failed, or the run counted it failed: a deadline, a health check), or all.
+        #[arg(long, value_name = "WHICH", default_value = "upgraded", value_parser = parse_revert_resources)]
+        resources: upgradeplan::api::RevertResources,
+        /// Name of the revert (default: generated from the plan's name).
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+        /// Create it as a preview: it takes its snapshot and moves nothing until resumed
+        /// (kubectl upgradeplan resume run/NAME).
+        #[arg(long)]
+        preview: bool,
+        /// Hold it by the plan's windows, freezes, signal gates, soak and approvals, as an
+        /// upgrade is held (default: only by limits, failure budgets, deadlines and health checks).
+        #[arg(long)]
+        respect_policy: bool,
     },
     /// Progress of a run by group, and what it waits for; with -w, follow it until it ends. Exit
     /// 0 when it completed (or, without -w, still goes on), 1 when it failed, 2 when it was
@@ -446,6 +493,15 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     s.parse::<kube::core::Duration>()
         .map(Into::into)
         .map_err(|e| format!("{s:?} is not a duration such as 30s, 5m or 1h: {e}"))
+}
+
+/// `revert --resources`: upgraded, failed or all.
+pub fn parse_revert_resources(s: &str) -> Result<upgradeplan::api::RevertResources, String> {
+    use upgradeplan::api::RevertResources;
+    [RevertResources::Upgraded, RevertResources::Failed, RevertResources::All]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+        .ok_or_else(|| format!("{s:?} is not one of upgraded, failed, all"))
 }
 
 /// `forecast --start`: an instant, or a local time to read in the plan's zone.

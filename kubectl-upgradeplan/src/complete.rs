@@ -59,6 +59,7 @@ pub fn want(args: &[String]) -> Want {
                 }
             }
             "-o" | "--output" => return Want::Values(crate::cli::OUTPUT_FORMATS.map(String::from).to_vec()),
+            "--resources" => return Want::Values(["upgraded", "failed", "all"].map(String::from).to_vec()),
             "-f" | "--filename" | "--bindings" | "--freezes" | "--kubeconfig" => return Want::Files,
             "--context" => return Want::Contexts,
             "-n" | "--namespace" | "--snapshot-namespace" => return Want::Namespaces,
@@ -91,7 +92,7 @@ pub fn want(args: &[String]) -> Want {
     match (command.as_str(), position) {
         ("history", 1) => Want::RunsOfPlan(words[1].to_string()),
         (c, 0) if PLAN_VERBS.contains(&c) => Want::Plans,
-        ("status", 0) => Want::Runs,
+        ("status" | "revert", 0) => Want::Runs,
         ("freezes", 0) => Want::Freezes,
         ("cancel" | "approve", 0) => Want::ActiveRuns,
         ("approve", 1) => Want::GroupsOfRun(words[1].to_string()),
@@ -293,6 +294,15 @@ mod tests {
         assert_eq!(w(&["history", "plan", ""]), Want::RunsOfPlan("plan".into()));
         assert_eq!(w(&["suspend", ""]), Want::PlansAndActiveRuns);
         assert_eq!(w(&["cancel", ""]), Want::ActiveRuns);
+        assert_eq!(w(&["revert", ""]), Want::Runs);
+        assert_eq!(w(&["revert", "r1", ""]), Want::Nothing);
+        assert_eq!(
+            w(&["revert", "r1", "--resources", ""]),
+            Want::Values(vec!["upgraded".into(), "failed".into(), "all".into()])
+        );
+        assert_eq!(w(&["revert", "r1", "--name", ""]), Want::Nothing);
+        assert!(flags_of("revert").contains(&"--respect-policy".to_string()));
+        assert!(flags_of("revert").contains(&"--preview".to_string()));
         assert_eq!(w(&["approve", ""]), Want::ActiveRuns);
         assert_eq!(w(&["approve", "r1", ""]), Want::GroupsOfRun("r1".into()));
         assert_eq!(w(&["freezes", ""]), Want::Freezes);

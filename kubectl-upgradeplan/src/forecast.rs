@@ -84,6 +84,9 @@ pub struct GroupJson {
 #[serde(rename_all = "camelCase")]
 pub struct ForecastJson {
     pub plan: String,
+    /// A revert's forecast: the run it undoes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revert_of: Option<String>,
     pub start: DateTime<Utc>,
     pub assumptions: AssumptionsJson,
     pub groups: Vec<GroupJson>,
@@ -136,10 +139,20 @@ pub fn start_of(
     Ok((at, words, next(at)))
 }
 
-/// The forecast of `plan`'s next run over `bindings`, held by `freezes` (and where they come from).
+/// A revert to forecast (spec §13.7): the run it undoes and its snapshot, derived as the
+/// controller derives it (the plan given to [`render`] is then the revert's frozen plan).
+#[derive(Debug, Clone, Copy)]
+pub struct RevertOf<'a> {
+    pub run: &'a str,
+    pub snapshot: &'a upgradeplan::engine::snapshot::Snapshot,
+}
+
+/// The forecast of `plan`'s next run over `bindings` (or of the revert `revert`), held by
+/// `freezes` (and where they come from).
 pub fn render(
     plan: &UpgradePlan,
     bindings: &[ResourceBinding],
+    revert: Option<RevertOf<'_>>,
     (freezes, freezes_from): (&[Freeze], &str),
     (start, start_words, next_trigger): (DateTime<Utc>, String, Option<DateTime<Utc>>),
     per_resource: &PerResource,
@@ -150,6 +163,7 @@ pub fn render(
     let f = forecast(&ForecastInput {
         plan: &compiled,
         bindings,
+        snapshot: revert.map(|r| r.snapshot),
         freezes,
         start,
         per_resource: each,
@@ -174,6 +188,7 @@ pub fn render(
         .collect();
     let json = ForecastJson {
         plan: plan.metadata.name.clone().unwrap_or_default(),
+        revert_of: revert.map(|r| r.run.to_string()),
         start,
         assumptions: AssumptionsJson {
             per_resource_seconds: each.num_seconds(),
@@ -192,9 +207,12 @@ pub fn render(
 
     let at = |t: Option<DateTime<Utc>>| t.map_or_else(|| "-".to_string(), |t| style.time(t, zone));
     let mut out = String::new();
+    let what = match revert {
+        Some(r) => format!("the revert of UpgradeRun {} (plan {})", style.bold(r.run), json.plan),
+        None => format!("UpgradePlan {} — a run", style.bold(&json.plan)),
+    };
     out.push_str(&format!(
-        "Forecast of UpgradePlan {} — a run starting {} ({start_words})\n",
-        style.bold(&json.plan),
+        "Forecast of {what} starting {} ({start_words})\n",
         style.time(start, zone)
     ));
     out.push_str(&format!(

@@ -154,7 +154,16 @@ async fn measured(
     let Ok(c) = client::connect(g).await else {
         return forecast::PerResource::Default;
     };
-    let Ok(mut runs) = client::runs_of(&c, name).await else {
+    measured_in(&c, name, bindings).await
+}
+
+/// The upgrade durations measured in plan `name`'s last 10 runs ([`measured`]).
+async fn measured_in(
+    c: &kube::Client,
+    name: &str,
+    bindings: &[upgradeplan::api::kratix::ResourceBinding],
+) -> forecast::PerResource {
+    let Ok(mut runs) = client::runs_of(c, name).await else {
         return forecast::PerResource::Default;
     };
     runs::newest_first(&mut runs);
@@ -313,6 +322,67 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             source,
             start,
             per_resource,
+            revert: true,
+            resources,
+            respect_policy,
+        } => {
+            let c = client::connect(g).await?;
+            let name = source.plan.as_deref().unwrap_or_default();
+            let prepared = verbs::prepare_revert(&c, g, name, *resources, *respect_policy).await?;
+            let now = source.now.unwrap_or_else(Utc::now);
+            let plan_name = prepared.run.plan_name().to_string();
+            let bindings: Vec<_> = prepared.live.bindings.values().cloned().collect();
+            let per_resource = match per_resource {
+                Some(d) => forecast::PerResource::Given(chrono::Duration::from_std(*d)?),
+                None => measured_in(&c, &plan_name, &bindings).await,
+            };
+            // Windows and freezes hold a revert only when it respects policy (spec §13.7).
+            let (freezes, freezes_from) = if *respect_policy {
+                (
+                    prepared.live.freezes.clone(),
+                    "the cluster's UpgradeFreezes".to_string(),
+                )
+            } else {
+                (
+                    Vec::new(),
+                    "none: a revert that does not respect policy is not held by them".to_string(),
+                )
+            };
+            let (start, start_words) = match start {
+                None => (now, "now: a revert starts when it is created".to_string()),
+                Some(_) => {
+                    let (at, words, _) = forecast::start_of(&prepared.plan, start.as_ref(), now)?;
+                    (at, words)
+                }
+            };
+            // The plan's schedule supersedes a revert still going at its next trigger.
+            let at = cli::StartTime::Instant(start);
+            let (_, _, next_trigger) = forecast::start_of(&prepared.plan, Some(&at), start)?;
+            let revert_plan = upgradeplan::api::UpgradePlan {
+                metadata: prepared.plan.metadata.clone(),
+                spec: prepared.derived.plan.clone(),
+                status: None,
+            };
+            let run = prepared.run.metadata.name.clone().unwrap_or_default();
+            let (json, text) = forecast::render(
+                &revert_plan,
+                &bindings,
+                Some(forecast::RevertOf {
+                    run: &run,
+                    snapshot: &prepared.derived.snapshot,
+                }),
+                (&freezes, &freezes_from),
+                (start, start_words, next_trigger.filter(|_| !prepared.plan.spec.suspend)),
+                &per_resource,
+                &style,
+            )?;
+            emit(g, &json, &text)?;
+        }
+        Command::Forecast {
+            source,
+            start,
+            per_resource,
+            ..
         } => {
             let Sources {
                 plan,
@@ -329,6 +399,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let (json, text) = forecast::render(
                 &plan,
                 bindings.as_deref().unwrap_or_default(),
+                None,
                 (&freezes, &freezes_from),
                 forecast::start_of(&plan, start.as_ref(), now)?,
                 &per_resource,
@@ -381,6 +452,21 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Run { plan, preview, name } => {
             verbs::run(&client::connect(g).await?, g, plan, *preview, name.as_deref()).await?
+        }
+        Command::Revert {
+            run,
+            resources,
+            name,
+            preview,
+            respect_policy,
+        } => {
+            let how = verbs::RevertHow {
+                resources: *resources,
+                name: name.clone(),
+                preview: *preview,
+                respect_policy: *respect_policy,
+            };
+            verbs::revert(&client::connect(g).await?, g, run, how, &style).await?
         }
         Command::Status {
             run,

@@ -195,6 +195,27 @@ pub fn trigger(run: &UpgradeRun) -> &'static str {
     upgradeplan::engine::admission::TriggerKind::of(run).as_str()
 }
 
+/// The run a revert undoes (spec §13.7).
+pub fn revert_of(run: &UpgradeRun) -> Option<&str> {
+    run.spec.revert_of.as_ref().map(|o| o.name.as_str())
+}
+
+/// How a run came to be, in words: its trigger, and for a revert the run it undoes.
+pub fn trigger_words(run: &UpgradeRun) -> String {
+    match revert_of(run) {
+        Some(of) => format!("revert of {of}"),
+        None => trigger(run).to_string(),
+    }
+}
+
+/// The newest of `runs` that reverts `run`.
+pub fn reverted_by<'r>(run: &str, runs: &'r [UpgradeRun]) -> Option<&'r str> {
+    runs.iter()
+        .filter(|r| revert_of(r) == Some(run))
+        .max_by_key(|r| created(r))
+        .and_then(|r| r.metadata.name.as_deref())
+}
+
 fn created(run: &UpgradeRun) -> DateTime<Utc> {
     upgradeplan::time::created_at(&run.metadata)
 }
@@ -227,6 +248,12 @@ fn groups_words(groups: &[GroupStatus]) -> String {
 pub struct HistoryRow {
     pub name: String,
     pub trigger: String,
+    /// A revert: the run it undoes (spec §13.7).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revert_of: Option<String>,
+    /// The newest run that reverts this one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reverted_by: Option<String>,
     pub state: String,
     pub superseded_by: Option<String>,
     /// The run object is gone; the row comes from the plan's `lastRun`.
@@ -291,9 +318,12 @@ pub fn history(
             let s = r.status.clone().unwrap_or_default();
             let cond = find_condition(&s.conditions, reasons::RUN_SUCCEEDED);
             let ended = ended_at(r);
+            let name = r.metadata.name.clone().unwrap_or_default();
             HistoryRow {
-                name: r.metadata.name.clone().unwrap_or_default(),
+                reverted_by: reverted_by(&name, &runs).map(str::to_string),
+                name,
                 trigger: trigger(r).to_string(),
+                revert_of: revert_of(r).map(str::to_string),
                 state: state_label(s.state).to_string(),
                 superseded_by: s.superseded_by.clone(),
                 deleted: false,
@@ -318,6 +348,8 @@ pub fn history(
         let row = HistoryRow {
             name: last.name.clone(),
             trigger: "-".into(),
+            revert_of: None,
+            reverted_by: None,
             state: last.result.as_str().to_string(),
             superseded_by: None,
             deleted: true,
@@ -346,14 +378,20 @@ pub fn history(
     let table_rows: Vec<Vec<String>> = rows
         .iter()
         .map(|h| {
-            let state = match (&h.superseded_by, h.deleted) {
+            let mut state = match (&h.superseded_by, h.deleted) {
                 (Some(by), _) => format!("{} (superseded by {by})", style.state(&h.state)),
                 (None, true) => format!("{} (run deleted; from the plan's lastRun)", style.state(&h.state)),
                 (None, false) => style.state(&h.state),
             };
+            if let Some(by) = &h.reverted_by {
+                state.push_str(&format!(" (reverted by {by})"));
+            }
             let mut row = vec![
                 h.name.clone(),
-                h.trigger.clone(),
+                match &h.revert_of {
+                    Some(of) => format!("revert of {of}"),
+                    None => h.trigger.clone(),
+                },
                 state,
                 h.started_at.map(|t| relative(t, now)).unwrap_or_else(|| "-".into()),
                 h.finished_at.map(|t| relative(t, now)).unwrap_or_else(|| "-".into()),
@@ -543,6 +581,9 @@ pub fn run_resources(
 pub struct StatusJson {
     pub name: String,
     pub plan: String,
+    /// A revert: the run it undoes (spec §13.7).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revert_of: Option<String>,
     pub state: String,
     pub completed_resources: i64,
     pub total_resources: i64,
@@ -826,6 +867,7 @@ pub fn status(
     let json = StatusJson {
         name: name.clone(),
         plan: run.plan_name().to_string(),
+        revert_of: revert_of(run).map(str::to_string),
         state: state_label(s.state).into(),
         completed_resources: groups.iter().map(|g| g.succeeded).sum(),
         total_resources: s.total_resources,
@@ -864,8 +906,13 @@ pub fn status(
             s.gates.clone()
         },
     };
+    let revert = json
+        .revert_of
+        .as_ref()
+        .map(|of| format!(", revert of {of}"))
+        .unwrap_or_default();
     let mut out = format!(
-        "{} {} (plan {}) — {}\n",
+        "{} {} (plan {}{revert}) — {}\n",
         style.bold("UpgradeRun"),
         style.bold(&name),
         json.plan,

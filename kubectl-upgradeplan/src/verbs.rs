@@ -57,7 +57,13 @@ fn plan_zone(plan: &UpgradePlan) -> Option<chrono_tz::Tz> {
         .and_then(|z| upgradeplan::engine::cron::parse_zone(Some(z)).ok())
 }
 
-pub fn plans_table(plans: &[UpgradePlan], now: chrono::DateTime<Utc>, style: &Style) -> String {
+/// The plans' table; `reverts`: for each revert among their active runs, the run it undoes.
+pub fn plans_table(
+    plans: &[UpgradePlan],
+    reverts: &std::collections::HashMap<String, String>,
+    now: chrono::DateTime<Utc>,
+    style: &Style,
+) -> String {
     let mut plans: Vec<&UpgradePlan> = plans.iter().collect();
     plans.sort_by(|a, b| {
         crate::output::natural_cmp(
@@ -81,10 +87,10 @@ pub fn plans_table(plans: &[UpgradePlan], now: chrono::DateTime<Utc>, style: &St
                 p.spec.upgrade_path.to.clone(),
                 style.state(&phase),
                 if p.spec.suspend { "True" } else { "False" }.to_string(),
-                if s.active_run_ref.is_empty() {
-                    "-".into()
-                } else {
-                    s.active_run_ref.clone()
+                match (s.active_run_ref.as_str(), reverts.get(&s.active_run_ref)) {
+                    ("", _) => "-".into(),
+                    (active, Some(of)) => format!("{active} (revert of {of})"),
+                    (active, None) => active.to_string(),
                 },
                 s.last_run
                     .as_ref()
@@ -119,15 +125,20 @@ pub fn plans_table(plans: &[UpgradePlan], now: chrono::DateTime<Utc>, style: &St
 }
 
 pub async fn get(client: &Client, g: &Global, plan: Option<&str>, watch: bool, style: &Style) -> anyhow::Result<()> {
-    let show = |plans: Vec<UpgradePlan>| -> anyhow::Result<String> {
+    let show = |plans: Vec<UpgradePlan>, reverts| -> anyhow::Result<String> {
         let objects = crate::output::objects_as_kubectl(&plans, plan.is_some(), g.show_managed_fields)?;
-        render(&g.output, style, &objects, &plans_table(&plans, Utc::now(), style))
+        render(
+            &g.output,
+            style,
+            &objects,
+            &plans_table(&plans, &reverts, Utc::now(), style),
+        )
     };
     let current = match plan {
         Some(p) => vec![get_plan(client, p).await?],
         None => list_plans(client).await?,
     };
-    let mut last = show(current)?;
+    let mut last = show(current, active_reverts(client).await)?;
     crate::output::out(&last)?;
     if !watch {
         return Ok(());
@@ -146,7 +157,7 @@ pub async fn get(client: &Client, g: &Global, plan: Option<&str>, watch: bool, s
             Some(p) => vec![get_plan(client, p).await?],
             None => list_plans(client).await?,
         };
-        let text = show(plans)?;
+        let text = show(plans, active_reverts(client).await)?;
         if text != last {
             if redraw {
                 crate::output::redraw(&last, &text)?;
@@ -157,6 +168,19 @@ pub async fn get(client: &Client, g: &Global, plan: Option<&str>, watch: bool, s
         }
     }
     Ok(())
+}
+
+/// The reverts among the runs, each with the run it undoes (best effort: without them, `get` shows
+/// the active run's name alone).
+async fn active_reverts(client: &Client) -> std::collections::HashMap<String, String> {
+    let runs = Api::<UpgradeRun>::all(client.clone()).list(&Default::default()).await;
+    runs.map(|l| {
+        l.items
+            .iter()
+            .filter_map(|r| Some((r.metadata.name.clone()?, runs::revert_of(r)?.to_string())))
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
 /// What a verb that wrote `object` prints: `message` in the text views, else the object in
@@ -222,6 +246,235 @@ pub async fn run(
         }
     }
     Ok(())
+}
+
+/// How `revert` makes its run.
+#[derive(Debug, Clone)]
+pub struct RevertHow {
+    pub resources: upgradeplan::api::RevertResources,
+    pub name: Option<String>,
+    pub preview: bool,
+    pub respect_policy: bool,
+}
+
+/// A revert worked out as the controller will take it (the engine's own function, from the
+/// run's verified snapshot and the live bindings), before it is created.
+pub struct PreparedRevert {
+    /// The run reverted.
+    pub run: UpgradeRun,
+    pub plan: UpgradePlan,
+    pub of: upgradeplan::api::RevertOf,
+    /// The revert's snapshot and frozen plan.
+    pub derived: upgradeplan::engine::snapshot::Frozen,
+    /// What became of the run's resources.
+    pub tally: upgradeplan::engine::revert::Tally,
+    pub live: runs::Live,
+}
+
+/// Works out the revert of `run_name` (a run, or a plan: its active run, else its last), refusing
+/// what the controller would fail (the run of another plan, never started, its snapshot lost or
+/// changed) and what takes nothing.
+pub async fn prepare_revert(
+    client: &Client,
+    g: &Global,
+    run_name: &str,
+    resources: upgradeplan::api::RevertResources,
+    respect_policy: bool,
+) -> anyhow::Result<PreparedRevert> {
+    use upgradeplan::engine::revert::{self, Reverted, RevertedFact, Tally};
+    use upgradeplan::engine::snapshot::SnapshotFact;
+    let run = crate::client::get_run_or_plans(client, run_name).await?;
+    let run_name = run.metadata.name.clone().unwrap_or_default();
+    let plan = get_plan(client, run.plan_name()).await?;
+    let plan_name = run.plan_name().to_string();
+    // Read and verified as the controller reads it: lost or changed since written, refused.
+    let frozen = runs::load_frozen(client, &g.snapshot_namespace, &run)
+        .await
+        .map_err(|e| e.context(format!("cannot revert upgraderun/{run_name}")))?;
+    let snapshot = match &frozen {
+        Some(f) => SnapshotFact::Found {
+            frozen: std::sync::Arc::new(f.clone()),
+            refs: Vec::new(),
+        },
+        None => SnapshotFact::Absent,
+    };
+    let live = runs::live_state(client, &plan_name, frozen.as_ref().map_or(&plan.spec, |f| &f.plan)).await?;
+    let of = upgradeplan::api::RevertOf {
+        name: run_name.clone(),
+        resources,
+    };
+    let fact = RevertedFact::Found { run: &run, snapshot };
+    let derived = revert::derive(&plan_name, &of, respect_policy, &fact, live.lookup())
+        .map_err(|refusal| anyhow::anyhow!("{}", refusal.message))?;
+    let tally = match &frozen {
+        Some(f) => {
+            let status = run.status.clone().unwrap_or_default();
+            let reverted = Reverted {
+                name: &run_name,
+                frozen: f,
+                status: &status,
+            };
+            Tally::of(&reverted, live.lookup())
+        }
+        None => Tally::default(),
+    };
+    if tally.wanted(resources) == 0 {
+        anyhow::bail!("{}", nothing_to_revert(&run_name, resources, &tally));
+    }
+    Ok(PreparedRevert {
+        run,
+        plan,
+        of,
+        derived,
+        tally,
+        live,
+    })
+}
+
+/// `kubectl upgradeplan revert RUN` (spec §13.7): creates the revert [`prepare_revert`] works
+/// out, and says what it takes and what to mind (the plan's schedule).
+pub async fn revert(client: &Client, g: &Global, run_name: &str, how: RevertHow, style: &Style) -> anyhow::Result<()> {
+    let prepared = prepare_revert(client, g, run_name, how.resources, how.respect_policy).await?;
+    let PreparedRevert {
+        run,
+        plan,
+        of,
+        derived,
+        tally,
+        ..
+    } = prepared;
+    let run_name = run.metadata.name.clone().unwrap_or_default();
+    let plan_name = run.plan_name().to_string();
+    let new = upgradeplan::engine::admission::new_run(
+        &plan,
+        upgradeplan::engine::admission::NewRun::Revert {
+            name: how.name.clone(),
+            of,
+            respect_policy: how.respect_policy,
+            preview: how.preview,
+        },
+    );
+    let api = Api::<UpgradeRun>::all(client.clone());
+    let created = api
+        .create(&PostParams::default(), &new)
+        .await
+        .map_err(|e| explain_error(e, "create", "upgraderuns", how.name.as_deref()))?;
+    let created_name = created.metadata.name.clone().unwrap_or_default();
+    wrote(g, &created, &format!("{created_name}\n"))?;
+    // On stderr, so that `revert` prints only the new run's name for scripts.
+    eprintln!("{}", revert_summary(&run_name, &how, &tally, &derived, style));
+    let status = plan.status.clone().unwrap_or_default();
+    let active = status.active_run_ref.as_str();
+    if !how.preview && !active.is_empty() && active != created_name {
+        eprintln!(
+            "note: it supersedes upgraderun/{active}: that run starts nothing more; its upgrades in flight finish"
+        );
+    }
+    let scheduled = plan.spec.upgrade_execution_policy.is_some() && !plan.spec.suspend;
+    if let (true, Some(next)) = (scheduled, status.next_run_at) {
+        eprintln!(
+            "note: upgradeplan/{plan_name} is not suspended: its next trigger ({}) starts a run that supersedes this revert and upgrades again; to stop that: kubectl upgradeplan suspend {plan_name}",
+            upgradeplan::time::rfc3339(next)
+        );
+    }
+    if how.preview {
+        eprintln!("note: a preview: it takes its snapshot and moves nothing until kubectl upgradeplan resume run/{created_name}");
+    }
+    Ok(())
+}
+
+/// What `revert` says it takes: how many, in which groups in which order, and what it left out.
+pub fn revert_summary(
+    run: &str,
+    how: &RevertHow,
+    tally: &upgradeplan::engine::revert::Tally,
+    derived: &upgradeplan::engine::snapshot::Frozen,
+    style: &Style,
+) -> String {
+    let groups: Vec<String> = derived
+        .snapshot
+        .groups
+        .iter()
+        .filter(|g| !g.resources.is_empty())
+        .map(|g| format!("{} ({})", g.name, g.resources.len()))
+        .collect();
+    let taken = tally.wanted(how.resources);
+    let mut text = format!(
+        "{} {taken} resource(s) of upgraderun/{run} (--resources {}), each to the version it had: {}",
+        style.bold("Reverting"),
+        how.resources.as_str(),
+        groups.join(" then ")
+    );
+    if tally.upgrading > 0 && how.resources != upgradeplan::api::RevertResources::Failed {
+        text.push_str(&format!(
+            "; {} still upgrading, moved back once Kratix is done with them",
+            tally.upgrading
+        ));
+    }
+    let left: Vec<String> = [
+        (tally.failed, "failed (--resources failed or all takes them)"),
+        (
+            tally.upgraded + tally.upgrading,
+            "upgraded (--resources upgraded or all takes them)",
+        ),
+    ]
+    .into_iter()
+    .zip([
+        how.resources == upgradeplan::api::RevertResources::Upgraded,
+        how.resources == upgradeplan::api::RevertResources::Failed,
+    ])
+    .filter(|((n, _), left_out)| *n > 0 && *left_out)
+    .map(|((n, what), _)| format!("{n} {what}"))
+    .chain(
+        [
+            (tally.moved_since, "moved on since by someone else"),
+            (tally.not_started_by_it, "not started by it"),
+            (tally.gone, "gone"),
+        ]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!("{n} {what}")),
+    )
+    .collect();
+    if !left.is_empty() {
+        text.push_str(&format!(". Left alone: {}", left.join(", ")));
+    }
+    text.push('.');
+    text
+}
+
+/// Why `revert` refuses a run that leaves nothing to take.
+pub fn nothing_to_revert(
+    run: &str,
+    resources: upgradeplan::api::RevertResources,
+    tally: &upgradeplan::engine::revert::Tally,
+) -> String {
+    let parts: Vec<String> = [
+        (tally.upgraded, "upgraded"),
+        (tally.upgrading, "still upgrading"),
+        (tally.failed, "failed"),
+        (tally.moved_since, "moved on since by someone else"),
+        (tally.not_started_by_it, "not started by it"),
+        (tally.gone, "gone"),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
+    let of_its = if parts.is_empty() {
+        "its snapshot holds no resource".to_string()
+    } else {
+        format!("of its resources, {}", parts.join(", "))
+    };
+    let hint = if tally.wanted(upgradeplan::api::RevertResources::All) > 0 {
+        " (--resources all takes what it upgraded and what failed)"
+    } else {
+        ""
+    };
+    format!(
+        "nothing to revert in upgraderun/{run} with --resources {}: {of_its}{hint}",
+        resources.as_str()
+    )
 }
 
 /// `plan/NAME`, `run/NAME`, or a bare name looked up as a plan, then as a run.
@@ -892,5 +1145,82 @@ mod tests {
         let mut fresh = run(RunState::Pending, None, None);
         fresh.status = None;
         assert_eq!(status_exit_code(&fresh, false), None, "no status yet");
+    }
+
+    #[test]
+    fn revert_says_what_it_takes_and_what_it_leaves_table() {
+        use upgradeplan::api::RevertResources;
+        use upgradeplan::engine::revert::Tally;
+        use upgradeplan::engine::snapshot::{Frozen, Snapshot, SnapshotGroup, SnapshotResource};
+        let resource = |name: &str| {
+            std::sync::Arc::new(SnapshotResource {
+                namespace: "ns".into(),
+                name: name.into(),
+                binding: format!("{name}-b"),
+                last_applied_version: "v2".into(),
+                spec_version: "v2".into(),
+                target: Some("v1".into()),
+            })
+        };
+        let snapshot = Snapshot {
+            groups: vec![
+                SnapshotGroup {
+                    name: "prod".into(),
+                    resources: vec![resource("c")],
+                },
+                SnapshotGroup {
+                    name: "dev".into(),
+                    resources: vec![resource("a"), resource("b")],
+                },
+            ],
+        };
+        let spec: upgradeplan::api::UpgradePlanSpec = serde_json::from_value(serde_json::json!({
+            "promiseRef": {"name": "redis"}, "upgradePath": {"from": ["v2"], "to": "v1"},
+            "rolloutGroups": [{"name": "prod", "selectors": {"matchAll": true}}, {"name": "dev", "selectors": {"matchAll": true}}]
+        }))
+        .unwrap();
+        let derived = Frozen::new(snapshot, spec).unwrap();
+        let tally = Tally {
+            upgraded: 2,
+            upgrading: 1,
+            failed: 1,
+            not_started_by_it: 4,
+            moved_since: 1,
+            gone: 0,
+        };
+        let how = |resources| RevertHow {
+            resources,
+            name: None,
+            preview: false,
+            respect_policy: false,
+        };
+        let style = Style::plain();
+        assert_eq!(
+            revert_summary("r", &how(RevertResources::Upgraded), &tally, &derived, &style),
+            "Reverting 3 resource(s) of upgraderun/r (--resources upgraded), each to the version it had: prod (1) then dev (2); 1 still upgrading, moved back once Kratix is done with them. Left alone: 1 failed (--resources failed or all takes them), 1 moved on since by someone else, 4 not started by it."
+        );
+        assert!(
+            revert_summary("r", &how(RevertResources::Failed), &tally, &derived, &style)
+                .contains("Left alone: 3 upgraded (--resources upgraded or all takes them), 1 moved on since")
+        );
+        assert!(!revert_summary("r", &how(RevertResources::All), &tally, &derived, &style).contains("takes them"));
+
+        let only_failed = Tally {
+            failed: 2,
+            not_started_by_it: 1,
+            ..Tally::default()
+        };
+        assert_eq!(
+            nothing_to_revert("r", RevertResources::Upgraded, &only_failed),
+            "nothing to revert in upgraderun/r with --resources upgraded: of its resources, 2 failed, 1 not started by it (--resources all takes what it upgraded and what failed)"
+        );
+        assert_eq!(
+            nothing_to_revert("r", RevertResources::All, &Tally { moved_since: 3, ..Tally::default() }),
+            "nothing to revert in upgraderun/r with --resources all: of its resources, 3 moved on since by someone else"
+        );
+        assert_eq!(
+            nothing_to_revert("r", RevertResources::All, &Tally::default()),
+            "nothing to revert in upgraderun/r with --resources all: its snapshot holds no resource"
+        );
     }
 }

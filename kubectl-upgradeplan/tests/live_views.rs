@@ -330,12 +330,12 @@ fn get_plans() {
     let plans = vec![b, a, c];
     golden(
         "get.txt",
-        &kubectl_upgradeplan::verbs::plans_table(&plans, utc(NOW), &style()),
+        &kubectl_upgradeplan::verbs::plans_table(&plans, &Default::default(), utc(NOW), &style()),
     );
     let wide = Style { wide: true, ..style() };
     golden(
         "get-wide.txt",
-        &kubectl_upgradeplan::verbs::plans_table(&plans, utc(NOW), &wide),
+        &kubectl_upgradeplan::verbs::plans_table(&plans, &Default::default(), utc(NOW), &wide),
     );
 }
 
@@ -543,4 +543,84 @@ fn a_dormant_runs_view_shows_what_it_recorded() {
         assert_eq!(json.waiting.as_deref(), Some(waits), "{name}");
         assert!(json.in_flight_resources.is_empty(), "{name}");
     }
+}
+
+#[test]
+fn a_revert_is_shown_as_the_revert_of_its_run_everywhere() {
+    let failed = run(
+        "redis-v1-to-v2-20260327-2100",
+        json!({"state": "Failed", "startedAt": "2026-03-27T21:00:05Z", "finishedAt": "2026-03-27T21:10:00Z",
+               "totalResources": 6, "completedResources": 2,
+               "rolloutGroups": [{"name": "dev", "total": 3, "succeeded": 2, "failed": 1}, {"name": "eu", "total": 2},
+                                 {"name": "rest", "total": 1}],
+               "conditions": [{"type": "RunSucceeded", "status": "False", "reason": "ResourceUpgradeFailed",
+                               "message": "1 resource(s) failed to upgrade in rollout group \"dev\"",
+                               "lastTransitionTime": "2026-03-27T21:10:00Z"}]}),
+    );
+    let mut revert = run(
+        "redis-v1-to-v2-20260327-2100-revert",
+        json!({"state": "InProgress", "startedAt": "2026-03-27T21:10:02Z", "totalResources": 3, "completedResources": 1,
+               "rolloutGroups": [{"name": "rest", "total": 0}, {"name": "eu", "total": 0},
+                                 {"name": "dev", "total": 3, "succeeded": 1}]}),
+    );
+    revert.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        upgradeplan::time::to_jiff(utc("2026-03-27T21:10:01Z")),
+    ));
+    revert.spec.revert_of = Some(upgradeplan::api::RevertOf {
+        name: "redis-v1-to-v2-20260327-2100".into(),
+        resources: upgradeplan::api::RevertResources::All,
+    });
+
+    let (json, text) = runs::history(
+        vec![failed, revert.clone()],
+        None,
+        &HashMap::new(),
+        20,
+        utc(NOW),
+        &style(),
+    );
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        line("redis-v1-to-v2-20260327-2100-revert").contains("revert of redis-v1-to-v2-20260327-2100"),
+        "{text}"
+    );
+    assert!(
+        line("redis-v1-to-v2-20260327-2100").contains("(reverted by redis-v1-to-v2-20260327-2100-revert)"),
+        "{text}"
+    );
+    assert_eq!(json[0].trigger, "revert");
+    assert_eq!(json[0].revert_of.as_deref(), Some("redis-v1-to-v2-20260327-2100"));
+    assert_eq!(
+        json[1].reverted_by.as_deref(),
+        Some("redis-v1-to-v2-20260327-2100-revert")
+    );
+
+    let (json, text) = runs::status(&revert, None, &live(&[]), &Revisions::present(), utc(NOW), &style());
+    assert!(
+        text.starts_with(
+            "UpgradeRun redis-v1-to-v2-20260327-2100-revert (plan redis-v1-to-v2, revert of redis-v1-to-v2-20260327-2100)"
+        ),
+        "{text}"
+    );
+    assert_eq!(json.revert_of.as_deref(), Some("redis-v1-to-v2-20260327-2100"));
+
+    let mut p = plan();
+    p.status = Some(
+        serde_json::from_value(json!({"phase": "Running", "activeRunRef": "redis-v1-to-v2-20260327-2100-revert"}))
+            .unwrap(),
+    );
+    let reverts = HashMap::from([(
+        "redis-v1-to-v2-20260327-2100-revert".to_string(),
+        "redis-v1-to-v2-20260327-2100".to_string(),
+    )]);
+    let table = kubectl_upgradeplan::verbs::plans_table(&[p], &reverts, utc(NOW), &style());
+    assert!(
+        table.contains("redis-v1-to-v2-20260327-2100-revert (revert of redis-v1-to-v2-20260327-2100)"),
+        "{table}"
+    );
 }

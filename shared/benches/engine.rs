@@ -217,6 +217,7 @@ fn run_forecast(p: &UpgradePlan, bindings: &[ResourceBinding]) -> upgradeplan::e
     upgradeplan::engine::forecast::forecast(&upgradeplan::engine::forecast::ForecastInput {
         plan: &plan,
         bindings,
+        snapshot: None,
         freezes: &[],
         start: now(),
         per_resource: chrono::Duration::minutes(30),

@@ -130,6 +130,7 @@ async fn a_forecast_made_before_the_run_predicts_when_each_group_finishes() {
     let sim = forecast(&ForecastInput {
         plan: &compiled,
         bindings: &before,
+        snapshot: None,
         freezes: &[],
         start: started,
         per_resource: chrono::Duration::seconds(DELAY_SECS),

@@ -40,6 +40,9 @@ pub struct ForecastInput<'a> {
     pub plan: &'a CompiledPlan,
     /// Every binding of the plan's Promise (the run's snapshot takes the eligible ones).
     pub bindings: &'a [ResourceBinding],
+    /// The run's snapshot when it is not taken from `bindings`: a revert's, derived from the run
+    /// it reverts (spec §13.7), each resource with its own target.
+    pub snapshot: Option<&'a Snapshot>,
     /// The freezes holding the plan.
     pub freezes: &'a [Freeze],
     pub start: DateTime<Utc>,
@@ -93,7 +96,10 @@ fn simulated_plan(plan: &CompiledPlan) -> CompiledPlan {
 /// Simulates the plan's next run.
 pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
     let plan = simulated_plan(input.plan);
-    let snapshot = assign(&plan, input.bindings).snapshot;
+    let snapshot = match input.snapshot {
+        Some(s) => s.clone(),
+        None => assign(&plan, input.bindings).snapshot,
+    };
     let mut kratix = SimulatedKratix::new(&snapshot, input.bindings, &plan.to, input.per_resource);
     // The forecast assumes every upgrade finishes; for these Kratix says it will not now.
     let idle = kratix.idle(&snapshot);
@@ -214,6 +220,9 @@ struct SimulatedKratix<'s> {
     completions: BinaryHeap<Reverse<(DateTime<Utc>, usize)>>,
     /// Whether a completion is already due for `live[i]`.
     completing: Vec<bool>,
+    /// The version `live[i]` is applied at once done: the run's target, a revert's own per
+    /// resource.
+    targets: Vec<String>,
     to: String,
     per_resource: Duration,
 }
@@ -231,16 +240,19 @@ impl<'s> SimulatedKratix<'s> {
             })
             .collect();
         let mut live: Vec<ResourceBinding> = Vec::new();
+        let mut targets = Vec::new();
         let mut index: HashMap<(&str, &str), usize> = HashMap::new();
         for r in snapshot.groups.iter().flat_map(|g| &g.resources) {
             let key = (r.namespace.as_str(), r.binding.as_str());
             if let (None, Some(b)) = (index.get(&key), by_key.get(&key)) {
                 index.insert(key, live.len());
                 live.push((*b).clone());
+                targets.push(r.target(to).to_string());
             }
         }
         SimulatedKratix {
             completing: vec![false; live.len()],
+            targets,
             live,
             index,
             completions: BinaryHeap::new(),
@@ -262,10 +274,11 @@ impl<'s> SimulatedKratix<'s> {
                 break;
             }
             self.completions.pop();
-            self.live[i]
-                .status
-                .get_or_insert_with(Default::default)
-                .last_applied_version = self.to.clone();
+            // Succeeded, as Kratix says it: applied, and no failure left on record.
+            let status = self.live[i].status.get_or_insert_with(Default::default);
+            status.last_applied_version = self.targets[i].clone();
+            status.failed_version = None;
+            status.conditions.clear();
         }
     }
 
@@ -494,6 +507,7 @@ mod tests {
         ForecastInput {
             plan: p,
             bindings: b,
+            snapshot: None,
             freezes: &[],
             start: utc(start),
             per_resource: Duration::minutes(minutes),
@@ -554,6 +568,63 @@ mod tests {
                 "ns/prod1-binding"
             ]
         );
+    }
+
+    /// A revert (spec §13.7) is forecast from its own snapshot: the reverted run's groups in
+    /// reverse, each resource back to its own target — one whose upgrade failed (applied still
+    /// at its target) done once Kratix ran its version again.
+    #[test]
+    fn a_revert_is_forecast_from_its_snapshot_each_resource_to_its_own_target() {
+        use crate::engine::run::tests::with_condition;
+        use crate::engine::snapshot::{SnapshotGroup, SnapshotResource};
+        use std::sync::Arc;
+        let live = vec![
+            binding("ns", "dev0", &[("env", "dev")], "v2", "v2"),
+            binding("ns", "dev1", &[("env", "dev")], "v1.1", "v2"),
+            with_condition(
+                binding("ns", "prod0", &[("env", "prod")], "v1", "v2"),
+                "False",
+                crate::api::kratix::UPGRADE_FAILED,
+                "2026-06-01T19:00:00Z",
+                Some("v2"),
+            ),
+        ];
+        let entry = |b: &ResourceBinding, target: &str| {
+            Arc::new(SnapshotResource {
+                target: Some(target.into()),
+                ..SnapshotResource::from_binding(b)
+            })
+        };
+        let snapshot = Snapshot {
+            groups: vec![
+                SnapshotGroup {
+                    name: "prod".into(),
+                    resources: vec![entry(&live[2], "v1")],
+                },
+                SnapshotGroup {
+                    name: "dev".into(),
+                    resources: vec![entry(&live[0], "v1"), entry(&live[1], "v1.1")],
+                },
+            ],
+        };
+        let p = plan(&["v2"], "v1, v1.1", vec![group("prod", 1), group("dev", 1)]);
+        let compiled = compile(&p).unwrap();
+        let f = forecast(&ForecastInput {
+            snapshot: Some(&snapshot),
+            ..input(&compiled, &live, "2026-06-01T20:00:00Z", 10)
+        });
+        assert_eq!(
+            times(&f.groups[0]),
+            (1, Some(utc("2026-06-01T20:00:00Z")), Some(utc("2026-06-01T20:10:00Z"))),
+            "prod first: its failed upgrade moved back"
+        );
+        assert_eq!(
+            times(&f.groups[1]),
+            (2, Some(utc("2026-06-01T20:10:00Z")), Some(utc("2026-06-01T20:30:00Z")))
+        );
+        assert_eq!(f.finish, Some(utc("2026-06-01T20:30:00Z")));
+        let order: Vec<&str> = f.starts.iter().map(|(_, r)| r.as_str()).collect();
+        assert_eq!(order, ["ns/prod0-binding", "ns/dev0-binding", "ns/dev1-binding"]);
     }
 
     /// Issue 40 item 1 and D1: a resource already at `spec.version == to` completes like the

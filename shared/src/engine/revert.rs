@@ -53,15 +53,30 @@ impl Done {
     }
 }
 
-/// What `reverted` did to `resource` (its live binding `live`): `None` when it is not the
-/// run's to undo — the binding is gone or being deleted, the run did not start it
-/// (`upgraded-by` names another run, or none), or someone moved it since (`spec.version` is not
-/// the run's target).
-pub fn done_to(resource: &SnapshotResource, live: Option<&dyn BindingFacts>, reverted: &Reverted<'_>) -> Option<Done> {
-    let b = live?;
+/// What became of one resource of the reverted run, as a revert reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Became {
+    /// Its binding is gone or being deleted.
+    Gone,
+    /// The run did not start it: `upgraded-by` names another run, or none.
+    NotStartedByIt,
+    /// Someone moved it since: its `spec.version` is no longer the run's target.
+    MovedSince,
+    /// The run's to undo.
+    Done(Done),
+}
+
+/// What became of `resource` (its live binding `live`) since `reverted` ran.
+pub fn became(resource: &SnapshotResource, live: Option<&dyn BindingFacts>, reverted: &Reverted<'_>) -> Became {
+    let Some(b) = live.filter(|b| !b.being_deleted()) else {
+        return Became::Gone;
+    };
     let to = resource.target(&reverted.frozen.plan.upgrade_path.to);
-    if b.being_deleted() || b.annotation(UPGRADED_BY_ANNOTATION) != Some(reverted.name) || b.spec_version() != to {
-        return None;
+    if b.annotation(UPGRADED_BY_ANNOTATION) != Some(reverted.name) {
+        return Became::NotStartedByIt;
+    }
+    if b.spec_version() != to {
+        return Became::MovedSince;
     }
     let condition = b.upgrade_condition();
     // Kratix working on it says more than a failure the run recorded (a deadline, before Kratix
@@ -69,17 +84,70 @@ pub fn done_to(resource: &SnapshotResource, live: Option<&dyn BindingFacts>, rev
     let kratix_working = condition.is_some_and(|c| c.status == "Unknown");
     let kratix_failed =
         condition.is_some_and(|c| c.status == "False" && c.reason == UPGRADE_FAILED) && b.failed_version() == Some(to);
-    if b.last_applied_version() != to && kratix_working {
-        return Some(Done::Upgrading);
-    }
-    if kratix_failed || recorded_failure(&reverted.status.rollout_groups, resource).is_some() {
-        return Some(Done::Failed);
-    }
-    Some(if b.last_applied_version() == to {
+    Became::Done(if b.last_applied_version() != to && kratix_working {
+        Done::Upgrading
+    } else if kratix_failed || recorded_failure(&reverted.status.rollout_groups, resource).is_some() {
+        Done::Failed
+    } else if b.last_applied_version() == to {
         Done::Upgraded
     } else {
         Done::Upgrading
     })
+}
+
+/// What `reverted` did to `resource`, if it is the run's to undo ([`became`]).
+pub fn done_to(resource: &SnapshotResource, live: Option<&dyn BindingFacts>, reverted: &Reverted<'_>) -> Option<Done> {
+    match became(resource, live, reverted) {
+        Became::Done(done) => Some(done),
+        _ => None,
+    }
+}
+
+/// What became of the reverted run's resources, each counted once: what `kubectl upgradeplan
+/// revert` says when there is nothing to take.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub upgraded: usize,
+    pub upgrading: usize,
+    pub failed: usize,
+    pub not_started_by_it: usize,
+    pub moved_since: usize,
+    pub gone: usize,
+}
+
+impl Tally {
+    pub fn of<'b>(reverted: &Reverted<'_>, lookup: impl Fn(&str, &str) -> Option<&'b dyn BindingFacts>) -> Tally {
+        let mut seen = HashSet::new();
+        let mut t = Tally::default();
+        for r in reverted.frozen.snapshot.groups.iter().flat_map(|g| &g.resources) {
+            if !seen.insert((r.namespace.as_str(), r.binding.as_str())) {
+                continue;
+            }
+            let n = match became(r, lookup(&r.namespace, &r.binding), reverted) {
+                Became::Gone => &mut t.gone,
+                Became::NotStartedByIt => &mut t.not_started_by_it,
+                Became::MovedSince => &mut t.moved_since,
+                Became::Done(Done::Upgraded) => &mut t.upgraded,
+                Became::Done(Done::Upgrading) => &mut t.upgrading,
+                Became::Done(Done::Failed) => &mut t.failed,
+            };
+            *n += 1;
+        }
+        t
+    }
+
+    /// How many `resources` takes.
+    pub fn wanted(&self, resources: RevertResources) -> usize {
+        [
+            (Done::Upgraded, self.upgraded),
+            (Done::Upgrading, self.upgrading),
+            (Done::Failed, self.failed),
+        ]
+        .iter()
+        .filter(|(d, _)| d.wanted(resources))
+        .map(|(_, n)| n)
+        .sum()
+    }
 }
 
 /// The snapshot of a revert of `reverted` for `resources`: its groups in reverse order, each

@@ -450,3 +450,41 @@ fn a_reverted_resource_is_judged_against_its_own_target_table() {
         assert_eq!(got, want, "{name}");
     }
 }
+
+#[test]
+fn what_became_of_the_reverted_runs_resources_is_tallied_once_each() {
+    let (frozen, status, live) = fixture();
+    let reverted = Reverted {
+        name: RUN,
+        frozen: &frozen,
+        status: &status,
+    };
+    let lookup = |_: &str, b: &str| live.get(b).map(|b| b as &dyn BindingFacts);
+    let t = Tally::of(&reverted, lookup);
+    assert_eq!(
+        t,
+        Tally {
+            upgraded: 2,          // a (in both groups: once), f
+            upgrading: 1,         // g
+            failed: 2,            // b by Kratix, h by its health check
+            not_started_by_it: 2, // d another run's, e never started
+            moved_since: 1,       // c
+            gone: 0,
+        }
+    );
+    assert_eq!(
+        [RevertResources::Upgraded, RevertResources::Failed, RevertResources::All].map(|r| t.wanted(r)),
+        [3, 2, 5]
+    );
+    // Agrees with the snapshot a revert takes.
+    for r in [RevertResources::Upgraded, RevertResources::Failed, RevertResources::All] {
+        let taken: usize = revert_snapshot(&reverted, r, lookup)
+            .groups
+            .iter()
+            .map(|g| g.resources.len())
+            .sum();
+        assert_eq!(taken, t.wanted(r), "{r:?}");
+    }
+    let gone = Tally::of(&reverted, |_: &str, _: &str| None);
+    assert_eq!(gone.gone, 8);
+}
