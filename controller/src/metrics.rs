@@ -114,7 +114,7 @@ impl StateGauges {
             plan_last_run_finished: fgauge(&n("plan_last_run_finished_timestamp_seconds"), "Unix time the plan's last run finished.", &["plan"]),
             plan_last_run_info: gauge(&n("plan_last_run_info"), "Always 1, one series per plan: its last finished run (status.lastRun), so that alerts can name it.", &["plan", "run", "result", "reason"]),
             plan_active_run_info: gauge(&n("plan_active_run_info"), "Always 1, one series per plan with an active run: its name, state and, while Pending, why (PlanInvalid, PromiseNotFound, PromiseRevisionNotFound).", &["plan", "run", "state", "reason"]),
-            plan_last_failure: fgauge(&n("plan_last_failure_timestamp_seconds"), "Unix time the plan's most recent failed run ended, one series per plan; run and reason name it.", &["plan", "run", "reason"]),
+            plan_last_failure: fgauge(&n("plan_last_failure_timestamp_seconds"), "Unix time the plan's most recent failed run ended, one series per plan; run and reason name it, revert_of the run it reverted when it was a revert.", &["plan", "run", "reason", "revert_of"]),
             plan_last_run_failed_resources: gauge(&n("plan_last_run_failed_resources"), "Resources that failed in the plan's last run (within its failure budget when it completed).", &["plan"]),
             plan_run_create_failing: gauge(&n("plan_run_create_failing"), "1 while the API server refuses the run a due trigger asks for (the trigger is retried).", &["plan"]),
             group_failure_budget: gauge(&n("group_failure_budget"), "Failed resources the group tolerates (maxFailures resolved against its current size; 0: the first failure fails the run).", &["plan", "group"]),
@@ -208,7 +208,7 @@ impl StateGauges {
         }
         if let Some((r, at)) = &s.last_failure {
             self.plan_last_failure
-                .with_label_values(&[plan, &r.run, &r.reason])
+                .with_label_values(&[plan, &r.run, &r.reason, &r.revert_of])
                 .set(*at);
         }
         if let Some(r) = &s.active_run {
@@ -933,17 +933,20 @@ mod tests {
                 run: "p-1".into(),
                 state: "Failed".into(),
                 reason: "ResourceUpgradeFailed".into(),
+                revert_of: String::new(),
             }),
             active_run: Some(RunInfo {
                 run: "p-2".into(),
                 state: "Pending".into(),
                 reason: "PromiseNotFound".into(),
+                revert_of: String::new(),
             }),
             last_failure: Some((
                 RunInfo {
                     run: "p-1".into(),
                     state: "Failed".into(),
                     reason: "ResourceUpgradeFailed".into(),
+                    revert_of: "p-0".into(),
                 },
                 1.8e9,
             )),
@@ -966,10 +969,11 @@ mod tests {
             r#"upgradeplan_plan_last_run_info{plan="p",reason="ResourceUpgradeFailed",result="Failed",run="p-1"} 1"#,
             r#"upgradeplan_plan_active_run_info{plan="p",reason="PromiseNotFound",run="p-2",state="Pending"} 1"#,
             r#"upgradeplan_plan_run_create_failing{plan="p"} 1"#,
-            r#"upgradeplan_plan_last_failure_timestamp_seconds{plan="p",reason="ResourceUpgradeFailed",run="p-1"} 1800000000"#,
+            r#"upgradeplan_plan_last_failure_timestamp_seconds{plan="p",reason="ResourceUpgradeFailed",revert_of="p-0",run="p-1"} 1800000000"#,
             // Counters exist at 0 from the moment the plan is seen: increase() sees the first failure.
             r#"upgradeplan_runs_total{plan="p",result="Failed",trigger="scheduled"} 0"#,
             r#"upgradeplan_runs_total{plan="p",result="Cancelled",trigger="manual"} 0"#,
+            r#"upgradeplan_runs_total{plan="p",result="Failed",trigger="revert"} 0"#,
             r#"upgradeplan_runs_superseded_total{plan="p"} 0"#,
             r#"upgradeplan_triggers_missed_total{plan="p"} 0"#,
             r#"upgradeplan_resource_upgrades_total{group="dev",plan="p",result="failed"} 0"#,

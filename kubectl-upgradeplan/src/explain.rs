@@ -59,6 +59,9 @@ pub struct GroupJson {
     pub soak_duration: Option<String>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub require_approval: bool,
+    /// `onFailure: Revert`: a run failing in the group creates its revert.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub revert_on_failure: bool,
 }
 
 /// The `-o json` contract of `explain` (spec §10), with a few additions.
@@ -545,6 +548,11 @@ fn group_section(
             "     after:       wait {d} before the next group starts (soak)"
         ));
     }
+    let reverts = g.on_failure == Some(upgradeplan::api::OnFailure::Revert);
+    if reverts {
+        line("     on failure:  the run is reverted: <run>-revert moves what it upgraded or failed in this".into());
+        line("                  group and the groups before it back to the versions they had, in reverse order".into());
+    }
     for w in windows {
         let kind = match w.kind {
             WindowKind::Allow => "allow",
@@ -583,6 +591,7 @@ fn group_section(
         health_check_timeout: g.health_check.as_ref().map(|h| h.timeout.clone()),
         soak_duration: g.soak_duration.clone(),
         require_approval: compile::requires_approval(g),
+        revert_on_failure: reverts,
     }
 }
 

@@ -46,7 +46,7 @@ fn golden(name: &str, actual: &str) {
 const NOW: &str = "2026-03-27T12:00:00Z";
 
 /// Every command of the plugin.
-const COMMANDS: [&str; 14] = [
+const COMMANDS: [&str; 15] = [
     "explain",
     "match",
     "freezes",
@@ -59,6 +59,7 @@ const COMMANDS: [&str; 14] = [
     "resume",
     "cancel",
     "approve",
+    "revert",
     "completion",
     "version",
 ];

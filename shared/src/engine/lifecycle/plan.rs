@@ -120,6 +120,8 @@ pub struct RunInfo {
     pub run: String,
     pub state: String,
     pub reason: String,
+    /// A revert: the run it undoes (spec §13.7); empty otherwise, or when the run is gone.
+    pub revert_of: String,
 }
 
 /// The output of [`step`]. The controller creates the run (an existing run of that name means the
@@ -448,11 +450,18 @@ pub fn gauges_of(
         .filter_map(|l| Some((l.finished_at?, l)))
         .max_by_key(|(at, _)| *at)
         .map(|(at, l)| {
+            let revert_of = runs
+                .iter()
+                .find(|r| r.metadata.name.as_deref() == Some(l.name.as_str()))
+                .and_then(|r| r.spec.revert_of.as_ref())
+                .map(|o| o.name.clone())
+                .unwrap_or_default();
             (
                 RunInfo {
                     run: l.name,
                     state: l.result.as_str().to_string(),
                     reason: l.reason,
+                    revert_of,
                 },
                 at.timestamp() as f64,
             )
@@ -533,6 +542,7 @@ fn gauges(
             run: l.name.clone(),
             state: l.result.as_str().to_string(),
             reason: l.reason.clone(),
+            revert_of: String::new(),
         }),
         active_run: None,
         last_failure: None,
@@ -608,6 +618,7 @@ fn active_run_info(run: &UpgradeRun, promise_found: bool) -> RunInfo {
         run: run.metadata.name.clone().unwrap_or_default(),
         state: state.as_str().to_string(),
         reason,
+        revert_of: String::new(),
     }
 }
 

@@ -476,6 +476,16 @@ fn the_info_series_name_the_last_run_and_why_the_active_run_waits() {
         Some("done".into())
     );
     assert_eq!(stepped(&plan, &[&retry], true, &four(), now).1.last_failure, None);
+    // A failed revert names the run it reverted (the alert says a revert failed).
+    assert_eq!(failed.revert_of, "", "no revert");
+    let mut revert = last.clone();
+    revert.spec.revert_of = Some(crate::api::RevertOf {
+        name: "older".into(),
+        resources: crate::api::RevertResources::Upgraded,
+    });
+    let (_, gauges) = stepped(&plan, &[&older, &retry, &revert], true, &four(), now);
+    let (failed, _) = gauges.last_failure.unwrap();
+    assert_eq!((failed.run.as_str(), failed.revert_of.as_str()), ("done", "older"));
 }
 
 #[test]
