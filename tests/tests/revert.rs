@@ -268,7 +268,11 @@ async fn a_failed_group_with_on_failure_revert_is_reverted_once_across_a_control
 
     assert_eq!(run_state(&ended), RunState::Completed, "{:?}", ended.status);
     let reverts: Vec<String> = reverts_of(&env, &run).await.iter().map(|r| r.name_any()).collect();
-    assert_eq!(reverts, std::slice::from_ref(&revert), "exactly one revert of the failed run");
+    assert_eq!(
+        reverts,
+        std::slice::from_ref(&revert),
+        "exactly one revert of the failed run"
+    );
     let created = env
         .events_of(&run)
         .await

@@ -225,6 +225,22 @@ pub struct GroupStatus {
     /// resource by itself or the controller restarts (spec §5.5).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed_resources: Vec<ResourceFailure>,
+    /// A revert's resources moved back in place: their target is the version they had applied
+    /// (their upgrade had failed, or had not run), so they are done once Kratix ran that version
+    /// again after the revert started them (spec §13.7). Recorded as Kratix confirms each, because
+    /// a later re-run (someone's `kratix.io/manual-reconciliation`) would make it look unfinished
+    /// again, and an outcome stands for the run (spec §5.5).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reapplied_resources: Vec<ResourceName>,
+}
+
+/// A Resource Request, by namespace and name.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub struct ResourceName {
+    /// The Resource Request's namespace.
+    pub namespace: String,
+    /// The Resource Request's name.
+    pub name: String,
 }
 
 /// A resource a run counted Failed (spec §5.5).
@@ -388,4 +404,9 @@ pub mod reasons {
     /// A revert whose run cannot be reverted: gone, of another plan (spec §13.7). Its snapshot
     /// lost or changed reads SnapshotMissing or SnapshotTampered, naming that run's ConfigMap.
     pub const REVERT_NOT_POSSIBLE: &str = "RevertNotPossible";
+    /// A revert created by `onFailure: Revert` waits until the run it reverts has recorded its
+    /// failure (a crash between creating it and that record must not hide the failure).
+    pub const REVERT_READY: &str = "RevertReady";
+    pub const REVERTED_RUN_ENDING: &str = "RevertedRunEnding";
+    pub const REVERTED_RUN_ENDED: &str = "RevertedRunEnded";
 }

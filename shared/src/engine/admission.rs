@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 
 use crate::api::{
     find_condition, reasons, LastRun, PlanPhase, RevertOf, RunState, UpgradePlan, UpgradePlanRef, UpgradeRun,
-    UpgradeRunSpec, ADMITTED_AT_ANNOTATION, PLAN_LABEL, PREVIEW_ANNOTATION, SCHEDULED_AT_ANNOTATION,
-    SUPERSEDED_BY_ANNOTATION,
+    UpgradeRunSpec, ADMITTED_AT_ANNOTATION, PLAN_LABEL, PREVIEW_ANNOTATION, REVERTED_BY_ANNOTATION,
+    SCHEDULED_AT_ANNOTATION, SUPERSEDED_BY_ANNOTATION,
 };
 
 /// What admission needs to know about a run.
@@ -22,6 +22,10 @@ pub struct RunFacts {
     pub state: RunState,
     pub preview: bool,
     pub superseded: bool,
+    /// The revert this run created as it failed (`onFailure: Revert`, spec §13.7), recorded on it
+    /// before its failure is: the two never supersede each other, and the revert waits until this
+    /// run has recorded its end.
+    pub reverted_by: Option<String>,
 }
 
 impl RunFacts {
@@ -33,6 +37,7 @@ impl RunFacts {
             state: status.state,
             preview: is_preview(run),
             superseded: superseded_by(run).is_some(),
+            reverted_by: annotation(run, REVERTED_BY_ANNOTATION).map(str::to_string),
         }
     }
 
@@ -237,7 +242,14 @@ pub fn admit(run: &RunFacts, others: &[RunFacts]) -> Admission {
     if run.preview {
         return Admission::Proceed { supersede: vec![] };
     }
-    let contenders: Vec<&RunFacts> = others.iter().filter(|o| o.name != run.name && o.contends()).collect();
+    // A run failing with `onFailure: Revert` and the revert it created do not contend: the run
+    // records its failure, and the revert waits for that (see `revert::waits_for`).
+    let pair =
+        |o: &RunFacts| o.reverted_by.as_deref() == Some(&run.name) || run.reverted_by.as_deref() == Some(&o.name);
+    let contenders: Vec<&RunFacts> = others
+        .iter()
+        .filter(|o| o.name != run.name && o.contends() && !pair(o))
+        .collect();
     if let Some(newest) = contenders
         .iter()
         .filter(|o| o.order_key() > run.order_key())
@@ -377,6 +389,7 @@ mod tests {
             state,
             preview,
             superseded,
+            reverted_by: None,
         }
     }
 
@@ -390,6 +403,11 @@ mod tests {
         let preview = facts("preview", "2026-01-20T00:00:00Z", Unresolved, true, false);
         let done = facts("done", "2026-01-10T00:00:00Z", Completed, false, false);
         let superseded = facts("sup", "2026-01-11T00:00:00Z", InProgress, false, true);
+        let failing = RunFacts {
+            reverted_by: Some("old-revert".into()),
+            ..old.clone()
+        };
+        let revert = facts("old-revert", "2026-01-12T00:00:00Z", Pending, false, false);
         let cases: Vec<(&str, &RunFacts, Vec<RunFacts>, Admission)> = vec![
             ("alone", &me, vec![], Admission::Proceed { supersede: vec![] }),
             (
@@ -423,6 +441,24 @@ mod tests {
                 &old,
                 vec![me.clone(), facts("me", "2026-01-15T00:00:00Z", Pending, false, false)],
                 Admission::SupersededBy("me".into()),
+            ),
+            (
+                "a run failing with onFailure: Revert is not superseded by its revert",
+                &failing,
+                vec![revert.clone()],
+                Admission::Proceed { supersede: vec![] },
+            ),
+            (
+                "nor does its revert supersede it (it waits for the run to record its end)",
+                &revert,
+                vec![failing.clone()],
+                Admission::Proceed { supersede: vec![] },
+            ),
+            (
+                "another newer run still supersedes both",
+                &failing,
+                vec![revert.clone(), newer.clone()],
+                Admission::SupersededBy("newer".into()),
             ),
         ];
         for (name, run, others, want) in cases {

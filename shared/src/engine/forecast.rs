@@ -274,11 +274,21 @@ impl<'s> SimulatedKratix<'s> {
                 break;
             }
             self.completions.pop();
-            // Succeeded, as Kratix says it: applied, and no failure left on record.
+            // Succeeded, as Kratix says it: the request taken (its label removed), applied,
+            // `UpgradeSucceeded=True` then, no failure left.
+            if let Some(labels) = self.live[i].metadata.labels.as_mut() {
+                labels.remove(crate::api::kratix::MANUAL_RECONCILIATION_LABEL);
+            }
             let status = self.live[i].status.get_or_insert_with(Default::default);
             status.last_applied_version = self.targets[i].clone();
             status.failed_version = None;
-            status.conditions.clear();
+            status.conditions = vec![crate::api::kratix::BindingCondition {
+                type_: crate::api::kratix::UPGRADE_SUCCEEDED.into(),
+                status: "True".into(),
+                reason: crate::api::kratix::UPGRADE_COMPLETE.into(),
+                message: String::new(),
+                last_transition_time: Some(at),
+            }];
         }
     }
 

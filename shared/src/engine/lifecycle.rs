@@ -895,6 +895,36 @@ fn start_revert(
     cluster: &dyn Cluster,
 ) -> ControlFlow<()> {
     let now = facts.now;
+    // Created by the run it reverts as that run failed (onFailure: Revert): it waits until that
+    // run has recorded its failure, which a crash between the two writes could otherwise hide.
+    let creator = facts
+        .others
+        .iter()
+        .find(|o| o.name == of.name && o.reverted_by.as_deref() == Some(run_name(run)));
+    if let (Some(creator), SnapshotFact::Absent) = (creator, &facts.snapshot) {
+        if creator.state.is_active() {
+            let c = cond(
+                reasons::REVERT_READY,
+                ConditionStatus::False,
+                reasons::REVERTED_RUN_ENDING,
+                texts::reverted_run_ending(&of.name),
+                now,
+            );
+            set_condition(&mut out.status.conditions, c);
+            out.wake_at = Some(now + RECORD_POLL);
+            return ControlFlow::Break(());
+        }
+    }
+    if find_condition(&out.status.conditions, reasons::REVERT_READY).is_some() {
+        let c = cond(
+            reasons::REVERT_READY,
+            ConditionStatus::True,
+            reasons::REVERTED_RUN_ENDED,
+            texts::reverted_run_ended(&of.name),
+            now,
+        );
+        set_condition(&mut out.status.conditions, c);
+    }
     let (frozen, refs) = match &facts.snapshot {
         SnapshotFact::Found { frozen, refs } => (frozen.clone(), refs.clone()),
         // The controller gathers the reverted run for a revert without its snapshot.

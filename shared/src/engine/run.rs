@@ -18,7 +18,7 @@ use super::starts::{admit_starts, StartFacts};
 use super::window::WindowState;
 use crate::api::kratix::{BindingFacts, MANUAL_RECONCILIATION_LABEL, UPGRADE_FAILED};
 use crate::api::{
-    GroupPhase, GroupStatus, ResourceFailure, RETRY_REQUESTED_BY_ANNOTATION, UPGRADED_BY_ANNOTATION,
+    GroupPhase, GroupStatus, ResourceFailure, ResourceName, RETRY_REQUESTED_BY_ANNOTATION, UPGRADED_BY_ANNOTATION,
     UPGRADE_STARTED_AT_ANNOTATION,
 };
 
@@ -41,11 +41,7 @@ pub fn evaluate_resource(
         return Outcome::Skipped(SkipReason::BeingDeleted);
     }
     let applied = b.last_applied_version();
-    // A revert of a failed upgrade finds its binding applied at its target already: it is done
-    // once Kratix has run that version again for the revert's patch (spec §13.7), not before.
-    let reverted = resource.target.is_none()
-        || (b.spec_version() == to && b.upgrade_condition().is_none_or(|c| c.status == "True"));
-    if applied == to && reverted {
+    if applied == to && reverted(resource, b, to) {
         return Outcome::Succeeded;
     }
     // A revert's resource may still land at the version the revert moves it back from (the
@@ -53,15 +49,17 @@ pub fn evaluate_resource(
     // Kratix mid-upgrade: Kratix then runs the revert's target, so that is neither drift nor done.
     let reverting_from = resource.target.as_ref().map(|_| resource.spec_version.as_str());
     let landed_on_reverted = reverting_from == Some(applied);
-    // Upgraded by this run and since applied at another version by someone else: this run's
-    // upgrade succeeded (spec §5.5).
-    if b.annotation(UPGRADED_BY_ANNOTATION) == Some(run_name)
-        && applied != resource.last_applied_version
-        && !landed_on_reverted
-    {
+    // Upgraded by this run and since moved by someone else — applied at another version, or its
+    // version set to another (back to the one it had, too): this run's upgrade succeeded (spec
+    // §5.5: the binding naming the run is the record), and it is never started again (§14.1).
+    // One outcome whatever Kratix has applied of the move yet: a resource counted Succeeded, or
+    // Skipped, must stay so as Kratix catches up, and the run cannot tell an upgrade undone after
+    // it succeeded from one stopped before it ran.
+    let spec_version = b.spec_version();
+    let moved = applied != resource.last_applied_version || spec_version != to;
+    if b.annotation(UPGRADED_BY_ANNOTATION) == Some(run_name) && moved && !landed_on_reverted {
         return Outcome::Succeeded;
     }
-    let spec_version = b.spec_version();
     let spec_drifted = spec_version != resource.spec_version && spec_version != to;
     let applied_drifted = applied != resource.last_applied_version && applied != to && !landed_on_reverted;
     if spec_drifted || applied_drifted {
@@ -91,6 +89,33 @@ pub fn evaluate_resource(
         };
     }
     Outcome::NotStarted
+}
+
+/// Whether a resource applied at `to` is done for its run. A revert's (spec §13.7) resource is
+/// done once its binding asks for its target and Kratix's last word on it is success; one whose
+/// target is the version it had applied (its upgrade failed, or had not run) only once Kratix took
+/// the revert's request and ran that version again, after the revert started it: before, it
+/// looks done and is not.
+fn reverted(resource: &SnapshotResource, b: &dyn BindingFacts, to: &str) -> bool {
+    if resource.target.is_none() {
+        return true;
+    }
+    let succeeded = b.upgrade_condition().filter(|c| c.status == "True");
+    if b.spec_version() != to {
+        return false;
+    }
+    if resource.last_applied_version != to {
+        return b.upgrade_condition().is_none_or(|c| c.status == "True");
+    }
+    // Kratix takes the revert's request (and removes its label) before it runs the version again:
+    // a success of the same second as the start, with the request not taken yet, is older.
+    let taken = b.label(MANUAL_RECONCILIATION_LABEL).is_none();
+    let started = b
+        .annotation(UPGRADE_STARTED_AT_ANNOTATION)
+        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.timestamp());
+    let since = succeeded.and_then(|c| c.last_transition_time).map(|t| t.timestamp());
+    taken && matches!((since, started), (Some(since), Some(started)) if since >= started)
 }
 
 /// When the upgrade of `live` runs out of its group's `progressDeadline`: its start (the
@@ -155,7 +180,11 @@ impl GroupRules {
                 message: failure.detail.clone(),
             };
         }
-        let outcome = evaluate_resource(resource, live, resource.target(to), run_name, run_created);
+        let outcome = if recorded_reapplied(recorded, resource) {
+            Outcome::Succeeded
+        } else {
+            evaluate_resource(resource, live, resource.target(to), run_name, run_created)
+        };
         let outcome = apply_deadline(outcome, live, self.deadline.as_ref(), now);
         apply_health_check(outcome, resource, live, self.health.as_ref(), records, run_created, now)
     }
@@ -185,6 +214,43 @@ pub fn recorded_failure<'r>(recorded: &'r [GroupStatus], resource: &SnapshotReso
         .iter()
         .flat_map(|g| &g.failed_resources)
         .find(|f| failure_of(f, resource))
+}
+
+/// Whether the run recorded `resource` moved back in place (a revert's, spec §13.7): done, whatever
+/// Kratix does with it since.
+fn recorded_reapplied(recorded: &[GroupStatus], resource: &SnapshotResource) -> bool {
+    recorded
+        .iter()
+        .flat_map(|g| &g.reapplied_resources)
+        .any(|r| r.namespace == resource.namespace && r.name == resource.name)
+}
+
+/// A group's in-place revert records after this pass: those it had, then each resource reverted
+/// in place that Kratix confirmed now ([`reverted`]), in snapshot order.
+fn record_reapplied(
+    had: Option<&GroupStatus>,
+    resources: &[std::sync::Arc<SnapshotResource>],
+    live: &[Option<&dyn BindingFacts>],
+    to: &str,
+) -> Vec<ResourceName> {
+    let mut records = had.map(|g| g.reapplied_resources.clone()).unwrap_or_default();
+    for (resource, b) in resources.iter().zip(live) {
+        let target = resource.target(to);
+        let in_place = resource.target.is_some() && resource.last_applied_version == target;
+        let Some(b) = b.filter(|b| in_place && b.last_applied_version() == target) else {
+            continue;
+        };
+        let known = records
+            .iter()
+            .any(|r| r.namespace == resource.namespace && r.name == resource.name);
+        if !known && reverted(resource, b, target) {
+            records.push(ResourceName {
+                namespace: resource.namespace.clone(),
+                name: resource.name.clone(),
+            });
+        }
+    }
+    records
 }
 
 /// Whether failure record `f` is about `resource` (records name the Resource Request).
@@ -437,7 +503,16 @@ fn evaluate_group<'b>(
     };
     let approved = group_entry(ctx, eval, &at)?;
     if let Some(mut done) = recorded_complete(ctx.recorded.get(index), &group.name, group.resources.len(), budget) {
-        // Recorded by a controller from before phases: completed now, as far as the soak goes.
+        // A group completing in this pass (one with nothing to upgrade, or recorded by a controller
+        // from before phases) records how it began, as any group does: its start, and the
+        // approval it passed — what the views and a restarted controller judge it by.
+        if done.phase != Some(GroupPhase::Completed) {
+            done.started_at.get_or_insert(ctx.now);
+            if let (Some(a), None) = (&approved, &done.approval) {
+                a.record_in(&mut done);
+            }
+        }
+        // Completed now, as far as the soak goes.
         done.completed_at.get_or_insert(ctx.now);
         done.phase = Some(GroupPhase::Completed);
         // Its counts stand (spec §5.5): nothing a completed group's bindings do later moves them.
@@ -459,6 +534,7 @@ fn evaluate_group<'b>(
     let counted = &mut eval.groups[index];
     *counted = counts(&group.name, group.resources.len(), &outcomes);
     counted.failed_resources = record_failures(recorded, &group.resources, &outcomes, budget, ctx.now);
+    counted.reapplied_resources = record_reapplied(recorded, &group.resources, &live, &ctx.plan.to);
     counted.started_at = Some(started_at.unwrap_or(ctx.now));
     if let Some(a) = &approved {
         a.record_in(counted);
@@ -675,6 +751,13 @@ pub(crate) mod tests {
     #[test]
     fn resource_outcome_table() {
         let created = utc(CREATED);
+        let upgraded_by = |mut b: ResourceBinding, run: &str| {
+            b.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(UPGRADED_BY_ANNOTATION.into(), run.into());
+            b
+        };
         // Snapshot taken when the binding was at v1 (spec v1).
         let at_v1 = binding("ns", "r", &[], "v1", "v1");
         let snap = snap_res(&at_v1);
@@ -828,6 +911,24 @@ pub(crate) mod tests {
                     Some("v2"),
                 )),
                 Outcome::InFlight,
+            ),
+            (
+                "started by this run, then set back by hand to the version it had: this run's upgrade, never started again",
+                &snap,
+                Some(upgraded_by(at_v1.clone(), "run-1")),
+                Outcome::Succeeded,
+            ),
+            (
+                "started by this run, then pinned by hand to another version, not applied yet: this run's upgrade (it will be once Kratix applies it)",
+                &snap,
+                Some(upgraded_by(binding("ns", "r", &[], "v1", "v3"), "run-1")),
+                Outcome::Succeeded,
+            ),
+            (
+                "started by an earlier run, set back by hand before this run's snapshot: this run's to start",
+                &snap,
+                Some(upgraded_by(at_v1.clone(), "run-0")),
+                Outcome::NotStarted,
             ),
             (
                 "floating binding not started",
@@ -1295,6 +1396,52 @@ pub(crate) mod tests {
             "c never reported: over the budget"
         );
         assert!(matches!(&e.outcomes[0].1[2], Outcome::Failed { message } if message == "no health report within 10m"));
+    }
+
+    #[test]
+    fn a_group_with_nothing_to_upgrade_records_the_approval_it_passed() {
+        // `prod` selects nothing now, and requires approval: approved, it completes at once, and
+        // records how it began — a view judging by the record must not see it waiting for ever.
+        let dev = group("dev", &[("env", "dev")]);
+        let mut prod = group("prod", &[("env", "prod")]);
+        prod.require_approval = Some(true);
+        let bindings = vec![binding("a", "d1", &[("env", "dev")], "v1", "v1")];
+        let mut w = World::new(plan(&["v1"], "v2", vec![dev, prod]), bindings);
+        w.set("d1", "v2", "v2");
+        let e = w.eval(&[], false, "2026-06-01T10:00:00Z");
+        assert_eq!(e.groups[1].phase, Some(GroupPhase::AwaitingApproval));
+        let recorded = e.groups.clone();
+        w.approvals = vec![ApprovalFact {
+            name: "r-prod".into(),
+            group: "prod".into(),
+            created: utc("2026-06-01T10:01:00Z"),
+            owners: Vec::new(),
+            resource_version: None,
+            approver: Some("bob".into()),
+            comment: Some("CHG-1".into()),
+        }];
+        let e = w.eval(&recorded, false, "2026-06-01T10:02:00Z");
+        assert_eq!(e.verdict, Verdict::Completed);
+        let prod = &e.groups[1];
+        assert_eq!(
+            (
+                prod.phase,
+                prod.started_at,
+                prod.approval.as_deref(),
+                prod.approved_by.as_deref()
+            ),
+            (
+                Some(GroupPhase::Completed),
+                Some(utc("2026-06-01T10:02:00Z")),
+                Some("r-prod"),
+                Some("bob")
+            )
+        );
+        // Judged from the record alone (the approval object gone, as a view without it sees it).
+        let recorded = e.groups.clone();
+        w.approvals.clear();
+        let e = w.eval(&recorded, false, "2026-06-01T10:03:00Z");
+        assert_eq!(e.verdict, Verdict::Completed);
     }
 
     #[test]
@@ -1990,12 +2137,13 @@ pub(crate) mod tests {
             ),
             "another run's upgrade is not this run's success"
         );
-        // Started by this run, moved on in spec only (not applied yet): changed by someone else.
+        // Started by this run, moved on in spec only (not applied yet): the same outcome as once
+        // Kratix applies it, so that neither count moves back as it does.
         b.status.as_mut().unwrap().last_applied_version = "v1".into();
-        assert!(matches!(
+        assert_eq!(
             evaluate_resource(&snap, Some(&b), "v2", "run-1", created),
-            Outcome::Skipped(_)
-        ));
+            Outcome::Succeeded
+        );
     }
 
     #[test]

@@ -158,6 +158,14 @@ pub fn reverted_run_never_started(run: &str) -> String {
 pub fn reverted_plan_invalid(run: &str, problems: &str) -> String {
     format!("cannot revert UpgradeRun \"{run}\": the plan its snapshot froze is invalid: {problems}")
 }
+/// `RevertReady=False` of a revert created by `onFailure: Revert` before its run recorded its end.
+pub fn reverted_run_ending(run: &str) -> String {
+    format!("waits for UpgradeRun \"{run}\", which created this revert as it failed (onFailure: Revert), to record its failure")
+}
+/// `RevertReady=True` once it has.
+pub fn reverted_run_ended(run: &str) -> String {
+    format!("UpgradeRun \"{run}\" recorded its end")
+}
 /// The Normal event of a run that failed in a group with `onFailure: Revert`.
 pub fn revert_created(revert: &str, group: &str) -> String {
     format!(

@@ -114,6 +114,26 @@ pub enum UserAction {
     DeleteTargetRevision,
     /// The `from` version's PromiseRevision is deleted: Kratix deletes the resources still at it.
     DeleteFromRevision,
+    /// A group's `onFailure` toggled between `Revert` and omitted (mid-run: changes nothing of the
+    /// run).
+    EditOnFailure {
+        group: usize,
+    },
+    /// Someone moves a binding on by hand (`spec.version: v3`, a version without a revision yet):
+    /// a run skips what someone else changed, or counts it its own success when it had started it;
+    /// a revert leaves it alone (spec §5.5, §13.7). Not set back: the spec's record of a success or
+    /// a skip — the counts and the binding — cannot follow a binding moved back to where it was.
+    PinVersion {
+        binding: usize,
+    },
+    /// `kubectl upgradeplan revert RUN` (spec §13.7): a run reverting another, `resources` an
+    /// index into upgraded, failed, all.
+    Revert {
+        run: usize,
+        resources: usize,
+        respect_policy: bool,
+        preview: bool,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,6 +184,11 @@ impl History {
                 .then(|| ([30, 60][rng.below(2) as usize], rng.below(3) as usize)),
             windows: [window(&mut rng), window(&mut rng)],
             missed_events: rng.chance(30),
+            on_failure_revert: {
+                // Drawn apart, so that the rest of a seed's world is what it was before reverts.
+                let mut own = Rng(seed ^ 0x5245_5645_5254);
+                [own.chance(35), own.chance(35)]
+            },
         };
         let actions = (0..steps).map(|_| action(&mut rng)).collect();
         History { shape, actions }
@@ -219,7 +244,7 @@ fn action(rng: &mut Rng) -> Action {
 }
 
 fn user(rng: &mut Rng) -> UserAction {
-    match rng.below(30) {
+    match rng.below(38) {
         0..=3 => UserAction::CreateRun {
             preview: rng.chance(25),
         },
@@ -272,6 +297,15 @@ fn user(rng: &mut Rng) -> UserAction {
         29 if rng.chance(10) => UserAction::DeletePlan,
         29 if rng.chance(30) => UserAction::SuspendPlan {
             suspend: rng.chance(50),
+        },
+        33 => UserAction::EditOnFailure { group: target(rng) },
+        34 => UserAction::PinVersion { binding: target(rng) },
+        35..=36 => UserAction::RetryLabel { binding: target(rng) },
+        30..=32 | 37 => UserAction::Revert {
+            run: target(rng),
+            resources: rng.below(3) as usize,
+            respect_policy: rng.chance(30),
+            preview: rng.chance(20),
         },
         // Rare: it fails every run that has not finished.
         _ if rng.chance(15) => UserAction::DeleteTargetRevision,

@@ -62,6 +62,13 @@ pub enum Invariant {
     /// Revert`, named `<run>-revert`, for all its resources, at most once per run; and every run
     /// that ends so has one (spec §13.7).
     RevertCreatedOnce,
+    /// A revert's snapshot is taken from the reverted run's verified snapshot: exactly the
+    /// resources that run started and left as `--resources` says (their binding, as the step saw
+    /// it, names that run and is still at its target), each once, back to the version that
+    /// snapshot recorded; the reverted run's groups in reverse, their limits, budgets, deadlines
+    /// and health checks, and its windows, soak, approvals and gates only when the revert
+    /// respects policy; and each start of a revert sets its resource's own target (spec §13.7).
+    RevertFromRecord,
 }
 
 impl std::fmt::Display for Invariant {
@@ -82,6 +89,9 @@ impl std::fmt::Display for Invariant {
             Invariant::StaleCopyWritesNothing => "a step from a stale copy of its run writes nothing of it",
             Invariant::PluginShowsRecorded => "the plugin's run view equals what the controller recorded",
             Invariant::RevertCreatedOnce => "a run failing with onFailure: Revert creates its revert, once",
+            Invariant::RevertFromRecord => {
+                "a revert moves back what the reverted run's record says, to what it recorded"
+            }
         };
         write!(f, "{text}")
     }
@@ -96,6 +106,22 @@ fn in_flight(b: &upgradeplan::api::kratix::ResourceBinding, to: &str) -> bool {
     use upgradeplan::api::kratix::BindingFacts;
     let failed = b.failed_version() == Some(to) && b.upgrade_condition().is_some_and(|c| c.status == "False");
     b.last_applied_version() != to && !failed
+}
+
+/// A revert's resource whose target is the version it had applied (its upgrade had failed):
+/// Kratix runs that version again on the revert's request, and it is in flight until Kratix says
+/// it succeeded, or failed, there.
+fn reverting_in_place(
+    r: &upgradeplan::engine::snapshot::SnapshotResource,
+    b: &upgradeplan::api::kratix::ResourceBinding,
+) -> bool {
+    use upgradeplan::api::kratix::BindingFacts;
+    let Some(target) = r.target.as_deref() else {
+        return false;
+    };
+    let said = b.upgrade_condition().map(|c| c.status);
+    let failed_there = b.failed_version() == Some(target) && said == Some("False");
+    target == r.last_applied_version && said != Some("True") && said.is_some() && !failed_there
 }
 
 /// The group's `maxConcurrent` as the frozen plan wrote it.
@@ -138,6 +164,10 @@ fn holds(type_: &str, status: ConditionStatus) -> bool {
         reasons::TARGET_REVISION_READY,
         reasons::PLAN_RESOLVED,
         reasons::KINDS_SERVED,
+        // A revert preview that cannot be taken says so while it waits (it fails once resumed).
+        reasons::RUN_SUCCEEDED,
+        // A revert created by onFailure waits for its run to record its failure.
+        reasons::REVERT_READY,
     ];
     match status {
         ConditionStatus::True => while_true.contains(&type_),
@@ -254,6 +284,20 @@ fn group_of(frozen: &Frozen, patch: &BindingPatch) -> Option<usize> {
     })
 }
 
+/// The snapshot entry of `patch`'s binding.
+fn entry_of<'f>(
+    frozen: &'f Frozen,
+    patch: &BindingPatch,
+) -> Option<&'f upgradeplan::engine::snapshot::SnapshotResource> {
+    frozen
+        .snapshot
+        .groups
+        .iter()
+        .flat_map(|g| &g.resources)
+        .find(|r| r.binding == patch.resource.binding && r.namespace == patch.resource.namespace)
+        .map(|r| &**r)
+}
+
 /// A Go duration of whole seconds, as the simulation writes them (`90s`).
 fn go_seconds(d: &str) -> Option<i64> {
     d.strip_suffix('s')?.parse().ok()
@@ -338,7 +382,19 @@ impl Checker {
         if step.binding_patches.is_empty() {
             return Ok(());
         }
-        let frozen = holding(&world.freezes, PROMISE, world.plan.labels());
+        // Freezes hold every run of the plan, a revert only when it respects policy (§14.1).
+        let policy_holds = run.spec.revert_of.is_none() || run.spec.respect_policy;
+        let frozen = if policy_holds {
+            holding(&world.freezes, PROMISE, world.plan.labels())
+        } else {
+            Vec::new()
+        };
+        // Each start's own target (a revert's resources each have theirs) needs its revision.
+        let revision_gone = step
+            .binding_patches
+            .iter()
+            .map(|p| p.resource.target(&step.to))
+            .find(|v| !world.revisions.iter().any(|r| r == v));
         let held = [
             (run.spec.suspend, "suspended".to_string()),
             (run.spec.cancel, "cancelled".to_string()),
@@ -349,8 +405,8 @@ impl Checker {
             ),
             // A preview waits suspended (covered above); resumed, it starts like any run.
             (
-                !world.revisions.contains(&step.to),
-                "without its target PromiseRevision".to_string(),
+                revision_gone.is_some(),
+                format!("without the PromiseRevision of {}", revision_gone.unwrap_or_default()),
             ),
             (
                 hold_at(&frozen, world.now).is_some(),
@@ -407,6 +463,180 @@ impl Checker {
         Ok(())
     }
 
+    /// A step of `run` that derives a revert's snapshot, from the bindings it saw (`seen`): read
+    /// literally from spec §13.7, against the reverted run's snapshot as written and verified.
+    pub fn revert_derived(
+        &self,
+        world: &World,
+        run: &UpgradeRun,
+        step: &Step,
+        seen: &[upgradeplan::api::kratix::ResourceBinding],
+        gathered: Option<&Option<(UpgradeRun, upgradeplan::engine::snapshot::SnapshotFact)>>,
+    ) -> Result<(), Violation> {
+        use upgradeplan::api::kratix::BindingFacts;
+        use upgradeplan::api::RevertResources;
+        let Some(of) = &run.spec.revert_of else {
+            return Ok(());
+        };
+        let wrong = |why: String| {
+            violation(
+                Invariant::RevertFromRecord,
+                format!("revert {} of {}: {why}", run.name_any(), of.name),
+            )
+        };
+        let reverted = world.runs.iter().find(|r| r.name_any() == of.name);
+        let status = reverted.and_then(|r| r.status.clone()).unwrap_or_default();
+        let record = world
+            .frozen_of(&of.name)
+            .filter(|_| !status.resource_list_refs.is_empty());
+        // Refused before its snapshot (it fails, or as a preview says why), by a step that was given
+        // the run it reverts: only when that run is gone, of another plan, or had no readable
+        // recorded snapshot.
+        let refusal = upgradeplan::api::find_condition(&step.status.conditions, reasons::RUN_SUCCEEDED).filter(|c| {
+            c.status == ConditionStatus::False
+                && [
+                    reasons::REVERT_NOT_POSSIBLE,
+                    reasons::SNAPSHOT_MISSING,
+                    reasons::SNAPSHOT_TAMPERED,
+                ]
+                .contains(&c.reason.as_str())
+        });
+        // Judged in the step that records it: one that stops earlier (superseded, its plan gone)
+        // carries an older refusal forward.
+        let recorded = run
+            .status
+            .as_ref()
+            .and_then(|s| upgradeplan::api::find_condition(&s.conditions, reasons::RUN_SUCCEEDED));
+        let decided_now = |c: &upgradeplan::api::Condition| {
+            recorded.is_none_or(|r| (r.status, &r.reason, &r.message) != (c.status, &c.reason, &c.message))
+        };
+        if let (Some(c), None, Some(Some((given, snapshot)))) = (refusal, &step.frozen, gathered) {
+            let readable = matches!(snapshot, upgradeplan::engine::snapshot::SnapshotFact::Found { .. });
+            if given.plan_name() == run.plan_name() && readable && decided_now(c) {
+                return wrong(format!(
+                    "refused ({}: {}), though it was given that run's record",
+                    c.reason, c.message
+                ));
+            }
+        }
+        let (Some(derived), false) = (&step.frozen, step.write_snapshot.is_empty()) else {
+            return Ok(());
+        };
+        let Some(record) = record else {
+            return wrong("a snapshot derived without the reverted run's recorded snapshot".into());
+        };
+        // Groups: the reverted run's, last first; what holds a group only when policy is respected.
+        let respect = run.spec.respect_policy;
+        let mut want: Vec<&str> = record.plan.rollout_groups.iter().map(|g| g.name.as_str()).collect();
+        want.reverse();
+        let got: Vec<&str> = derived.plan.rollout_groups.iter().map(|g| g.name.as_str()).collect();
+        let in_snapshot: Vec<&str> = derived.snapshot.groups.iter().map(|g| g.name.as_str()).collect();
+        if got != want || in_snapshot != want {
+            return wrong(format!(
+                "groups {got:?} (snapshot {in_snapshot:?}), the reverted run's reversed are {want:?}"
+            ));
+        }
+        for g in &derived.plan.rollout_groups {
+            let Some(o) = record.plan.rollout_groups.iter().find(|o| o.name == g.name) else {
+                continue;
+            };
+            let kept = (
+                &g.max_concurrent,
+                &g.max_failures,
+                &g.progress_deadline,
+                &g.health_check,
+            ) == (
+                &o.max_concurrent,
+                &o.max_failures,
+                &o.progress_deadline,
+                &o.health_check,
+            );
+            let policy = (&g.resource_upgrade_windows, &g.soak_duration, g.require_approval);
+            let policy_ok = if respect {
+                policy == (&o.resource_upgrade_windows, &o.soak_duration, o.require_approval)
+            } else {
+                policy == (&None, &None, None)
+            };
+            if !kept || !policy_ok || g.on_failure.is_some() {
+                return wrong(format!("group {} is {g:?}, the reverted run's {o:?}", g.name));
+            }
+        }
+        let gates_ok = if respect {
+            derived.plan.gates == record.plan.gates
+        } else {
+            derived.plan.gates.is_none()
+        };
+        if !gates_ok {
+            return wrong(format!("gates {:?} (respectPolicy {respect})", derived.plan.gates));
+        }
+        // Resources: each of the reverted snapshot once, in the first group that held it, if the
+        // reverted run started it and left it as `resources` says; back to what it recorded.
+        let recorded_failed = |ns: &str, name: &str| {
+            status
+                .rollout_groups
+                .iter()
+                .flat_map(|g| &g.failed_resources)
+                .any(|f| f.namespace == ns && f.name == name)
+        };
+        let mut taken = std::collections::BTreeSet::new();
+        let mut expected: Vec<(String, String, String, String)> = Vec::new();
+        for group in &record.snapshot.groups {
+            for r in &group.resources {
+                if !taken.insert((r.namespace.clone(), r.binding.clone())) {
+                    continue;
+                }
+                let to = r.target(&record.plan.upgrade_path.to);
+                let Some(b) = seen
+                    .iter()
+                    .find(|b| b.name_any() == r.binding && b.namespace().as_deref() == Some(r.namespace.as_str()))
+                else {
+                    continue;
+                };
+                let started = b.annotations().get(upgradeplan::api::UPGRADED_BY_ANNOTATION) == Some(&of.name);
+                if b.metadata.deletion_timestamp.is_some() || !started || b.spec.version != to {
+                    continue;
+                }
+                let said = b.upgrade_condition().map(|c| (c.status, c.reason));
+                let applied = b.last_applied_version() == to;
+                let kratix_failed =
+                    said == Some(("False", upgradeplan::api::kratix::UPGRADE_FAILED)) && b.failed_version() == Some(to);
+                // Failed, unless Kratix is at it again (working, not applied): its verdict is to come.
+                let working = !applied && said.is_some_and(|(s, _)| s == "Unknown");
+                let failed = !working && (kratix_failed || recorded_failed(&r.namespace, &r.name));
+                let wanted = match of.resources {
+                    RevertResources::All => true,
+                    RevertResources::Failed => failed,
+                    RevertResources::Upgraded => !failed,
+                };
+                if wanted {
+                    expected.push((
+                        group.name.clone(),
+                        r.namespace.clone(),
+                        r.binding.clone(),
+                        r.last_applied_version.clone(),
+                    ));
+                }
+            }
+        }
+        expected.sort();
+        let mut actual: Vec<(String, String, String, String)> = derived
+            .snapshot
+            .groups
+            .iter()
+            .flat_map(|g| {
+                g.resources.iter().map(move |r| {
+                    let target = r.target.clone().unwrap_or_else(|| "(none)".into());
+                    (g.name.clone(), r.namespace.clone(), r.binding.clone(), target)
+                })
+            })
+            .collect();
+        actual.sort();
+        if actual != expected {
+            return wrong(format!("took {actual:?}, the record and the bindings say {expected:?}"));
+        }
+        Ok(())
+    }
+
     /// A binding patch of `run` the API server accepted.
     pub fn patched(&mut self, run: &str, frozen: &Frozen, patch: &BindingPatch) -> Result<(), Violation> {
         if group_of(frozen, patch).is_none() {
@@ -414,6 +644,18 @@ impl Checker {
                 Invariant::OnlySnapshotPatched,
                 format!("run {run} patched {} outside its snapshot", patch.resource.binding),
             );
+        }
+        if let (Attempt::Start { to, .. }, Some(entry)) = (&patch.attempt, entry_of(frozen, patch)) {
+            let target = entry.target(&frozen.plan.upgrade_path.to);
+            if to != target {
+                return violation(
+                    Invariant::RevertFromRecord,
+                    format!(
+                        "run {run} set {} to {to}, its snapshot says {target}",
+                        patch.resource.binding
+                    ),
+                );
+            }
         }
         if let Attempt::Start { .. } = patch.attempt {
             let n = self
@@ -746,7 +988,7 @@ impl Checker {
                     let key = (
                         r.namespace.clone(),
                         r.binding.clone(),
-                        frozen.plan.upgrade_path.to.clone(),
+                        r.target(&frozen.plan.upgrade_path.to).to_string(),
                     );
                     self.verified.contains(&key)
                 })
@@ -837,12 +1079,13 @@ impl Checker {
                     .iter()
                     .filter(|r| !failed.contains(&r.name.as_str()))
                     .filter(|r| {
+                        let target = r.target(&to);
                         world.resources.iter().any(|live| {
                             let b = &live.binding;
                             b.name_any() == r.binding
                                 && b.annotations().get(upgradeplan::api::UPGRADED_BY_ANNOTATION) == Some(&name)
-                                && b.spec.version == to
-                                && in_flight(b, &to)
+                                && b.spec.version == target
+                                && (in_flight(b, target) || reverting_in_place(r, b))
                         })
                     })
                     .count();
@@ -864,6 +1107,17 @@ impl Checker {
         for run in &world.runs {
             self.counts_agree(world, run, true)?;
             let status = run.status.clone().unwrap_or_default();
+            let name = run.name_any();
+            if status.state == upgradeplan::api::RunState::Failed
+                && fails_reverting(world, &name, &status)
+                && run.spec.revert_of.is_none()
+                && !self.reverted.contains(&name)
+            {
+                return violation(
+                    Invariant::RevertCreatedOnce,
+                    format!("run {name} failed in a group with onFailure: Revert and no revert was created"),
+                );
+            }
             let says_why = status
                 .conditions
                 .iter()

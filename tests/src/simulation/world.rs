@@ -135,6 +135,14 @@ pub struct Tally {
     pub starts: u64,
     /// Reverts the controller created (`onFailure: Revert`).
     pub reverts_created: u64,
+    /// Reverts people asked for (`kubectl upgradeplan revert`).
+    pub reverts_asked: u64,
+    /// Revert snapshots derived (each checked against the reverted run's record).
+    pub revert_snapshots: u64,
+    /// Starts of reverts (binding patches back to a recorded version).
+    pub revert_starts: u64,
+    pub reverts_completed: u64,
+    pub reverts_failed: u64,
     pub retries: u64,
     /// Binding patches refused by their precondition (a stale cache's steps).
     pub conflicts: u64,
@@ -161,6 +169,12 @@ pub struct Tally {
 impl Tally {
     pub fn add(&mut self, other: &Tally) {
         self.starts += other.starts;
+        self.reverts_created += other.reverts_created;
+        self.reverts_asked += other.reverts_asked;
+        self.revert_snapshots += other.revert_snapshots;
+        self.revert_starts += other.revert_starts;
+        self.reverts_completed += other.reverts_completed;
+        self.reverts_failed += other.reverts_failed;
         self.retries += other.retries;
         self.conflicts += other.conflicts;
         self.crashes += other.crashes;
@@ -246,6 +260,8 @@ pub struct Shape {
     /// plan) are missed once the history's actions are over: a run is woken only by its own
     /// changes and its requeues.
     pub missed_events: bool,
+    /// Each group's `onFailure: Revert` (spec §13.7).
+    pub on_failure_revert: [bool; 2],
 }
 
 /// A group's upgrade window: hourly cron openings in a zone, a duration.
@@ -321,6 +337,9 @@ impl World {
             }
             if let Some((_, timeout)) = shape.health_check.filter(|(group, _)| *group == i) {
                 g["healthCheck"] = json!({"timeout": format!("{timeout}s")});
+            }
+            if shape.on_failure_revert[i] {
+                g["onFailure"] = json!("Revert");
             }
             g
         };
@@ -507,6 +526,36 @@ impl World {
         self.runs.push(run);
     }
 
+    /// A person reverts run `pick` (`kubectl upgradeplan revert`), as `p-N`.
+    fn create_revert(&mut self, pick: usize, resources: usize, respect_policy: bool, preview: bool) {
+        use upgradeplan::api::RevertResources;
+        let Some(i) = self.run_index(pick) else {
+            return;
+        };
+        let of = self.runs[i].name_any();
+        self.runs_made += 1;
+        let name = format!("{PLAN}-{}", self.runs_made);
+        let which = [RevertResources::Upgraded, RevertResources::Failed, RevertResources::All][resources % 3];
+        let mut run = new_run(
+            &self.plan,
+            NewRun::Revert {
+                name: Some(name.clone()),
+                of: upgradeplan::api::RevertOf {
+                    name: of,
+                    resources: which,
+                },
+                respect_policy,
+                preview,
+            },
+        );
+        run.metadata.uid = Some(format!("{name}-uid"));
+        run.metadata.generation = Some(1);
+        run.metadata.creation_timestamp = Some(Time(to_jiff(self.now)));
+        run.metadata.resource_version = self.version();
+        self.runs.push(run);
+        self.tally.reverts_asked += 1;
+    }
+
     fn run_index(&self, pick: usize) -> Option<usize> {
         (!self.runs.is_empty()).then(|| pick % self.runs.len())
     }
@@ -515,6 +564,12 @@ impl World {
     pub fn user(&mut self, action: &UserAction) {
         match *action {
             UserAction::CreateRun { preview } => self.create_run(preview),
+            UserAction::Revert {
+                run,
+                resources,
+                respect_policy,
+                preview,
+            } => self.create_revert(run, resources, respect_policy, preview),
             UserAction::Suspend { run, suspend } => self.edit_run(run, |r| r.spec.suspend = suspend),
             UserAction::Cancel { run } => self.edit_run(run, |r| r.spec.cancel = true),
             UserAction::DeleteRun { run } => {
@@ -536,6 +591,22 @@ impl World {
                     _ => None,
                 };
                 self.plan.metadata.generation = self.plan.metadata.generation.map(|g| g + 1);
+            }
+            UserAction::EditOnFailure { group } => {
+                let groups = &mut self.plan.spec.rollout_groups;
+                let g = group % groups.len();
+                groups[g].on_failure = match groups[g].on_failure {
+                    Some(upgradeplan::api::OnFailure::Revert) => None,
+                    _ => Some(upgradeplan::api::OnFailure::Revert),
+                };
+                self.plan.metadata.generation = self.plan.metadata.generation.map(|g| g + 1);
+            }
+            UserAction::PinVersion { binding } => {
+                let version = self.version();
+                if let Some(r) = self.resource_mut(binding) {
+                    r.binding.spec.version = "v3".into();
+                    r.binding.metadata.resource_version = version;
+                }
             }
             UserAction::EditLimit { group, limit } => {
                 let groups = &mut self.plan.spec.rollout_groups;
@@ -981,6 +1052,9 @@ impl World {
             now: self.now,
         };
         let step = lifecycle::step(&run, &facts, &view);
+        checker.revert_derived(self, &run, &step, view.bindings, reverted_run.as_ref())?;
+        let derived = run.spec.revert_of.is_some() && !step.write_snapshot.is_empty();
+        self.tally.revert_snapshots += u64::from(derived);
         // A plan edited since the run's snapshot: the same step from the plan as it was must be
         // this step (spec §14.2: a plan edit mid-run changes nothing of the run).
         if let (false, SnapshotFact::Found { frozen, .. }) = (self.plan_deleted, &facts.snapshot) {
@@ -1105,6 +1179,7 @@ impl World {
                     match &patch.attempt {
                         upgradeplan::engine::write::Attempt::Start { from, to } => {
                             self.tally.starts += 1;
+                            self.tally.revert_starts += u64::from(patch.resource.target.is_some());
                             let note = texts::resource_started(&patch.resource.display_name(), from, to);
                             self.publish(name, events::RESOURCE_UPGRADE_STARTED, "", note, checker)?;
                         }
@@ -1166,6 +1241,13 @@ impl World {
                         upgradeplan::api::RunState::Completed => self.tally.completed += 1,
                         upgradeplan::api::RunState::Failed => self.tally.failed += 1,
                         _ => self.tally.cancelled += 1,
+                    }
+                    if run.spec.revert_of.is_some() {
+                        match status.state {
+                            upgradeplan::api::RunState::Completed => self.tally.reverts_completed += 1,
+                            upgradeplan::api::RunState::Failed => self.tally.reverts_failed += 1,
+                            _ => {}
+                        }
                     }
                 }
                 r.status = Some(status.clone());

@@ -2199,13 +2199,48 @@ fn a_revert_of_a_failed_upgrade_asks_kratix_to_run_the_old_version_again() {
     apply(&mut up, &s, &mut world);
     assert_eq!(s.status.state, RunState::Failed);
 
-    let revert = a_revert("up-back", "up", RevertResources::Failed, false, t(10));
+    let mut revert = a_revert("up-back", "up", RevertResources::Failed, false, t(10));
     let s = revert_pass(&revert, Some(&up), &plan, &[RunFacts::of(&up)], &world, t(11));
     assert_eq!(
         patched(&s),
         [("r0".into(), "v1".into(), true)],
         "only the failed one, back to v1, with Kratix's manual-reconciliation label"
     );
+    let mut reverted_world = world.clone();
+    apply(&mut revert, &s, &mut reverted_world);
+    // At v1 already, but not done until Kratix ran v1 again for the revert.
+    let s = revert_pass(&revert, Some(&up), &plan, &[RunFacts::of(&up)], &reverted_world, t(12));
+    assert_eq!(
+        s.status.rollout_groups[1].succeeded, 0,
+        "in flight: {:?}",
+        s.status.rollout_groups[1]
+    );
+    apply(&mut revert, &s, &mut reverted_world);
+    kratix_succeeds(&mut reverted_world, 0, t(13));
+    let s = revert_pass(&revert, Some(&up), &plan, &[RunFacts::of(&up)], &reverted_world, t(14));
+    assert_eq!(s.status.state, RunState::Completed);
+    let dev = &s.status.rollout_groups[1];
+    assert_eq!(
+        (dev.succeeded, dev.reapplied_resources.len()),
+        (1, 1),
+        "recorded as Kratix confirmed it"
+    );
+    apply(&mut revert, &s, &mut reverted_world);
+    // Someone has Kratix run it again: the revert's success stands.
+    let b = Arc::make_mut(&mut reverted_world.bindings[0]);
+    b.status.as_mut().unwrap().conditions[0].status = "Unknown".into();
+    b.status.as_mut().unwrap().conditions[0].last_transition_time = Some(t(15));
+    let recorded = revert.status.clone().unwrap();
+    let view = crate::engine::run::resource_outcome(
+        &s.frozen.as_ref().unwrap().snapshot.groups[1].resources[0],
+        reverted_world.binding("ns", "r0-binding").as_deref(),
+        &Default::default(),
+        (&s.frozen.as_ref().unwrap().compiled, "dev"),
+        &recorded.rollout_groups,
+        ("up-back", t(10)),
+        t(16),
+    );
+    assert_eq!(view, Outcome::Succeeded, "an outcome stands for the run (spec §5.5)");
     let all = a_revert("up-all", "up", RevertResources::All, false, t(10));
     let s = revert_pass(&all, Some(&up), &plan, &[RunFacts::of(&up)], &world, t(11));
     assert_eq!(
@@ -2454,18 +2489,46 @@ fn a_run_failing_in_a_group_with_on_failure_revert_creates_its_revert_once() {
         .note
         .contains("rollout group \"dev\" failed with onFailure: Revert"));
 
-    // A crash after its own patch and the create, before the status: the next pass asks again
-    // (the API server answers AlreadyExists), with nothing more to record on the run.
+    // A crash after its own patch and the create, before the status. The revert, reconciled
+    // first, neither supersedes the run nor starts: it waits for the run to record its failure.
     failing.own.apply(&mut up).unwrap();
-    let replay = pass(&up, Some(&plan), &[], &world, t(4));
+    let mut revert = created.clone();
+    revert.metadata.uid = Some("up-revert-uid".into());
+    revert.metadata.creation_timestamp = Some(Time(crate::time::to_jiff(t(3))));
+    let s = revert_pass(&revert, Some(&up), &plan, &[RunFacts::of(&up)], &world, t(4));
+    assert!(s.supersede.is_empty(), "{:?}", s.supersede);
+    assert_eq!(
+        condition(&s, reasons::REVERT_READY),
+        (reasons::REVERTED_RUN_ENDING, ConditionStatus::False)
+    );
+    assert!(s.write_snapshot.is_empty() && s.binding_patches.is_empty());
+    apply(&mut revert, &s, &mut world);
+    // The run, not superseded by its revert, asks again (AlreadyExists) and records its failure.
+    let replay = pass(&up, Some(&plan), &[RunFacts::of(&revert)], &world, t(4));
+    assert_eq!(
+        replay.status.state,
+        RunState::Failed,
+        "its failure is recorded, not hidden"
+    );
+    assert!(replay.supersede.is_empty() && replay.status.superseded_by.is_none());
     assert_eq!(
         replay.create_revert.as_ref().map(|c| c.0.metadata.name.clone()),
         Some(Some("up-revert".into()))
     );
     assert!(replay.own.annotations.is_empty());
-    // Ended, it never does anything again.
+    // Ended, it never does anything again; and its revert goes.
     apply(&mut up, &replay, &mut world);
     assert!(pass(&up, Some(&plan), &[], &world, t(5)).create_revert.is_none());
+    let s = revert_pass(&revert, Some(&up), &plan, &[RunFacts::of(&up)], &world, t(5));
+    assert_eq!(
+        condition(&s, reasons::REVERT_READY),
+        (reasons::REVERTED_RUN_ENDED, ConditionStatus::True)
+    );
+    assert_eq!(
+        patched(&s),
+        [("r0".into(), "v1".into(), true), ("r1".into(), "v1".into(), true)],
+        "r0 failed and r1 still in flight when the run failed: both back to v1, Kratix asked to run it again"
+    );
 
     // Without onFailure, or failing in a group without it, or as a revert itself: none.
     for (what, plan, run) in [
@@ -2487,8 +2550,11 @@ fn a_run_failing_in_a_group_with_on_failure_revert_creates_its_revert_once() {
             kratix_succeeds(&mut world, 1, t(1));
             let s = pass(&x, Some(&plan), &[], &world, t(2));
             apply(&mut x, &s, &mut world);
+            // The revert begins with prod, which x had started: Kratix runs v1 there again.
             let s = revert_pass(&run, Some(&x), &plan, &[], &world, t(3));
             apply(&mut run, &s, &mut world);
+            kratix_succeeds(&mut world, 2, t(3));
+            kratix_succeeds(&mut world, 3, t(3));
             let s = revert_pass(&run, Some(&x), &plan, &[], &world, t(4));
             apply(&mut run, &s, &mut world);
             let b = Arc::make_mut(&mut world.bindings[0]);

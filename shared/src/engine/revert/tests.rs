@@ -26,6 +26,25 @@ fn resource(name: &str, applied: &str, spec: &str) -> Arc<SnapshotResource> {
     Arc::new(SnapshotResource::from_binding(&binding("ns", name, &[], applied, spec)))
 }
 
+/// `b` with Kratix's manual-reconciliation label, as a revert's start to the applied version
+/// leaves it until Kratix takes the request.
+fn asked(mut b: ResourceBinding) -> ResourceBinding {
+    b.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(crate::api::kratix::MANUAL_RECONCILIATION_LABEL.into(), "true".into());
+    b
+}
+
+/// `b` as a start at `at` left it (its `upgrade-started-at`).
+fn started_at(mut b: ResourceBinding, at: &str) -> ResourceBinding {
+    b.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(crate::api::UPGRADE_STARTED_AT_ANNOTATION.into(), at.into());
+    b
+}
+
 fn upgrading(b: ResourceBinding) -> ResourceBinding {
     with_condition(b, "Unknown", UPGRADE_IN_PROGRESS, AT, None)
 }
@@ -386,16 +405,55 @@ fn a_reverted_resource_is_judged_against_its_own_target_table() {
             Outcome::InFlight,
         ),
         (
-            "failed, reverted",
+            "failed, reverted: Kratix ran v1 again after the revert started it",
             &failed,
-            with_condition(
-                binding("ns", "b", &[], "v1", "v1"),
-                "True",
-                "UpgradeComplete",
-                later,
-                None,
+            started_at(
+                with_condition(
+                    binding("ns", "b", &[], "v1", "v1"),
+                    "True",
+                    "UpgradeComplete",
+                    later,
+                    None,
+                ),
+                "2026-06-01T10:30:00Z",
             ),
             Outcome::Succeeded,
+        ),
+        (
+            "failed, patched: an older success of v1 is not this revert's",
+            &failed,
+            started_at(
+                with_condition(
+                    binding("ns", "b", &[], "v1", "v1"),
+                    "True",
+                    "UpgradeComplete",
+                    "2026-06-01T08:00:00Z",
+                    None,
+                ),
+                "2026-06-01T10:30:00Z",
+            ),
+            Outcome::InFlight,
+        ),
+        (
+            "failed, patched, no condition yet: Kratix has not run it again",
+            &failed,
+            started_at(binding("ns", "b", &[], "v1", "v1"), "2026-06-01T10:30:00Z"),
+            Outcome::InFlight,
+        ),
+        (
+            "a success of the start's own second, the revert's request not taken yet: older than it",
+            &failed,
+            asked(started_at(
+                with_condition(
+                    binding("ns", "b", &[], "v1", "v1"),
+                    "True",
+                    "UpgradeComplete",
+                    "2026-06-01T10:30:00Z",
+                    None,
+                ),
+                "2026-06-01T10:30:00Z",
+            )),
+            Outcome::InFlight,
         ),
         (
             "the revert itself failed",
@@ -426,12 +484,15 @@ fn a_reverted_resource_is_judged_against_its_own_target_table() {
         (
             "overtaken mid-upgrade, then reverted",
             &upgrading_one,
-            with_condition(
-                binding("ns", "g", &[], "v1", "v1"),
-                "True",
-                "UpgradeComplete",
-                later,
-                None,
+            started_at(
+                with_condition(
+                    binding("ns", "g", &[], "v1", "v1"),
+                    "True",
+                    "UpgradeComplete",
+                    later,
+                    None,
+                ),
+                "2026-06-01T10:30:00Z",
             ),
             Outcome::Succeeded,
         ),
