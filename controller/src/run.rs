@@ -126,14 +126,7 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         }
         _ => None,
     };
-    let reverted = match &reverted_run {
-        None => RevertedFact::NotGathered,
-        Some(None) => RevertedFact::NotFound,
-        Some(Some((run, snapshot))) => RevertedFact::Found {
-            run,
-            snapshot: snapshot.clone(),
-        },
-    };
+    let reverted = RevertedFact::of(reverted_run.as_ref().map(|r| r.as_ref().map(|(run, s)| (&**run, s))));
     let facts = lifecycle::Facts {
         plan: plan.as_deref(),
         others: &others,

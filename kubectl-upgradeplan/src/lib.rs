@@ -179,6 +179,68 @@ async fn measured_in(
     }
 }
 
+/// `forecast --revert RUN`: the revert `kubectl upgradeplan revert` would create, worked out as
+/// it does ([`verbs::prepare_revert`]), forecast from its derived snapshot. It starts at `--start`,
+/// else now; windows and freezes hold it only when it respects policy (spec §13.7).
+async fn forecast_revert(
+    c: &kube::Client,
+    g: &cli::Global,
+    source: &PlanSource,
+    start: Option<&cli::StartTime>,
+    per_resource: Option<std::time::Duration>,
+    (resources, respect_policy): (upgradeplan::api::RevertResources, bool),
+    style: &output::Style,
+) -> anyhow::Result<(forecast::ForecastJson, String)> {
+    let name = source.plan.as_deref().unwrap_or_default();
+    let prepared = verbs::prepare_revert(c, g, name, resources, respect_policy).await?;
+    let now = source.now.unwrap_or_else(Utc::now);
+    let plan_name = prepared.run.plan_name().to_string();
+    let bindings: Vec<_> = prepared.live.bindings.values().cloned().collect();
+    let per_resource = match per_resource {
+        Some(d) => forecast::PerResource::Given(chrono::Duration::from_std(d)?),
+        None => measured_in(c, &plan_name, &bindings).await,
+    };
+    let (freezes, freezes_from) = if respect_policy {
+        (
+            prepared.live.freezes.clone(),
+            "the cluster's UpgradeFreezes".to_string(),
+        )
+    } else {
+        (
+            Vec::new(),
+            "none: a revert that does not respect policy is not held by them".to_string(),
+        )
+    };
+    let (start, start_words) = match start {
+        None => (now, "now: a revert starts when it is created".to_string()),
+        Some(_) => {
+            let (at, words, _) = forecast::start_of(&prepared.plan, start, now)?;
+            (at, words)
+        }
+    };
+    // The plan's schedule supersedes a revert still going at its next trigger.
+    let at = cli::StartTime::Instant(start);
+    let (_, _, next_trigger) = forecast::start_of(&prepared.plan, Some(&at), start)?;
+    let revert_plan = upgradeplan::api::UpgradePlan {
+        metadata: prepared.plan.metadata.clone(),
+        spec: prepared.derived.plan.clone(),
+        status: None,
+    };
+    let run = prepared.run.metadata.name.clone().unwrap_or_default();
+    forecast::render(
+        &revert_plan,
+        &bindings,
+        Some(forecast::RevertOf {
+            run: &run,
+            snapshot: &prepared.derived.snapshot,
+        }),
+        (&freezes, &freezes_from),
+        (start, start_words, next_trigger.filter(|_| !prepared.plan.spec.suspend)),
+        &per_resource,
+        style,
+    )
+}
+
 /// The sources of a view that needs bindings (`match`, `forecast`); a plan file's unknown fields
 /// are warned about, not fatal (`explain -f` is the lint).
 async fn view_sources(g: &cli::Global, source: &PlanSource) -> anyhow::Result<Sources> {
@@ -327,55 +389,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             respect_policy,
         } => {
             let c = client::connect(g).await?;
-            let name = source.plan.as_deref().unwrap_or_default();
-            let prepared = verbs::prepare_revert(&c, g, name, *resources, *respect_policy).await?;
-            let now = source.now.unwrap_or_else(Utc::now);
-            let plan_name = prepared.run.plan_name().to_string();
-            let bindings: Vec<_> = prepared.live.bindings.values().cloned().collect();
-            let per_resource = match per_resource {
-                Some(d) => forecast::PerResource::Given(chrono::Duration::from_std(*d)?),
-                None => measured_in(&c, &plan_name, &bindings).await,
-            };
-            // Windows and freezes hold a revert only when it respects policy (spec §13.7).
-            let (freezes, freezes_from) = if *respect_policy {
-                (
-                    prepared.live.freezes.clone(),
-                    "the cluster's UpgradeFreezes".to_string(),
-                )
-            } else {
-                (
-                    Vec::new(),
-                    "none: a revert that does not respect policy is not held by them".to_string(),
-                )
-            };
-            let (start, start_words) = match start {
-                None => (now, "now: a revert starts when it is created".to_string()),
-                Some(_) => {
-                    let (at, words, _) = forecast::start_of(&prepared.plan, start.as_ref(), now)?;
-                    (at, words)
-                }
-            };
-            // The plan's schedule supersedes a revert still going at its next trigger.
-            let at = cli::StartTime::Instant(start);
-            let (_, _, next_trigger) = forecast::start_of(&prepared.plan, Some(&at), start)?;
-            let revert_plan = upgradeplan::api::UpgradePlan {
-                metadata: prepared.plan.metadata.clone(),
-                spec: prepared.derived.plan.clone(),
-                status: None,
-            };
-            let run = prepared.run.metadata.name.clone().unwrap_or_default();
-            let (json, text) = forecast::render(
-                &revert_plan,
-                &bindings,
-                Some(forecast::RevertOf {
-                    run: &run,
-                    snapshot: &prepared.derived.snapshot,
-                }),
-                (&freezes, &freezes_from),
-                (start, start_words, next_trigger.filter(|_| !prepared.plan.spec.suspend)),
-                &per_resource,
-                &style,
-            )?;
+            let how = (*resources, *respect_policy);
+            let (json, text) = forecast_revert(&c, g, source, start.as_ref(), *per_resource, how, &style).await?;
             emit(g, &json, &text)?;
         }
         Command::Forecast {

@@ -87,6 +87,34 @@ async fn a_completed_two_group_run_is_reverted_prod_first_by_the_plugin() {
         .unwrap();
     }
     let snapshot_ns = env.snapshot_namespace();
+    // What undoing it would take, before it is undone: prod then dev, two each.
+    let forecast = run_plugin(
+        None,
+        &[
+            "forecast",
+            "--revert",
+            &run,
+            "--per-resource",
+            "1m",
+            "-o",
+            "json",
+            "--snapshot-namespace",
+            &snapshot_ns,
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(forecast.code, Some(0), "{}", forecast.stderr);
+    let f: serde_json::Value = serde_json::from_str(&forecast.stdout).unwrap();
+    assert_eq!(f["revertOf"], run.as_str());
+    let groups: Vec<(&str, u64)> = f["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| (g["name"].as_str().unwrap(), g["resources"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(groups, [("prod", 2), ("dev", 2)], "{}", forecast.stdout);
+    assert!(f["finish"].is_string(), "{}", forecast.stdout);
     let out = run_plugin(
         None,
         &[

@@ -276,6 +276,21 @@ pub enum RevertedFact<'a> {
     },
 }
 
+impl<'a> RevertedFact<'a> {
+    /// From a lookup of the reverted run: not made (`None`: the run is no revert, or its own
+    /// snapshot exists), no run of that name (`Some(None)`), or the run and its snapshot as read.
+    pub fn of(looked_up: Option<Option<(&'a UpgradeRun, &SnapshotFact)>>) -> RevertedFact<'a> {
+        match looked_up {
+            None => RevertedFact::NotGathered,
+            Some(None) => RevertedFact::NotFound,
+            Some(Some((run, snapshot))) => RevertedFact::Found {
+                run,
+                snapshot: snapshot.clone(),
+            },
+        }
+    }
+}
+
 /// Why a revert cannot be taken: the `RunSucceeded` reason it fails with, and the message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {

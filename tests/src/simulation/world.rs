@@ -1032,14 +1032,7 @@ impl World {
         let approvals = self.approvals_of(&name);
         let snapshot = self.snapshot_of(&run);
         let reverted_run = self.reverted_of(&run, &snapshot);
-        let reverted = match &reverted_run {
-            None => RevertedFact::NotGathered,
-            Some(None) => RevertedFact::NotFound,
-            Some(Some((run, snapshot))) => RevertedFact::Found {
-                run,
-                snapshot: snapshot.clone(),
-            },
-        };
+        let reverted = RevertedFact::of(reverted_run.as_ref().map(|r| r.as_ref().map(|(run, s)| (run, s))));
         let facts = Facts {
             plan: (!self.plan_deleted).then_some(&self.plan),
             others: &others,
