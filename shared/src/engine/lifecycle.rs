@@ -840,26 +840,12 @@ fn start_run(
     out.to = to.to_string();
     // Revision gate: wait, not a failure.
     let ready = cluster.revision_exists(promise, to);
-    let c = if ready {
-        let message = texts::revision_ready(promise, to);
-        cond(
-            reasons::TARGET_REVISION_READY,
-            ConditionStatus::True,
-            reasons::PROMISE_REVISION_READY,
-            message,
-            now,
-        )
+    let message = if ready {
+        texts::revision_ready(promise, to)
     } else {
-        let message = texts::revision_not_found(promise, to);
-        cond(
-            reasons::TARGET_REVISION_READY,
-            ConditionStatus::False,
-            reasons::PROMISE_REVISION_NOT_FOUND,
-            message,
-            now,
-        )
+        texts::revision_not_found(promise, to)
     };
-    set_condition(&mut out.status.conditions, c);
+    set_condition(&mut out.status.conditions, revision_condition(ready, message, now));
     if !ready {
         if let (true, Some(compiled)) = (admitted.owns_gauges, compiled) {
             out.gauges = Gauges::Set(revision_gate_gauges(plan, compiled, cluster));
@@ -986,26 +972,27 @@ fn start_revert(
     let promise = frozen.compiled.promise.as_str();
     let revisions = Revisions::of(&frozen, |v| cluster.revision_exists(promise, v));
     let gone: Vec<&str> = revisions.gone_targets.iter().map(String::as_str).collect();
-    let c = if gone.is_empty() {
-        cond(
-            reasons::TARGET_REVISION_READY,
-            ConditionStatus::True,
-            reasons::PROMISE_REVISION_READY,
-            texts::revision_ready(promise, &frozen.plan.upgrade_path.to),
-            now,
-        )
+    let message = if gone.is_empty() {
+        texts::revision_ready(promise, &frozen.plan.upgrade_path.to)
     } else {
-        cond(
-            reasons::TARGET_REVISION_READY,
-            ConditionStatus::False,
-            reasons::PROMISE_REVISION_NOT_FOUND,
-            texts::revert_revisions_missing(promise, &gone),
-            now,
-        )
+        texts::revert_revisions_missing(promise, &gone)
     };
-    set_condition(&mut out.status.conditions, c);
+    set_condition(
+        &mut out.status.conditions,
+        revision_condition(gone.is_empty(), message, now),
+    );
     begin(out, run, plan, frozen, refs, admitted, facts, cluster);
     ControlFlow::Break(())
+}
+
+/// `TargetRevisionReady`: True/`PromiseRevisionReady` or False/`PromiseRevisionNotFound`.
+fn revision_condition(ready: bool, message: String, now: DateTime<Utc>) -> Condition {
+    let (status, reason) = if ready {
+        (ConditionStatus::True, reasons::PROMISE_REVISION_READY)
+    } else {
+        (ConditionStatus::False, reasons::PROMISE_REVISION_NOT_FOUND)
+    };
+    cond(reasons::TARGET_REVISION_READY, status, reason, message, now)
 }
 
 /// A new snapshot: its ConfigMaps to write, and the references (with digests) the status records.

@@ -377,17 +377,7 @@ impl Revisions {
         }
     }
 
-    /// The versions whose PromiseRevision the run's evaluation must know of.
-    pub fn needed(frozen: &Frozen) -> Vec<String> {
-        let targets = targets(&frozen.snapshot);
-        if is_revert(frozen) {
-            targets.into_iter().map(str::to_string).collect()
-        } else {
-            vec![frozen.plan.upgrade_path.to.clone()]
-        }
-    }
-
-    /// From `exists`, asked of each version [`Revisions::needed`] names.
+    /// From `exists`, asked of the frozen plan's target, or of each of a revert's targets.
     pub fn of(frozen: &Frozen, exists: impl Fn(&str) -> bool) -> Revisions {
         if !is_revert(frozen) {
             return Revisions {
