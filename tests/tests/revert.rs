@@ -399,6 +399,38 @@ async fn a_revert_whose_target_revision_was_deleted_skips_that_resource() {
         applied(&env, &ns, "a1").await,
         ("v1.0.0".to_string(), "v1.0.0".to_string())
     );
+    // Someone changes the first run's snapshot since: reverting it is refused, naming why.
+    let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> = kube::Api::namespaced(env.client.clone(), &snapshot_ns);
+    let shard = format!("{run}-resource-snapshot");
+    cms.patch(
+        &shard,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"data": {"resources": "{\"groups\":[]}"}})),
+    )
+    .await
+    .unwrap();
+    let refused = run_plugin(
+        None,
+        &[
+            "revert",
+            &run,
+            "--resources",
+            "all",
+            "--snapshot-namespace",
+            &snapshot_ns,
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(refused.code, Some(4), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains(&format!("cannot revert upgraderun/{run}"))
+            && refused.stderr.contains(&format!(
+                "snapshot ConfigMap {shard} does not match the digest recorded at"
+            )),
+        "{}",
+        refused.stderr
+    );
     drop(controller);
     env.teardown().await.unwrap();
 }
