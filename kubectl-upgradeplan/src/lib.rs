@@ -200,16 +200,17 @@ async fn forecast_revert(
         Some(d) => forecast::PerResource::Given(chrono::Duration::from_std(d)?),
         None => measured_in(c, &plan_name, &bindings).await,
     };
-    let (freezes, freezes_from) = if respect_policy {
-        (
-            prepared.live.freezes.clone(),
-            "the cluster's UpgradeFreezes".to_string(),
-        )
+    // The spec the revert would have decides which freezes hold it, as the controller's step does.
+    let spec = upgradeplan::api::UpgradeRunSpec {
+        revert_of: Some(prepared.of.clone()),
+        respect_policy,
+        ..Default::default()
+    };
+    let freezes = upgradeplan::engine::revert::freezes_holding(&spec, &prepared.live.freezes);
+    let freezes_from = if upgradeplan::engine::revert::held_by_policy(&spec) {
+        "the cluster's UpgradeFreezes"
     } else {
-        (
-            Vec::new(),
-            "none: a revert that does not respect policy is not held by them".to_string(),
-        )
+        "none: a revert that does not respect policy is not held by them"
     };
     let (start, start_words) = match start {
         None => (now, "now: a revert starts when it is created".to_string()),
@@ -234,7 +235,7 @@ async fn forecast_revert(
             run: &run,
             snapshot: &prepared.derived.snapshot,
         }),
-        (&freezes, &freezes_from),
+        (freezes, freezes_from),
         (start, start_words, next_trigger.filter(|_| !prepared.plan.spec.suspend)),
         &per_resource,
         style,

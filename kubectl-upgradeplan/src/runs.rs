@@ -651,7 +651,7 @@ pub fn evaluation_now(
             health: &live.health,
             gates: &gate::readings_recorded(&frozen.plan, &s, now),
             approvals: &recorded_approvals(&s.rollout_groups),
-            freezes: &live.freezes,
+            freezes: upgradeplan::engine::revert::freezes_holding(&run.spec, &live.freezes),
             revision_present: revisions.present,
             gone_targets: &revisions.gone_targets,
             now,

@@ -177,6 +177,41 @@ fn status_names_every_reason_that_holds_the_group() {
     );
 }
 
+/// Spec §13.7, §14.1: freezes hold a revert only when it respects policy; the view says what
+/// the controller does.
+#[test]
+fn status_of_a_revert_under_a_freeze_says_it_is_frozen_only_when_it_respects_policy() {
+    let plan = plan();
+    let (bindings, frozen, mut r) = dev_done(&plan);
+    let mut live = live(&bindings);
+    let spec = upgradeplan::api::UpgradeFreezeSpec {
+        reason: "payments launch".into(),
+        periods: vec![upgradeplan::api::FreezePeriod {
+            start: Some("2026-03-27T20:00".into()),
+            end: Some("2026-03-28T20:00".into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    live.freezes = vec![upgradeplan::engine::freeze::Freeze::compile("launch", &spec).unwrap()];
+    r.spec.revert_of = Some(upgradeplan::api::RevertOf {
+        name: "earlier".into(),
+        resources: upgradeplan::api::RevertResources::Upgraded,
+    });
+    let waiting = |r: &upgradeplan::api::UpgradeRun| {
+        let (_, text) = runs::status(r, Some(&frozen), &live, &Revisions::present(), utc(NOW), &style());
+        text.lines()
+            .find(|l| l.starts_with("Waiting:"))
+            .unwrap_or_default()
+            .to_string()
+    };
+    let emergency = waiting(&r);
+    assert!(!emergency.contains("launch"), "not held by the freeze: {emergency}");
+    r.spec.respect_policy = true;
+    let careful = waiting(&r);
+    assert!(careful.contains("launch"), "held by it: {careful}");
+}
+
 #[test]
 fn status_of_a_failed_run() {
     let plan = plan();

@@ -1150,11 +1150,11 @@ fn progress(
     };
     // Freezes select by the live plan's labels (they are not part of the frozen spec); a revert
     // that does not respect policy is not held by them (spec §13.7).
-    let freezes = if revert::held_by_policy(&run.spec) {
-        holding(&cluster.freezes(), promise, kube::ResourceExt::labels(plan))
-    } else {
-        Vec::new()
-    };
+    let freezes = holding(
+        revert::freezes_holding(&run.spec, &cluster.freezes()),
+        promise,
+        kube::ResourceExt::labels(plan),
+    );
     let revisions = Revisions::of(&frozen, |v| cluster.revision_exists(promise, v));
     let eval = evaluate(
         &RunContext {

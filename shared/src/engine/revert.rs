@@ -259,6 +259,17 @@ pub fn held_by_policy(spec: &UpgradeRunSpec) -> bool {
     spec.revert_of.is_none() || spec.respect_policy
 }
 
+/// Of the freezes that hold a run's plan, those that hold a run with this spec: all of them, none
+/// for a revert that does not respect policy ([`held_by_policy`]). The one place the controller's
+/// step, the plugin's run view and the forecast of a revert take them from.
+pub fn freezes_holding<'f, F>(spec: &UpgradeRunSpec, freezes: &'f [F]) -> &'f [F] {
+    if held_by_policy(spec) {
+        freezes
+    } else {
+        &[]
+    }
+}
+
 /// The run a revert undoes, as the controller (or the plugin) found it.
 #[derive(Debug, Clone, Default)]
 pub enum RevertedFact<'a> {

@@ -549,3 +549,25 @@ fn what_became_of_the_reverted_runs_resources_is_tallied_once_each() {
     let gone = Tally::of(&reverted, |_: &str, _: &str| None);
     assert_eq!(gone.gone, 8);
 }
+
+#[test]
+fn freezes_hold_a_revert_only_when_it_respects_policy_table() {
+    let of = Some(RevertOf {
+        name: "r".into(),
+        resources: RevertResources::Upgraded,
+    });
+    let freezes = ["eoy", "launch"];
+    let spec = |revert_of: Option<RevertOf>, respect_policy| UpgradeRunSpec {
+        revert_of,
+        respect_policy,
+        ..Default::default()
+    };
+    let cases = [
+        ("a run", spec(None, false), &freezes[..]),
+        ("a revert", spec(of.clone(), false), &[][..]),
+        ("a revert that respects policy", spec(of, true), &freezes[..]),
+    ];
+    for (name, s, want) in cases {
+        assert_eq!(freezes_holding(&s, &freezes), want, "{name}");
+    }
+}
