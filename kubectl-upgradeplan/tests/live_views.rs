@@ -154,11 +154,8 @@ fn status_of_a_run_waiting_for_its_window() {
 
 /// A freeze and the group's window hold it at once: the first reason in words, the others by the
 /// reasons of the blocked gauge (spec §14.1).
-#[test]
-fn status_names_every_reason_that_holds_the_group() {
-    let plan = plan();
-    let (bindings, frozen, r) = dev_done(&plan);
-    let mut live = live(&bindings);
+/// A freeze, "launch", holding from the evening before NOW to the evening after.
+fn launch_freeze() -> upgradeplan::engine::freeze::Freeze {
     let spec = upgradeplan::api::UpgradeFreezeSpec {
         reason: "payments launch".into(),
         periods: vec![upgradeplan::api::FreezePeriod {
@@ -168,7 +165,15 @@ fn status_names_every_reason_that_holds_the_group() {
         }],
         ..Default::default()
     };
-    live.freezes = vec![upgradeplan::engine::freeze::Freeze::compile("launch", &spec).unwrap()];
+    upgradeplan::engine::freeze::Freeze::compile("launch", &spec).unwrap()
+}
+
+#[test]
+fn status_names_every_reason_that_holds_the_group() {
+    let plan = plan();
+    let (bindings, frozen, r) = dev_done(&plan);
+    let mut live = live(&bindings);
+    live.freezes = vec![launch_freeze()];
     let (_, text) = runs::status(&r, Some(&frozen), &live, &Revisions::present(), utc(NOW), &style());
     let waiting = text.lines().find(|l| l.starts_with("Waiting:")).unwrap_or_default();
     assert!(
@@ -184,16 +189,7 @@ fn status_of_a_revert_under_a_freeze_says_it_is_frozen_only_when_it_respects_pol
     let plan = plan();
     let (bindings, frozen, mut r) = dev_done(&plan);
     let mut live = live(&bindings);
-    let spec = upgradeplan::api::UpgradeFreezeSpec {
-        reason: "payments launch".into(),
-        periods: vec![upgradeplan::api::FreezePeriod {
-            start: Some("2026-03-27T20:00".into()),
-            end: Some("2026-03-28T20:00".into()),
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    live.freezes = vec![upgradeplan::engine::freeze::Freeze::compile("launch", &spec).unwrap()];
+    live.freezes = vec![launch_freeze()];
     r.spec.revert_of = Some(upgradeplan::api::RevertOf {
         name: "earlier".into(),
         resources: upgradeplan::api::RevertResources::Upgraded,

@@ -77,15 +77,11 @@ async fn a_completed_two_group_run_is_reverted_prod_first_by_the_plugin() {
     assert_eq!(run_state(&done), RunState::Completed);
 
     // Production's upgrades back are held in Kratix, so that what dev does meanwhile is seen.
-    for p in ["p0", "p1"] {
-        env.patch_binding(
-            &ns,
-            &format!("{p}-{}", env.promise),
-            json!({"metadata": {"annotations": {HOLD_ANNOTATION: "true"}}}),
-        )
-        .await
-        .unwrap();
-    }
+    let prod: Vec<String> = ["p0", "p1"]
+        .iter()
+        .map(|p| format!("{ns}/{p}-{}", env.promise))
+        .collect();
+    env.hold(&prod, true).await.unwrap();
     let snapshot_ns = env.snapshot_namespace();
     // What undoing it would take, before it is undone: prod then dev, two each.
     let forecast = run_plugin(
@@ -166,15 +162,7 @@ async fn a_completed_two_group_run_is_reverted_prod_first_by_the_plugin() {
         "{}",
         status.stdout
     );
-    for p in ["p0", "p1"] {
-        env.patch_binding(
-            &ns,
-            &format!("{p}-{}", env.promise),
-            json!({"metadata": {"annotations": {HOLD_ANNOTATION: null}}}),
-        )
-        .await
-        .unwrap();
-    }
+    env.hold(&prod, false).await.unwrap();
     let ended = env.wait_ended(&revert).await.unwrap();
     assert_eq!(run_state(&ended), RunState::Completed);
     let c = find_condition(&ended.status.as_ref().unwrap().conditions, reasons::RUN_SUCCEEDED).unwrap();
@@ -271,13 +259,7 @@ async fn a_failed_group_with_on_failure_revert_is_reverted_once_across_a_control
     .unwrap();
     // The controller dies; Kratix fails d1 meanwhile; a new controller finds the failure.
     controller.kill().await;
-    env.patch_binding(
-        &ns,
-        &format!("d1-{}", env.promise),
-        json!({"metadata": {"annotations": {HOLD_ANNOTATION: null}}}),
-    )
-    .await
-    .unwrap();
+    env.hold([&format!("{ns}/d1-{}", env.promise)], false).await.unwrap();
     env.wait_binding(&ns, &format!("d1-{}", env.promise), WAIT, "d1 failed", |b| {
         b.failed_version() == Some("v2.0.0")
     })
