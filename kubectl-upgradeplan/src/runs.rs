@@ -644,6 +644,8 @@ pub fn evaluation_now(
         &RunContext {
             run_name: &name,
             run_created: admitted(run),
+            snapshot_taken: snapshot_taken(run),
+            reverting: revert_of(run),
             suspended: run.spec.suspend,
             plan: &frozen.compiled,
             snapshot: &frozen.snapshot,
@@ -1097,12 +1099,22 @@ fn failed_resources(run: &UpgradeRun, f: &Frozen, live: &Live) -> Vec<ResourceNo
     .collect()
 }
 
+/// When the run's snapshot was taken (`status.startedAt`; before it has one, its admission).
+fn snapshot_taken(run: &UpgradeRun) -> DateTime<Utc> {
+    run.status
+        .as_ref()
+        .and_then(|s| s.started_at)
+        .unwrap_or_else(|| admitted(run))
+}
+
 /// The run as the per-resource rules need it.
-fn run_at<'r>(run: &UpgradeRun, name: &'r str) -> RunAt<'r> {
+fn run_at<'r>(run: &'r UpgradeRun, name: &'r str) -> RunAt<'r> {
     RunAt {
         name,
         state: run.status.as_ref().map(|s| s.state).unwrap_or_default(),
         admitted: admitted(run),
+        snapshot_taken: snapshot_taken(run),
+        reverting: revert_of(run),
         finished: ended_at(run),
     }
 }

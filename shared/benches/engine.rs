@@ -138,6 +138,8 @@ fn eval_run(
     let ctx = RunContext {
         run_name: "bench",
         run_created: now(),
+        snapshot_taken: now(),
+        reverting: None,
         suspended: false,
         plan: &plan,
         snapshot,

@@ -130,6 +130,8 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
             &RunContext {
                 run_name: "forecast",
                 run_created: input.start,
+                snapshot_taken: input.start,
+                reverting: None,
                 suspended: false,
                 plan: &plan,
                 snapshot: &snapshot,

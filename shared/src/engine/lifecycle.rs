@@ -971,15 +971,9 @@ fn start_revert(
     };
     let promise = frozen.compiled.promise.as_str();
     let revisions = Revisions::of(&frozen, |v| cluster.revision_exists(promise, v));
-    let gone: Vec<&str> = revisions.gone_targets.iter().map(String::as_str).collect();
-    let message = if gone.is_empty() {
-        texts::revision_ready(promise, &frozen.plan.upgrade_path.to)
-    } else {
-        texts::revert_revisions_missing(promise, &gone)
-    };
     set_condition(
         &mut out.status.conditions,
-        revision_condition(gone.is_empty(), message, now),
+        revert_revision_condition(promise, &frozen, &revisions, now),
     );
     begin(out, run, plan, frozen, refs, admitted, facts, cluster);
     ControlFlow::Break(())
@@ -993,6 +987,18 @@ fn revision_condition(ready: bool, message: String, now: DateTime<Utc>) -> Condi
         (ConditionStatus::False, reasons::PROMISE_REVISION_NOT_FOUND)
     };
     cond(reasons::TARGET_REVISION_READY, status, reason, message, now)
+}
+
+/// A revert's `TargetRevisionReady`: every target's PromiseRevision there, or which are gone (their
+/// resources are skipped: a revert never waits for one).
+fn revert_revision_condition(promise: &str, frozen: &Frozen, revisions: &Revisions, now: DateTime<Utc>) -> Condition {
+    let gone: Vec<&str> = revisions.gone_targets.iter().map(String::as_str).collect();
+    let message = if gone.is_empty() {
+        texts::revision_ready(promise, &frozen.plan.upgrade_path.to)
+    } else {
+        texts::revert_revisions_missing(promise, &gone)
+    };
+    revision_condition(gone.is_empty(), message, now)
 }
 
 /// A new snapshot: its ConfigMaps to write, and the references (with digests) the status records.
@@ -1156,10 +1162,17 @@ fn progress(
         kube::ResourceExt::labels(plan),
     );
     let revisions = Revisions::of(&frozen, |v| cluster.revision_exists(promise, v));
+    // A revert's targets may lose their revisions mid-run: the condition says so as it happens.
+    if run.spec.revert_of.is_some() {
+        let c = revert_revision_condition(promise, &frozen, &revisions, now);
+        set_condition(&mut out.status.conditions, c);
+    }
     let eval = evaluate(
         &RunContext {
             run_name: run_name(run),
             run_created: admitted,
+            snapshot_taken: out.status.started_at.unwrap_or(now),
+            reverting: run.spec.revert_of.as_ref().map(|o| o.name.as_str()),
             suspended: run.spec.suspend,
             plan: &frozen.compiled,
             snapshot: &frozen.snapshot,

@@ -172,9 +172,15 @@ impl GroupRules {
         live: Option<&dyn BindingFacts>,
         records: &HealthRecords,
         recorded: &[GroupStatus],
-        (to, run_name, run_created): (&str, &str, DateTime<Utc>),
+        run: JudgedFor<'_>,
         now: DateTime<Utc>,
     ) -> Outcome {
+        let JudgedFor {
+            to,
+            name: run_name,
+            admitted: run_created,
+            ..
+        } = run;
         if let Some(failure) = recorded_failure(recorded, resource) {
             return Outcome::Failed {
                 message: failure.detail.clone(),
@@ -185,9 +191,54 @@ impl GroupRules {
         } else {
             evaluate_resource(resource, live, resource.target(to), run_name, run_created)
         };
+        if let Some(b) = live.filter(|b| started_by_another(*b, resource, &outcome, &run)) {
+            return Outcome::Skipped(SkipReason::ChangedByOthers {
+                spec_version: b.spec_version().to_string(),
+                last_applied_version: b.last_applied_version().to_string(),
+            });
+        }
         let outcome = apply_deadline(outcome, live, self.deadline.as_ref(), now);
         apply_health_check(outcome, resource, live, self.health.as_ref(), records, run_created, now)
     }
+}
+
+/// The run a resource is judged for.
+#[derive(Debug, Clone, Copy)]
+pub struct JudgedFor<'a> {
+    /// The frozen plan's target (a revert's resources carry their own).
+    pub to: &'a str,
+    pub name: &'a str,
+    /// Its admission: "since the run began" rules count from it (spec §5.2).
+    pub admitted: DateTime<Utc>,
+    /// When its snapshot was taken (`status.startedAt`).
+    pub snapshot_taken: DateTime<Utc>,
+    /// A revert: the run it reverts, which started every resource of its snapshot.
+    pub reverting: Option<&'a str>,
+}
+
+/// Whether another run started `b` since this run's snapshot: someone else changed it (spec
+/// §5.5). The annotations stay where Kratix takes it, so the skip stands — also when it lands back
+/// at the version the snapshot saw. A revert's resources were all started by the run it reverts,
+/// so any other name but the revert's own is another run's, unless the revert already judged the
+/// resource done (`judged`): a success stands (spec §5.5). Otherwise, another run whose start
+/// (`upgrade-started-at`) is later than the snapshot — to the second, so a start of the snapshot's
+/// own second counts as before it (a superseded run's upgrade the snapshot caught in flight).
+fn started_by_another(
+    b: &dyn BindingFacts,
+    resource: &SnapshotResource,
+    judged: &Outcome,
+    run: &JudgedFor<'_>,
+) -> bool {
+    let Some(by) = b.annotation(UPGRADED_BY_ANNOTATION).filter(|by| *by != run.name) else {
+        return false;
+    };
+    if let (Some(reverted), Some(_)) = (run.reverting, &resource.target) {
+        return by != reverted && *judged != Outcome::Succeeded;
+    }
+    let started = b
+        .annotation(UPGRADE_STARTED_AT_ANNOTATION)
+        .and_then(|t| DateTime::parse_from_rfc3339(t).ok());
+    started.is_some_and(|t| t.timestamp() > run.snapshot_taken.timestamp())
 }
 
 /// One resource's outcome as the run decides it, for views that show single resources: the
@@ -199,11 +250,11 @@ pub fn resource_outcome(
     records: &HealthRecords,
     (plan, group): (&CompiledPlan, &str),
     recorded: &[GroupStatus],
-    run: (&str, DateTime<Utc>),
+    run: JudgedFor<'_>,
     now: DateTime<Utc>,
 ) -> Outcome {
     let rules = plan.group(group).map(GroupRules::of).unwrap_or_default();
-    rules.outcome(resource, live, records, recorded, (&plan.to, run.0, run.1), now)
+    rules.outcome(resource, live, records, recorded, run, now)
 }
 
 /// The failure a run recorded for `resource` in any of its groups (`recorded`: its status's
@@ -362,6 +413,11 @@ impl Evaluation {
 pub struct RunContext<'a> {
     pub run_name: &'a str,
     pub run_created: DateTime<Utc>,
+    /// When the run's snapshot was taken (`status.startedAt`): another run's start after it is a
+    /// change by someone else (spec §5.5).
+    pub snapshot_taken: DateTime<Utc>,
+    /// A revert: the run it reverts (`spec.revertOf.name`).
+    pub reverting: Option<&'a str>,
     /// `spec.suspend` of the run (user suspend, preview or superseded).
     pub suspended: bool,
     /// The plan as frozen in the snapshot, compiled.
@@ -524,7 +580,13 @@ fn evaluate_group<'b>(
         .iter()
         .map(|r| lookup(&r.namespace, &r.binding))
         .collect();
-    let run = (ctx.plan.to.as_str(), ctx.run_name, ctx.run_created);
+    let run = JudgedFor {
+        to: &ctx.plan.to,
+        name: ctx.run_name,
+        admitted: ctx.run_created,
+        snapshot_taken: ctx.snapshot_taken,
+        reverting: ctx.reverting,
+    };
     let outcomes: Vec<Outcome> = group
         .resources
         .iter()
@@ -557,11 +619,14 @@ fn evaluate_group<'b>(
     ControlFlow::Break(())
 }
 
-/// A revert's resource whose target has no PromiseRevision any more is skipped, unless Kratix
-/// already works on it or it finished (spec §13.7).
+/// A revert's resource whose target has no PromiseRevision any more is skipped (spec §13.7):
+/// not started, or started and not finished — Kratix cannot run a version without its revision,
+/// so waiting for it would be for ever.
 fn revision_gone(resource: &SnapshotResource, outcome: Outcome, ctx: &RunContext<'_>) -> Outcome {
     match (&resource.target, &outcome) {
-        (Some(version), Outcome::NotStarted | Outcome::NeedsRetry) if ctx.gone_targets.contains(version) => {
+        (Some(version), Outcome::NotStarted | Outcome::NeedsRetry | Outcome::InFlight)
+            if ctx.gone_targets.contains(version) =>
+        {
             Outcome::Skipped(SkipReason::RevisionGone {
                 version: version.clone(),
             })
@@ -1012,6 +1077,8 @@ pub(crate) mod tests {
             let ctx = RunContext {
                 run_name: "run-1",
                 run_created: utc(CREATED),
+                snapshot_taken: utc(CREATED),
+                reverting: None,
                 suspended,
                 plan: &plan,
                 snapshot: &self.snapshot,
@@ -1584,6 +1651,8 @@ pub(crate) mod tests {
         let ctx = RunContext {
             run_name: "run-1",
             run_created: utc(CREATED),
+            snapshot_taken: utc(CREATED),
+            reverting: None,
             suspended: false,
             plan: &plan,
             snapshot: &w.snapshot,
@@ -2112,6 +2181,133 @@ pub(crate) mod tests {
         let e = w.eval(&recorded, false, "2026-06-01T10:04:00Z");
         assert_eq!(e.verdict, Verdict::Failed { group: 1, failed: 1 });
         assert_eq!(e.groups[1].failed_resources[0].name, "x");
+    }
+
+    /// Spec §5.5: another run's start after this run's snapshot is a change by someone else, and
+    /// the skip stands as the annotations do — also once the binding is back where the snapshot
+    /// saw it (a revert of another run, done while a preview waited).
+    #[test]
+    fn a_start_by_another_run_after_the_snapshot_is_a_change_by_someone_else_table() {
+        let snapshot_taken = utc("2026-06-01T10:00:00Z");
+        let at_v1 = binding("ns", "r", &[], "v1", "v1");
+        let snap = snap_res(&at_v1);
+        let started = |mut b: ResourceBinding, by: &str, at: &str| {
+            let a = b.metadata.annotations.get_or_insert_with(Default::default);
+            a.insert(UPGRADED_BY_ANNOTATION.into(), by.into());
+            a.insert(UPGRADE_STARTED_AT_ANNOTATION.into(), at.into());
+            b
+        };
+        let skipped = |spec: &str, applied: &str| {
+            Outcome::Skipped(SkipReason::ChangedByOthers {
+                spec_version: spec.into(),
+                last_applied_version: applied.into(),
+            })
+        };
+        let cases = [
+            (
+                "a revert moving it back, not landed: not this run's success",
+                started(
+                    binding("ns", "r", &[], "v2", "v1"),
+                    "other-revert",
+                    "2026-06-01T10:00:16Z",
+                ),
+                skipped("v1", "v2"),
+            ),
+            (
+                "landed back where the snapshot saw it: still skipped",
+                started(at_v1.clone(), "other-revert", "2026-06-01T10:00:16Z"),
+                skipped("v1", "v1"),
+            ),
+            (
+                "another run's start before the snapshot (in flight when it was taken): as before",
+                started(binding("ns", "r", &[], "v1", "v2"), "older", "2026-06-01T09:59:00Z"),
+                Outcome::InFlight,
+            ),
+            (
+                "a start of the snapshot's own second counts as before it",
+                started(binding("ns", "r", &[], "v2", "v2"), "older", "2026-06-01T10:00:00Z"),
+                Outcome::Succeeded,
+            ),
+            (
+                "this run's own start never is",
+                started(binding("ns", "r", &[], "v1", "v2"), "run-1", "2026-06-01T10:00:30Z"),
+                Outcome::InFlight,
+            ),
+        ];
+        for (name, b, want) in cases {
+            let got = GroupRules::default().outcome(
+                &snap,
+                Some(&b),
+                &HealthRecords::default(),
+                &[],
+                JudgedFor {
+                    to: "v2",
+                    name: "run-1",
+                    admitted: snapshot_taken,
+                    snapshot_taken,
+                    reverting: None,
+                },
+                utc("2026-06-01T10:01:00Z"),
+            );
+            assert_eq!(got, want, "{name}");
+        }
+        // A revert's resources were all started by the run it reverts: any other run's start is
+        // a change, whenever it was (a run invisible to admission after a crash, in the same
+        // second as the revert's snapshot).
+        let reverted_in_flight = SnapshotResource {
+            target: Some("v1".into()),
+            ..snap_res(&binding("ns", "r", &[], "v1", "v2"))
+        };
+        let revert = |b: &ResourceBinding| {
+            GroupRules::default().outcome(
+                &reverted_in_flight,
+                Some(b),
+                &HealthRecords::default(),
+                &[],
+                JudgedFor {
+                    to: "v1",
+                    name: "up-back",
+                    admitted: snapshot_taken,
+                    snapshot_taken,
+                    reverting: Some("up"),
+                },
+                utc("2026-06-01T10:01:00Z"),
+            )
+        };
+        let by_another = started(binding("ns", "r", &[], "v1", "v2"), "manual", "2026-06-01T10:00:00Z");
+        assert_eq!(
+            revert(&by_another),
+            skipped("v2", "v1"),
+            "another run's, of the snapshot's second"
+        );
+        let by_reverted = started(binding("ns", "r", &[], "v1", "v2"), "up", "2026-06-01T09:59:00Z");
+        assert_eq!(
+            revert(&by_reverted),
+            Outcome::NotStarted,
+            "the reverted run's: the revert's to move back"
+        );
+        // A success stands (spec §5.5; seed 16098619612792421396 reached a count moving back):
+        // a revert's resource back at its target counts done, whoever's start is on it.
+        let moved_back_from_v2 = SnapshotResource {
+            target: Some("v1".into()),
+            ..snap_res(&binding("ns", "r", &[], "v2", "v2"))
+        };
+        let back_by_another = started(at_v1.clone(), "scheduled", "2026-06-01T10:00:30Z");
+        let judged = GroupRules::default().outcome(
+            &moved_back_from_v2,
+            Some(&back_by_another),
+            &HealthRecords::default(),
+            &[],
+            JudgedFor {
+                to: "v1",
+                name: "up-back",
+                admitted: snapshot_taken,
+                snapshot_taken,
+                reverting: Some("up"),
+            },
+            utc("2026-06-01T10:01:00Z"),
+        );
+        assert_eq!(judged, Outcome::Succeeded, "a revert's success stands");
     }
 
     #[test]

@@ -219,6 +219,10 @@ pub struct RunAt<'r> {
     pub name: &'r str,
     pub state: RunState,
     pub admitted: DateTime<Utc>,
+    /// When its snapshot was taken (`status.startedAt`).
+    pub snapshot_taken: DateTime<Utc>,
+    /// A revert: the run it reverts.
+    pub reverting: Option<&'r str>,
     pub finished: Option<DateTime<Utc>>,
 }
 
@@ -251,7 +255,13 @@ pub fn resource_views<'f, 'b>(
                 records,
                 (&frozen.compiled, &group.name),
                 recorded,
-                (run.name, run.admitted),
+                super::run::JudgedFor {
+                    to: &frozen.compiled.to,
+                    name: run.name,
+                    admitted: run.admitted,
+                    snapshot_taken: run.snapshot_taken,
+                    reverting: run.reverting,
+                },
                 judged_at,
             );
             let (outcome, since) = match (complete, live) {
@@ -603,6 +613,8 @@ mod tests {
                 name: "run",
                 state,
                 admitted,
+                snapshot_taken: admitted,
+                reverting: None,
                 finished: state.is_terminal().then_some(at("2026-06-01T11:30:00Z")),
             };
             let views = resource_views(

@@ -2237,7 +2237,13 @@ fn a_revert_of_a_failed_upgrade_asks_kratix_to_run_the_old_version_again() {
         &Default::default(),
         (&s.frozen.as_ref().unwrap().compiled, "dev"),
         &recorded.rollout_groups,
-        ("up-back", t(10)),
+        crate::engine::run::JudgedFor {
+            to: "v1",
+            name: "up-back",
+            admitted: t(10),
+            snapshot_taken: t(11),
+            reverting: Some("up"),
+        },
         t(16),
     );
     assert_eq!(view, Outcome::Succeeded, "an outcome stands for the run (spec §5.5)");
@@ -2579,4 +2585,35 @@ fn a_run_failing_in_a_group_with_on_failure_revert_creates_its_revert_once() {
         assert_eq!(s.status.state, RunState::Failed, "{what}");
         assert!(s.create_revert.is_none() && s.own.annotations.is_empty(), "{what}");
     }
+}
+
+#[test]
+fn a_revert_whose_target_revision_goes_mid_run_skips_what_it_started_and_says_so() {
+    let plan = two_group_plan(None);
+    let mut world = two_group_world();
+    let mut up = a_run("up", t(0), false);
+    run_to_end(&mut up, &plan, &mut world, 1);
+    let mut revert = a_revert("up-back", "up", RevertResources::Upgraded, false, t(30));
+    let s = revert_pass(&revert, Some(&up), &plan, &[], &world, t(31));
+    assert_eq!(patched(&s).len(), 2, "prod started back to v1");
+    apply(&mut revert, &s, &mut world);
+    // v1's PromiseRevision is deleted while prod's two are in flight: Kratix cannot run them.
+    world.revisions.retain(|v| v != "v1");
+    let s = revert_pass(&revert, Some(&up), &plan, &[], &world, t(32));
+    let c = find_condition(&s.status.conditions, reasons::TARGET_REVISION_READY).unwrap();
+    assert_eq!(
+        (c.status, c.message.as_str()),
+        (
+            ConditionStatus::False,
+            "PromiseRevision for promise \"redis\" version(s) v1 not found: their resources are skipped"
+        )
+    );
+    assert_eq!(s.status.state, RunState::Completed, "it ends: nothing waits for ever");
+    let skipped: Vec<(i64, i64)> = s
+        .status
+        .rollout_groups
+        .iter()
+        .map(|g| (g.succeeded, g.skipped))
+        .collect();
+    assert_eq!(skipped, [(0, 2), (0, 2)]);
 }
