@@ -14,7 +14,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 use upgradeplan::api::kratix::{CachedBinding, HealthRecord, Promise, PromiseRevision, ResourceBinding};
-use upgradeplan::api::{UpgradeApproval, UpgradeFreeze, UpgradePlan, UpgradeRun};
+use upgradeplan::api::{UpgradeApproval, UpgradeBudget, UpgradeFreeze, UpgradePlan, UpgradeRun};
 
 use crate::{bindings, context, watch};
 
@@ -38,6 +38,7 @@ pub struct AllTriggers {
     pub health: Triggers<HealthRecord>,
     pub approvals: Triggers<UpgradeApproval>,
     pub freezes: Triggers<UpgradeFreeze>,
+    pub budgets: Triggers<UpgradeBudget>,
     pub snapshots: Triggers<PartialObjectMeta<ConfigMap>>,
 }
 
@@ -102,6 +103,8 @@ pub struct Stores {
     pub approvals: Store<UpgradeApproval>,
     /// UpgradeFreezes: see `Ctx::freezes_known`.
     pub freezes: Store<UpgradeFreeze>,
+    /// UpgradeBudgets: see `Ctx::budgets_known`.
+    pub budgets: Store<UpgradeBudget>,
     /// The metadata of the snapshot ConfigMaps: a change to one, or its deletion, shows as a new
     /// resourceVersion, or none, and wakes its run, which reads and verifies it.
     pub snapshot_meta: Store<PartialObjectMeta<ConfigMap>>,
@@ -110,6 +113,7 @@ pub struct Stores {
     pub health_kind: KindFlags,
     pub approvals_kind: KindFlags,
     pub freezes_kind: KindFlags,
+    pub budgets_kind: KindFlags,
 }
 
 impl Stores {
@@ -125,11 +129,13 @@ impl Stores {
             health: reflector::store().0,
             approvals: reflector::store().0,
             freezes: reflector::store().0,
+            budgets: reflector::store().0,
             snapshot_meta: reflector::store().0,
             synced: Default::default(),
             health_kind: KindFlags::listed(),
             approvals_kind: KindFlags::listed(),
             freezes_kind: KindFlags::listed(),
+            budgets_kind: KindFlags::listed(),
         }
     }
 }
@@ -242,6 +248,8 @@ pub fn start(
     let (health, health_triggers) = b.cache::<HealthRecord>(all(), 1, KindFlags::cache_flags(&health_kind));
     let (approvals, approval_triggers) = b.cache::<UpgradeApproval>(all(), 1, KindFlags::cache_flags(&approvals_kind));
     let (freezes, freeze_triggers) = b.cache::<UpgradeFreeze>(all(), 3, KindFlags::cache_flags(&freezes_kind));
+    let budgets_kind = KindFlags::default();
+    let (budgets, budget_triggers) = b.cache::<UpgradeBudget>(all(), 2, KindFlags::cache_flags(&budgets_kind));
     // The metadata (no data) of the snapshot ConfigMaps: a change to one wakes its run, whose
     // pass verifies it against the digest its status recorded.
     let (snapshot_meta, snapshot_meta_w) = reflector::store::<PartialObjectMeta<ConfigMap>>();
@@ -271,11 +279,13 @@ pub fn start(
             health,
             approvals,
             freezes,
+            budgets,
             snapshot_meta,
             synced,
             health_kind,
             approvals_kind,
             freezes_kind,
+            budgets_kind,
         },
         drive: drive.boxed(),
         triggers: AllTriggers {
@@ -287,6 +297,7 @@ pub fn start(
             health: health_triggers,
             approvals: approval_triggers,
             freezes: freeze_triggers,
+            budgets: budget_triggers,
             snapshots: snapshot_triggers,
         },
     }

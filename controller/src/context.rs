@@ -112,6 +112,9 @@ pub struct Ctx {
     pub announced: Mutex<HashMap<String, Arc<Announcements>>>,
     /// Retry delays of objects whose reconcile failed.
     pub retries: RetryBackoff,
+    /// Starts sent under an UpgradeBudget and not in the binding cache yet; its lock makes the
+    /// budgeted runs' decisions one at a time (spec §13.8).
+    pub budget_ledger: tokio::sync::Mutex<crate::budget::Ledger>,
     /// The plans' signal gates, read through Prometheus.
     pub gates: Arc<crate::gates::GateReader>,
 }
@@ -167,6 +170,15 @@ impl Ctx {
                 }
             }
         }
+        if self.caches.budgets_kind.synced() {
+            for b in self.caches.budgets.state() {
+                if self.writes_status_of_platform_object(b.labels()) && b.metadata.deletion_timestamp.is_none() {
+                    let in_flight = crate::budget::in_flight(self, &b);
+                    let max = upgradeplan::engine::upgrade_budget::max_in_flight(&b);
+                    state.budgets.push((b.name_any(), in_flight, max));
+                }
+            }
+        }
         Some(state)
     }
 
@@ -174,8 +186,19 @@ impl Ctx {
     /// controller is held by every freeze, but a sharded one reports on those matching its
     /// `--selector`, as with plans; else two shards would overwrite each other's matchingPlans.
     pub fn writes_status_of(&self, freeze: &UpgradeFreeze) -> bool {
-        freeze.metadata.deletion_timestamp.is_none()
-            && self.label_selector.as_ref().is_none_or(|s| s.matches(freeze.labels()))
+        freeze.metadata.deletion_timestamp.is_none() && self.writes_status_of_platform_object(freeze.labels())
+    }
+
+    /// Whether this controller reports on a platform object (a freeze, a budget) labelled
+    /// `labels`: every one unsharded, those matching its `--selector` when sharded.
+    pub fn writes_status_of_platform_object(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        self.label_selector.as_ref().is_none_or(|s| s.matches(labels))
+    }
+
+    /// Whether the budgets are known: listed, or not served (no budget can exist). Until then no
+    /// run under budgets could be told apart from one under none, so no run starts anything.
+    pub fn budgets_known(&self) -> bool {
+        self.caches.budgets_kind.known()
     }
 
     pub fn plan(&self, name: &str) -> Option<Arc<UpgradePlan>> {

@@ -1,6 +1,7 @@
 //! `upgradeplan-controller`: executes UpgradePlans and UpgradeRuns in a cluster.
 
 mod bindings;
+mod budget;
 mod caches;
 mod client_metrics;
 mod clock;
@@ -35,7 +36,9 @@ use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use upgradeplan::api::kratix::{BindingFacts, CachedBinding, HealthRecord, Promise, PromiseRevision};
-use upgradeplan::api::{UpgradeApproval, UpgradeFreeze, UpgradePlan, UpgradeRun, DEFAULT_SNAPSHOT_NAMESPACE};
+use upgradeplan::api::{
+    UpgradeApproval, UpgradeBudget, UpgradeFreeze, UpgradePlan, UpgradeRun, DEFAULT_SNAPSHOT_NAMESPACE,
+};
 
 use crate::context::Ctx;
 
@@ -517,6 +520,7 @@ async fn run_controllers<F, Fut>(
         reported: Default::default(),
         announced: Default::default(),
         retries: Default::default(),
+        budget_ledger: Default::default(),
         gates,
     });
     // Scrapes read the plans' and freezes' state from the caches, while this replica leads (a
@@ -585,6 +589,10 @@ async fn run_controllers<F, Fut>(
             t.freezes.remove(0),
             wakes.by(|w, _: UpgradeFreeze| w.runs_a_freeze_may_hold()),
         )
+        .watches_stream(
+            t.budgets.remove(0),
+            wakes.by(|w, _: UpgradeBudget| w.runs_a_freeze_may_hold()),
+        )
         .watches_stream(t.snapshots.remove(0), |cm: PartialObjectMeta<ConfigMap>| {
             cm.metadata
                 .owner_references
@@ -619,7 +627,7 @@ async fn run_controllers<F, Fut>(
     );
 
     let freeze_controller = Controller::for_stream(t.freezes.remove(0), ctx.caches.freezes.clone())
-        .with_config(config)
+        .with_config(config.clone())
         .reconcile_all_on(at_start())
         .watches_stream(t.plans.remove(0), wakes.by(|w, _: UpgradePlan| w.every_freeze()))
         .graceful_shutdown_on(stopped());
@@ -627,6 +635,18 @@ async fn run_controllers<F, Fut>(
         freeze_controller,
         "upgradefreeze",
         (freeze::reconcile, freeze::retry_key, freeze::error_policy),
+        ctx.clone(),
+    );
+
+    // A budget's status follows its runs on a timer (see `budget::reconcile`).
+    let budget_controller = Controller::for_stream(t.budgets.remove(0), ctx.caches.budgets.clone())
+        .with_config(config)
+        .reconcile_all_on(at_start())
+        .graceful_shutdown_on(stopped());
+    let budget_controller = running(
+        budget_controller,
+        "upgradebudget",
+        (budget::reconcile, budget::retry_key, budget::error_policy),
         ctx.clone(),
     );
 
@@ -649,7 +669,7 @@ async fn run_controllers<F, Fut>(
         tracing::info!(waited = ?listing.elapsed(), "caches listed");
         forwarding.store(true, Ordering::SeqCst);
         tracing::info!(snapshot_namespace = %cli.snapshot_namespace, "controllers running");
-        tokio::join!(run_controller, plan_controller, freeze_controller);
+        tokio::join!(run_controller, plan_controller, freeze_controller, budget_controller);
     };
     tokio::select! {
         _ = controllers => {}

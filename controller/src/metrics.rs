@@ -22,7 +22,7 @@ pub const TRIGGERS: [&str; 3] = ["scheduled", "manual", "revert"];
 /// Label values of `upgradeplan_resource_upgrades_total{result}`.
 pub const RESOURCE_RESULTS: [&str; 3] = ["succeeded", "failed", "skipped"];
 /// The `controller` label of the reconcile metrics.
-pub const CONTROLLERS: [&str; 3] = ["upgradeplan", "upgraderun", "upgradefreeze"];
+pub const CONTROLLERS: [&str; 4] = ["upgradeplan", "upgraderun", "upgradefreeze", "upgradebudget"];
 
 pub const RESULTS: [&str; 3] = ["Completed", "Failed", "Cancelled"];
 
@@ -41,6 +41,8 @@ pub struct State {
     pub active: HashSet<String>,
     /// Freezes whose status this controller writes: (name, active, ready).
     pub freezes: Vec<(String, bool, bool)>,
+    /// Budgets whose status this controller writes: (name, in flight, max in flight).
+    pub budgets: Vec<(String, usize, usize)>,
 }
 
 /// Reads the [`State`] at scrape time; `None` while the caches are not filled or another replica
@@ -99,6 +101,8 @@ struct StateGauges {
     gate_error: IntGaugeVec,
     freeze_active: IntGaugeVec,
     freeze_ready: IntGaugeVec,
+    budget_in_flight: IntGaugeVec,
+    budget_max_in_flight: IntGaugeVec,
 }
 
 impl StateGauges {
@@ -124,15 +128,17 @@ impl StateGauges {
             window_next_open: fgauge(&n("window_next_open_timestamp_seconds"), "Unix time the group's gate next opens.", &["plan", "group"]),
             window_next_close: fgauge(&n("window_next_close_timestamp_seconds"), "Unix time the group's gate next closes.", &["plan", "group"]),
             run_resources: gauge(&n("run_resources"), "Resources of the plan's active run by group and state.", &["plan", "group", "state"]),
-            blocked: gauge(&n("blocked"), "1 while the plan's active run waits, by group and reason (WindowClosed, ConcurrencyLimit, Suspended, RevisionMissing, Frozen, GateClosed, Soaking, AwaitingApproval).", &["plan", "group", "reason"]),
+            blocked: gauge(&n("blocked"), "1 while the plan's active run waits, by group and reason (WindowClosed, ConcurrencyLimit, BudgetExhausted, Suspended, RevisionMissing, Frozen, GateClosed, Soaking, AwaitingApproval).", &["plan", "group", "reason"]),
             gate_open: gauge(&n("gate_open"), "1 while the plan's signal gate is open, 0 while closed (firing or not evaluable), as last evaluated.", &["plan", "gate"]),
             gate_error: gauge(&n("gate_error"), "1 while the plan's signal gate cannot be evaluated (Prometheus unreachable, timeout, bad query): it is closed by fail-safe, not by its signal.", &["plan", "gate"]),
             freeze_active: gauge(&n("freeze_active"), "1 while one of the UpgradeFreeze's periods is active (it holds the plans it selects).", &["freeze"]),
             freeze_ready: gauge(&n("freeze_ready"), "1 when the UpgradeFreeze can be evaluated (Ready=True); 0: it holds nothing.", &["freeze"]),
+            budget_in_flight: gauge(&n("budget_in_flight"), "Resource upgrades in flight in the active runs of the plans the UpgradeBudget selects (verifying and retries included).", &["budget"]),
+            budget_max_in_flight: gauge(&n("budget_max_in_flight"), "The UpgradeBudget's maxInFlight.", &["budget"]),
         }
     }
 
-    fn collectors(&self) -> [&dyn Collector; 25] {
+    fn collectors(&self) -> [&dyn Collector; 27] {
         [
             &self.plan_info,
             &self.plan_phase,
@@ -159,6 +165,8 @@ impl StateGauges {
             &self.gate_error,
             &self.freeze_active,
             &self.freeze_ready,
+            &self.budget_in_flight,
+            &self.budget_max_in_flight,
         ]
     }
 
@@ -255,6 +263,12 @@ impl StateGauges {
     fn gate(&self, plan: &str, (gate, open, error): &GateShown) {
         self.gate_open.with_label_values(&[plan, gate]).set(i64::from(*open));
         self.gate_error.with_label_values(&[plan, gate]).set(i64::from(*error));
+    }
+
+    fn budget(&self, (name, in_flight, max): &(String, usize, usize)) {
+        let count = |n: &usize| i64::try_from(*n).unwrap_or(i64::MAX);
+        self.budget_in_flight.with_label_values(&[name]).set(count(in_flight));
+        self.budget_max_in_flight.with_label_values(&[name]).set(count(max));
     }
 
     fn freeze(&self, (name, active, ready): &(String, bool, bool)) {
@@ -437,6 +451,9 @@ impl PlanSeries {
             drop(gates);
             for f in &state.freezes {
                 gauges.freeze(f);
+            }
+            for b in &state.budgets {
+                gauges.budget(b);
             }
             self.drop_counters_except(&live);
             families.extend(gauges.collectors().iter().flat_map(|c| c.collect()));
@@ -850,6 +867,8 @@ mod tests {
             "plan_last_run_failed_resources",
             "group_failure_budget",
             "freeze_active",
+            "budget_in_flight",
+            "budget_max_in_flight",
         ] {
             assert!(exported.contains(&format!("upgradeplan_{name}")), "{name}");
         }
@@ -887,6 +906,26 @@ mod tests {
         let state = state.clone();
         m.observe(Box::new(move || lock(&state).clone()));
         m
+    }
+
+    #[test]
+    fn budget_gauges_follow_the_budget_and_go_with_it() {
+        let state = Arc::new(Mutex::new(Some(State {
+            budgets: vec![("saturday".into(), 3, 200), ("kratix".into(), 0, 5)],
+            ..Default::default()
+        })));
+        let m = observing(&state);
+        let text = m.render();
+        for series in [
+            "upgradeplan_budget_in_flight{budget=\"saturday\"} 3",
+            "upgradeplan_budget_max_in_flight{budget=\"saturday\"} 200",
+            "upgradeplan_budget_in_flight{budget=\"kratix\"} 0",
+        ] {
+            assert!(text.contains(series), "{series}:\n{text}");
+        }
+        lock(&state).as_mut().unwrap().budgets.retain(|b| b.0 == "saturday");
+        let text = m.render();
+        assert!(!text.contains("kratix"), "a deleted budget leaves no series:\n{text}");
     }
 
     #[test]

@@ -111,6 +111,11 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         tracing::debug!(run = %run.name_any(), "waiting for the UpgradeFreeze cache");
         return Ok(Action::requeue(crate::context::CACHE_WAIT));
     }
+    // As freezes: a budget must hold before anything starts.
+    if !ctx.budgets_known() && !status.state.is_terminal() {
+        tracing::debug!(run = %run.name_any(), "waiting for the UpgradeBudget cache");
+        return Ok(Action::requeue(crate::context::CACHE_WAIT));
+    }
     // Signal gates of the run's plan, read by the plan's active run only (see `reads_gates`).
     let gates = match run_plan.and_then(|p| p.gates.as_deref()) {
         Some(gates) if !gates.is_empty() && reads_gates(run) => {
@@ -127,6 +132,20 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         _ => None,
     };
     let reverted = RevertedFact::of(reverted_run.as_ref().map(|r| r.as_ref().map(|(run, s)| (&**run, s))));
+    // Budgets select by the run's Promise and its live plan's labels, as freezes do. Budgeted
+    // runs decide one at a time, each counting the starts the others sent (spec §13.8).
+    let promise = run_plan.map(|p| p.promise_ref.name.as_str()).unwrap_or_default();
+    let labels = plan.as_deref().map(|p| p.labels().clone()).unwrap_or_default();
+    let under_budget = !status.state.is_terminal()
+        && !upgradeplan::engine::upgrade_budget::selecting(&ctx.caches.budgets.state(), promise, &labels).is_empty();
+    let mut ledger = match under_budget {
+        true => Some(ctx.budget_ledger.lock().await),
+        false => None,
+    };
+    let budgets = match ledger.as_deref_mut() {
+        Some(ledger) => crate::budget::facts_for(ctx, ledger, run, promise, &labels),
+        None => Vec::new(),
+    };
     let facts = lifecycle::Facts {
         plan: plan.as_deref(),
         others: &others,
@@ -135,10 +154,14 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         approvals: &approvals,
         missing_kinds: &missing_kinds,
         reverted,
+        budgets: &budgets,
         selector: ctx.selector.as_deref(),
         now,
     };
     let step = lifecycle::step(run, &facts, ctx);
+    if let Some(mut ledger) = ledger.take() {
+        ledger.record(&run.name_any(), &step);
+    }
     carry_out(ctx, run, step).await
 }
 
@@ -366,6 +389,7 @@ mod tests {
             reported: Default::default(),
             announced: Default::default(),
             retries: Default::default(),
+            budget_ledger: Default::default(),
             gates: Arc::new(crate::gates::GateReader::new(None, std::time::Duration::from_secs(30))),
         }
     }

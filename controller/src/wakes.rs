@@ -42,7 +42,7 @@ impl Wakes {
             .collect()
     }
 
-    /// A freeze can hold any run: every unfinished run of a known plan that can act.
+    /// A freeze, or a budget, can hold any run: every unfinished run of a known plan that can act.
     pub fn runs_a_freeze_may_hold(&self) -> Vec<ObjectRef<UpgradeRun>> {
         self.runs
             .state()

@@ -654,6 +654,7 @@ pub fn evaluation_now(
             gates: &gate::readings_recorded(&frozen.plan, &s, now),
             approvals: &recorded_approvals(&s.rollout_groups),
             freezes: upgradeplan::engine::revert::freezes_holding(&run.spec, &live.freezes),
+            budgets: &[],
             revision_present: revisions.present,
             gone_targets: &revisions.gone_targets,
             now,
@@ -801,6 +802,12 @@ fn held_words(blocked: Blocked, run: &UpgradeRun, e: &Evaluation, now: DateTime<
             ),
             None => "frozen by an UpgradeFreeze".to_string(),
         },
+        Blocked::BudgetExhausted => {
+            match upgradeplan::api::find_condition(conditions, upgradeplan::api::reasons::BUDGETED) {
+                Some(c) => format!("{} (waiting for a unit; in-flight upgrades continue)", c.message),
+                None => "held by an UpgradeBudget".to_string(),
+            }
+        }
         // The TargetRevisionReady condition above explains it in full.
         Blocked::RevisionMissing => "waiting for the target PromiseRevision".to_string(),
         Blocked::Soaking => {

@@ -148,6 +148,7 @@ fn eval_run(
         gates: &[],
         approvals: &[],
         freezes: &[],
+        budgets: &[],
         revision_present: true,
         gone_targets: &[],
         now: now(),

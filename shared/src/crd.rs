@@ -2,7 +2,7 @@
 
 use kube::CustomResourceExt;
 
-use crate::api::{UpgradeApproval, UpgradeFreeze, UpgradePlan, UpgradeRun};
+use crate::api::{UpgradeApproval, UpgradeBudget, UpgradeFreeze, UpgradePlan, UpgradeRun};
 
 /// File name under `deploy/crds/` and YAML text of each CRD this project owns.
 pub fn crd_files() -> Vec<(&'static str, String)> {
@@ -16,6 +16,10 @@ pub fn crd_files() -> Vec<(&'static str, String)> {
         (
             "upgradefreezes.platform.syntasso.io.yaml",
             to_yaml(&UpgradeFreeze::crd()),
+        ),
+        (
+            "upgradebudgets.platform.syntasso.io.yaml",
+            to_yaml(&UpgradeBudget::crd()),
         ),
     ]
 }

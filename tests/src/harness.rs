@@ -937,6 +937,17 @@ impl TestEnv {
         wait_for(Api::all(self.client.clone()), name, timeout, what, pred).await
     }
 
+    /// Waits (watch-driven) until the UpgradeBudget `name` satisfies `pred`.
+    pub async fn wait_budget(
+        &self,
+        name: &str,
+        timeout: Duration,
+        what: &str,
+        pred: impl Fn(&upgradeplan::api::UpgradeBudget) -> bool,
+    ) -> anyhow::Result<upgradeplan::api::UpgradeBudget> {
+        wait_for(Api::all(self.client.clone()), name, timeout, what, pred).await
+    }
+
     /// Waits (watch-driven) until the plan satisfies `pred`.
     pub async fn wait_plan(
         &self,
@@ -1028,7 +1039,7 @@ const WORLD_LABEL: &str = "upgradeplan-e2e/world";
 
 /// Deletes a world's namespaces (and so its bindings), its PromiseRevisions, its Promise, its
 /// ClusterRoleBindings and the cluster-scoped objects named for it (`<id>-…`: plans, runs,
-/// approvals, freezes). Left behind, those pile up across suites, and every later controller
+/// approvals, freezes, budgets). Left behind, those pile up across suites, and every later controller
 /// lists them and reconciles their runs' writes.
 async fn remove_world(client: &Client, id: &str, namespaces: &[String], promise: &str) {
     let dp = DeleteParams::background();
@@ -1038,6 +1049,7 @@ async fn remove_world(client: &Client, id: &str, namespaces: &[String], promise:
     remove_where::<UpgradePlan>(client, &all, named).await;
     remove_where::<upgradeplan::api::UpgradeApproval>(client, &all, named).await;
     remove_where::<upgradeplan::api::UpgradeFreeze>(client, &all, named).await;
+    remove_where::<upgradeplan::api::UpgradeBudget>(client, &all, named).await;
     let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(client.clone());
     let _ = bindings
         .delete_collection(

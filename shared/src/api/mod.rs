@@ -1,6 +1,7 @@
 //! API types: our CRDs (`platform.syntasso.io/v1alpha1`) and the Kratix objects we read.
 
 mod approval;
+mod budget;
 mod condition;
 mod freeze;
 pub mod kratix;
@@ -9,6 +10,7 @@ mod run;
 pub mod strict;
 
 pub use approval::*;
+pub use budget::*;
 pub use condition::{find_condition, set_condition, Condition, ConditionStatus};
 pub use freeze::*;
 pub use plan::*;

@@ -398,6 +398,11 @@ pub mod reasons {
     pub const FROZEN: &str = "Frozen";
     pub const FREEZE_ACTIVE: &str = "FreezeActive";
     pub const NOT_FROZEN: &str = "NotFrozen";
+    /// Upgrade budgets (spec §13.8): True while a budget that selects the plan has no free unit
+    /// for the run.
+    pub const BUDGETED: &str = "Budgeted";
+    pub const BUDGET_EXHAUSTED: &str = "BudgetExhausted";
+    pub const WITHIN_BUDGET: &str = "WithinBudget";
     /// A kind the run's plan needs is served by the API server (spec §14.2).
     pub const KINDS_SERVED: &str = "KindsServed";
     pub const KIND_NOT_SERVED: &str = "KindNotServed";

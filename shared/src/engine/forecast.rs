@@ -140,6 +140,7 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
                 gates: &gates,
                 approvals: &approvals,
                 freezes: input.freezes,
+                budgets: &[],
                 revision_present: true,
                 gone_targets: &[],
                 now,

@@ -15,8 +15,8 @@ use super::problem::{summarize, Problem};
 use super::selector;
 use super::window::{DenyPeriod, Window, WindowState, Windows};
 use crate::api::{
-    reasons, set_condition, Condition, ConditionStatus, RolloutSelectors, UpgradeFreeze, UpgradeFreezeSpec,
-    UpgradeFreezeStatus, UpgradePlan, UpgradeWindow, WindowKind,
+    reasons, set_condition, Condition, ConditionStatus, PlanSelector, RolloutSelectors, UpgradeFreeze,
+    UpgradeFreezeSpec, UpgradeFreezeStatus, UpgradePlan, UpgradeWindow, WindowKind,
 };
 
 // Defined here, not in `window`, so that windows stay below freezes (no import cycle).
@@ -168,8 +168,20 @@ impl Freeze {
 /// Whether a freeze with this spec holds a plan of `promise` labelled `labels`: its
 /// `planSelector` (omitted or `{}`: every plan) and its `promises` (omitted: every Promise).
 pub fn holds(spec: &UpgradeFreezeSpec, promise: &str, labels: &BTreeMap<String, String>) -> bool {
-    let promise_ok = spec.promises.as_ref().is_none_or(|p| p.iter().any(|n| n == promise));
-    let selector_ok = spec.plan_selector.as_ref().is_none_or(|s| {
+    selects_plan(spec.plan_selector.as_ref(), spec.promises.as_deref(), promise, labels)
+}
+
+/// Whether a platform object's `planSelector` and `promises` (a freeze's, a budget's) select a
+/// plan of `promise` labelled `labels`: the selector omitted or `{}` selects every plan, and
+/// `promises` omitted every Promise.
+pub fn selects_plan(
+    plan_selector: Option<&PlanSelector>,
+    promises: Option<&[String]>,
+    promise: &str,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    let promise_ok = promises.is_none_or(|p| p.iter().any(|n| n == promise));
+    let selector_ok = plan_selector.is_none_or(|s| {
         let terms = RolloutSelectors {
             match_labels: s.match_labels.clone(),
             match_expressions: s.match_expressions.clone(),

@@ -38,6 +38,7 @@ use super::snapshot::{
     SNAPSHOT_SHARD_BYTES,
 };
 use super::stage::{self, ApprovalFact};
+use super::upgrade_budget::{self, BudgetFacts};
 use super::validate::{check_plan, summarize as summarize_problems};
 use super::view::{run_view, RunView};
 use super::write::{ApprovalPatch, BindingPatch, Release, RunPatch};
@@ -99,6 +100,9 @@ pub struct Facts<'a> {
     /// For a revert before its snapshot, the run it reverts (spec §13.7); otherwise not
     /// gathered.
     pub reverted: RevertedFact<'a>,
+    /// The UpgradeBudgets that select the run's plan, each with the other active runs it caps
+    /// (spec §13.8): gathered by the caller, as budgets span plans.
+    pub budgets: &'a [BudgetFacts],
     /// The controller's `--selector`: a run it works on carries it
     /// ([`crate::api::SELECTOR_ANNOTATION`]), so the run stays recognisably its own once the plan
     /// is gone.
@@ -1181,6 +1185,7 @@ fn progress(
             gates: facts.gates,
             approvals: facts.approvals,
             freezes: &freezes,
+            budgets: facts.budgets,
             revision_present: revisions.present,
             gone_targets: &revisions.gone_targets,
             now,
@@ -1202,6 +1207,7 @@ fn progress(
     let gate_failure = gate_transition(out, &eval, &frozen, facts.gates, now);
     approval_transition(out, &eval, &previous, now);
     freeze_transition(out, &eval, now);
+    budget_transition(out, &eval, facts.budgets, now);
     out.adopt_approvals = ApprovalPatch::adoptions(run, facts.approvals);
     let verdict = eval.verdict.clone();
     out.evaluation = Some(eval);
@@ -1379,6 +1385,48 @@ fn freeze_transition(out: &mut Step, eval: &Evaluation, now: DateTime<Utc>) {
             now,
         ),
         None => return,
+    };
+    set_condition(&mut out.status.conditions, condition);
+}
+
+/// The budgets' part of a step (spec §13.8): while UpgradeBudgets select the run's plan, the
+/// `Budgeted` condition is present once the run is in progress — True/`BudgetExhausted` naming the
+/// budget that keeps back starts nothing else holds (`UpgradeBudget "<name>": <n>/<max> in
+/// flight`), False/`WithinBudget` otherwise. Other runs count a run it holds among the waiting
+/// when they share the budget's free units.
+fn budget_transition(out: &mut Step, eval: &Evaluation, budgets: &[BudgetFacts], now: DateTime<Utc>) {
+    if budgets.is_empty() {
+        if find_condition(&out.status.conditions, reasons::BUDGETED).is_some() {
+            // No budget selects the plan any more: nothing holds the run.
+            let c = cond(
+                reasons::BUDGETED,
+                ConditionStatus::False,
+                reasons::WITHIN_BUDGET,
+                "no UpgradeBudget selects the plan",
+                now,
+            );
+            set_condition(&mut out.status.conditions, c);
+        }
+        return;
+    }
+    let condition = match &eval.rationed_by {
+        Some(grant) => cond(
+            reasons::BUDGETED,
+            ConditionStatus::True,
+            reasons::BUDGET_EXHAUSTED,
+            grant.message(),
+            now,
+        ),
+        _ => {
+            let names: Vec<String> = budgets.iter().map(|b| b.name.clone()).collect();
+            cond(
+                reasons::BUDGETED,
+                ConditionStatus::False,
+                reasons::WITHIN_BUDGET,
+                upgrade_budget::texts::within_budget(&names),
+                now,
+            )
+        }
     };
     set_condition(&mut out.status.conditions, condition);
 }

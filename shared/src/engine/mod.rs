@@ -24,6 +24,7 @@ pub mod snapshot;
 pub mod stage;
 pub mod starts;
 pub mod texts;
+pub mod upgrade_budget;
 pub mod validate;
 pub mod version;
 pub mod view;

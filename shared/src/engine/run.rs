@@ -15,6 +15,7 @@ use super::health::{apply_health_check, HealthRecords};
 use super::snapshot::{Snapshot, SnapshotGroup, SnapshotResource};
 use super::stage::{approval_for, ApprovalFact};
 use super::starts::{admit_starts, StartFacts};
+use super::upgrade_budget::{self, BudgetFacts, Grant};
 use super::window::WindowState;
 use crate::api::kratix::{BindingFacts, MANUAL_RECONCILIATION_LABEL, UPGRADE_FAILED};
 use crate::api::{
@@ -387,6 +388,12 @@ pub struct Evaluation {
     /// The freeze holding the current group's not-started resources, if one does (also while
     /// the run is suspended: the `Frozen` condition says what would hold it).
     pub freeze: Option<Hold>,
+    /// What each UpgradeBudget selecting the plan grants the run, when starts were pending
+    /// (spec §13.8).
+    pub grants: Vec<Grant>,
+    /// The budget that gave the run fewer starts than it could take otherwise: the run waits for
+    /// it (spec §13.8).
+    pub rationed_by: Option<Grant>,
     /// What the signal gates of the current group said, when starts were pending.
     pub gate_check: GateCheck,
     /// When to look again without any watch event (the windows' next change, a deadline).
@@ -433,6 +440,8 @@ pub struct RunContext<'a> {
     pub approvals: &'a [ApprovalFact],
     /// The UpgradeFreezes that hold the run's plan (they close every group's gate).
     pub freezes: &'a [Freeze],
+    /// The UpgradeBudgets that select the run's plan, with the other runs they cap.
+    pub budgets: &'a [BudgetFacts],
     pub revision_present: bool,
     /// A revert's targets whose PromiseRevision is gone: their resources not started yet are
     /// skipped (spec §13.7). Empty for every other run.
@@ -507,6 +516,8 @@ fn evaluate_groups<'b>(
         windows: None,
         held_by: Vec::new(),
         freeze: None,
+        grants: Vec::new(),
+        rationed_by: None,
         gate_check: GateCheck::NotChecked,
         wake_at: None,
     };
@@ -719,6 +730,7 @@ fn current_group(
             gate_recheck = Some(reading.next_check.max(ctx.now));
         }
         eval.freeze = hold_at(ctx.freezes, ctx.now);
+        eval.grants = upgrade_budget::grants(ctx.budgets, ctx.run_name, ctx.run_created, in_flight);
         let admission = admit_starts(&StartFacts {
             suspended: ctx.suspended,
             entry: None,
@@ -727,12 +739,18 @@ fn current_group(
             gate_closed: matches!(eval.gate_check, GateCheck::Closed { .. }),
             limit,
             in_flight,
+            budget_units: upgrade_budget::units(&eval.grants),
         });
         for &i in not_started.iter().take(admission.starts) {
             match outcomes[i] {
                 Outcome::NeedsRetry => eval.retry.push(action(i)),
                 _ => eval.start.push(action(i)),
             }
+        }
+        // Rationed: only the budgets keep starts back that nothing else holds.
+        let wanted = limit.saturating_sub(in_flight).min(not_started.len());
+        if admission.holds.iter().all(|h| *h == Blocked::BudgetExhausted) {
+            eval.rationed_by = upgrade_budget::rationing(&eval.grants, wanted).cloned();
         }
         eval.held_by = admission.holds;
         eval.wake_at = if windows_now.open {
@@ -743,7 +761,14 @@ fn current_group(
     }
     // ... and when an upgrade or health check runs out of time, and a closed gate is read again.
     let expiry = first_expiry(rules, &outcomes, live);
-    eval.wake_at = eval.wake_at.into_iter().chain(expiry).chain(gate_recheck).min();
+    let budget_recheck = eval.rationed_by.as_ref().map(|_| ctx.now + upgrade_budget::RECHECK);
+    eval.wake_at = eval
+        .wake_at
+        .into_iter()
+        .chain(expiry)
+        .chain(gate_recheck)
+        .chain(budget_recheck)
+        .min();
     eval.limit = Some(limit);
     eval.in_flight = in_flight;
     eval.windows = Some(windows_now);
@@ -1087,6 +1112,7 @@ pub(crate) mod tests {
                 gates: &self.gates,
                 approvals: &self.approvals,
                 freezes: &self.freezes,
+                budgets: &[],
                 revision_present: true,
                 gone_targets: &[],
                 now: utc(now),
@@ -1661,6 +1687,7 @@ pub(crate) mod tests {
             gates: &[],
             approvals: &[],
             freezes: &[],
+            budgets: &[],
             revision_present: false,
             gone_targets: &[],
             now: utc(CREATED),

@@ -19,6 +19,8 @@ pub enum Blocked {
     AwaitingApproval,
     /// An UpgradeFreeze holds the plan (spec §13.5).
     Frozen,
+    /// An UpgradeBudget that selects the plan has no free unit for this run (spec §13.8).
+    BudgetExhausted,
 }
 
 /// As its label: `forecast -o json`'s wait reasons and the views' JSON read it so.
@@ -40,6 +42,7 @@ impl Blocked {
             Blocked::Soaking => "Soaking",
             Blocked::AwaitingApproval => "AwaitingApproval",
             Blocked::Frozen => "Frozen",
+            Blocked::BudgetExhausted => "BudgetExhausted",
         }
     }
 }
@@ -62,6 +65,9 @@ pub struct StartFacts {
     pub limit: usize,
     /// Upgrades in flight in the group (verifying and asked retries included).
     pub in_flight: usize,
+    /// The units the UpgradeBudgets selecting the plan grant the run now, the least of them
+    /// (spec §13.8); `None` when no budget selects it.
+    pub budget_units: Option<usize>,
 }
 
 /// The admission of a group's starts: every reason that holds them, first the one shown first,
@@ -74,8 +80,9 @@ pub struct StartAdmission {
 
 /// Admits a group's starts (spec §14.1), in this order of precedence: `Suspended`; the group not
 /// entered (`Soaking`, `AwaitingApproval`); `Frozen` and `WindowClosed`; `GateClosed`;
-/// `ConcurrencyLimit`. A group not entered has no window, gate or limit of its own yet, but a
-/// freeze holds the whole run.
+/// `ConcurrencyLimit`; `BudgetExhausted`. A group not entered has no window, gate or limit of its
+/// own yet, but a freeze holds the whole run. Starts: at most the group's free slots and the
+/// budgets' units.
 pub fn admit_starts(facts: &StartFacts) -> StartAdmission {
     let entered = facts.entry.is_none();
     let holds: Vec<Blocked> = [
@@ -85,12 +92,14 @@ pub fn admit_starts(facts: &StartFacts) -> StartAdmission {
         (entered && !facts.windows_open, Blocked::WindowClosed),
         (entered && facts.gate_closed, Blocked::GateClosed),
         (entered && facts.in_flight >= facts.limit, Blocked::ConcurrencyLimit),
+        (entered && facts.budget_units == Some(0), Blocked::BudgetExhausted),
     ]
     .into_iter()
     .filter_map(|(holds, reason)| holds.then_some(reason))
     .collect();
     let starts = if holds.is_empty() {
-        facts.limit.saturating_sub(facts.in_flight)
+        let free = facts.limit.saturating_sub(facts.in_flight);
+        facts.budget_units.map_or(free, |units| free.min(units))
     } else {
         0
     };
@@ -147,8 +156,16 @@ mod tests {
                     gate_closed: true,
                     limit: 1,
                     in_flight: 1,
+                    budget_units: Some(0),
                 },
-                vec![Suspended, Frozen, WindowClosed, GateClosed, ConcurrencyLimit],
+                vec![
+                    Suspended,
+                    Frozen,
+                    WindowClosed,
+                    GateClosed,
+                    ConcurrencyLimit,
+                    BudgetExhausted,
+                ],
                 0,
             ),
             (
@@ -172,6 +189,42 @@ mod tests {
                 0,
             ),
             ("a limit of 0 starts nothing", open(0, 0), vec![ConcurrencyLimit], 0),
+            (
+                "a budget's units below the free slots",
+                with(|f| f.budget_units = Some(1)),
+                vec![],
+                1,
+            ),
+            (
+                "the free slots below a budget's units",
+                with(|f| f.budget_units = Some(5)),
+                vec![],
+                2,
+            ),
+            (
+                "a budget with no unit for the run",
+                with(|f| f.budget_units = Some(0)),
+                vec![BudgetExhausted],
+                0,
+            ),
+            (
+                "the group's limit and a budget both hold: both exported, the limit first",
+                StartFacts {
+                    budget_units: Some(0),
+                    ..open(1, 1)
+                },
+                vec![ConcurrencyLimit, BudgetExhausted],
+                0,
+            ),
+            (
+                "not entered: a budget does not hold a group not started",
+                with(|f| {
+                    f.entry = Some(Soaking);
+                    f.budget_units = Some(0);
+                }),
+                vec![Soaking],
+                0,
+            ),
         ];
         for (case, facts, holds, starts) in cases {
             let a = admit_starts(&facts);
@@ -189,38 +242,53 @@ mod tests {
             for entry in entries {
                 for limit in 0..3 {
                     for in_flight in 0..4 {
-                        let facts = StartFacts {
-                            suspended: bits & 1 != 0,
-                            freeze: bits & 2 != 0,
-                            windows_open: bits & 4 != 0,
-                            gate_closed: bits & 8 != 0,
-                            entry,
-                            limit,
-                            in_flight,
-                        };
-                        let a = admit_starts(&facts);
-                        let anything_holds = facts.suspended
-                            || entry.is_some()
-                            || facts.freeze
-                            || (entry.is_none() && (!facts.windows_open || facts.gate_closed || in_flight >= limit));
-                        assert_eq!(a.holds.is_empty(), !anything_holds, "{facts:?}");
-                        let expected = if anything_holds { 0 } else { limit - in_flight };
-                        assert_eq!(a.starts, expected, "{facts:?}");
-                        let first = if facts.suspended {
-                            Some(Blocked::Suspended)
-                        } else if entry.is_some() {
-                            entry
-                        } else if facts.freeze {
-                            Some(Blocked::Frozen)
-                        } else {
-                            a.holds.first().copied()
-                        };
-                        assert_eq!(a.holds.first().copied(), first, "{facts:?}");
-                        checked += 1;
+                        for budget_units in [None, Some(0), Some(1), Some(5)] {
+                            let facts = StartFacts {
+                                suspended: bits & 1 != 0,
+                                freeze: bits & 2 != 0,
+                                windows_open: bits & 4 != 0,
+                                gate_closed: bits & 8 != 0,
+                                entry,
+                                limit,
+                                in_flight,
+                                budget_units,
+                            };
+                            let a = admit_starts(&facts);
+                            let entered_holds = !facts.windows_open
+                                || facts.gate_closed
+                                || in_flight >= limit
+                                || budget_units == Some(0);
+                            let anything_holds = facts.suspended
+                                || entry.is_some()
+                                || facts.freeze
+                                || (entry.is_none() && entered_holds);
+                            assert_eq!(a.holds.is_empty(), !anything_holds, "{facts:?}");
+                            let expected = if anything_holds {
+                                0
+                            } else {
+                                (limit - in_flight).min(budget_units.unwrap_or(usize::MAX))
+                            };
+                            assert_eq!(a.starts, expected, "{facts:?}");
+                            let first = if facts.suspended {
+                                Some(Blocked::Suspended)
+                            } else if entry.is_some() {
+                                entry
+                            } else if facts.freeze {
+                                Some(Blocked::Frozen)
+                            } else {
+                                a.holds.first().copied()
+                            };
+                            assert_eq!(a.holds.first().copied(), first, "{facts:?}");
+                            let last = a.holds.last().copied();
+                            if budget_units == Some(0) && entry.is_none() {
+                                assert_eq!(last, Some(Blocked::BudgetExhausted), "7b comes last: {facts:?}");
+                            }
+                            checked += 1;
+                        }
                     }
                 }
             }
         }
-        assert_eq!(checked, 16 * 3 * 3 * 4);
+        assert_eq!(checked, 16 * 3 * 3 * 4 * 4);
     }
 }

@@ -1041,6 +1041,7 @@ impl World {
             approvals: &approvals,
             missing_kinds: &[],
             reverted,
+            budgets: &[],
             selector: None,
             now: self.now,
         };

@@ -239,6 +239,7 @@ fn facts<'a>(
         gates: &world.gates,
         approvals: &world.approvals,
         reverted: Default::default(),
+        budgets: &[],
         now,
     }
 }
@@ -2616,4 +2617,112 @@ fn a_revert_whose_target_revision_goes_mid_run_skips_what_it_started_and_says_so
         .map(|g| (g.succeeded, g.skipped))
         .collect();
     assert_eq!(skipped, [(0, 2), (0, 2)]);
+}
+
+#[test]
+fn a_budget_shares_its_free_units_holds_the_rest_and_says_which() {
+    use crate::engine::upgrade_budget::BudgetRun;
+    let plan = valid_plan(5);
+    let mut world = World::with(4);
+    let mut run = a_run("r", t(0), false);
+    run.status = Some(UpgradeRunStatus {
+        state: RunState::Pending,
+        ..Default::default()
+    });
+    // Another plan's run, admitted earlier, has one upgrade in flight and waits for more.
+    let other = |in_flight: usize, waiting: bool| BudgetRun {
+        name: "other-plan-run".into(),
+        admitted: t(-10),
+        in_flight,
+        waiting,
+    };
+    let saturday = |others: Vec<BudgetRun>| {
+        vec![BudgetFacts {
+            name: "saturday".into(),
+            max: 3,
+            others,
+        }]
+    };
+    let under = |run: &UpgradeRun, world: &World, budgets: &[BudgetFacts], now| {
+        step(
+            run,
+            &Facts {
+                budgets,
+                ..facts(Some(&plan), &[], world, run, now)
+            },
+            world,
+        )
+    };
+    // Two free units, two waiting runs: one each.
+    let s = under(&run, &world, &saturday(vec![other(1, true)]), t(1));
+    assert_eq!(started(&s), 1);
+    let c = find_condition(&s.status.conditions, reasons::BUDGETED).unwrap();
+    assert_eq!(
+        (c.status, c.reason.as_str(), c.message.as_str()),
+        (
+            ConditionStatus::True,
+            reasons::BUDGET_EXHAUSTED,
+            "UpgradeBudget \"saturday\": 1/3 in flight"
+        )
+    );
+    apply(&mut run, &s, &mut world);
+    // One free unit: the older run's. This run starts nothing and says the budget holds it.
+    let s = under(&run, &world, &saturday(vec![other(1, true)]), t(2));
+    assert_eq!(started(&s), 0);
+    assert_eq!(
+        find_condition(&s.status.conditions, reasons::BUDGETED).map(|c| c.message.as_str()),
+        Some("UpgradeBudget \"saturday\": 2/3 in flight")
+    );
+    assert!(matches!(&s.gauges, Gauges::Set(g) if g.blocked.iter().any(|(_, r)| *r == "BudgetExhausted")));
+    apply(&mut run, &s, &mut world);
+    // The other run finished: every free unit is this run's, and it still wants more.
+    let s = under(&run, &world, &saturday(vec![]), t(3));
+    assert_eq!(started(&s), 2);
+    assert_eq!(
+        condition(&s, reasons::BUDGETED),
+        (reasons::BUDGET_EXHAUSTED, ConditionStatus::True)
+    );
+    apply(&mut run, &s, &mut world);
+    // The budget is deleted: nothing holds the run, and the condition says so.
+    world.kratix_applies();
+    let s = under(&run, &world, &[], t(4));
+    assert_eq!(started(&s), 1);
+    assert_eq!(
+        condition(&s, reasons::BUDGETED),
+        (reasons::WITHIN_BUDGET, ConditionStatus::False)
+    );
+}
+
+#[test]
+fn a_run_within_its_budget_says_so() {
+    let plan = valid_plan(2);
+    let world = World::with(2);
+    let mut run = a_run("r", t(0), false);
+    run.status = Some(UpgradeRunStatus {
+        state: RunState::Pending,
+        ..Default::default()
+    });
+    let budgets = vec![BudgetFacts {
+        name: "kratix".into(),
+        max: 10,
+        others: vec![],
+    }];
+    let s = step(
+        &run,
+        &Facts {
+            budgets: &budgets,
+            ..facts(Some(&plan), &[], &world, &run, t(1))
+        },
+        &world,
+    );
+    assert_eq!(started(&s), 2);
+    let c = find_condition(&s.status.conditions, reasons::BUDGETED).unwrap();
+    assert_eq!(
+        (c.status, c.reason.as_str(), c.message.as_str()),
+        (
+            ConditionStatus::False,
+            reasons::WITHIN_BUDGET,
+            "within UpgradeBudget kratix"
+        )
+    );
 }

@@ -1,0 +1,508 @@
+//! Upgrade budgets (spec §13.8): one cap on the resource upgrades in flight across every plan a
+//! budget selects, shared fairly between the runs waiting for it.
+//!
+//! Nothing is remembered: a budget's in flight is derived, each pass, from the live bindings of
+//! the active runs of the plans it selects (verifying and retries included), so the cap holds
+//! across restarts and leader changes. A run's share is decided by this one function for the
+//! controller, `status`, `explain` and the forecast.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use super::freeze::selects_plan;
+use crate::api::kratix::{BindingFacts, MANUAL_RECONCILIATION_LABEL, UPGRADE_FAILED};
+use crate::api::{
+    find_condition, reasons, ConditionStatus, UpgradeBudget, UpgradeRun, UPGRADED_BY_ANNOTATION,
+    UPGRADE_STARTED_AT_ANNOTATION,
+};
+
+/// How soon a run a budget holds looks again: the unit it waits for is freed by another plan's
+/// upgrade, whose binding events wake that plan's run only.
+pub const RECHECK: chrono::TimeDelta = chrono::TimeDelta::seconds(10);
+
+/// The budgets among `budgets` that select a plan of `promise` labelled `labels`, by name.
+pub fn selecting<'b>(
+    budgets: &'b [Arc<UpgradeBudget>],
+    promise: &str,
+    labels: &BTreeMap<String, String>,
+) -> Vec<&'b UpgradeBudget> {
+    let mut selected: Vec<&UpgradeBudget> = budgets
+        .iter()
+        .map(|b| &**b)
+        .filter(|b| selects(b, promise, labels))
+        .collect();
+    selected.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    selected
+}
+
+/// Whether `budget` selects a plan of `promise` labelled `labels`: its `planSelector` (omitted or
+/// `{}`: every plan) and its `promises` (omitted: every Promise), as freezes select plans.
+pub fn selects(budget: &UpgradeBudget, promise: &str, labels: &BTreeMap<String, String>) -> bool {
+    selects_plan(
+        budget.spec.plan_selector.as_ref(),
+        budget.spec.promises.as_deref(),
+        promise,
+        labels,
+    )
+}
+
+/// A budget's `maxInFlight` as a count (the schema keeps it at 1 or more; anything else admits
+/// nothing rather than everything).
+pub fn max_in_flight(budget: &UpgradeBudget) -> usize {
+    usize::try_from(budget.spec.max_in_flight).unwrap_or(0)
+}
+
+/// Whether Kratix is working on `b` for `run`, as the binding alone tells: `run` started it
+/// (`upgraded-by`), and Kratix has not reported the upgrade's end since (success with the version
+/// applied, or a failure with no retry asked). The run's own evaluation is exact (deadlines,
+/// health checks); this is how the other runs under a budget are counted, erring towards in
+/// flight: a resource past its `progressDeadline` stays counted until Kratix ends it.
+pub fn kratix_working_for(b: &dyn BindingFacts, run: &str) -> bool {
+    if b.annotation(UPGRADED_BY_ANNOTATION) != Some(run) || b.being_deleted() {
+        return false;
+    }
+    // Asked to run again (a retry, or a revert to the version it had applied): in flight from the
+    // moment the label is added until Kratix takes the request (spec §8).
+    if b.label(MANUAL_RECONCILIATION_LABEL).is_some() {
+        return true;
+    }
+    let started = b
+        .annotation(UPGRADE_STARTED_AT_ANNOTATION)
+        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.timestamp());
+    let condition = b.upgrade_condition();
+    let since_start =
+        |c: &crate::api::kratix::UpgradeCondition<'_>| match (c.last_transition_time.map(|t| t.timestamp()), started) {
+            (Some(at), Some(started)) => at >= started,
+            _ => false,
+        };
+    let failed = condition
+        .as_ref()
+        .is_some_and(|c| c.status == "False" && c.reason == UPGRADE_FAILED && since_start(c))
+        && b.failed_version() == Some(b.spec_version());
+    if failed {
+        return false;
+    }
+    let running = condition.as_ref().is_some_and(|c| c.status == "Unknown");
+    b.last_applied_version() != b.spec_version() || running
+}
+
+/// Another active run under a budget, as a run's step sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetRun {
+    pub name: String,
+    /// Its admission: the oldest admitted is served first (spec §13.8).
+    pub admitted: DateTime<Utc>,
+    /// Its resources in flight.
+    pub in_flight: usize,
+    /// It waits for a unit of this or another budget (its `Budgeted` condition is True).
+    pub waiting: bool,
+}
+
+impl BudgetRun {
+    /// `run`, with `in_flight` of its resources in flight by its bindings ([`kratix_working_for`])
+    /// and those its last status says are being verified.
+    pub fn of(run: &UpgradeRun, working: usize) -> BudgetRun {
+        let status = run.status.as_ref();
+        let verifying = status
+            .map(|s| {
+                s.rollout_groups
+                    .iter()
+                    .map(|g| g.verifying.max(0) as usize)
+                    .sum::<usize>()
+            })
+            .unwrap_or(0);
+        let waiting = status
+            .and_then(|s| find_condition(&s.conditions, reasons::BUDGETED))
+            .is_some_and(|c| c.status == ConditionStatus::True);
+        BudgetRun {
+            name: run.metadata.name.clone().unwrap_or_default(),
+            admitted: super::admission::admitted_at(run),
+            in_flight: working + verifying,
+            waiting,
+        }
+    }
+}
+
+/// One budget that selects a run's plan, with the other active runs it caps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetFacts {
+    pub name: String,
+    pub max: usize,
+    /// The active runs of the plans it selects, other than the run deciding.
+    pub others: Vec<BudgetRun>,
+}
+
+/// What a budget grants a run now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub budget: String,
+    /// Resources in flight under the budget, the run's own included.
+    pub in_flight: usize,
+    pub max: usize,
+    /// Units the run may take now.
+    pub units: usize,
+}
+
+impl Grant {
+    /// The `Budgeted` condition's message: `UpgradeBudget "<name>": <n>/<max> in flight`.
+    pub fn message(&self) -> String {
+        texts::budgeted(&self.budget, self.in_flight, self.max)
+    }
+}
+
+/// The units `budget` grants run `run` (admitted at `admitted`, `own_in_flight` of its resources
+/// in flight) when it wants to start: the free units (`max` − in flight) shared between the
+/// waiting runs and this one, each at most its share (free ÷ waiting, rounded up), the oldest
+/// admitted first (spec §13.8).
+pub fn grant(budget: &BudgetFacts, run: &str, admitted: DateTime<Utc>, own_in_flight: usize) -> Grant {
+    let others = budget.others.iter().filter(|o| o.name != run);
+    let in_flight = own_in_flight + others.clone().map(|o| o.in_flight).sum::<usize>();
+    let free = budget.max.saturating_sub(in_flight);
+    let mut waiting: Vec<(DateTime<Utc>, &str)> = others
+        .filter(|o| o.waiting)
+        .map(|o| (o.admitted, o.name.as_str()))
+        .chain([(admitted, run)])
+        .collect();
+    waiting.sort();
+    let share = free.div_ceil(waiting.len());
+    let mut left = free;
+    let mut units = 0;
+    for (_, name) in waiting {
+        let given = share.min(left);
+        if name == run {
+            units = given;
+            break;
+        }
+        left -= given;
+    }
+    Grant {
+        budget: budget.name.clone(),
+        in_flight,
+        max: budget.max,
+        units,
+    }
+}
+
+/// Every budget's grant, by budget name; the run may start at most the least of their units.
+pub fn grants(budgets: &[BudgetFacts], run: &str, admitted: DateTime<Utc>, own_in_flight: usize) -> Vec<Grant> {
+    budgets.iter().map(|b| grant(b, run, admitted, own_in_flight)).collect()
+}
+
+/// The units a run may take from all its budgets (`None`: no budget selects its plan).
+pub fn units(grants: &[Grant]) -> Option<usize> {
+    grants.iter().map(|g| g.units).min()
+}
+
+/// The budget that rations the run: the one granting the fewest units (the first by name of
+/// those), when that is fewer than the `wanted` starts nothing else holds. The run then waits for
+/// it (`Budgeted=True/BudgetExhausted`), and the other runs count it among the waiting.
+pub fn rationing(grants: &[Grant], wanted: usize) -> Option<&Grant> {
+    grants.iter().min_by_key(|g| g.units).filter(|g| g.units < wanted)
+}
+
+/// A budget's status fields from the active runs of the plans it selects (the budget's own
+/// reconcile writes them).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BudgetState {
+    pub in_flight: usize,
+    pub runs: usize,
+    /// The runs it holds, oldest admitted first.
+    pub holding: Vec<String>,
+}
+
+/// `runs`: the active runs of the plans `budget` selects, with what holds each (the budgets
+/// named in its `Budgeted` condition's message when True).
+pub fn state(runs: &[BudgetRun], held_by: impl Fn(&str) -> bool) -> BudgetState {
+    let mut holding: Vec<&BudgetRun> = runs.iter().filter(|r| r.waiting && held_by(&r.name)).collect();
+    holding.sort_by(|a, b| (a.admitted, &a.name).cmp(&(b.admitted, &b.name)));
+    BudgetState {
+        in_flight: runs.iter().map(|r| r.in_flight).sum(),
+        runs: runs.len(),
+        holding: holding.into_iter().map(|r| r.name.clone()).collect(),
+    }
+}
+
+pub mod texts {
+    /// `UpgradeBudget "<name>": <n>/<max> in flight` (spec §13.8).
+    pub fn budgeted(budget: &str, in_flight: usize, max: usize) -> String {
+        format!("UpgradeBudget \"{budget}\": {in_flight}/{max} in flight")
+    }
+
+    /// The `Budgeted` condition once no budget holds the run.
+    pub fn within_budget(budgets: &[String]) -> String {
+        format!("within UpgradeBudget {}", budgets.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::kratix::ResourceBinding;
+    use crate::engine::snapshot::tests::binding;
+
+    fn at(minute: u32) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(&format!("2026-06-01T10:{minute:02}:00Z"))
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
+    fn other(name: &str, minute: u32, in_flight: usize, waiting: bool) -> BudgetRun {
+        BudgetRun {
+            name: name.into(),
+            admitted: at(minute),
+            in_flight,
+            waiting,
+        }
+    }
+
+    fn budget(max: usize, others: Vec<BudgetRun>) -> BudgetFacts {
+        BudgetFacts {
+            name: "saturday".into(),
+            max,
+            others,
+        }
+    }
+
+    #[test]
+    fn shares_table() {
+        // (case, budget, the run's admission minute, its own in flight, units, in flight)
+        let cases: Vec<(&str, BudgetFacts, u32, usize, usize, usize)> = vec![
+            ("alone: every free unit", budget(5, vec![]), 10, 1, 4, 1),
+            ("alone and full", budget(2, vec![]), 10, 2, 0, 2),
+            (
+                "another run's in flight counts, waiting or not",
+                budget(5, vec![other("b", 5, 3, false)]),
+                10,
+                1,
+                1,
+                4,
+            ),
+            (
+                "two waiting, even split",
+                budget(4, vec![other("b", 5, 0, true)]),
+                10,
+                0,
+                2,
+                0,
+            ),
+            (
+                "odd units: the older takes the rounded-up share, the newer the rest",
+                budget(3, vec![other("b", 5, 0, true)]),
+                10,
+                0,
+                1,
+                0,
+            ),
+            (
+                "odd units, this run older",
+                budget(3, vec![other("b", 15, 0, true)]),
+                10,
+                0,
+                2,
+                0,
+            ),
+            (
+                "one unit, three waiting: the oldest only",
+                budget(1, vec![other("b", 5, 0, true), other("c", 6, 0, true)]),
+                10,
+                0,
+                0,
+                0,
+            ),
+            (
+                "one unit, three waiting, this run the oldest",
+                budget(1, vec![other("b", 15, 0, true), other("c", 16, 0, true)]),
+                10,
+                0,
+                1,
+                0,
+            ),
+            (
+                "a run not waiting takes no share",
+                budget(4, vec![other("b", 5, 1, false)]),
+                10,
+                0,
+                3,
+                1,
+            ),
+            (
+                "over the cap (a lowered max): nothing",
+                budget(2, vec![other("b", 5, 3, true)]),
+                10,
+                0,
+                0,
+                3,
+            ),
+            (
+                "the run itself among the others is not counted twice",
+                budget(4, vec![other("a", 10, 9, true)]),
+                10,
+                1,
+                3,
+                1,
+            ),
+            (
+                "same admission: by name",
+                budget(1, vec![other("b", 10, 0, true)]),
+                10,
+                0,
+                1,
+                0,
+            ),
+        ];
+        for (case, b, minute, own, units, in_flight) in cases {
+            let g = grant(&b, "a", at(minute), own);
+            assert_eq!((g.units, g.in_flight), (units, in_flight), "{case}");
+        }
+    }
+
+    /// The literal rule against every small case: the units granted to the waiting runs, each
+    /// asking alone over the same facts, never exceed the free units, none exceeds its share,
+    /// and an older run never gets less than a newer one.
+    #[test]
+    fn shares_never_exceed_the_free_units_and_favour_the_oldest() {
+        let mut checked = 0;
+        for max in 1..7usize {
+            for waiting in 1..5usize {
+                for busy in 0..8usize {
+                    let runs: Vec<BudgetRun> = (0..waiting)
+                        .map(|i| other(&format!("r{i}"), i as u32, usize::from(i == 0) * busy, true))
+                        .collect();
+                    let facts = budget(max, runs.clone());
+                    let given: Vec<usize> = runs
+                        .iter()
+                        .map(|r| grant(&facts, &r.name, r.admitted, r.in_flight).units)
+                        .collect();
+                    let free = max.saturating_sub(busy);
+                    let share = free.div_ceil(waiting);
+                    assert!(
+                        given.iter().sum::<usize>() <= free,
+                        "max {max} waiting {waiting} busy {busy}: {given:?}"
+                    );
+                    assert!(given.iter().all(|g| *g <= share), "share {share}: {given:?}");
+                    assert!(given.windows(2).all(|w| w[0] >= w[1]), "oldest first: {given:?}");
+                    assert_eq!(
+                        given.iter().sum::<usize>(),
+                        free.min(share * waiting),
+                        "every free unit given"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, 6 * 4 * 8);
+    }
+
+    #[test]
+    fn the_least_grant_holds_and_names_its_budget() {
+        let a = grant(&budget(4, vec![]), "r", at(0), 1);
+        let b = grant(
+            &BudgetFacts {
+                name: "kratix".into(),
+                max: 1,
+                others: vec![other("x", 1, 1, false)],
+            },
+            "r",
+            at(0),
+            0,
+        );
+        let grants = vec![a, b];
+        assert_eq!(units(&grants), Some(0));
+        assert_eq!(
+            rationing(&grants, 1).map(Grant::message).as_deref(),
+            Some("UpgradeBudget \"kratix\": 1/1 in flight")
+        );
+        assert_eq!(rationing(&grants, 0), None, "nothing wanted: nothing rationed");
+        let one_each = vec![grant(&budget(2, vec![]), "r", at(0), 1)];
+        assert_eq!(rationing(&one_each, 1), None, "granted what it wants");
+        assert_eq!(
+            rationing(&one_each, 3).map(|g| g.units),
+            Some(1),
+            "fewer than it wants: it waits for the rest"
+        );
+        assert_eq!(units(&[]), None, "no budget: no cap");
+    }
+
+    fn started(mut b: ResourceBinding, run: &str, at: &str) -> ResourceBinding {
+        let a = b.metadata.annotations.get_or_insert_with(Default::default);
+        a.insert(UPGRADED_BY_ANNOTATION.into(), run.into());
+        a.insert(UPGRADE_STARTED_AT_ANNOTATION.into(), at.into());
+        b
+    }
+
+    #[test]
+    fn kratix_working_table() {
+        use crate::engine::run::tests::with_condition;
+        let start = "2026-06-01T10:00:00Z";
+        let mut retry = with_condition(
+            started(binding("ns", "r", &[], "v1", "v2"), "up", start),
+            "False",
+            UPGRADE_FAILED,
+            "2026-06-01T10:05:00Z",
+            Some("v2"),
+        );
+        retry
+            .metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(MANUAL_RECONCILIATION_LABEL.into(), "true".into());
+        let cases: Vec<(&str, ResourceBinding, bool)> = vec![
+            (
+                "asked, not applied",
+                started(binding("ns", "r", &[], "v1", "v2"), "up", start),
+                true,
+            ),
+            (
+                "applied",
+                started(binding("ns", "r", &[], "v2", "v2"), "up", start),
+                false,
+            ),
+            (
+                "another run's",
+                started(binding("ns", "r", &[], "v1", "v2"), "other", start),
+                false,
+            ),
+            ("never started", binding("ns", "r", &[], "v1", "v2"), false),
+            (
+                "failed since the start",
+                with_condition(
+                    started(binding("ns", "r", &[], "v1", "v2"), "up", start),
+                    "False",
+                    UPGRADE_FAILED,
+                    "2026-06-01T10:05:00Z",
+                    Some("v2"),
+                ),
+                false,
+            ),
+            (
+                "a failure older than the start: Kratix works on the new request",
+                with_condition(
+                    started(binding("ns", "r", &[], "v1", "v2"), "up", start),
+                    "False",
+                    UPGRADE_FAILED,
+                    "2026-06-01T09:05:00Z",
+                    Some("v2"),
+                ),
+                true,
+            ),
+            ("a retry asked", retry, true),
+            (
+                "re-running the applied version",
+                with_condition(
+                    started(binding("ns", "r", &[], "v1", "v1"), "up", start),
+                    "Unknown",
+                    "UpgradeInProgress",
+                    "2026-06-01T10:01:00Z",
+                    None,
+                ),
+                true,
+            ),
+        ];
+        for (case, b, want) in cases {
+            assert_eq!(kratix_working_for(&b, "up"), want, "{case}");
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! Upgrade budgets (spec §13.8), end to end: the real control plane, two Promises each with its
+//! own kratix-sim, the controller. A budget is cluster-wide; the one here selects this test's
+//! plans only (the test's label).
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::json;
+use upgradeplan::api::kratix::ResourceBinding;
+use upgradeplan::api::{
+    find_condition, reasons, RunState, UpgradeBudget, UpgradePlan, UpgradeRun, UPGRADED_BY_ANNOTATION,
+};
+use upgradeplan_e2e::harness::{run_ended, run_state, TestEnv};
+
+const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
+const WAIT: Duration = Duration::from_secs(180);
+
+/// Bindings Kratix is working on now for one of `runs`: started by it, not applied yet.
+async fn in_flight(env: &TestEnv, namespaces: &[&str], runs: &[String]) -> Vec<String> {
+    let mut busy = Vec::new();
+    for ns in namespaces {
+        let api: Api<ResourceBinding> = Api::namespaced(env.client.clone(), ns);
+        for b in api.list(&ListParams::default()).await.unwrap() {
+            let by = b
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(UPGRADED_BY_ANNOTATION));
+            let applied = b.status.as_ref().map(|s| s.last_applied_version.as_str());
+            if by.is_some_and(|by| runs.contains(by)) && applied != Some(b.spec.version.as_str()) {
+                busy.push(format!("{ns}/{}", b.metadata.name.clone().unwrap_or_default()));
+            }
+        }
+    }
+    busy
+}
+
+/// Two plans of two Promises (four bindings each, `maxConcurrent: 4`) under one budget of 2:
+/// sampled throughout, never more than 2 upgrades are in flight across both, the cap holds across
+/// a controller SIGKILL, both runs complete, and the run the budget holds says so.
+#[tokio::test]
+async fn two_plans_under_a_budget_of_two_never_exceed_two_in_flight_across_a_sigkill() {
+    let mut a = TestEnv::new("budget-a").await.unwrap();
+    let mut b = TestEnv::new("budget-b").await.unwrap();
+    let names = ["r0", "r1", "r2", "r3"];
+    let bindings: Vec<(&str, &str)> = names.iter().map(|n| (*n, "all")).collect();
+    let ns_a = a.upgrade_world(&bindings, SIM, &["--delay", "2s"]).await.unwrap();
+    let ns_b = b.upgrade_world(&bindings, SIM, &["--delay", "2s"]).await.unwrap();
+    let (k, v) = a.selector();
+    let spec = |promise: &str| {
+        json!({"promiseRef": {"name": promise}, "upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
+               "rolloutGroups": [{"name": "all", "selectors": {"matchLabels": {"env": "all"}}, "maxConcurrent": 4}]})
+    };
+    // Both plans carry this test's label, so that its controller serves both Promises' plans.
+    let plans: Api<UpgradePlan> = Api::all(a.client.clone());
+    let mut plan_names = Vec::new();
+    for (suffix, promise) in [("plan-a", &a.promise), ("plan-b", &b.promise)] {
+        let name = format!("{}-{suffix}", a.id);
+        let plan: UpgradePlan = serde_json::from_value(json!({
+            "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradePlan",
+            "metadata": {"name": name, "labels": {k.clone(): v.clone()}}, "spec": spec(promise)
+        }))
+        .unwrap();
+        plans.create(&PostParams::default(), &plan).await.unwrap();
+        plan_names.push(name);
+    }
+    let budget_name = format!("{}-saturday", a.id);
+    let budget: UpgradeBudget = serde_json::from_value(json!({
+        "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeBudget",
+        "metadata": {"name": budget_name, "labels": {k.clone(): v.clone()}},
+        "spec": {"maxInFlight": 2, "planSelector": {"matchLabels": {k.clone(): v.clone()}}}
+    }))
+    .unwrap();
+    let budgets: Api<UpgradeBudget> = Api::all(a.client.clone());
+    budgets.create(&PostParams::default(), &budget).await.unwrap();
+    let mut controller = a.start_controller(&[]).await.unwrap();
+    let mut runs = Vec::new();
+    for plan in &plan_names {
+        runs.push(a.create_run(&format!("{plan}-1"), plan, false).await.unwrap());
+    }
+
+    let namespaces = [ns_a.as_str(), ns_b.as_str()];
+    let run_api: Api<UpgradeRun> = Api::all(a.client.clone());
+    let (mut peak, mut samples, mut killed, mut held_seen) = (0, 0, false, false);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let busy = in_flight(&a, &namespaces, &runs).await;
+        assert!(
+            busy.len() <= 2,
+            "more than the budget in flight: {busy:?}\n{}",
+            controller.log_text()
+        );
+        peak = peak.max(busy.len());
+        samples += 1;
+        let mut ended = 0;
+        for run in &runs {
+            let r = run_api.get(run).await.unwrap();
+            let s = r.status.clone().unwrap_or_default();
+            held_seen |= find_condition(&s.conditions, reasons::BUDGETED)
+                .is_some_and(|c| c.reason == reasons::BUDGET_EXHAUSTED && c.message.contains(&budget_name));
+            if run_ended(&r) {
+                assert_eq!(run_state(&r), RunState::Completed, "{run}: {s:?}");
+                ended += 1;
+            }
+        }
+        // Halfway, the controller is killed and started again: the cap is derived, not remembered.
+        if !killed && peak == 2 && samples > 5 {
+            controller.kill().await;
+            controller = a.start_controller(&[]).await.unwrap();
+            killed = true;
+        }
+        if ended == runs.len() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "runs not ended; in flight {busy:?}\n{}",
+            controller.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert_eq!(peak, 2, "the budget's units were used");
+    assert!(killed, "the controller was killed mid-way");
+    assert!(held_seen, "a run said the budget held it");
+    let status = a
+        .wait_budget(&budget_name, WAIT, "no upgrade in flight", |b| {
+            b.status.as_ref().is_some_and(|s| s.in_flight == 0 && s.runs == 0)
+        })
+        .await
+        .unwrap();
+    assert!(status
+        .status
+        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == reasons::READY)));
+    b.teardown().await.unwrap();
+    a.teardown().await.unwrap();
+}
