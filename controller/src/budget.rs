@@ -9,7 +9,6 @@
 //! is a lock plus a list of in-flight requests; a new process or leader starts from caches that
 //! were listed after every earlier write, so nothing in it needs to survive.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -80,29 +79,36 @@ impl Ledger {
 
 /// The resources in flight under `budget`, as a scrape shows it (starts not yet cached aside).
 pub fn in_flight(ctx: &Ctx, budget: &UpgradeBudget) -> usize {
-    runs_under(ctx, &Ledger::default(), budget)
+    runs_under(ctx, &Ledger::default(), &[budget])
         .iter()
-        .map(|r| r.in_flight)
+        .filter(|(selected, _)| selected[0])
+        .map(|(_, r)| r.in_flight)
         .sum()
 }
 
-/// The active runs of the plans `budget` selects, each with its resources in flight (cached
-/// bindings, the verifying its status records, and this process's starts not cached yet).
-fn runs_under(ctx: &Ctx, ledger: &Ledger, budget: &UpgradeBudget) -> Vec<BudgetRun> {
+/// The active runs of the plans any of `budgets` selects, each with which of `budgets` select
+/// its plan and its resources in flight (cached bindings, the verifying its status records, and
+/// this process's starts not cached yet). One walk over plans and bindings serves every budget.
+fn runs_under(ctx: &Ctx, ledger: &Ledger, budgets: &[&UpgradeBudget]) -> Vec<(Vec<bool>, BudgetRun)> {
     let mut runs = Vec::new();
+    let all_runs = ctx.caches.runs.state();
     for plan in ctx.caches.plans.state() {
-        if !upgrade_budget::selects(budget, &plan.spec.promise_ref.name, plan.labels()) {
+        let promise = &plan.spec.promise_ref.name;
+        let selected: Vec<bool> = budgets
+            .iter()
+            .map(|b| upgrade_budget::selects(b, promise, plan.labels()))
+            .collect();
+        if !selected.contains(&true) {
             continue;
         }
-        let active: Vec<Arc<UpgradeRun>> = ctx
-            .runs_of(&plan.name_any())
-            .into_iter()
-            .filter(|r| active(r))
+        let plan_name = plan.name_any();
+        let active: Vec<&Arc<UpgradeRun>> = all_runs
+            .iter()
+            .filter(|r| r.plan_name() == plan_name && active(r))
             .collect();
         if active.is_empty() {
             continue;
         }
-        let promise = &plan.spec.promise_ref.name;
         let bindings = ctx.bindings_of(promise);
         for run in active {
             let name = run.name_any();
@@ -110,7 +116,7 @@ fn runs_under(ctx: &Ctx, ledger: &Ledger, budget: &UpgradeBudget) -> Vec<BudgetR
                 .iter()
                 .filter(|b| upgrade_budget::kratix_working_for(b.as_ref(), &name))
                 .count();
-            runs.push(BudgetRun::of(&run, working + ledger.pending_of(&name)));
+            runs.push((selected.clone(), BudgetRun::of(run, working + ledger.pending_of(&name))));
         }
     }
     runs
@@ -122,45 +128,25 @@ fn active(run: &UpgradeRun) -> bool {
     !run.status.as_ref().is_some_and(|s| s.state.is_terminal()) && !is_dormant(run)
 }
 
-/// The budgets that select `run`'s plan (of `promise`, labelled `labels`), each with the other
-/// active runs it caps. The caller holds the ledger from here until it recorded the step's
-/// starts.
-pub fn facts_for(
-    ctx: &Ctx,
-    ledger: &mut Ledger,
-    run: &UpgradeRun,
-    promise: &str,
-    labels: &BTreeMap<String, String>,
-) -> Vec<BudgetFacts> {
-    let budgets = ctx.caches.budgets.state();
-    let selecting = upgrade_budget::selecting(&budgets, promise, labels);
-    if selecting.is_empty() {
-        return Vec::new();
-    }
+/// The facts of `selecting` (the budgets that select `run`'s plan, by
+/// [`upgrade_budget::selecting`]), each with the other active runs it caps. The caller holds the
+/// ledger from here until it recorded the step's starts.
+pub fn facts_for(ctx: &Ctx, ledger: &mut Ledger, run: &UpgradeRun, selecting: &[&UpgradeBudget]) -> Vec<BudgetFacts> {
     ledger.prune(ctx);
     let name = run.name_any();
+    let runs = runs_under(ctx, ledger, selecting);
     selecting
-        .into_iter()
-        .map(|b| {
-            let mut others: Vec<BudgetRun> = runs_under(ctx, ledger, b)
-                .into_iter()
-                .filter(|r| r.name != name)
-                .collect();
-            // This run's own starts not cached yet: in flight, not a share of anyone's.
-            let own_pending = ledger.pending_of(&name);
-            if own_pending > 0 {
-                others.push(BudgetRun {
-                    name: format!("{name} (sent)"),
-                    admitted: chrono::DateTime::<chrono::Utc>::MAX_UTC,
-                    in_flight: own_pending,
-                    waiting: false,
-                });
-            }
-            BudgetFacts {
-                name: b.name_any(),
-                max: upgrade_budget::max_in_flight(b),
-                others,
-            }
+        .iter()
+        .enumerate()
+        .map(|(i, b)| BudgetFacts {
+            name: b.name_any(),
+            max: upgrade_budget::max_in_flight(b),
+            others: runs
+                .iter()
+                .filter(|(selected, r)| selected[i] && r.name != name)
+                .map(|(_, r)| r.clone())
+                .collect(),
+            sent: ledger.pending_of(&name),
         })
         .collect()
 }
@@ -173,24 +159,16 @@ pub async fn reconcile(budget: Arc<UpgradeBudget>, ctx: Arc<Ctx>) -> Result<Acti
     if budget.metadata.deletion_timestamp.is_some() || !ctx.writes_status_of_platform_object(budget.labels()) {
         return Ok(Action::await_change());
     }
-    let runs = {
+    let runs: Vec<BudgetRun> = {
         let mut ledger = ctx.budget_ledger.lock().await;
         ledger.prune(&ctx);
-        runs_under(&ctx, &ledger, &budget)
+        runs_under(&ctx, &ledger, &[&budget])
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect()
     };
     let name = budget.name_any();
-    let quoted = format!("UpgradeBudget \"{name}\":");
-    let held_by_this = |run: &str| {
-        ctx.caches
-            .runs
-            .state()
-            .iter()
-            .find(|r| r.name_any() == run)
-            .and_then(|r| r.status.as_ref())
-            .and_then(|s| upgradeplan::api::find_condition(&s.conditions, reasons::BUDGETED))
-            .is_some_and(|c| c.message.starts_with(&quoted))
-    };
-    let state = upgrade_budget::state(&runs, held_by_this);
+    let state = upgrade_budget::state(&runs, &name);
     let mut status = UpgradeBudgetStatus {
         in_flight: state.in_flight as i64,
         runs: state.runs as i64,

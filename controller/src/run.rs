@@ -136,14 +136,17 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
     // runs decide one at a time, each counting the starts the others sent (spec §13.8).
     let promise = run_plan.map(|p| p.promise_ref.name.as_str()).unwrap_or_default();
     let labels = plan.as_deref().map(|p| p.labels().clone()).unwrap_or_default();
-    let under_budget = !status.state.is_terminal()
-        && !upgradeplan::engine::upgrade_budget::selecting(&ctx.caches.budgets.state(), promise, &labels).is_empty();
-    let mut ledger = match under_budget {
-        true => Some(ctx.budget_ledger.lock().await),
-        false => None,
+    let all_budgets = ctx.caches.budgets.state();
+    let selecting = match status.state.is_terminal() {
+        true => Vec::new(),
+        false => upgradeplan::engine::upgrade_budget::selecting(&all_budgets, promise, &labels),
+    };
+    let mut ledger = match selecting.is_empty() {
+        true => None,
+        false => Some(ctx.budget_ledger.lock().await),
     };
     let budgets = match ledger.as_deref_mut() {
-        Some(ledger) => crate::budget::facts_for(ctx, ledger, run, promise, &labels),
+        Some(ledger) => crate::budget::facts_for(ctx, ledger, run, &selecting),
         None => Vec::new(),
     };
     let facts = lifecycle::Facts {

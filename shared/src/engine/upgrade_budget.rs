@@ -97,8 +97,8 @@ pub struct BudgetRun {
     pub admitted: DateTime<Utc>,
     /// Its resources in flight.
     pub in_flight: usize,
-    /// It waits for a unit of this or another budget (its `Budgeted` condition is True).
-    pub waiting: bool,
+    /// The budget it waits for a unit of, as its `Budgeted` condition names it ([`held_by`]).
+    pub held_by: Option<String>,
 }
 
 impl BudgetRun {
@@ -114,16 +114,28 @@ impl BudgetRun {
                     .sum::<usize>()
             })
             .unwrap_or(0);
-        let waiting = status
-            .and_then(|s| find_condition(&s.conditions, reasons::BUDGETED))
-            .is_some_and(|c| c.status == ConditionStatus::True);
         BudgetRun {
             name: run.metadata.name.clone().unwrap_or_default(),
             admitted: super::admission::admitted_at(run),
             in_flight: working + verifying,
-            waiting,
+            held_by: held_by(run).map(str::to_string),
         }
     }
+
+    /// It waits for a unit of some budget: it counts among the waiting of every budget it is
+    /// under, which keeps shares fair when two budgets overlap.
+    pub fn waiting(&self) -> bool {
+        self.held_by.is_some()
+    }
+}
+
+/// The budget a run waits for: the one its `Budgeted=True` condition names (the message
+/// [`texts::budgeted`] writes).
+pub fn held_by(run: &UpgradeRun) -> Option<&str> {
+    let c = find_condition(&run.status.as_ref()?.conditions, reasons::BUDGETED)?;
+    (c.status == ConditionStatus::True)
+        .then(|| texts::budget_named(&c.message))
+        .flatten()
 }
 
 /// One budget that selects a run's plan, with the other active runs it caps.
@@ -133,6 +145,9 @@ pub struct BudgetFacts {
     pub max: usize,
     /// The active runs of the plans it selects, other than the run deciding.
     pub others: Vec<BudgetRun>,
+    /// The deciding run's own starts sent and not yet in the caller's view of the bindings: in
+    /// flight, though the run's evaluation cannot see them yet.
+    pub sent: usize,
 }
 
 /// What a budget grants a run now.
@@ -159,10 +174,10 @@ impl Grant {
 /// admitted first (spec §13.8).
 pub fn grant(budget: &BudgetFacts, run: &str, admitted: DateTime<Utc>, own_in_flight: usize) -> Grant {
     let others = budget.others.iter().filter(|o| o.name != run);
-    let in_flight = own_in_flight + others.clone().map(|o| o.in_flight).sum::<usize>();
+    let in_flight = own_in_flight + budget.sent + others.clone().map(|o| o.in_flight).sum::<usize>();
     let free = budget.max.saturating_sub(in_flight);
     let mut waiting: Vec<(DateTime<Utc>, &str)> = others
-        .filter(|o| o.waiting)
+        .filter(|o| o.waiting())
         .map(|o| (o.admitted, o.name.as_str()))
         .chain([(admitted, run)])
         .collect();
@@ -213,10 +228,9 @@ pub struct BudgetState {
     pub holding: Vec<String>,
 }
 
-/// `runs`: the active runs of the plans `budget` selects, with what holds each (the budgets
-/// named in its `Budgeted` condition's message when True).
-pub fn state(runs: &[BudgetRun], held_by: impl Fn(&str) -> bool) -> BudgetState {
-    let mut holding: Vec<&BudgetRun> = runs.iter().filter(|r| r.waiting && held_by(&r.name)).collect();
+/// `runs`: the active runs of the plans budget `budget` selects; it holds those that wait for it.
+pub fn state(runs: &[BudgetRun], budget: &str) -> BudgetState {
+    let mut holding: Vec<&BudgetRun> = runs.iter().filter(|r| r.held_by.as_deref() == Some(budget)).collect();
     holding.sort_by(|a, b| (a.admitted, &a.name).cmp(&(b.admitted, &b.name)));
     BudgetState {
         in_flight: runs.iter().map(|r| r.in_flight).sum(),
@@ -229,6 +243,12 @@ pub mod texts {
     /// `UpgradeBudget "<name>": <n>/<max> in flight` (spec §13.8).
     pub fn budgeted(budget: &str, in_flight: usize, max: usize) -> String {
         format!("UpgradeBudget \"{budget}\": {in_flight}/{max} in flight")
+    }
+
+    /// The budget a [`budgeted`] message names (a Kubernetes name has no quote in it).
+    pub fn budget_named(message: &str) -> Option<&str> {
+        let rest = message.strip_prefix("UpgradeBudget \"")?;
+        rest.split_once("\":").map(|(name, _)| name)
     }
 
     /// The `Budgeted` condition once no budget holds the run.
@@ -254,7 +274,7 @@ mod tests {
             name: name.into(),
             admitted: at(minute),
             in_flight,
-            waiting,
+            held_by: waiting.then(|| "saturday".into()),
         }
     }
 
@@ -263,6 +283,7 @@ mod tests {
             name: "saturday".into(),
             max,
             others,
+            sent: 0,
         }
     }
 
@@ -345,6 +366,17 @@ mod tests {
                 1,
             ),
             (
+                "the run's own starts not yet seen are in flight, not a share",
+                BudgetFacts {
+                    sent: 2,
+                    ..budget(4, vec![other("b", 5, 0, true)])
+                },
+                10,
+                0,
+                1,
+                2,
+            ),
+            (
                 "same admission: by name",
                 budget(1, vec![other("b", 10, 0, true)]),
                 10,
@@ -404,6 +436,7 @@ mod tests {
                 name: "kratix".into(),
                 max: 1,
                 others: vec![other("x", 1, 1, false)],
+                sent: 0,
             },
             "r",
             at(0),
@@ -424,6 +457,30 @@ mod tests {
             "fewer than it wants: it waits for the rest"
         );
         assert_eq!(units(&[]), None, "no budget: no cap");
+    }
+
+    #[test]
+    fn a_budget_holds_the_runs_that_wait_for_it_and_no_other() {
+        let runs = vec![
+            other("b", 5, 1, true),
+            other("a", 3, 2, true),
+            BudgetRun {
+                held_by: Some("kratix".into()),
+                ..other("c", 1, 0, true)
+            },
+            other("d", 0, 1, false),
+        ];
+        assert_eq!(
+            state(&runs, "saturday"),
+            BudgetState {
+                in_flight: 4,
+                runs: 4,
+                holding: vec!["a".into(), "b".into()],
+            }
+        );
+        let message = texts::budgeted("saturday-night", 200, 200);
+        assert_eq!(texts::budget_named(&message), Some("saturday-night"));
+        assert_eq!(texts::budget_named("within UpgradeBudget x"), None);
     }
 
     fn started(mut b: ResourceBinding, run: &str, at: &str) -> ResourceBinding {

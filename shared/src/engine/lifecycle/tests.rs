@@ -2634,13 +2634,14 @@ fn a_budget_shares_its_free_units_holds_the_rest_and_says_which() {
         name: "other-plan-run".into(),
         admitted: t(-10),
         in_flight,
-        waiting,
+        held_by: waiting.then(|| "saturday".into()),
     };
     let saturday = |others: Vec<BudgetRun>| {
         vec![BudgetFacts {
             name: "saturday".into(),
             max: 3,
             others,
+            sent: 0,
         }]
     };
     let under = |run: &UpgradeRun, world: &World, budgets: &[BudgetFacts], now| {
@@ -2706,6 +2707,7 @@ fn a_run_within_its_budget_says_so() {
         name: "kratix".into(),
         max: 10,
         others: vec![],
+        sent: 0,
     }];
     let s = step(
         &run,
