@@ -125,6 +125,12 @@ async fn a_forecast_made_before_the_run_predicts_when_each_group_finishes() {
     for b in &mut before {
         b.spec.version = "v1.0.0".into();
         b.status.as_mut().unwrap().last_applied_version = "v1.0.0".into();
+        // As they were: no run had started them (the run's start annotations, later than the
+        // simulation's start, would read as another run's change, spec §5.5).
+        if let Some(a) = b.metadata.annotations.as_mut() {
+            a.remove(upgradeplan::api::UPGRADED_BY_ANNOTATION);
+            a.remove(UPGRADE_STARTED_AT_ANNOTATION);
+        }
     }
     let compiled = upgradeplan::engine::compile::compile(&plan_obj.spec).expect("the plan is valid");
     let sim = forecast(&ForecastInput {

@@ -225,11 +225,12 @@ pub struct GroupStatus {
     /// resource by itself or the controller restarts (spec §5.5).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed_resources: Vec<ResourceFailure>,
-    /// A revert's resources moved back in place: their target is the version they had applied
-    /// (their upgrade had failed, or had not run), so they are done once Kratix ran that version
-    /// again after the revert started them (spec §13.7). Recorded as Kratix confirms each, because
-    /// a later re-run (someone's `kratix.io/manual-reconciliation`) would make it look unfinished
-    /// again, and an outcome stands for the run (spec §5.5).
+    /// Successes the binding may stop showing, recorded as the run counts them, because an
+    /// outcome stands for the run (spec §5.5): a revert's resources moved back in place (their
+    /// target is the version they had applied, so they are done once Kratix ran it again after the
+    /// revert started them, spec §13.7; a later re-run would make them look unfinished), and
+    /// resources another run's upgrade brought to this run's target (that run, or someone, may
+    /// move them on; only this run's own starts stay on the binding as its record).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reapplied_resources: Vec<ResourceName>,
 }

@@ -187,12 +187,13 @@ impl GroupRules {
                 message: failure.detail.clone(),
             };
         }
-        let outcome = if recorded_reapplied(recorded, resource) {
+        let recorded_success = recorded_reapplied(recorded, resource);
+        let outcome = if recorded_success {
             Outcome::Succeeded
         } else {
             evaluate_resource(resource, live, resource.target(to), run_name, run_created)
         };
-        if let Some(b) = live.filter(|b| started_by_another(*b, resource, &outcome, &run)) {
+        if let Some(b) = live.filter(|b| !recorded_success && started_by_another(*b, resource, &outcome, &run)) {
             return Outcome::Skipped(SkipReason::ChangedByOthers {
                 spec_version: b.spec_version().to_string(),
                 last_applied_version: b.last_applied_version().to_string(),
@@ -222,8 +223,9 @@ pub struct JudgedFor<'a> {
 /// at the version the snapshot saw. A revert's resources were all started by the run it reverts,
 /// so any other name but the revert's own is another run's, unless the revert already judged the
 /// resource done (`judged`): a success stands (spec §5.5). Otherwise, another run whose start
-/// (`upgrade-started-at`) is later than the snapshot — to the second, so a start of the snapshot's
-/// own second counts as before it (a superseded run's upgrade the snapshot caught in flight).
+/// (`upgrade-started-at`) is later than both the snapshot and the run's admission — a resumed
+/// preview snapshotted before the runs it supersedes stopped — to the second, so a start of that
+/// second counts as before it (a superseded run's upgrade the snapshot caught in flight).
 fn started_by_another(
     b: &dyn BindingFacts,
     resource: &SnapshotResource,
@@ -239,7 +241,7 @@ fn started_by_another(
     let started = b
         .annotation(UPGRADE_STARTED_AT_ANNOTATION)
         .and_then(|t| DateTime::parse_from_rfc3339(t).ok());
-    started.is_some_and(|t| t.timestamp() > run.snapshot_taken.timestamp())
+    started.is_some_and(|t| t.timestamp() > run.admitted.max(run.snapshot_taken).timestamp())
 }
 
 /// One resource's outcome as the run decides it, for views that show single resources: the
@@ -268,8 +270,8 @@ pub fn recorded_failure<'r>(recorded: &'r [GroupStatus], resource: &SnapshotReso
         .find(|f| failure_of(f, resource))
 }
 
-/// Whether the run recorded `resource` moved back in place (a revert's, spec §13.7): done, whatever
-/// Kratix does with it since.
+/// Whether the run recorded `resource`'s success ([`record_reapplied`]): done, whatever its binding
+/// does since.
 fn recorded_reapplied(recorded: &[GroupStatus], resource: &SnapshotResource) -> bool {
     recorded
         .iter()
@@ -277,25 +279,31 @@ fn recorded_reapplied(recorded: &[GroupStatus], resource: &SnapshotResource) -> 
         .any(|r| r.namespace == resource.namespace && r.name == resource.name)
 }
 
-/// A group's in-place revert records after this pass: those it had, then each resource reverted
-/// in place that Kratix confirmed now ([`reverted`]), in snapshot order.
+/// A group's success records after this pass (`reappliedResources`): those it had, then, in
+/// snapshot order, each resource reverted in place that Kratix confirmed now ([`reverted`]), and
+/// each counted Succeeded (`outcomes`) whose binding names another run's start: only the run's
+/// own start stays on the binding as its record.
 fn record_reapplied(
     had: Option<&GroupStatus>,
     resources: &[std::sync::Arc<SnapshotResource>],
     live: &[Option<&dyn BindingFacts>],
-    to: &str,
+    outcomes: &[Outcome],
+    run: &JudgedFor<'_>,
 ) -> Vec<ResourceName> {
     let mut records = had.map(|g| g.reapplied_resources.clone()).unwrap_or_default();
-    for (resource, b) in resources.iter().zip(live) {
-        let target = resource.target(to);
-        let in_place = resource.target.is_some() && resource.last_applied_version == target;
-        let Some(b) = b.filter(|b| in_place && b.last_applied_version() == target) else {
+    for ((resource, b), outcome) in resources.iter().zip(live).zip(outcomes) {
+        let Some(b) = b else {
             continue;
         };
+        let target = resource.target(run.to);
+        let in_place = resource.target.is_some() && resource.last_applied_version == target;
+        let reapplied = in_place && b.last_applied_version() == target && reverted(resource, *b, target);
+        let by_another =
+            *outcome == Outcome::Succeeded && b.annotation(UPGRADED_BY_ANNOTATION).is_some_and(|by| by != run.name);
         let known = records
             .iter()
             .any(|r| r.namespace == resource.namespace && r.name == resource.name);
-        if !known && reverted(resource, b, target) {
+        if !known && (reapplied || by_another) {
             records.push(ResourceName {
                 namespace: resource.namespace.clone(),
                 name: resource.name.clone(),
@@ -607,7 +615,7 @@ fn evaluate_group<'b>(
     let counted = &mut eval.groups[index];
     *counted = counts(&group.name, group.resources.len(), &outcomes);
     counted.failed_resources = record_failures(recorded, &group.resources, &outcomes, budget, ctx.now);
-    counted.reapplied_resources = record_reapplied(recorded, &group.resources, &live, &ctx.plan.to);
+    counted.reapplied_resources = record_reapplied(recorded, &group.resources, &live, &outcomes, &run);
     counted.started_at = Some(started_at.unwrap_or(ctx.now));
     if let Some(a) = &approved {
         a.record_in(counted);
@@ -2326,6 +2334,84 @@ pub(crate) mod tests {
             Outcome::Succeeded,
             "a revert's success stands"
         );
+        // A preview snapshots when created and is admitted when resumed: the runs it then
+        // supersedes worked until that moment, and their starts are not someone else's changes
+        // (the a_preview_snapshots_and_patches_nothing_until_resumed e2e).
+        let resumed_preview = JudgedFor {
+            to: "v2",
+            name: "preview",
+            admitted: utc("2026-06-01T10:00:40Z"),
+            snapshot_taken,
+            reverting: None,
+        };
+        let judge = |b: &ResourceBinding| {
+            GroupRules::default().outcome(
+                &snap,
+                Some(b),
+                &HealthRecords::default(),
+                &[],
+                resumed_preview,
+                utc("2026-06-01T10:01:00Z"),
+            )
+        };
+        let by_superseded = started(binding("ns", "r", &[], "v2", "v2"), "older", "2026-06-01T10:00:20Z");
+        assert_eq!(judge(&by_superseded), Outcome::Succeeded, "a start before the resume");
+        let after_resume = started(binding("ns", "r", &[], "v1", "v3"), "other", "2026-06-01T10:00:50Z");
+        assert_eq!(judge(&after_resume), skipped("v3", "v1"), "a start after the resume");
+    }
+
+    /// A success the binding may stop showing is recorded as it is counted, and stands (spec
+    /// §5.5; seed 4647237390313743256): a resource another run's upgrade brought to this run's
+    /// target, which that run's revert then moves back.
+    #[test]
+    fn a_success_by_another_runs_upgrade_is_recorded_and_stands() {
+        let snapshot_taken = utc("2026-06-01T10:00:00Z");
+        let snap = Arc::new(snap_res(&binding("ns", "r", &[], "v1", "v2")));
+        let run = JudgedFor {
+            to: "v2",
+            name: "preview",
+            admitted: utc("2026-06-01T10:00:16Z"),
+            snapshot_taken,
+            reverting: None,
+        };
+        let by = |spec: &str, applied: &str, who: &str| {
+            let mut b = binding("ns", "r", &[], applied, spec);
+            let a = b.metadata.annotations.get_or_insert_with(Default::default);
+            a.insert(UPGRADED_BY_ANNOTATION.into(), who.into());
+            a.insert(UPGRADE_STARTED_AT_ANNOTATION.into(), "2026-06-01T10:00:16Z".into());
+            b
+        };
+        // Kratix applied the other run's v2; that run's revert already asks for v1.
+        let landed = by("v1", "v2", "scheduled-revert");
+        let judge = |b: &ResourceBinding, recorded: &[GroupStatus]| {
+            GroupRules::default().outcome(
+                &snap,
+                Some(b),
+                &HealthRecords::default(),
+                recorded,
+                run,
+                utc("2026-06-01T10:01:00Z"),
+            )
+        };
+        assert_eq!(judge(&landed, &[]), Outcome::Succeeded);
+        let live: [Option<&dyn BindingFacts>; 1] = [Some(&landed)];
+        let records = record_reapplied(None, std::slice::from_ref(&snap), &live, &[Outcome::Succeeded], &run);
+        assert_eq!(records.len(), 1, "recorded: the binding names another run");
+        let recorded = [GroupStatus {
+            reapplied_resources: records,
+            ..Default::default()
+        }];
+        let moved_back = by("v1", "v1", "scheduled-revert");
+        assert_ne!(
+            judge(&moved_back, &[]),
+            Outcome::Succeeded,
+            "the binding alone no longer says it"
+        );
+        assert_eq!(judge(&moved_back, &recorded), Outcome::Succeeded, "the record does");
+        // This run's own start stays on the binding: nothing to record.
+        let own = by("v2", "v2", "preview");
+        let live: [Option<&dyn BindingFacts>; 1] = [Some(&own)];
+        assert!(record_reapplied(None, std::slice::from_ref(&snap), &live, &[Outcome::Succeeded], &run).is_empty());
     }
 
     #[test]
