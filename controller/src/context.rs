@@ -115,6 +115,9 @@ pub struct Ctx {
     /// Starts sent under an UpgradeBudget and not in the binding cache yet; its lock makes the
     /// budgeted runs' decisions one at a time (spec §13.8).
     pub budget_ledger: tokio::sync::Mutex<crate::budget::Ledger>,
+    /// Runs to reconcile now because a budget unit they wait for is free (the run controller
+    /// reads the other end).
+    pub budget_wakes: futures::channel::mpsc::UnboundedSender<kube::runtime::reflector::ObjectRef<UpgradeRun>>,
     /// The plans' signal gates, read through Prometheus.
     pub gates: Arc<crate::gates::GateReader>,
 }

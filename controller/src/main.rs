@@ -507,6 +507,7 @@ async fn run_controllers<F, Fut>(
         drive: caches,
         triggers: mut t,
     } = caches::start(&client, cli.selector.as_deref(), &cli.snapshot_namespace, &forwarding);
+    let (budget_wakes, budget_woken) = futures::channel::mpsc::unbounded();
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         recorder: events::Publisher::new(client.clone(), "upgradeplan-controller", identity()),
@@ -521,6 +522,7 @@ async fn run_controllers<F, Fut>(
         announced: Default::default(),
         retries: Default::default(),
         budget_ledger: Default::default(),
+        budget_wakes,
         gates,
     });
     // Scrapes read the plans' and freezes' state from the caches, while this replica leads (a
@@ -593,6 +595,7 @@ async fn run_controllers<F, Fut>(
             t.budgets.remove(0),
             wakes.by(|w, _: UpgradeBudget| w.runs_a_freeze_may_hold()),
         )
+        .reconcile_on(budget_woken)
         .watches_stream(t.snapshots.remove(0), |cm: PartialObjectMeta<ConfigMap>| {
             cm.metadata
                 .owner_references

@@ -161,11 +161,19 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         selector: ctx.selector.as_deref(),
         now,
     };
-    let step = lifecycle::step(run, &facts, ctx);
+    let mut step = lifecycle::step(run, &facts, ctx);
     if let Some(mut ledger) = ledger.take() {
         ledger.record(&run.name_any(), &step);
     }
-    carry_out(ctx, run, step).await
+    let wake_runs = std::mem::take(&mut step.wake_runs);
+    let action = carry_out(ctx, run, step).await;
+    for name in wake_runs {
+        // Closed only as the process stops.
+        let _ = ctx
+            .budget_wakes
+            .unbounded_send(kube::runtime::reflector::ObjectRef::new(&name));
+    }
+    action
 }
 
 /// A deleted run: cancelled by its own step, then, once its plan recorded it, its snapshot goes
@@ -393,6 +401,7 @@ mod tests {
             announced: Default::default(),
             retries: Default::default(),
             budget_ledger: Default::default(),
+            budget_wakes: futures::channel::mpsc::unbounded().0,
             gates: Arc::new(crate::gates::GateReader::new(None, std::time::Duration::from_secs(30))),
         }
     }
@@ -480,6 +489,7 @@ mod tests {
                 ..Default::default()
             },
             wake_at: None,
+            wake_runs: Vec::new(),
         };
         let ctx = context(client);
         super::carry_out(&ctx, &run, step).await.expect("the step is sent");

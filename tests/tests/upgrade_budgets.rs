@@ -16,6 +16,18 @@ use upgradeplan_e2e::harness::{run_ended, run_state, TestEnv};
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(180);
 
+/// When `run` started the binding `b`, if it did.
+fn started_by(b: &ResourceBinding, run: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    let a = b.metadata.annotations.as_ref()?;
+    (a.get(UPGRADED_BY_ANNOTATION)? == run).then_some(())?;
+    let at = a.get(upgradeplan::api::UPGRADE_STARTED_AT_ANNOTATION)?;
+    Some(
+        chrono::DateTime::parse_from_rfc3339(at)
+            .ok()?
+            .with_timezone(&chrono::Utc),
+    )
+}
+
 /// Bindings Kratix is working on now for one of `runs`: started by it, not applied yet.
 async fn in_flight(env: &TestEnv, namespaces: &[&str], runs: &[String]) -> Vec<String> {
     let mut busy = Vec::new();
@@ -38,9 +50,11 @@ async fn in_flight(env: &TestEnv, namespaces: &[&str], runs: &[String]) -> Vec<S
 
 /// Two plans of two Promises (four bindings each, `maxConcurrent: 4`) under one budget of 2:
 /// sampled throughout, never more than 2 upgrades are in flight across both, the cap holds across
-/// a controller SIGKILL, both runs complete, and the run the budget holds says so.
+/// a controller SIGKILL, both runs progress together (each started an upgrade before either
+/// ended: the run that waits is woken as units free, and takes its share), and the run the budget
+/// holds says so.
 #[tokio::test]
-async fn two_plans_under_a_budget_of_two_never_exceed_two_in_flight_across_a_sigkill() {
+async fn two_plans_under_a_budget_of_two_never_exceed_two_in_flight_and_progress_together() {
     let mut a = TestEnv::new("budget-a").await.unwrap();
     let mut b = TestEnv::new("budget-b").await.unwrap();
     let names = ["r0", "r1", "r2", "r3"];
@@ -123,6 +137,29 @@ async fn two_plans_under_a_budget_of_two_never_exceed_two_in_flight_across_a_sig
     assert_eq!(peak, 2, "the budget's units were used");
     assert!(killed, "the controller was killed mid-way");
     assert!(held_seen, "a run said the budget held it");
+    // Both progressed together: each run's first start precedes the first end of either.
+    let mut first_starts = Vec::new();
+    let mut ends = Vec::new();
+    for (ns, run) in namespaces.iter().zip(&runs) {
+        let api: Api<ResourceBinding> = Api::namespaced(a.client.clone(), ns);
+        let first = api
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter_map(|b| started_by(b, run))
+            .min()
+            .unwrap();
+        first_starts.push(first);
+        ends.push(run_api.get(run).await.unwrap().status.unwrap().finished_at.unwrap());
+    }
+    let first_end = ends.iter().min().unwrap();
+    assert!(
+        first_starts.iter().all(|s| s < first_end),
+        "one run waited for the other to end: first starts {first_starts:?}, ends {ends:?}\n{}",
+        controller.log_text()
+    );
     let status = a
         .wait_budget(&budget_name, WAIT, "no upgrade in flight", |b| {
             b.status.as_ref().is_some_and(|s| s.in_flight == 0 && s.runs == 0)

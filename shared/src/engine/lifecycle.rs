@@ -363,6 +363,9 @@ pub struct Step {
     pub create_revert: Option<Created>,
     pub status: UpgradeRunStatus,
     pub wake_at: Option<DateTime<Utc>>,
+    /// Other runs to look again now: they wait for a unit of a budget this pass left free
+    /// (spec §13.8); their own bindings' events would not tell them.
+    pub wake_runs: Vec<String>,
 }
 
 /// A run a step creates, as sent (compared by what it is made of: its metadata and spec).
@@ -464,6 +467,7 @@ impl Step {
             create_revert: None,
             status,
             wake_at: None,
+            wake_runs: Vec::new(),
         }
     }
 }
@@ -1208,6 +1212,7 @@ fn progress(
     approval_transition(out, &eval, &previous, now);
     freeze_transition(out, &eval, now);
     budget_transition(out, &eval, facts.budgets, now);
+    out.wake_runs = upgrade_budget::to_wake(facts.budgets, eval.in_flight, eval.start.len() + eval.retry.len());
     out.adopt_approvals = ApprovalPatch::adoptions(run, facts.approvals);
     let verdict = eval.verdict.clone();
     out.evaluation = Some(eval);

@@ -218,6 +218,24 @@ pub fn rationing(grants: &[Grant], wanted: usize) -> Option<&Grant> {
     grants.iter().min_by_key(|g| g.units).filter(|g| g.units < wanted)
 }
 
+/// The runs to look again after a run's pass (`own_in_flight` of its resources in flight,
+/// `starts` going out now): the waiting runs of every budget that still has free units then. A
+/// waiting run takes what is free when it looks, so the wakes end once nothing is free or nobody
+/// waits.
+pub fn to_wake(budgets: &[BudgetFacts], own_in_flight: usize, starts: usize) -> Vec<String> {
+    let mut wake: Vec<String> = budgets
+        .iter()
+        .filter(|b| {
+            let in_flight = own_in_flight + starts + b.sent + b.others.iter().map(|o| o.in_flight).sum::<usize>();
+            in_flight < b.max
+        })
+        .flat_map(|b| b.others.iter().filter(|o| o.waiting()).map(|o| o.name.clone()))
+        .collect();
+    wake.sort();
+    wake.dedup();
+    wake
+}
+
 /// A budget's status fields from the active runs of the plans it selects (the budget's own
 /// reconcile writes them).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -457,6 +475,30 @@ mod tests {
             "fewer than it wants: it waits for the rest"
         );
         assert_eq!(units(&[]), None, "no budget: no cap");
+    }
+
+    #[test]
+    fn the_waiting_runs_are_woken_while_units_are_left_free() {
+        let others = vec![other("b", 5, 1, true), other("c", 6, 0, false), other("d", 7, 0, true)];
+        // (case, max, own in flight, starts, woken)
+        let cases: Vec<(&str, usize, usize, usize, Vec<&str>)> = vec![
+            ("units left: every waiting run", 4, 1, 1, vec!["b", "d"]),
+            ("this pass took the last unit", 4, 1, 2, vec![]),
+            ("full before the pass", 2, 1, 0, vec![]),
+            (
+                "this run ended (nothing in flight), units free",
+                3,
+                0,
+                0,
+                vec!["b", "d"],
+            ),
+        ];
+        for (case, max, own, starts, woken) in cases {
+            assert_eq!(to_wake(&[budget(max, others.clone())], own, starts), woken, "{case}");
+        }
+        let overlapping = vec![budget(9, others.clone()), budget(9, vec![other("b", 5, 0, true)])];
+        assert_eq!(to_wake(&overlapping, 0, 0), vec!["b", "d"], "each run once");
+        assert!(to_wake(&[], 0, 0).is_empty(), "no budget: nobody");
     }
 
     #[test]
