@@ -16,9 +16,8 @@ use kube::runtime::controller::Action;
 use kube::ResourceExt;
 use upgradeplan::api::kratix::BindingFacts;
 use upgradeplan::api::{
-    reasons, set_condition, Condition, ConditionStatus, UpgradeBudget, UpgradeBudgetStatus, UpgradeRun,
+    reasons, set_condition, Condition, ConditionStatus, UpgradeBudget, UpgradeBudgetStatus, UpgradePlan, UpgradeRun,
 };
-use upgradeplan::engine::admission::is_dormant;
 use upgradeplan::engine::lifecycle::Step;
 use upgradeplan::engine::upgrade_budget::{self, BudgetFacts, BudgetRun};
 
@@ -86,46 +85,19 @@ pub fn in_flight(ctx: &Ctx, budget: &UpgradeBudget) -> usize {
         .sum()
 }
 
-/// The active runs of the plans any of `budgets` selects, each with which of `budgets` select
-/// its plan and its resources in flight (cached bindings, the verifying its status records, and
-/// this process's starts not cached yet). One walk over plans and bindings serves every budget.
+/// [`upgrade_budget::runs_under`] over the caches, with this process's starts not cached yet.
 fn runs_under(ctx: &Ctx, ledger: &Ledger, budgets: &[&UpgradeBudget]) -> Vec<(Vec<bool>, BudgetRun)> {
-    let mut runs = Vec::new();
-    let all_runs = ctx.caches.runs.state();
-    for plan in ctx.caches.plans.state() {
-        let promise = &plan.spec.promise_ref.name;
-        let selected: Vec<bool> = budgets
-            .iter()
-            .map(|b| upgrade_budget::selects(b, promise, plan.labels()))
-            .collect();
-        if !selected.contains(&true) {
-            continue;
-        }
-        let plan_name = plan.name_any();
-        let active: Vec<&Arc<UpgradeRun>> = all_runs
-            .iter()
-            .filter(|r| r.plan_name() == plan_name && active(r))
-            .collect();
-        if active.is_empty() {
-            continue;
-        }
-        let bindings = ctx.bindings_of(promise);
-        for run in active {
-            let name = run.name_any();
-            let working = bindings
-                .iter()
-                .filter(|b| upgrade_budget::kratix_working_for(b.as_ref(), &name))
-                .count();
-            runs.push((selected.clone(), BudgetRun::of(run, working + ledger.pending_of(&name))));
-        }
-    }
-    runs
-}
-
-/// A run whose resources count against the budgets: not ended, not dormant. One the cache still
-/// shows unadmitted counts too: its first starts may be out before its status is in the cache.
-fn active(run: &UpgradeRun) -> bool {
-    !run.status.as_ref().is_some_and(|s| s.state.is_terminal()) && !is_dormant(run)
+    let plans = ctx.caches.plans.state();
+    let runs = ctx.caches.runs.state();
+    let plans: Vec<&UpgradePlan> = plans.iter().map(AsRef::as_ref).collect();
+    let runs: Vec<&UpgradeRun> = runs.iter().map(AsRef::as_ref).collect();
+    upgrade_budget::runs_under(
+        budgets,
+        &plans,
+        &runs,
+        |promise| upgradeplan::engine::lifecycle::Cluster::bindings_of(ctx, promise),
+        |run| ledger.pending_of(run),
+    )
 }
 
 /// The facts of `selecting` (the budgets that select `run`'s plan, by

@@ -418,6 +418,16 @@ Follow it with kubectl upgradeplan status NAME -w.")]
         #[arg(long, value_name = "N", default_value_t = 5)]
         periods: usize,
     },
+    /// List UpgradeBudgets: the upgrades in flight under each now (derived from the bindings, as
+    /// the controller derives them), its maxInFlight, the active runs it caps and those it holds.
+    /// With NAME: also its plans and each run's upgrades in flight.
+    #[command(
+        after_help = "Examples:\n  kubectl upgradeplan budgets\n  kubectl upgradeplan budgets saturday-night\n  kubectl upgradeplan budgets -o json\n\nA budget caps the upgrades in flight across every plan it selects; a run it holds says so in its\nBudgeted condition (kubectl upgradeplan status RUN)."
+    )]
+    Budgets {
+        /// One UpgradeBudget; all when omitted.
+        budget: Option<String>,
+    },
     /// Print a shell completion script (bash, zsh or fish) for kubectl-upgradeplan.
     #[command(
         after_help = "Examples:\n  source <(kubectl upgradeplan completion bash)\n  kubectl upgradeplan completion fish > ~/.config/fish/completions/kubectl-upgradeplan.fish"

@@ -4,7 +4,7 @@ use anyhow::{anyhow, bail};
 use kube::api::{Api, ListParams};
 use kube::Client;
 use upgradeplan::api::kratix::{ResourceBinding, PROMISE_NAME_LABEL};
-use upgradeplan::api::{UpgradeFreeze, UpgradePlan, UpgradeRun};
+use upgradeplan::api::{UpgradeBudget, UpgradeFreeze, UpgradePlan, UpgradeRun};
 
 use crate::cli::Global;
 
@@ -348,6 +348,30 @@ pub async fn get_run_or_plans(client: &Client, name: &str) -> anyhow::Result<Upg
             "no UpgradeRun or UpgradePlan named {name:?} (kubectl upgradeplan get lists plans and their runs)"
         ),
     }
+}
+
+pub async fn list_budgets(client: &Client) -> anyhow::Result<Vec<UpgradeBudget>> {
+    let api: Api<UpgradeBudget> = Api::all(client.clone());
+    match list_all(&api, &ListParams::default()).await {
+        Ok(l) => Ok(l),
+        // Not served: the CRD is not installed, so no budget can exist.
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Vec::new()),
+        Err(e) => Err(explain_error(e, "list", "upgradebudgets", None)),
+    }
+}
+
+pub async fn get_budget(client: &Client, name: &str) -> anyhow::Result<UpgradeBudget> {
+    Api::<UpgradeBudget>::all(client.clone())
+        .get(name)
+        .await
+        .map_err(|e| explain_error(e, "get", "upgradebudgets", Some(name)))
+}
+
+/// Every UpgradeRun.
+pub async fn list_runs(client: &Client) -> anyhow::Result<Vec<UpgradeRun>> {
+    list_all(&Api::<UpgradeRun>::all(client.clone()), &ListParams::default())
+        .await
+        .map_err(|e| explain_error(e, "list", "upgraderuns", None))
 }
 
 pub async fn get_freeze(client: &Client, name: &str) -> anyhow::Result<UpgradeFreeze> {

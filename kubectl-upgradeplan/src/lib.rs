@@ -2,6 +2,7 @@
 //! comes from the `upgradeplan` engine, the one the controller uses.
 #![forbid(unsafe_code)]
 
+pub mod budgets;
 pub mod cli;
 pub mod client;
 pub mod complete;
@@ -533,6 +534,29 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if filename.is_some() && json.iter().any(|f| !f.valid) {
                 return Ok(ExitCode::from(1));
             }
+        }
+        Command::Budgets { budget } => {
+            let c = client::connect(g).await?;
+            let listed = match budget {
+                Some(name) => vec![client::get_budget(&c, name).await?],
+                None => client::list_budgets(&c).await?,
+            };
+            let plans = client::list_plans(&c).await?;
+            let runs = client::list_runs(&c).await?;
+            // The bindings of the Promises of the plans some budget selects.
+            let mut bindings = std::collections::BTreeMap::new();
+            for plan in &plans {
+                let promise = &plan.spec.promise_ref.name;
+                let labels = plan.metadata.labels.clone().unwrap_or_default();
+                let capped = listed
+                    .iter()
+                    .any(|b| upgradeplan::engine::upgrade_budget::selects(b, promise, &labels));
+                if capped && !bindings.contains_key(promise) {
+                    bindings.insert(promise.clone(), client::bindings_of(&c, promise, None).await?);
+                }
+            }
+            let (json, text) = budgets::budgets(&listed, &plans, &runs, &bindings, budget.is_some(), &style);
+            emit(g, &json, &text)?;
         }
         Command::Completion { shell } => {
             // Generated into memory first: clap_complete panics when its writer fails.

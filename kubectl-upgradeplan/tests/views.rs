@@ -46,10 +46,11 @@ fn golden(name: &str, actual: &str) {
 const NOW: &str = "2026-03-27T12:00:00Z";
 
 /// Every command of the plugin.
-const COMMANDS: [&str; 15] = [
+const COMMANDS: [&str; 16] = [
     "explain",
     "match",
     "freezes",
+    "budgets",
     "forecast",
     "history",
     "get",

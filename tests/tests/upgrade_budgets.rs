@@ -11,7 +11,7 @@ use upgradeplan::api::kratix::ResourceBinding;
 use upgradeplan::api::{
     find_condition, reasons, RunState, UpgradeBudget, UpgradePlan, UpgradeRun, UPGRADED_BY_ANNOTATION,
 };
-use upgradeplan_e2e::harness::{run_ended, run_state, TestEnv};
+use upgradeplan_e2e::harness::{run_ended, run_plugin, run_state, TestEnv};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(180);
@@ -169,6 +169,13 @@ async fn two_plans_under_a_budget_of_two_never_exceed_two_in_flight_and_progress
     assert!(status
         .status
         .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == reasons::READY)));
+    // The plugin lists it, derived as the controller derives it.
+    let listed = run_plugin(None, &["budgets", &budget_name]).await.unwrap();
+    assert!(
+        listed.stdout.contains(&format!("{budget_name} — 0 of 2 in flight"))
+            && plan_names.iter().all(|p| listed.stdout.contains(p.as_str())),
+        "{listed:?}"
+    );
     b.teardown().await.unwrap();
     a.teardown().await.unwrap();
 }

@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use super::freeze::selects_plan;
 use crate::api::kratix::{BindingFacts, MANUAL_RECONCILIATION_LABEL, UPGRADE_FAILED};
 use crate::api::{
-    find_condition, reasons, ConditionStatus, UpgradeBudget, UpgradeRun, UPGRADED_BY_ANNOTATION,
+    find_condition, reasons, ConditionStatus, UpgradeBudget, UpgradePlan, UpgradeRun, UPGRADED_BY_ANNOTATION,
     UPGRADE_STARTED_AT_ANNOTATION,
 };
 
@@ -87,6 +87,51 @@ pub fn kratix_working_for(b: &dyn BindingFacts, run: &str) -> bool {
     }
     let running = condition.as_ref().is_some_and(|c| c.status == "Unknown");
     b.last_applied_version() != b.spec_version() || running
+}
+
+/// A run whose resources count against the budgets: not ended, not dormant. One not shown
+/// admitted yet counts too: its first starts may be out before its status is seen.
+pub fn counts_against_budgets(run: &UpgradeRun) -> bool {
+    !run.status.as_ref().is_some_and(|s| s.state.is_terminal()) && !super::admission::is_dormant(run)
+}
+
+/// The active runs of the plans any of `budgets` selects, each with which of `budgets` select its
+/// plan (by index) and its resources in flight: its bindings Kratix works on for it
+/// ([`kratix_working_for`], among `bindings_of` its plan's Promise), the verifying its status
+/// records, and `sent_of` it (starts sent and not yet in the caller's view). One walk over the
+/// plans and their bindings serves every budget: the controller's pass and status, and the
+/// plugin's `budgets`.
+pub fn runs_under(
+    budgets: &[&UpgradeBudget],
+    plans: &[&UpgradePlan],
+    runs: &[&UpgradeRun],
+    bindings_of: impl Fn(&str) -> Vec<Arc<dyn BindingFacts>>,
+    sent_of: impl Fn(&str) -> usize,
+) -> Vec<(Vec<bool>, BudgetRun)> {
+    let mut under = Vec::new();
+    for plan in plans {
+        let promise = &plan.spec.promise_ref.name;
+        let labels = plan.metadata.labels.clone().unwrap_or_default();
+        let selected: Vec<bool> = budgets.iter().map(|b| selects(b, promise, &labels)).collect();
+        if !selected.contains(&true) {
+            continue;
+        }
+        let plan_name = plan.metadata.name.as_deref().unwrap_or_default();
+        let active: Vec<&&UpgradeRun> = runs
+            .iter()
+            .filter(|r| r.spec.upgrade_plan_ref.name == plan_name && counts_against_budgets(r))
+            .collect();
+        if active.is_empty() {
+            continue;
+        }
+        let bindings = bindings_of(promise);
+        for run in active {
+            let name = run.metadata.name.as_deref().unwrap_or_default();
+            let working = bindings.iter().filter(|b| kratix_working_for(b.as_ref(), name)).count();
+            under.push((selected.clone(), BudgetRun::of(run, working + sent_of(name))));
+        }
+    }
+    under
 }
 
 /// Another active run under a budget, as a run's step sees it.
@@ -523,6 +568,82 @@ mod tests {
         let message = texts::budgeted("saturday-night", 200, 200);
         assert_eq!(texts::budget_named(&message), Some("saturday-night"));
         assert_eq!(texts::budget_named("within UpgradeBudget x"), None);
+    }
+
+    #[test]
+    fn the_runs_under_budgets_and_their_upgrades_in_flight() {
+        use crate::api::{RunState, UpgradeBudgetSpec, UpgradePlanSpec, UpgradeRunStatus};
+        let plan = |name: &str, promise: &str, tier: &str| {
+            let mut p = UpgradePlan::new(name, UpgradePlanSpec::default());
+            p.spec.promise_ref.name = promise.into();
+            p.metadata.labels = Some([("tier".to_string(), tier.to_string())].into());
+            p
+        };
+        let run = |name: &str, plan: &str, state: Option<RunState>| {
+            let mut r: UpgradeRun = serde_json::from_value(serde_json::json!({
+                "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeRun",
+                "metadata": {"name": name, "creationTimestamp": "2026-06-01T10:00:00Z"},
+                "spec": {"upgradePlanRef": {"name": plan}}
+            }))
+            .unwrap();
+            r.status = state.map(|state| UpgradeRunStatus {
+                state,
+                ..Default::default()
+            });
+            r
+        };
+        let every = UpgradeBudget::new(
+            "every",
+            UpgradeBudgetSpec {
+                max_in_flight: 10,
+                ..Default::default()
+            },
+        );
+        let redis_only = UpgradeBudget::new(
+            "redis",
+            UpgradeBudgetSpec {
+                max_in_flight: 2,
+                promises: Some(vec!["redis".into()]),
+                ..Default::default()
+            },
+        );
+        let plans = [plan("pg", "postgres", "db"), plan("rd", "redis", "cache")];
+        let mut superseded = run("rd-old", "rd", Some(RunState::InProgress));
+        superseded.status.as_mut().unwrap().superseded_by = Some("rd-1".into());
+        let runs = [
+            run("pg-1", "pg", Some(RunState::InProgress)),
+            run("pg-0", "pg", Some(RunState::Completed)),
+            run("rd-1", "rd", None),
+            superseded,
+        ];
+        let working = started(binding("ns", "a", &[], "v1", "v2"), "pg-1", "2026-06-01T10:00:00Z");
+        let done = started(binding("ns", "b", &[], "v2", "v2"), "pg-1", "2026-06-01T10:00:00Z");
+        let bindings_of = |promise: &str| -> Vec<Arc<dyn BindingFacts>> {
+            match promise {
+                "postgres" => vec![Arc::new(working.clone()), Arc::new(done.clone())],
+                _ => Vec::new(),
+            }
+        };
+        let under = runs_under(
+            &[&every, &redis_only],
+            &plans.iter().collect::<Vec<_>>(),
+            &runs.iter().collect::<Vec<_>>(),
+            bindings_of,
+            |run| usize::from(run == "rd-1") * 2,
+        );
+        let seen: Vec<(Vec<bool>, &str, usize)> = under
+            .iter()
+            .map(|(selected, r)| (selected.clone(), r.name.as_str(), r.in_flight))
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                (vec![true, false], "pg-1", 1),
+                // Not shown admitted yet: its starts just sent count.
+                (vec![true, true], "rd-1", 2),
+            ],
+            "ended and superseded runs count nothing"
+        );
     }
 
     fn started(mut b: ResourceBinding, run: &str, at: &str) -> ResourceBinding {
