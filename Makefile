@@ -58,15 +58,16 @@ monitoring: cluster-install ## promtool: the alert rules are valid, their unit t
 	promtool check rules deploy/monitoring/rules.yaml
 	cd deploy/monitoring && promtool test rules rules.test.yaml
 	@out=$$(mktemp -d); trap 'rm -rf '$$out EXIT; \
-	RUNBOOK_BASE=https://runbooks.example.com/upgradeplan FAILED_FOR=2h scripts/monitoring-rules.sh $$out >/dev/null; \
+	RUNBOOK_BASE=https://runbooks.example.com/upgradeplan FAILED_FOR=2h BUDGET_HELD_FOR=45m scripts/monitoring-rules.sh $$out >/dev/null; \
 	promtool check rules $$out/rules.yaml >/dev/null; \
 	grep -q '^        keep_firing_for: 2h$$' $$out/rules.yaml; \
+	grep -A5 'alert: UpgradeRunBudgetHeld$$' $$out/rules.yaml | grep -q '^        for: 45m$$'; \
 	test "$$(grep -c 'runbook_url: "https://runbooks.example.com/upgradeplan#' $$out/rules.yaml)" = "$$(grep -c 'runbook_url:' deploy/monitoring/rules.yaml)"; \
 	scripts/monitoring-rules.sh $$out/default >/dev/null; \
 	cmp -s $$out/default/prometheusrule.yaml deploy/monitoring/prometheusrule.yaml || { echo "deploy/monitoring/prometheusrule.yaml is stale: run scripts/monitoring-rules.sh" >&2; exit 1; }; \
-	echo "scripts/monitoring-rules.sh: rules render with a custom runbook base and FAILED_FOR"
+	echo "scripts/monitoring-rules.sh: rules render with a custom runbook base, FAILED_FOR and BUDGET_HELD_FOR"
 
-monitoring-rules: ## write the alert rules for your installation: RUNBOOK_BASE=https://… FAILED_FOR=2h OUT=dir (see docs/runbooks.md)
+monitoring-rules: ## write the alert rules for your installation: RUNBOOK_BASE=https://… FAILED_FOR=2h BUDGET_HELD_FOR=2h OUT=dir (see docs/runbooks.md)
 	scripts/monitoring-rules.sh $(OUT)
 
 cluster-install: ## get etcd, kube-apiserver, kube-controller-manager (cached; builds once, ~10 min)

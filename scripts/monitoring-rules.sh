@@ -5,6 +5,8 @@
 #                 RUNBOOK_BASE#<alert in lower case>); default: the project's copy on GitHub
 #   FAILED_FOR    how long UpgradeRunFailed stays firing after a failed run (a Prometheus
 #                 duration: 30m, 2h, 1d); default 1h
+#   BUDGET_HELD_FOR  how long an UpgradeBudget holds a run before UpgradeRunBudgetHeld fires;
+#                 default 2h
 # With no OUT_DIR it rewrites deploy/monitoring/prometheusrule.yaml from rules.yaml (the
 # committed copy; a test checks they agree).
 #
@@ -14,11 +16,14 @@ cd "$(dirname "$0")/.."
 DEFAULT_BASE=https://github.com/upgradeplan/upgradeplan/blob/main/docs/runbooks.md
 base=${RUNBOOK_BASE:-$DEFAULT_BASE}
 failed_for=${FAILED_FOR:-1h}
+held_for=${BUDGET_HELD_FOR:-2h}
 out=${1:-}
-if ! [[ $failed_for =~ ^([0-9]+(ms|s|m|h|d|w|y))+$ ]]; then
-  echo "FAILED_FOR=$failed_for is not a Prometheus duration (e.g. 30m, 2h, 1d)" >&2
-  exit 2
-fi
+for setting in "FAILED_FOR=$failed_for" "BUDGET_HELD_FOR=$held_for"; do
+  if ! [[ ${setting#*=} =~ ^([0-9]+(ms|s|m|h|d|w|y))+$ ]]; then
+    echo "$setting is not a Prometheus duration (e.g. 30m, 2h, 1d)" >&2
+    exit 2
+  fi
+done
 if [[ $base == *'#'* || $base == *'|'* || -z $base ]]; then
   echo "RUNBOOK_BASE=$base: give the address of the runbooks page, without '#' (anchors are added)" >&2
   exit 2
@@ -26,7 +31,8 @@ fi
 
 rules() {
   sed -e "s|$DEFAULT_BASE#|$base#|" \
-      -e "s|^\(        keep_firing_for:\) 1h$|\1 $failed_for|" deploy/monitoring/rules.yaml
+      -e "s|^\(        keep_firing_for:\) 1h$|\1 $failed_for|" \
+      -e "/alert: UpgradeRunBudgetHeld$/,/for:/ s|^\(        for:\) 2h$|\1 $held_for|" deploy/monitoring/rules.yaml
 }
 
 operator() {
@@ -56,4 +62,4 @@ if [[ $(cd "$out" && pwd -P) == "$(cd deploy/monitoring && pwd -P)" ]]; then
 fi
 rules > "$out/rules.yaml"
 operator > "$out/prometheusrule.yaml"
-echo "wrote $out/rules.yaml and $out/prometheusrule.yaml (runbooks at $base, UpgradeRunFailed kept $failed_for)"
+echo "wrote $out/rules.yaml and $out/prometheusrule.yaml (runbooks at $base, UpgradeRunFailed kept $failed_for, UpgradeRunBudgetHeld after $held_for)"

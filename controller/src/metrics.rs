@@ -757,7 +757,7 @@ mod tests {
             .iter()
             .map(|r| r["expr"].as_str().unwrap().to_string())
             .collect();
-        assert_eq!(exprs.len(), 14);
+        assert_eq!(exprs.len(), 15);
         let dashboard: serde_json::Value = serde_json::from_str(&monitoring("dashboard.json")).unwrap();
         let panel_exprs = dashboard_queries(&dashboard);
         let used: BTreeSet<String> = exprs.iter().chain(&panel_exprs).flat_map(|e| names_in(e)).collect();
