@@ -769,7 +769,12 @@ fn current_group(
     }
     // ... and when an upgrade or health check runs out of time, and a closed gate is read again.
     let expiry = first_expiry(rules, &outcomes, live);
-    let budget_recheck = eval.rationed_by.as_ref().map(|_| ctx.now + upgrade_budget::RECHECK);
+    // Only units other runs hold need a recheck: this run's own upgrades wake it as they end.
+    let budget_recheck = eval
+        .rationed_by
+        .as_ref()
+        .filter(|g| g.in_flight > in_flight)
+        .map(|_| ctx.now + upgrade_budget::RECHECK);
     eval.wake_at = eval
         .wake_at
         .into_iter()

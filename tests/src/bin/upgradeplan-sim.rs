@@ -70,6 +70,10 @@ fn main() -> anyhow::Result<()> {
         "(reverts: {} asked by people, {} created by onFailure: Revert, {} snapshots derived and checked against their record, {} starts back, {} completed, {} failed)",
         t.reverts_asked, t.reverts_created, t.revert_snapshots, t.revert_starts, t.reverts_completed, t.reverts_failed
     );
+    println!(
+        "(budgets: {} steps of runs under an UpgradeBudget, {} held by it)",
+        t.budgeted_steps, t.budget_holds
+    );
     let elapsed = started.elapsed().as_secs_f64();
     println!(
         "({:.1} s: {:.0} histories/s, {:.0} steps/s)",

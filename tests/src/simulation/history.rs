@@ -189,6 +189,11 @@ impl History {
                 let mut own = Rng(seed ^ 0x5245_5645_5254);
                 [own.chance(35), own.chance(35)]
             },
+            budget: {
+                // Drawn apart too, for the same reason.
+                let mut own = Rng(seed ^ 0x4255_4447_4554);
+                own.chance(35).then(|| 1 + own.below(3) as usize)
+            },
         };
         let actions = (0..steps).map(|_| action(&mut rng)).collect();
         History { shape, actions }

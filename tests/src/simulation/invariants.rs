@@ -26,6 +26,8 @@ pub enum Invariant {
     NoStartWhileHeld,
     /// In flight never above a group's limit, as the run's frozen plan sets it.
     InFlightWithinLimit,
+    /// In flight across the active runs never above an UpgradeBudget's `maxInFlight` (spec §13.8).
+    InFlightWithinBudget,
     /// No binding outside the run's snapshot is ever patched.
     OnlySnapshotPatched,
     /// Each resource started at most once per run.
@@ -76,6 +78,7 @@ impl std::fmt::Display for Invariant {
         let text = match self {
             Invariant::NoStartWhileHeld => "no start or retry while the run is held (spec §14.1)",
             Invariant::InFlightWithinLimit => "in flight never above the group's limit",
+            Invariant::InFlightWithinBudget => "in flight across the active runs never above the budget",
             Invariant::OnlySnapshotPatched => "no binding outside the run's snapshot is patched",
             Invariant::StartedOnce => "each resource is started at most once per run",
             Invariant::CountsNeverMoveBack => "counts never move back; a terminal run stays terminal",
@@ -1045,9 +1048,11 @@ impl Checker {
         Ok(())
     }
 
-    /// After every action: each active run's groups within their limits.
+    /// After every action: each active run's groups within their limits, and the active runs
+    /// within the budget.
     pub fn after_action(&mut self, world: &World) -> Result<(), Violation> {
         self.learn_verifications(world);
+        let (mut under_budget, mut budget_in_flight) = (Vec::new(), 0);
         for run in &world.runs {
             let status = run.status.clone().unwrap_or_default();
             if status.state.is_terminal() {
@@ -1096,6 +1101,23 @@ impl Checker {
                         format!("run {name} group {}: {in_flight} in flight, limit {limit}", group.name),
                     );
                 }
+                // Spec §13.8's "active runs": not ended, not superseded, not a waiting preview.
+                if in_flight > 0 && !upgradeplan::engine::admission::is_dormant(run) {
+                    under_budget.push(format!("{name}/{}: {in_flight}", group.name));
+                    budget_in_flight += in_flight;
+                }
+            }
+        }
+        if let Some(max) = world
+            .budget
+            .as_ref()
+            .map(upgradeplan::engine::upgrade_budget::max_in_flight)
+        {
+            if budget_in_flight > max {
+                return violation(
+                    Invariant::InFlightWithinBudget,
+                    format!("{budget_in_flight} in flight across the active runs, budget {max}: {under_budget:?}"),
+                );
             }
         }
         Ok(())

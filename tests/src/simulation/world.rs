@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use serde_json::{json, Value};
 use upgradeplan::api::kratix::{BindingFacts, CachedBinding, HealthRecord, Interner, ResourceBinding};
-use upgradeplan::api::{UpgradeFreeze, UpgradePlan, UpgradeRun, RUN_FINALIZER};
+use upgradeplan::api::{UpgradeBudget, UpgradeFreeze, UpgradePlan, UpgradeRun, RUN_FINALIZER};
 use upgradeplan::engine::admission::{new_run, NewRun, RunFacts};
 use upgradeplan::engine::gate::{GateReading, Reading};
 use upgradeplan::engine::lifecycle::{
@@ -20,6 +20,7 @@ use upgradeplan::engine::revert::RevertedFact;
 use upgradeplan::engine::run::texts;
 use upgradeplan::engine::snapshot::{digest, read_frozen, Frozen};
 use upgradeplan::engine::stage::ApprovalFact;
+use upgradeplan::engine::upgrade_budget::{self, BudgetFacts};
 use upgradeplan::time::to_jiff;
 
 use super::history::{Fault, UserAction};
@@ -56,6 +57,8 @@ pub struct World {
     lagging_runs: Vec<UpgradeRun>,
     pub revisions: Vec<String>,
     pub freezes: Vec<Arc<UpgradeFreeze>>,
+    /// An UpgradeBudget selecting the plan (spec §13.8), if the world has one.
+    pub budget: Option<UpgradeBudget>,
     /// Snapshot ConfigMaps by run, with what they read back as (written once, so read once).
     pub snapshots: BTreeMap<String, Vec<SnapshotConfigMap>>,
     read_back: BTreeMap<String, SnapshotFact>,
@@ -143,6 +146,9 @@ pub struct Tally {
     pub revert_starts: u64,
     pub reverts_completed: u64,
     pub reverts_failed: u64,
+    /// Steps of runs under a budget, and those the budget held (`BudgetExhausted`).
+    pub budgeted_steps: u64,
+    pub budget_holds: u64,
     pub retries: u64,
     /// Binding patches refused by their precondition (a stale cache's steps).
     pub conflicts: u64,
@@ -172,6 +178,8 @@ impl Tally {
         self.reverts_created += other.reverts_created;
         self.reverts_asked += other.reverts_asked;
         self.revert_snapshots += other.revert_snapshots;
+        self.budgeted_steps += other.budgeted_steps;
+        self.budget_holds += other.budget_holds;
         self.revert_starts += other.revert_starts;
         self.reverts_completed += other.reverts_completed;
         self.reverts_failed += other.reverts_failed;
@@ -262,6 +270,8 @@ pub struct Shape {
     pub missed_events: bool,
     /// Each group's `onFailure: Revert` (spec §13.7).
     pub on_failure_revert: [bool; 2],
+    /// An UpgradeBudget's `maxInFlight` over the plan (spec §13.8).
+    pub budget: Option<usize>,
 }
 
 /// A group's upgrade window: hourly cron openings in a zone, a duration.
@@ -401,6 +411,15 @@ impl World {
             lagging_runs: Vec::new(),
             revisions: vec!["v1".into(), "v2".into()],
             freezes: Vec::new(),
+            budget: shape.budget.map(|max| {
+                UpgradeBudget::new(
+                    "sim-budget",
+                    upgradeplan::api::UpgradeBudgetSpec {
+                        max_in_flight: max as i64,
+                        ..Default::default()
+                    },
+                )
+            }),
             snapshots: BTreeMap::new(),
             read_back: BTreeMap::new(),
             kratix_retry: shape
@@ -425,6 +444,42 @@ impl World {
             next_version: 2,
             runs_made: 0,
         }
+    }
+
+    /// The world's budget as `run`'s step sees it over `bindings` (spec §13.8), as the controller
+    /// gathers it (no starts are in flight between two steps here).
+    fn budget_facts(&self, run: &UpgradeRun, bindings: &[ResourceBinding]) -> Vec<BudgetFacts> {
+        let Some(budget) = &self.budget else {
+            return Vec::new();
+        };
+        let promise = &self.plan.spec.promise_ref.name;
+        if self.plan_deleted || !upgrade_budget::selects(budget, promise, self.plan.labels()) {
+            return Vec::new();
+        }
+        let runs: Vec<&UpgradeRun> = self.runs.iter().collect();
+        let name = run.name_any();
+        let others = upgrade_budget::runs_under(
+            &[budget],
+            &[&self.plan],
+            &runs,
+            |_| {
+                bindings
+                    .iter()
+                    .map(|b| Arc::new(b.clone()) as Arc<dyn BindingFacts>)
+                    .collect()
+            },
+            |_| 0,
+        )
+        .into_iter()
+        .map(|(_, r)| r)
+        .filter(|r| r.name != name)
+        .collect();
+        vec![BudgetFacts {
+            name: budget.name_any(),
+            max: upgrade_budget::max_in_flight(budget),
+            others,
+            sent: 0,
+        }]
     }
 
     /// Whether run `r` is woken when watch events about other objects are missed: its own object
@@ -1033,6 +1088,7 @@ impl World {
         let snapshot = self.snapshot_of(&run);
         let reverted_run = self.reverted_of(&run, &snapshot);
         let reverted = RevertedFact::of(reverted_run.as_ref().map(|r| r.as_ref().map(|(run, s)| (run, s))));
+        let budgets = self.budget_facts(&run, view.bindings);
         let facts = Facts {
             plan: (!self.plan_deleted).then_some(&self.plan),
             others: &others,
@@ -1041,7 +1097,7 @@ impl World {
             approvals: &approvals,
             missing_kinds: &[],
             reverted,
-            budgets: &[],
+            budgets: &budgets,
             selector: None,
             now: self.now,
         };
@@ -1049,6 +1105,12 @@ impl World {
         checker.revert_derived(self, &run, &step, view.bindings, reverted_run.as_ref())?;
         let derived = run.spec.revert_of.is_some() && !step.write_snapshot.is_empty();
         self.tally.revert_snapshots += u64::from(derived);
+        self.tally.budgeted_steps += u64::from(!budgets.is_empty());
+        let held = step
+            .evaluation
+            .as_ref()
+            .is_some_and(|e| e.held_by.contains(&upgradeplan::engine::run::Blocked::BudgetExhausted));
+        self.tally.budget_holds += u64::from(held);
         // A plan edited since the run's snapshot: the same step from the plan as it was must be
         // this step (spec §14.2: a plan edit mid-run changes nothing of the run).
         if let (false, SnapshotFact::Found { frozen, .. }) = (self.plan_deleted, &facts.snapshot) {
@@ -1100,6 +1162,12 @@ impl World {
             *self.process() = Process::default();
             // The next process lists every object and reconciles each (`reconcile_all_on`).
             self.last_read.clear();
+        } else {
+            // The runs waiting for a budget unit this pass left free look at once (the
+            // controller sends them after its writes; a crash before that loses them).
+            for other in &step.wake_runs {
+                self.wakes.insert(other.clone(), self.now);
+            }
         }
         // A failed request fails the pass (the error policy requeues it with backoff); a refused
         // one requeues it at once (after 200 ms).

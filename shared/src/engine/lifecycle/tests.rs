@@ -2728,3 +2728,58 @@ fn a_run_within_its_budget_says_so() {
         )
     );
 }
+
+#[test]
+fn a_run_held_by_other_runs_units_looks_again_and_by_its_own_does_not() {
+    use crate::engine::upgrade_budget::{BudgetRun, RECHECK};
+    let plan = valid_plan(5);
+    let mut world = World::with(2);
+    let mut run = a_run("r", t(0), false);
+    run.status = Some(UpgradeRunStatus {
+        state: RunState::Pending,
+        ..Default::default()
+    });
+    let budget = |others: Vec<BudgetRun>| {
+        vec![BudgetFacts {
+            name: "one".into(),
+            max: 1,
+            others,
+            sent: 0,
+        }]
+    };
+    let under = |run: &UpgradeRun, world: &World, budgets: &[BudgetFacts], now| {
+        step(
+            run,
+            &Facts {
+                budgets,
+                ..facts(Some(&plan), &[], world, run, now)
+            },
+            world,
+        )
+    };
+    let s = under(&run, &world, &budget(vec![]), t(1));
+    assert_eq!(started(&s), 1);
+    apply(&mut run, &s, &mut world);
+    // Its own upgrade holds the only unit: that upgrade's end wakes it.
+    let s = under(&run, &world, &budget(vec![]), t(2));
+    assert_eq!(
+        condition(&s, reasons::BUDGETED),
+        (reasons::BUDGET_EXHAUSTED, ConditionStatus::True)
+    );
+    assert!(
+        s.wake_at.is_none_or(|at| at > t(2) + RECHECK),
+        "no budget recheck: {:?}",
+        s.wake_at
+    );
+    // Another plan's run holds it: looked at again, as that run's upgrade does not wake this one.
+    world.kratix_applies();
+    let other = BudgetRun {
+        name: "elsewhere".into(),
+        admitted: t(-5),
+        in_flight: 1,
+        held_by: None,
+    };
+    let s = under(&run, &world, &budget(vec![other]), t(3));
+    assert_eq!(started(&s), 0);
+    assert_eq!(s.wake_at, Some(t(3) + RECHECK));
+}
