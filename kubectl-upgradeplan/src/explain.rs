@@ -84,6 +84,41 @@ pub struct ExplainJson {
     /// The UpgradeFreezes that hold the plan; absent without any.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub freezes: Vec<FreezeJson>,
+    /// The UpgradeBudgets that cap the plan; absent without any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<BudgetCapJson>,
+}
+
+/// An UpgradeBudget that caps a plan (spec §13.8), as `explain` and `match` name it.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetCapJson {
+    pub name: String,
+    pub max_in_flight: usize,
+}
+
+/// The budgets among `budgets` that select `plan`, by name.
+pub fn budget_caps(
+    budgets: &[std::sync::Arc<upgradeplan::api::UpgradeBudget>],
+    plan: &UpgradePlan,
+) -> Vec<BudgetCapJson> {
+    let labels = plan.metadata.labels.clone().unwrap_or_default();
+    upgradeplan::engine::upgrade_budget::selecting(budgets, &plan.spec.promise_ref.name, &labels)
+        .into_iter()
+        .map(|b| BudgetCapJson {
+            name: b.metadata.name.clone().unwrap_or_default(),
+            max_in_flight: upgradeplan::engine::upgrade_budget::max_in_flight(b),
+        })
+        .collect()
+}
+
+/// The words naming the budgets that cap a plan: `UpgradeBudget "saturday" (at most 200 in flight)`.
+pub fn budget_words(budgets: &[BudgetCapJson]) -> String {
+    budgets
+        .iter()
+        .map(|b| format!("UpgradeBudget \"{}\" (at most {} in flight)", b.name, b.max_in_flight))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A freeze holding the plan, as `explain -o json` shows it.
@@ -199,6 +234,8 @@ pub struct Found<'a> {
     pub gates: Option<&'a [Reading]>,
     /// The UpgradeFreezes holding the plan.
     pub freezes: &'a [Freeze],
+    /// The UpgradeBudgets capping the plan.
+    pub budgets: &'a [BudgetCapJson],
     /// The other plans it is checked against: the cluster's (live), or the files' (`-f`).
     pub plans: &'a [UpgradePlan],
     /// Whether the PromiseRevision of `upgradePath.to` exists, when the cluster could be asked.
@@ -228,6 +265,11 @@ pub fn explain(
     keeps_section(&mut line, spec, style);
     let groups = groups_section(&mut line, &f, spec, found.freezes, now, style);
     let freezes = freezes_section(&mut line, found.freezes, now, style);
+    if !found.budgets.is_empty() {
+        line(String::new());
+        line(style.bold("Budgets (UpgradeBudgets that cap this plan's upgrades in flight with other plans'):"));
+        line(format!("  {}", budget_words(found.budgets)));
+    }
     let gates = gates_section(&mut line, spec, found.gates, style);
     problems_section(&mut line, &f, style);
     let json = ExplainJson {
@@ -242,6 +284,7 @@ pub fn explain(
         to: spec.upgrade_path.to.clone(),
         gates,
         freezes,
+        budgets: found.budgets.to_vec(),
     };
     (json, out)
 }
@@ -727,5 +770,37 @@ mod tests {
         assert!(daylight_saving_day(utc("2026-10-25T00:30:00Z"), london));
         assert!(!daylight_saving_day(utc("2026-03-28T01:30:00Z"), london));
         assert!(!daylight_saving_day(utc("2026-03-29T01:00:00Z"), Tz::UTC));
+    }
+
+    #[test]
+    fn the_budgets_that_cap_a_plan_are_named_with_their_max() {
+        use upgradeplan::api::{PlanSelector, UpgradeBudget, UpgradeBudgetSpec, UpgradePlanSpec};
+        let budget = |name: &str, max: i64, tier: Option<&str>, promises: Option<Vec<String>>| {
+            std::sync::Arc::new(UpgradeBudget::new(
+                name,
+                UpgradeBudgetSpec {
+                    max_in_flight: max,
+                    plan_selector: tier.map(|t| PlanSelector {
+                        match_labels: Some([("tier".to_string(), t.to_string())].into()),
+                        match_expressions: None,
+                    }),
+                    promises,
+                },
+            ))
+        };
+        let mut plan = UpgradePlan::new("redis", UpgradePlanSpec::default());
+        plan.spec.promise_ref.name = "redis".into();
+        plan.metadata.labels = Some([("tier".to_string(), "cache".to_string())].into());
+        let budgets = [
+            budget("saturday", 200, None, None),
+            budget("caches", 5, Some("cache"), None),
+            budget("databases", 3, Some("db"), None),
+            budget("postgres-only", 2, None, Some(vec!["postgres".into()])),
+        ];
+        let caps = budget_caps(&budgets, &plan);
+        assert_eq!(
+            budget_words(&caps),
+            "UpgradeBudget \"caches\" (at most 5 in flight), UpgradeBudget \"saturday\" (at most 200 in flight)"
+        );
     }
 }

@@ -34,6 +34,8 @@ struct Sources {
     freezes: Vec<upgradeplan::engine::freeze::Freeze>,
     /// Where `freezes` come from, in words (a forecast states it among its assumptions).
     freezes_from: String,
+    /// The UpgradeBudgets that cap the plan (from the cluster; none offline).
+    budgets: Vec<explain::BudgetCapJson>,
     /// The connection the sources were read over; `None` offline.
     client: Option<kube::Client>,
 }
@@ -101,12 +103,23 @@ async fn sources_with(
         }
         Err(why) => (Vec::new(), why.to_string()),
     };
+    let budgets = match &client {
+        Some(c) => match client::list_budgets(c).await {
+            Ok(all) => explain::budget_caps(&all.into_iter().map(std::sync::Arc::new).collect::<Vec<_>>(), &plan),
+            Err(e) => {
+                eprintln!("note: {e:#}; UpgradeBudgets are left out");
+                Vec::new()
+            }
+        },
+        None => Vec::new(),
+    };
     Ok(Sources {
         plan,
         unknown_fields,
         bindings,
         freezes,
         freezes_from,
+        budgets,
         client,
     })
 }
@@ -291,6 +304,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     unknown_fields,
                     bindings,
                     freezes,
+                    budgets,
                     client,
                     ..
                 } = sources_with(g, source, file.map(|f| (f.plan, f.unknown)), false).await?;
@@ -334,6 +348,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         bindings: bindings.as_deref(),
                         gates: gates.as_deref(),
                         freezes: &freezes,
+                        budgets: &budgets,
                         plans: if live { &cluster_plans } else { &file_plans },
                         target_revision,
                     },
@@ -361,6 +376,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 plan,
                 bindings,
                 freezes,
+                budgets,
                 client,
                 ..
             } = view_sources(g, source).await?;
@@ -373,7 +389,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let (json, text) = matching::matching(
                 &plan,
                 bindings.as_deref().unwrap_or_default(),
-                &freezes,
+                (&freezes, &budgets),
                 now,
                 resource.as_deref(),
                 in_run.as_ref(),

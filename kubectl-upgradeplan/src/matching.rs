@@ -218,6 +218,9 @@ pub struct MatchJson {
     pub kratix_idle: Vec<IdleJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resource: Option<PlacementJson>,
+    /// The UpgradeBudgets that cap the plan's upgrades in flight with other plans'.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<crate::explain::BudgetCapJson>,
 }
 
 /// Where `ns/name` stands in the run under way: `None` when the run's snapshot does not hold it.
@@ -353,7 +356,7 @@ fn placement(
 pub fn matching(
     plan: &UpgradePlan,
     bindings: &[ResourceBinding],
-    freezes: &[Freeze],
+    (freezes, budgets): (&[Freeze], &[crate::explain::BudgetCapJson]),
     now: DateTime<Utc>,
     resource: Option<&str>,
     in_run: Option<&InRun>,
@@ -444,6 +447,7 @@ pub fn matching(
             .collect(),
         kratix_idle,
         resource: placement,
+        budgets: budgets.to_vec(),
     };
     Ok((json.clone(), render(&json, all, style)))
 }
@@ -486,6 +490,12 @@ fn render(m: &MatchJson, all: bool, style: &Style) -> String {
                 p.namespace,
                 p.name,
                 p.reason.clone().unwrap_or_default()
+            ));
+        }
+        if !m.budgets.is_empty() && !p.placements.is_empty() {
+            out.push_str(&format!(
+                "Its upgrade also waits for a free unit of {}.\n",
+                crate::explain::budget_words(&m.budgets)
             ));
         }
         for pl in &p.placements {

@@ -88,6 +88,18 @@ async fn two_plans_under_a_budget_of_two_never_exceed_two_in_flight_and_progress
     .unwrap();
     let budgets: Api<UpgradeBudget> = Api::all(a.client.clone());
     budgets.create(&PostParams::default(), &budget).await.unwrap();
+    // explain and match --resource name the budget that applies, with its max.
+    let words = format!("UpgradeBudget \"{budget_name}\" (at most 2 in flight)");
+    let explained = run_plugin(None, &["explain", &plan_names[0]]).await.unwrap();
+    assert!(explained.stdout.contains(&words), "{explained:?}");
+    let resource = format!("{ns_a}/r0");
+    let matched = run_plugin(None, &["match", &plan_names[0], "--resource", &resource])
+        .await
+        .unwrap();
+    assert!(
+        matched.stdout.contains(&format!("Its upgrade also waits for a free unit of {words}")),
+        "{matched:?}"
+    );
     let mut controller = a.start_controller(&[]).await.unwrap();
     let mut runs = Vec::new();
     for plan in &plan_names {
