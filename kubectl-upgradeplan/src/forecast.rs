@@ -61,6 +61,8 @@ pub struct AssumptionsJson {
     pub start: String,
     /// Which UpgradeFreezes the forecast holds the run by.
     pub freezes: String,
+    /// Which UpgradeBudgets pace the run; other plans' runs are assumed absent.
+    pub budgets: String,
     pub approvals: &'static str,
     pub gates: &'static str,
     pub health_checks: &'static str,
@@ -148,23 +150,34 @@ pub struct RevertOf<'a> {
 }
 
 /// The forecast of `plan`'s next run over `bindings` (or of the revert `revert`), held by
-/// `freezes` (and where they come from).
+/// `freezes` (and where they come from) and paced by `budgets`.
 pub fn render(
     plan: &UpgradePlan,
     bindings: &[ResourceBinding],
     revert: Option<RevertOf<'_>>,
-    (freezes, freezes_from): (&[Freeze], &str),
+    (freezes, freezes_from, budgets): (&[Freeze], &str, &[crate::explain::BudgetCapJson]),
     (start, start_words, next_trigger): (DateTime<Utc>, String, Option<DateTime<Utc>>),
     per_resource: &PerResource,
     style: &Style,
 ) -> anyhow::Result<(ForecastJson, String)> {
     let compiled = crate::explain::compiled(plan)?;
     let (each, each_words) = per_resource.chosen();
+    // Alone under its budgets: other plans' runs are assumed absent (stated below).
+    let budget_facts: Vec<upgradeplan::engine::upgrade_budget::BudgetFacts> = budgets
+        .iter()
+        .map(|b| upgradeplan::engine::upgrade_budget::BudgetFacts {
+            name: b.name.clone(),
+            max: b.max_in_flight,
+            others: Vec::new(),
+            sent: 0,
+        })
+        .collect();
     let f = forecast(&ForecastInput {
         plan: &compiled,
         bindings,
         snapshot: revert.map(|r| r.snapshot),
         freezes,
+        budgets: &budget_facts,
         start,
         per_resource: each,
         next_trigger,
@@ -195,6 +208,14 @@ pub fn render(
             per_resource: each_words.clone(),
             start: start_words.clone(),
             freezes: freezes_from.to_string(),
+            budgets: if budgets.is_empty() {
+                "none caps the plan".to_string()
+            } else {
+                format!(
+                    "{}; other plans' runs under them assumed absent",
+                    crate::explain::budget_words(budgets)
+                )
+            },
             approvals: "granted when the group is reached",
             gates: "open",
             health_checks: "pass as soon as the upgrade succeeds",
@@ -215,8 +236,13 @@ pub fn render(
         "Forecast of {what} starting {} ({start_words})\n",
         style.time(start, zone)
     ));
+    // Said only when a budget caps the plan: the forecasts of uncapped plans read as before.
+    let budget_assumption = match budgets.is_empty() {
+        true => String::new(),
+        false => format!("; budgets: {}", json.assumptions.budgets),
+    };
     out.push_str(&format!(
-        "Assumes: each upgrade takes {} ({each_words}); freezes: {freezes_from}; approvals granted when reached; signal gates open; health checks pass at once; no failures.\n\n",
+        "Assumes: each upgrade takes {} ({each_words}); freezes: {freezes_from}{budget_assumption}; approvals granted when reached; signal gates open; health checks pass at once; no failures.\n\n",
         duration(each)
     ));
     let rows: Vec<Vec<String>> = json

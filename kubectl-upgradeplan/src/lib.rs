@@ -104,13 +104,7 @@ async fn sources_with(
         Err(why) => (Vec::new(), why.to_string()),
     };
     let budgets = match &client {
-        Some(c) => match client::list_budgets(c).await {
-            Ok(all) => explain::budget_caps(&all.into_iter().map(std::sync::Arc::new).collect::<Vec<_>>(), &plan),
-            Err(e) => {
-                eprintln!("note: {e:#}; UpgradeBudgets are left out");
-                Vec::new()
-            }
-        },
+        Some(c) => budget_caps_of(c, &plan).await,
         None => Vec::new(),
     };
     Ok(Sources {
@@ -122,6 +116,18 @@ async fn sources_with(
         budgets,
         client,
     })
+}
+
+/// The UpgradeBudgets that cap `plan`, from the cluster; none (said on stderr) when they cannot
+/// be listed.
+async fn budget_caps_of(c: &kube::Client, plan: &upgradeplan::api::UpgradePlan) -> Vec<explain::BudgetCapJson> {
+    match client::list_budgets(c).await {
+        Ok(all) => explain::budget_caps(&all.into_iter().map(std::sync::Arc::new).collect::<Vec<_>>(), plan),
+        Err(e) => {
+            eprintln!("note: {e:#}; UpgradeBudgets are left out");
+            Vec::new()
+        }
+    }
 }
 
 /// The plan's run under way, as `match --resource` answers from it; `None` when there is none
@@ -242,6 +248,8 @@ async fn forecast_revert(
         status: None,
     };
     let run = prepared.run.metadata.name.clone().unwrap_or_default();
+    // Budgets cap a revert as any run (spec §13.7).
+    let budgets = budget_caps_of(c, &prepared.plan).await;
     forecast::render(
         &revert_plan,
         &bindings,
@@ -249,7 +257,7 @@ async fn forecast_revert(
             run: &run,
             snapshot: &prepared.derived.snapshot,
         }),
-        (freezes, freezes_from),
+        (freezes, freezes_from, &budgets),
         (start, start_words, next_trigger.filter(|_| !prepared.plan.spec.suspend)),
         &per_resource,
         style,
@@ -422,6 +430,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 bindings,
                 freezes,
                 freezes_from,
+                budgets,
                 ..
             } = view_sources(g, source).await?;
             let now = source.now.unwrap_or_else(Utc::now);
@@ -433,7 +442,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 &plan,
                 bindings.as_deref().unwrap_or_default(),
                 None,
-                (&freezes, &freezes_from),
+                (&freezes, &freezes_from, &budgets),
                 forecast::start_of(&plan, start.as_ref(), now)?,
                 &per_resource,
                 &style,

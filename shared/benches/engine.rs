@@ -222,6 +222,7 @@ fn run_forecast(p: &UpgradePlan, bindings: &[ResourceBinding]) -> upgradeplan::e
         bindings,
         snapshot: None,
         freezes: &[],
+        budgets: &[],
         start: now(),
         per_resource: chrono::Duration::minutes(30),
         next_trigger: None,

@@ -138,6 +138,7 @@ async fn a_forecast_made_before_the_run_predicts_when_each_group_finishes() {
         bindings: &before,
         snapshot: None,
         freezes: &[],
+        budgets: &[],
         start: started,
         per_resource: chrono::Duration::seconds(DELAY_SECS),
         next_trigger: None,

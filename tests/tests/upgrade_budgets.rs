@@ -97,9 +97,30 @@ async fn two_plans_under_a_budget_of_two_never_exceed_two_in_flight_and_progress
         .await
         .unwrap();
     assert!(
-        matched.stdout.contains(&format!("Its upgrade also waits for a free unit of {words}")),
+        matched
+            .stdout
+            .contains(&format!("Its upgrade also waits for a free unit of {words}")),
         "{matched:?}"
     );
+    // forecast is paced by it, alone: other plans' runs assumed absent, and said so.
+    let forecast = run_plugin(
+        None,
+        &["forecast", &plan_names[0], "--per-resource", "1m", "-o", "json"],
+    )
+    .await
+    .unwrap();
+    let forecast: serde_json::Value =
+        serde_json::from_str(&forecast.stdout).unwrap_or_else(|e| panic!("{e}: {forecast:?}"));
+    assert_eq!(
+        forecast["assumptions"]["budgets"],
+        format!("{words}; other plans' runs under them assumed absent"),
+        "{forecast}"
+    );
+    let (start, finish) = (&forecast["groups"][0]["start"], &forecast["groups"][0]["finish"]);
+    let minutes = (chrono::DateTime::parse_from_rfc3339(finish.as_str().unwrap()).unwrap()
+        - chrono::DateTime::parse_from_rfc3339(start.as_str().unwrap()).unwrap())
+    .num_minutes();
+    assert_eq!(minutes, 2, "four upgrades of a minute, two at a time: {forecast}");
     let mut controller = a.start_controller(&[]).await.unwrap();
     let mut runs = Vec::new();
     for plan in &plan_names {

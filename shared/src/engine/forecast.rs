@@ -22,6 +22,7 @@ use super::health::HealthRecords;
 use super::run::{evaluate, Blocked, Evaluation, Outcome, RunContext, Verdict};
 use super::snapshot::{assign, idle_resources, Snapshot};
 use super::stage::ApprovalFact;
+use super::upgrade_budget::BudgetFacts;
 use super::write::BindingPatch;
 use crate::api::kratix::{BindingFacts, ResourceBinding};
 use crate::api::{GroupPhase, GroupStatus, UPGRADE_STARTED_AT_ANNOTATION};
@@ -45,6 +46,9 @@ pub struct ForecastInput<'a> {
     pub snapshot: Option<&'a Snapshot>,
     /// The freezes holding the plan.
     pub freezes: &'a [Freeze],
+    /// The UpgradeBudgets capping the plan, each with no other run: other plans' runs are
+    /// assumed absent (spec §13.6, §13.8).
+    pub budgets: &'a [BudgetFacts],
     pub start: DateTime<Utc>,
     /// How long each upgrade takes.
     pub per_resource: Duration,
@@ -140,7 +144,7 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
                 gates: &gates,
                 approvals: &approvals,
                 freezes: input.freezes,
-                budgets: &[],
+                budgets: input.budgets,
                 revision_present: true,
                 gone_targets: &[],
                 now,
@@ -522,10 +526,33 @@ mod tests {
             bindings: b,
             snapshot: None,
             freezes: &[],
+            budgets: &[],
             start: utc(start),
             per_resource: Duration::minutes(minutes),
             next_trigger: None,
         }
+    }
+
+    /// Spec §13.6: a budget below the group's limit paces the forecast run as it paces the
+    /// controller's (other plans' runs assumed absent).
+    #[test]
+    fn a_budget_below_the_limit_paces_the_forecast() {
+        let p = plan(&["v1"], "v2", vec![group("dev", 4)]);
+        let b = bindings(&[("dev", 4)]);
+        let compiled = compile(&p).unwrap();
+        let free = forecast(&input(&compiled, &b, "2026-06-01T20:00:00Z", 10));
+        assert_eq!(free.finish, Some(utc("2026-06-01T20:10:00Z")), "four at once");
+        let budget = [BudgetFacts {
+            name: "saturday".into(),
+            max: 2,
+            others: Vec::new(),
+            sent: 0,
+        }];
+        let capped = forecast(&ForecastInput {
+            budgets: &budget,
+            ..input(&compiled, &b, "2026-06-01T20:00:00Z", 10)
+        });
+        assert_eq!(capped.finish, Some(utc("2026-06-01T20:20:00Z")), "two at a time");
     }
 
     fn times(g: &GroupForecast) -> (usize, Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
