@@ -417,6 +417,7 @@ fn forecast_golden_and_json_contract() {
         keys(&v["assumptions"]),
         [
             "approvals",
+            "budgets",
             "failures",
             "freezes",
             "gates",
@@ -426,6 +427,8 @@ fn forecast_golden_and_json_contract() {
             "start"
         ]
     );
+    // Read offline: no UpgradeBudget caps the plan.
+    assert_eq!(v["assumptions"]["budgets"], "none caps the plan");
     assert_eq!(
         v["assumptions"]["freezes"],
         "those of the --freezes file (1 holding the plan)"

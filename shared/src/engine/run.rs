@@ -83,13 +83,35 @@ pub fn evaluate_resource(
     if spec_version == to {
         let already_asked = b.label(MANUAL_RECONCILIATION_LABEL).is_some()
             || b.annotation(RETRY_REQUESTED_BY_ANNOTATION) == Some(run_name);
-        return if failure.is_some() && !already_asked {
+        return if (failure.is_some() || request_lost(resource, b, to, run_name)) && !already_asked {
             Outcome::NeedsRetry
         } else {
             Outcome::InFlight
         };
     }
     Outcome::NotStarted
+}
+
+/// A revert's request to run the applied version again (spec §13.7), gone before Kratix acted
+/// on it: this run started the resource in place, its `kratix.io/manual-reconciliation` label is
+/// gone (Kratix rewrites a Resource Request's labels whole, dropping one set only on the binding)
+/// and Kratix has said nothing since the start. Nothing else would make Kratix run it: the run
+/// asks once more, as a retry (seed 13283025931579252237 waited for ever).
+fn request_lost(resource: &SnapshotResource, b: &dyn BindingFacts, to: &str, run_name: &str) -> bool {
+    let in_place = resource.target.is_some() && resource.last_applied_version == to;
+    let started = b
+        .annotation(UPGRADE_STARTED_AT_ANNOTATION)
+        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.timestamp());
+    let said_since = b
+        .upgrade_condition()
+        .and_then(|c| c.last_transition_time)
+        .is_some_and(|t| started.is_some_and(|s| t.timestamp() >= s));
+    in_place
+        && b.annotation(UPGRADED_BY_ANNOTATION) == Some(run_name)
+        && b.label(MANUAL_RECONCILIATION_LABEL).is_none()
+        && started.is_some()
+        && !said_since
 }
 
 /// Whether a resource applied at `to` is done for its run. A revert's (spec §13.7) resource is
@@ -2363,6 +2385,45 @@ pub(crate) mod tests {
         assert_eq!(judge(&by_superseded), Outcome::Succeeded, "a start before the resume");
         let after_resume = started(binding("ns", "r", &[], "v1", "v3"), "other", "2026-06-01T10:00:50Z");
         assert_eq!(judge(&after_resume), skipped("v3", "v1"), "a start after the resume");
+    }
+
+    /// Seed 13283025931579252237: a revert's in-place request (the label) dropped by a Resource
+    /// Request rewrite before Kratix acted is asked once more; one Kratix took is not.
+    #[test]
+    fn an_in_place_revert_request_lost_before_kratix_acted_is_asked_again_once() {
+        let snap = SnapshotResource {
+            target: Some("v1".into()),
+            ..snap_res(&binding("ns", "r", &[], "v1", "v2"))
+        };
+        let started = |mut b: ResourceBinding, extra: &[(&str, &str)]| {
+            let a = b.metadata.annotations.get_or_insert_with(Default::default);
+            a.insert(UPGRADED_BY_ANNOTATION.into(), "up-back".into());
+            a.insert(UPGRADE_STARTED_AT_ANNOTATION.into(), "2026-06-01T10:00:00Z".into());
+            for (k, v) in extra {
+                a.insert(k.to_string(), v.to_string());
+            }
+            b
+        };
+        let judge = |b: &ResourceBinding| evaluate_resource(&snap, Some(b), "v1", "up-back", utc(CREATED));
+        let lost = started(binding("ns", "r", &[], "v1", "v1"), &[]);
+        assert_eq!(
+            judge(&lost),
+            Outcome::NeedsRetry,
+            "label gone, Kratix silent since the start"
+        );
+        let asked_again = started(
+            binding("ns", "r", &[], "v1", "v1"),
+            &[(RETRY_REQUESTED_BY_ANNOTATION, "up-back")],
+        );
+        assert_eq!(judge(&asked_again), Outcome::InFlight, "asked once more already");
+        let taken = with_condition(
+            started(binding("ns", "r", &[], "v1", "v1"), &[]),
+            "Unknown",
+            "UpgradeInProgress",
+            "2026-06-01T10:00:05Z",
+            None,
+        );
+        assert_eq!(judge(&taken), Outcome::InFlight, "Kratix took it: it is running");
     }
 
     /// A success the binding may stop showing is recorded as it is counted, and stands (spec
