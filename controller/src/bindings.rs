@@ -12,29 +12,89 @@ use std::sync::{Arc, RwLock};
 use futures::{Stream, StreamExt};
 use kube::runtime::watcher;
 use upgradeplan::api::kratix::{BindingFacts, CachedBinding, Interner, ResourceBinding};
+use upgradeplan::engine::upgrade_budget::kratix_working_run;
 
 /// Bindings by namespace, then name.
 type ByName = HashMap<Arc<str>, HashMap<Arc<str>, Arc<CachedBinding>>>;
 
+/// The cached bindings, by name and by Promise, and the count Kratix works on per run: a run's
+/// pass reads its own Promise's bindings and every budgeted run's count, never every binding
+/// (fifty plans' passes each walking a hundred thousand bindings would make one binding event's
+/// cost grow with the number of plans).
+#[derive(Default)]
+struct Index {
+    by_name: ByName,
+    by_promise: HashMap<Arc<str>, ByName>,
+    /// [`kratix_working_run`] counted per run.
+    in_flight: HashMap<Box<str>, usize>,
+}
+
+fn insert_into(map: &mut ByName, b: &Arc<CachedBinding>) -> Option<Arc<CachedBinding>> {
+    let names = match map.get_mut(&*b.namespace) {
+        Some(names) => names,
+        None => map.entry(b.namespace.clone()).or_default(),
+    };
+    names.insert(b.name.clone(), Arc::clone(b))
+}
+
+fn remove_from(map: &mut ByName, namespace: &str, name: &str) -> Option<Arc<CachedBinding>> {
+    let names = map.get_mut(namespace)?;
+    let removed = names.remove(name);
+    if names.is_empty() {
+        map.remove(namespace);
+    }
+    removed
+}
+
+impl Index {
+    fn insert(&mut self, b: &Arc<CachedBinding>) {
+        let old = insert_into(&mut self.by_name, b);
+        if let Some(old) = &old {
+            self.forget(old);
+        }
+        let promise: Arc<str> = Arc::from(b.promise());
+        insert_into(self.by_promise.entry(promise).or_default(), b);
+        if let Some(run) = kratix_working_run(b.as_ref()) {
+            *self.in_flight.entry(run.into()).or_insert(0) += 1;
+        }
+    }
+
+    fn remove(&mut self, namespace: &str, name: &str) {
+        if let Some(old) = remove_from(&mut self.by_name, namespace, name) {
+            self.forget(&old);
+        }
+    }
+
+    /// Takes `old` (no longer in `by_name`) out of the other indices.
+    fn forget(&mut self, old: &CachedBinding) {
+        if let Some(names) = self.by_promise.get_mut(old.promise()) {
+            remove_from(names, &old.namespace, &old.name);
+            if names.is_empty() {
+                self.by_promise.remove(old.promise());
+            }
+        }
+        if let Some(run) = kratix_working_run(old) {
+            if let Some(count) = self.in_flight.get_mut(run) {
+                *count -= 1;
+                if *count == 0 {
+                    self.in_flight.remove(run);
+                }
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 struct Inner {
-    live: ByName,
+    live: Index,
     /// A re-list in progress (between `Init` and `InitDone`).
-    relist: Option<ByName>,
+    relist: Option<Index>,
 }
 
 /// A shared, cheaply cloned handle on the bindings' cache.
 #[derive(Clone, Default)]
 pub struct BindingStore {
     inner: Arc<RwLock<Inner>>,
-}
-
-fn insert(map: &mut ByName, b: &Arc<CachedBinding>) {
-    let names = match map.get_mut(&*b.namespace) {
-        Some(names) => names,
-        None => map.entry(b.namespace.clone()).or_default(),
-    };
-    names.insert(b.name.clone(), Arc::clone(b));
 }
 
 impl BindingStore {
@@ -44,31 +104,24 @@ impl BindingStore {
         // single insert or remove), so go on with them rather than lose the cache.
         let mut inner = self.inner.write().unwrap_or_else(|e| e.into_inner());
         match event {
-            watcher::Event::Init => inner.relist = Some(ByName::new()),
+            watcher::Event::Init => inner.relist = Some(Index::default()),
             watcher::Event::InitApply(b) => match &mut inner.relist {
-                Some(relist) => insert(relist, b),
-                None => insert(&mut inner.live, b),
+                Some(relist) => relist.insert(b),
+                None => inner.live.insert(b),
             },
             watcher::Event::InitDone => {
                 if let Some(relist) = inner.relist.take() {
                     inner.live = relist;
                 }
             }
-            watcher::Event::Apply(b) => insert(&mut inner.live, b),
-            watcher::Event::Delete(b) => {
-                if let Some(names) = inner.live.get_mut(&*b.namespace) {
-                    names.remove(&*b.name);
-                    if names.is_empty() {
-                        inner.live.remove(&*b.namespace);
-                    }
-                }
-            }
+            watcher::Event::Apply(b) => inner.live.insert(b),
+            watcher::Event::Delete(b) => inner.live.remove(&b.namespace, &b.name),
         }
     }
 
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<CachedBinding>> {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
-        inner.live.get(namespace)?.get(name).cloned()
+        inner.live.by_name.get(namespace)?.get(name).cloned()
     }
 
     /// Every cached binding of `promise`.
@@ -76,11 +129,19 @@ impl BindingStore {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
         inner
             .live
-            .values()
+            .by_promise
+            .get(promise)
+            .into_iter()
             .flat_map(HashMap::values)
-            .filter(|b| b.promise() == promise)
+            .flat_map(HashMap::values)
             .cloned()
             .collect()
+    }
+
+    /// How many cached bindings Kratix works on for `run` ([`kratix_working_run`]).
+    pub fn in_flight_of(&self, run: &str) -> usize {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        inner.live.in_flight.get(run).copied().unwrap_or(0)
     }
 }
 
@@ -136,6 +197,65 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    /// A binding of `promise` that run `run` started at `spec` and Kratix has applied `applied` to.
+    fn started(ns: &str, name: &str, promise: &str, run: &str, spec: &str, applied: &str) -> ResourceBinding {
+        let mut b = binding(ns, name, promise);
+        b.spec.version = spec.into();
+        b.metadata.annotations = Some(
+            [
+                (upgradeplan::api::UPGRADED_BY_ANNOTATION.to_string(), run.to_string()),
+                (
+                    upgradeplan::api::UPGRADE_STARTED_AT_ANNOTATION.to_string(),
+                    "2026-06-01T10:00:00Z".to_string(),
+                ),
+            ]
+            .into(),
+        );
+        b.status = serde_json::from_value(json!({"lastAppliedVersion": applied})).unwrap();
+        b
+    }
+
+    #[tokio::test]
+    async fn keeps_the_count_kratix_works_on_per_run_through_changes_deletions_and_relists() {
+        use watcher::Event::*;
+        let store = BindingStore::default();
+        let events = vec![
+            Ok(Init),
+            Ok(InitApply(started("a", "x", "redis", "up-1", "v2", "v1"))),
+            Ok(InitApply(started("a", "y", "redis", "up-1", "v2", "v1"))),
+            Ok(InitApply(started("b", "z", "postgres", "pg-1", "v2", "v1"))),
+            Ok(InitApply(binding("b", "w", "postgres"))),
+            Ok(InitDone),
+        ];
+        let _: Vec<_> = reflect(store.clone(), futures::stream::iter(events)).collect().await;
+        assert_eq!((store.in_flight_of("up-1"), store.in_flight_of("pg-1")), (2, 1));
+        let events = vec![
+            // Kratix applied x: no longer in flight; the same version again changes nothing.
+            Ok(Apply(started("a", "x", "redis", "up-1", "v2", "v2"))),
+            Ok(Apply(started("a", "x", "redis", "up-1", "v2", "v2"))),
+            // z deleted, w started by pg-1.
+            Ok(Delete(started("b", "z", "postgres", "pg-1", "v2", "v1"))),
+            Ok(Apply(started("b", "w", "postgres", "pg-1", "v2", "v1"))),
+        ];
+        let _: Vec<_> = reflect(store.clone(), futures::stream::iter(events)).collect().await;
+        assert_eq!((store.in_flight_of("up-1"), store.in_flight_of("pg-1")), (1, 1));
+        assert_eq!(names(&store, "postgres"), ["b/w"]);
+        // A re-list counts afresh, and only once it is complete.
+        let events = vec![Ok(Init), Ok(InitApply(started("a", "y", "redis", "up-1", "v2", "v2")))];
+        let _: Vec<_> = reflect(store.clone(), futures::stream::iter(events)).collect().await;
+        assert_eq!(store.in_flight_of("up-1"), 1, "the old cache until the re-list is done");
+        let _: Vec<_> = reflect(store.clone(), futures::stream::iter(vec![Ok(InitDone)]))
+            .collect()
+            .await;
+        assert_eq!((store.in_flight_of("up-1"), store.in_flight_of("pg-1")), (0, 0));
+        assert_eq!(
+            store.inner.read().unwrap().live.in_flight.len(),
+            0,
+            "no count of zero is kept"
+        );
+        assert!(names(&store, "postgres").is_empty());
     }
 
     #[tokio::test]

@@ -95,7 +95,7 @@ fn runs_under(ctx: &Ctx, ledger: &Ledger, budgets: &[&UpgradeBudget]) -> Vec<(Ve
         budgets,
         &plans,
         &runs,
-        |promise| upgradeplan::engine::lifecycle::Cluster::bindings_of(ctx, promise),
+        |run| ctx.caches.bindings.in_flight_of(run),
         |run| ledger.pending_of(run),
     )
 }

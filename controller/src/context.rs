@@ -120,6 +120,10 @@ pub struct Ctx {
     pub budget_wakes: futures::channel::mpsc::UnboundedSender<kube::runtime::reflector::ObjectRef<UpgradeRun>>,
     /// The plans' signal gates, read through Prometheus.
     pub gates: Arc<crate::gates::GateReader>,
+    /// Binding patches in flight across every run (`run::PATCH_CONCURRENCY` permits): fifty
+    /// plans' runs starting at once send as many requests at a time as one, instead of fifty
+    /// times as many to one API server and one Kratix.
+    pub binding_writes: tokio::sync::Semaphore,
 }
 
 /// A run's snapshot as verified, and the resourceVersion of each ConfigMap it came from.

@@ -522,6 +522,7 @@ async fn run_controllers<F, Fut>(
         announced: Default::default(),
         retries: Default::default(),
         budget_ledger: Default::default(),
+        binding_writes: tokio::sync::Semaphore::new(run::PATCH_CONCURRENCY),
         budget_wakes,
         gates,
     });
@@ -592,7 +593,9 @@ async fn run_controllers<F, Fut>(
             wakes.by(|w, _: UpgradeFreeze| w.runs_a_freeze_may_hold()),
         )
         .watches_stream(
-            t.budgets.remove(0),
+            t.budgets
+                .remove(0)
+                .filter(wakes::spec_changes(ctx.caches.budgets.clone())),
             wakes.by(|w, _: UpgradeBudget| w.runs_a_freeze_may_hold()),
         )
         .reconcile_on(budget_woken)
@@ -642,7 +645,12 @@ async fn run_controllers<F, Fut>(
     );
 
     // A budget's status follows its runs on a timer (see `budget::reconcile`).
-    let budget_controller = Controller::for_stream(t.budgets.remove(0), ctx.caches.budgets.clone())
+    // Its own status writes are no reason to look again: it does every STATUS_EVERY.
+    let own_budgets = t
+        .budgets
+        .remove(0)
+        .filter(wakes::spec_changes(ctx.caches.budgets.clone()));
+    let budget_controller = Controller::for_stream(own_budgets, ctx.caches.budgets.clone())
         .with_config(config)
         .reconcile_all_on(at_start())
         .graceful_shutdown_on(stopped());

@@ -24,8 +24,8 @@ use crate::error::{Error, Result};
 use crate::events::EventType;
 use crate::writes::{adopt_approvals, create_run, patch_binding, patch_run, release_run};
 
-/// How many binding patches (and their events) are in flight at once.
-const PATCH_CONCURRENCY: usize = 16;
+/// How many binding patches (and their events) are in flight at once, across every run.
+pub const PATCH_CONCURRENCY: usize = 16;
 
 pub async fn reconcile(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
     // Caches must be complete before a decision: a binding missing from a half-filled cache
@@ -288,7 +288,11 @@ async fn patch_bindings(ctx: &Ctx, run: &UpgradeRun, patches: &[BindingPatch]) -
     // provably Send across the await): only the futures in flight exist, however many thousands.
     let send = |i: usize| {
         let patch = &patches[i];
-        async move { (patch, patch_binding(&ctx.client, patch).await) }
+        async move {
+            // Never closed; a closed semaphore would only lift the bound.
+            let _slot = ctx.binding_writes.acquire().await.ok();
+            (patch, patch_binding(&ctx.client, patch).await)
+        }
     };
     let mut sent = futures::stream::iter(0..patches.len())
         .map(send)
@@ -401,6 +405,7 @@ mod tests {
             announced: Default::default(),
             retries: Default::default(),
             budget_ledger: Default::default(),
+            binding_writes: tokio::sync::Semaphore::new(super::PATCH_CONCURRENCY),
             budget_wakes: futures::channel::mpsc::unbounded().0,
             gates: Arc::new(crate::gates::GateReader::new(None, std::time::Duration::from_secs(30))),
         }

@@ -97,3 +97,67 @@ impl Wakes {
         move |t| f(&w, t)
     }
 }
+
+/// A filter over a kind's triggers that passes an object only when its spec changed
+/// (`metadata.generation` moved), it is new to the filter, or it is gone from `store`: a status
+/// write is no news to a reconcile that derives everything else from other caches. Without it,
+/// an UpgradeBudget's status write (its in-flight count, which moves with every upgrade) woke
+/// every held run and the budget's own reconcile, which wrote the status again: fifty plans
+/// under one budget made tens of thousands of passes of nothing.
+pub fn spec_changes<K, E>(store: Store<K>) -> impl FnMut(&Result<K, E>) -> std::future::Ready<bool>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    let mut seen: std::collections::HashMap<String, Option<i64>> = Default::default();
+    move |object| {
+        let Ok(object) = object else {
+            return std::future::ready(true);
+        };
+        let name = object.meta().name.clone().unwrap_or_default();
+        let news = if store.get(&ObjectRef::from_obj(object)).is_none() {
+            seen.remove(&name);
+            true
+        } else {
+            seen.insert(name, object.meta().generation) != Some(object.meta().generation)
+        };
+        std::future::ready(news)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::{reflector, watcher};
+    use upgradeplan::api::{UpgradeBudget, UpgradeBudgetSpec};
+
+    #[test]
+    fn only_spec_changes_new_objects_and_deletions_pass() {
+        let (store, mut writer) = reflector::store::<UpgradeBudget>();
+        let budget = |generation: i64, in_flight: i64| {
+            let mut b = UpgradeBudget::new("saturday", UpgradeBudgetSpec::default());
+            b.metadata.generation = Some(generation);
+            b.status = Some(upgradeplan::api::UpgradeBudgetStatus {
+                in_flight,
+                ..Default::default()
+            });
+            b
+        };
+        let mut filter = spec_changes::<_, ()>(store);
+        let mut pass = |b: &UpgradeBudget, in_store: bool| {
+            let event = if in_store {
+                watcher::Event::Apply(b.clone())
+            } else {
+                watcher::Event::Delete(b.clone())
+            };
+            writer.apply_watcher_event(&event);
+            filter(&Ok(b.clone())).into_inner()
+        };
+        assert!(pass(&budget(1, 0), true), "new");
+        assert!(!pass(&budget(1, 5), true), "a status write");
+        assert!(pass(&budget(2, 5), true), "a spec change");
+        assert!(!pass(&budget(2, 7), true), "a status write");
+        assert!(pass(&budget(2, 7), false), "deleted");
+        assert!(pass(&budget(2, 7), true), "created again");
+        assert!(filter(&Err(())).into_inner(), "errors are passed on");
+    }
+}

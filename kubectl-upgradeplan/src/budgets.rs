@@ -3,7 +3,6 @@
 //! in flight under each now, the runs it caps and those it holds, and the plans it selects.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use serde::Serialize;
 use upgradeplan::api::kratix::{BindingFacts, ResourceBinding};
@@ -48,15 +47,14 @@ pub fn budgets(
     sorted.sort_by_key(|b| b.metadata.name.clone());
     let plan_refs: Vec<&UpgradePlan> = plans.iter().collect();
     let run_refs: Vec<&UpgradeRun> = runs.iter().collect();
-    let bindings_of = |promise: &str| -> Vec<Arc<dyn BindingFacts>> {
-        bindings
-            .get(promise)
-            .into_iter()
-            .flatten()
-            .map(|b| Arc::new(b.clone()) as Arc<dyn BindingFacts>)
-            .collect()
-    };
-    let under = upgrade_budget::runs_under(&sorted, &plan_refs, &run_refs, bindings_of, |_| 0);
+    let working = upgrade_budget::in_flight_by_run(bindings.values().flatten().map(|b| b as &dyn BindingFacts));
+    let under = upgrade_budget::runs_under(
+        &sorted,
+        &plan_refs,
+        &run_refs,
+        |run| working.get(run).copied().unwrap_or(0),
+        |_| 0,
+    );
     let json: Vec<BudgetJson> = sorted
         .iter()
         .enumerate()

@@ -54,19 +54,22 @@ pub fn max_in_flight(budget: &UpgradeBudget) -> usize {
     usize::try_from(budget.spec.max_in_flight).unwrap_or(0)
 }
 
-/// Whether Kratix is working on `b` for `run`, as the binding alone tells: `run` started it
-/// (`upgraded-by`), and Kratix has not reported the upgrade's end since (success with the version
-/// applied, or a failure with no retry asked). The run's own evaluation is exact (deadlines,
-/// health checks); this is how the other runs under a budget are counted, erring towards in
-/// flight: a resource past its `progressDeadline` stays counted until Kratix ends it.
-pub fn kratix_working_for(b: &dyn BindingFacts, run: &str) -> bool {
-    if b.annotation(UPGRADED_BY_ANNOTATION) != Some(run) || b.being_deleted() {
-        return false;
+/// The run Kratix is working on `b` for, as the binding alone tells: the run that started it
+/// (`upgraded-by`), while Kratix has not reported the upgrade's end since (success with the
+/// version applied, or a failure with no retry asked). The run's own evaluation is exact
+/// (deadlines, health checks); this is how the other runs under a budget are counted, erring
+/// towards in flight: a resource past its `progressDeadline` stays counted until Kratix ends it.
+/// It reads the binding alone, so the controller's binding cache keeps a count per run as
+/// bindings change ([`in_flight_by_run`] for a list), and a pass never walks every binding.
+pub fn kratix_working_run(b: &dyn BindingFacts) -> Option<&str> {
+    let run = b.annotation(UPGRADED_BY_ANNOTATION)?;
+    if b.being_deleted() {
+        return None;
     }
     // Asked to run again (a retry, or a revert to the version it had applied): in flight from the
     // moment the label is added until Kratix takes the request (spec §8).
     if b.label(MANUAL_RECONCILIATION_LABEL).is_some() {
-        return true;
+        return Some(run);
     }
     let started = b
         .annotation(UPGRADE_STARTED_AT_ANNOTATION)
@@ -83,10 +86,19 @@ pub fn kratix_working_for(b: &dyn BindingFacts, run: &str) -> bool {
         .is_some_and(|c| c.status == "False" && c.reason == UPGRADE_FAILED && since_start(c))
         && b.failed_version() == Some(b.spec_version());
     if failed {
-        return false;
+        return None;
     }
     let running = condition.as_ref().is_some_and(|c| c.status == "Unknown");
-    b.last_applied_version() != b.spec_version() || running
+    (b.last_applied_version() != b.spec_version() || running).then_some(run)
+}
+
+/// The resources Kratix works on per run among `bindings` ([`kratix_working_run`]).
+pub fn in_flight_by_run<'b>(bindings: impl IntoIterator<Item = &'b dyn BindingFacts>) -> BTreeMap<String, usize> {
+    let mut by_run = BTreeMap::new();
+    for run in bindings.into_iter().filter_map(kratix_working_run) {
+        *by_run.entry(run.to_string()).or_insert(0) += 1;
+    }
+    by_run
 }
 
 /// A run whose resources count against the budgets: not ended, not dormant. One not shown
@@ -96,16 +108,15 @@ pub fn counts_against_budgets(run: &UpgradeRun) -> bool {
 }
 
 /// The active runs of the plans any of `budgets` selects, each with which of `budgets` select its
-/// plan (by index) and its resources in flight: its bindings Kratix works on for it
-/// ([`kratix_working_for`], among `bindings_of` its plan's Promise), the verifying its status
-/// records, and `sent_of` it (starts sent and not yet in the caller's view). One walk over the
-/// plans and their bindings serves every budget: the controller's pass and status, and the
+/// plan (by index) and its resources in flight: `working_of` it (its bindings Kratix works on for
+/// it, [`kratix_working_run`]), the verifying its status records, and `sent_of` it (starts sent
+/// and not yet in the caller's view). One walk over the plans serves every budget: the controller's pass and status, and the
 /// plugin's `budgets`.
 pub fn runs_under(
     budgets: &[&UpgradeBudget],
     plans: &[&UpgradePlan],
     runs: &[&UpgradeRun],
-    bindings_of: impl Fn(&str) -> Vec<Arc<dyn BindingFacts>>,
+    working_of: impl Fn(&str) -> usize,
     sent_of: impl Fn(&str) -> usize,
 ) -> Vec<(Vec<bool>, BudgetRun)> {
     let mut under = Vec::new();
@@ -124,11 +135,9 @@ pub fn runs_under(
         if active.is_empty() {
             continue;
         }
-        let bindings = bindings_of(promise);
         for run in active {
             let name = run.metadata.name.as_deref().unwrap_or_default();
-            let working = bindings.iter().filter(|b| kratix_working_for(b.as_ref(), name)).count();
-            under.push((selected.clone(), BudgetRun::of(run, working + sent_of(name))));
+            under.push((selected.clone(), BudgetRun::of(run, working_of(name) + sent_of(name))));
         }
     }
     under
@@ -147,7 +156,7 @@ pub struct BudgetRun {
 }
 
 impl BudgetRun {
-    /// `run`, with `in_flight` of its resources in flight by its bindings ([`kratix_working_for`])
+    /// `run`, with `in_flight` of its resources in flight by its bindings ([`kratix_working_run`])
     /// and those its last status says are being verified.
     pub fn of(run: &UpgradeRun, working: usize) -> BudgetRun {
         let status = run.status.as_ref();
@@ -221,29 +230,37 @@ pub fn grant(budget: &BudgetFacts, run: &str, admitted: DateTime<Utc>, own_in_fl
     let others = budget.others.iter().filter(|o| o.name != run);
     let in_flight = own_in_flight + budget.sent + others.clone().map(|o| o.in_flight).sum::<usize>();
     let free = budget.max.saturating_sub(in_flight);
-    let mut waiting: Vec<(DateTime<Utc>, &str)> = others
+    let waiting = others
         .filter(|o| o.waiting())
         .map(|o| (o.admitted, o.name.as_str()))
-        .chain([(admitted, run)])
-        .collect();
-    waiting.sort();
-    let share = free.div_ceil(waiting.len());
-    let mut left = free;
-    let mut units = 0;
-    for (_, name) in waiting {
-        let given = share.min(left);
-        if name == run {
-            units = given;
-            break;
-        }
-        left -= given;
-    }
+        .chain([(admitted, run)]);
+    let units = shares(free, waiting)
+        .into_iter()
+        .find(|(name, _)| *name == run)
+        .map_or(0, |(_, units)| units);
     Grant {
         budget: budget.name.clone(),
         in_flight,
         max: budget.max,
         units,
     }
+}
+
+/// How `free` units go to the `waiting` runs (each with its admission): at most a share each
+/// (free ÷ waiting, rounded up), the oldest admitted first; in that order.
+fn shares<'a>(free: usize, waiting: impl Iterator<Item = (DateTime<Utc>, &'a str)>) -> Vec<(&'a str, usize)> {
+    let mut waiting: Vec<(DateTime<Utc>, &str)> = waiting.collect();
+    waiting.sort();
+    let share = free.div_ceil(waiting.len().max(1));
+    let mut left = free;
+    waiting
+        .into_iter()
+        .map(|(_, name)| {
+            let given = share.min(left);
+            left -= given;
+            (name, given)
+        })
+        .collect()
 }
 
 /// Every budget's grant, by budget name; the run may start at most the least of their units.
@@ -264,17 +281,25 @@ pub fn rationing(grants: &[Grant], wanted: usize) -> Option<&Grant> {
 }
 
 /// The runs to look again after a run's pass (`own_in_flight` of its resources in flight,
-/// `starts` going out now): the waiting runs of every budget that still has free units then. A
-/// waiting run takes what is free when it looks, so the wakes end once nothing is free or nobody
-/// waits.
+/// `starts` going out now): in every budget that still has free units then, the waiting runs
+/// those units would go to ([`shares`]), and no others — fifty runs waiting for one freed unit
+/// are one pass, not fifty. A waiting run takes what is free when it looks, so the wakes end
+/// once nothing is free or nobody waits.
 pub fn to_wake(budgets: &[BudgetFacts], own_in_flight: usize, starts: usize) -> Vec<String> {
     let mut wake: Vec<String> = budgets
         .iter()
-        .filter(|b| {
+        .flat_map(|b| {
             let in_flight = own_in_flight + starts + b.sent + b.others.iter().map(|o| o.in_flight).sum::<usize>();
-            in_flight < b.max
+            let waiting = b
+                .others
+                .iter()
+                .filter(|o| o.waiting())
+                .map(|o| (o.admitted, o.name.as_str()));
+            shares(b.max.saturating_sub(in_flight), waiting)
+                .into_iter()
+                .filter(|(_, units)| *units > 0)
+                .map(|(name, _)| name.to_string())
         })
-        .flat_map(|b| b.others.iter().filter(|o| o.waiting()).map(|o| o.name.clone()))
         .collect();
     wake.sort();
     wake.dedup();
@@ -523,11 +548,18 @@ mod tests {
     }
 
     #[test]
-    fn the_waiting_runs_are_woken_while_units_are_left_free() {
+    fn the_waiting_runs_the_free_units_go_to_are_woken() {
         let others = vec![other("b", 5, 1, true), other("c", 6, 0, false), other("d", 7, 0, true)];
         // (case, max, own in flight, starts, woken)
         let cases: Vec<(&str, usize, usize, usize, Vec<&str>)> = vec![
-            ("units left: every waiting run", 4, 1, 1, vec!["b", "d"]),
+            ("two units left: one each", 5, 1, 1, vec!["b", "d"]),
+            (
+                "one unit left: the oldest admitted waiting run only",
+                4,
+                1,
+                1,
+                vec!["b"],
+            ),
             ("this pass took the last unit", 4, 1, 2, vec![]),
             ("full before the pass", 2, 1, 0, vec![]),
             (
@@ -618,17 +650,13 @@ mod tests {
         ];
         let working = started(binding("ns", "a", &[], "v1", "v2"), "pg-1", "2026-06-01T10:00:00Z");
         let done = started(binding("ns", "b", &[], "v2", "v2"), "pg-1", "2026-06-01T10:00:00Z");
-        let bindings_of = |promise: &str| -> Vec<Arc<dyn BindingFacts>> {
-            match promise {
-                "postgres" => vec![Arc::new(working.clone()), Arc::new(done.clone())],
-                _ => Vec::new(),
-            }
-        };
+        let working = in_flight_by_run([&working as &dyn BindingFacts, &done]);
+        assert_eq!(working, BTreeMap::from([("pg-1".to_string(), 1)]));
         let under = runs_under(
             &[&every, &redis_only],
             &plans.iter().collect::<Vec<_>>(),
             &runs.iter().collect::<Vec<_>>(),
-            bindings_of,
+            |run| working.get(run).copied().unwrap_or(0),
             |run| usize::from(run == "rd-1") * 2,
         );
         let seen: Vec<(Vec<bool>, &str, usize)> = under
@@ -722,7 +750,7 @@ mod tests {
             ),
         ];
         for (case, b, want) in cases {
-            assert_eq!(kratix_working_for(&b, "up"), want, "{case}");
+            assert_eq!(kratix_working_run(&b) == Some("up"), want, "{case}");
         }
     }
 }

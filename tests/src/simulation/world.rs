@@ -458,16 +458,12 @@ impl World {
         }
         let runs: Vec<&UpgradeRun> = self.runs.iter().collect();
         let name = run.name_any();
+        let working = upgrade_budget::in_flight_by_run(bindings.iter().map(|b| b as &dyn BindingFacts));
         let others = upgrade_budget::runs_under(
             &[budget],
             &[&self.plan],
             &runs,
-            |_| {
-                bindings
-                    .iter()
-                    .map(|b| Arc::new(b.clone()) as Arc<dyn BindingFacts>)
-                    .collect()
-            },
+            |run| working.get(run).copied().unwrap_or(0),
             |_| 0,
         )
         .into_iter()
