@@ -774,6 +774,17 @@ impl TestEnv {
     /// Starts the kratix-sim binary (`exe`: `env!("CARGO_BIN_EXE_kratix-sim")` in a test) for
     /// this test's Promise. Its log goes to `$TMPDIR/<id>-kratix-sim.log`.
     pub fn start_sim(&mut self, exe: &str, extra_args: &[&str]) -> anyhow::Result<PathBuf> {
+        let promise = self.promise.clone();
+        self.start_sim_of(exe, Some(&promise), extra_args)
+    }
+
+    /// [`TestEnv::start_sim`] for the bindings of every Promise, as one Kratix serves them all
+    /// (scale-bench's many plans).
+    pub fn start_sim_for_every_promise(&mut self, exe: &str, extra_args: &[&str]) -> anyhow::Result<PathBuf> {
+        self.start_sim_of(exe, None, extra_args)
+    }
+
+    fn start_sim_of(&mut self, exe: &str, promise: Option<&str>, extra_args: &[&str]) -> anyhow::Result<PathBuf> {
         let log = std::env::temp_dir().join(format!("{}-kratix-sim.log", self.id));
         let file = std::fs::File::create(&log)?;
         let mut command = tokio::process::Command::new(exe);
@@ -785,8 +796,10 @@ impl TestEnv {
             command.env("RUST_LOG", "info,upgradeplan_e2e::sim=debug");
         }
         self.sim_log = Some(log.clone());
+        if let Some(promise) = promise {
+            command.args(["--promise", promise]);
+        }
         let child = command
-            .args(["--promise", &self.promise])
             .args(extra_args)
             .stdout(Stdio::null())
             .stderr(file)

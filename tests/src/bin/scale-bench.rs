@@ -33,7 +33,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
 use serde_json::json;
 use upgradeplan::api::kratix::{BindingFacts, ResourceBinding, PROMISE_NAME_LABEL};
-use upgradeplan::api::{RunState, UpgradeRun};
+use upgradeplan::api::{RunState, UpgradeBudget, UpgradeFreeze, UpgradePlan, UpgradeRun};
 use upgradeplan_e2e::harness::{http_get, proc_stat, workspace_bin, TestEnv};
 
 const CONCURRENCY: usize = 16;
@@ -45,9 +45,14 @@ fn phase_timeout(n: usize) -> Duration {
 }
 
 async fn create_bindings(env: &mut TestEnv, n: usize) -> anyhow::Result<Vec<(String, String)>> {
+    create_bindings_in(env, n, 10).await
+}
+
+/// `n` bindings of `env`'s Promise at v1.0.0, over `namespaces` namespaces.
+async fn create_bindings_in(env: &mut TestEnv, n: usize, namespaces: usize) -> anyhow::Result<Vec<(String, String)>> {
     let namespaces: Vec<String> = {
         let mut v = vec![];
-        for i in 0..10 {
+        for i in 0..namespaces {
             v.push(env.namespace(&format!("n{i}")).await?);
         }
         v
@@ -100,16 +105,31 @@ async fn floor(env: &TestEnv, bindings: &[(String, String)]) -> anyhow::Result<D
 /// kratix-sim has applied `to` to every one. Returns its wall time and the number it upgraded. Its
 /// patches are its own field manager's, not the bindings' creator's (Kratix, in a real cluster).
 async fn reference(env: &TestEnv, from: &str, to: &str, n: usize) -> anyhow::Result<(Duration, usize)> {
+    reference_over(env, &of_promises(&[env.promise.as_str()]), from, to, n).await
+}
+
+/// The label selector of the bindings of `promises`.
+fn of_promises(promises: &[&str]) -> String {
+    match promises {
+        [one] => format!("{PROMISE_NAME_LABEL}={one}"),
+        many => format!("{PROMISE_NAME_LABEL} in ({})", many.join(",")),
+    }
+}
+
+/// [`reference`] over the bindings `selector` selects (of many Promises: one orchestrator doing
+/// every plan's upgrades).
+async fn reference_over(
+    env: &TestEnv,
+    selector: &str,
+    from: &str,
+    to: &str,
+    n: usize,
+) -> anyhow::Result<(Duration, usize)> {
     let api: Api<ResourceBinding> = Api::all(env.client.clone());
-    let selector = format!("{PROMISE_NAME_LABEL}={}", env.promise);
     let t = Instant::now();
     let (listed_tx, listed_rx) = tokio::sync::oneshot::channel::<std::collections::HashSet<(String, String)>>();
     let watch = {
-        let (api, config, to) = (
-            api.clone(),
-            watcher::Config::default().labels(&selector),
-            to.to_string(),
-        );
+        let (api, config, to) = (api.clone(), watcher::Config::default().labels(selector), to.to_string());
         tokio::spawn(async move {
             let mut done = std::collections::HashSet::new();
             let mut stream = watcher(api, config).default_backoff().applied_objects().boxed();
@@ -132,7 +152,7 @@ async fn reference(env: &TestEnv, from: &str, to: &str, n: usize) -> anyhow::Res
             }
         })
     };
-    let listed = api.list(&kube::api::ListParams::default().labels(&selector)).await?;
+    let listed = api.list(&kube::api::ListParams::default().labels(selector)).await?;
     let eligible: Vec<(String, String, Option<String>)> = listed
         .items
         .iter()
@@ -164,10 +184,12 @@ async fn reference(env: &TestEnv, from: &str, to: &str, n: usize) -> anyhow::Res
     Ok((finished - t, eligible.len()))
 }
 
-/// When the bench's observer saw the first and the last of `n` bindings carry `spec.version == to`.
+/// When the bench's observer saw the first and the last of `n` bindings carry `spec.version == to`,
+/// and the most it saw in flight at once (carrying `to`, not yet applied by kratix-sim).
 struct Patched {
     first: Instant,
     all: Instant,
+    peak_in_flight: usize,
 }
 
 /// The bench's observer, the same in both timed phases (so that neither carries more of the
@@ -176,13 +198,25 @@ struct Patched {
 /// the bindings: at 10k the list costs the API server seconds, which used to overlap the start of
 /// the phase timed next (its first patch came 8 to 13 s after it began).
 async fn observe_patched(env: &TestEnv, to: &str, n: usize) -> anyhow::Result<tokio::task::JoinHandle<Patched>> {
+    observe_patched_over(env, &of_promises(&[env.promise.as_str()]), to, n).await
+}
+
+/// [`observe_patched`] over the bindings `selector` selects.
+async fn observe_patched_over(
+    env: &TestEnv,
+    selector: &str,
+    to: &str,
+    n: usize,
+) -> anyhow::Result<tokio::task::JoinHandle<Patched>> {
     let api: Api<ResourceBinding> = Api::all(env.client.clone());
-    let config = watcher::Config::default().labels(&format!("{PROMISE_NAME_LABEL}={}", env.promise));
+    let config = watcher::Config::default().labels(selector);
     let to = to.to_string();
     let (listed_tx, listed_rx) = tokio::sync::oneshot::channel::<()>();
     let observer = tokio::spawn(async move {
         let mut listed_tx = Some(listed_tx);
         let mut started = std::collections::HashSet::new();
+        let mut in_flight = std::collections::HashSet::new();
+        let mut peak_in_flight = 0;
         let mut first = None;
         let mut stream = watcher(api, config).default_backoff().boxed();
         while let Some(Ok(event)) = stream.next().await {
@@ -196,14 +230,22 @@ async fn observe_patched(env: &TestEnv, to: &str, n: usize) -> anyhow::Result<to
                 }
                 watcher::Event::Init | watcher::Event::Delete(_) => continue,
             };
+            let key = (b.namespace().unwrap_or_default(), b.name_any());
+            if b.spec.version == to && b.last_applied_version() != to {
+                in_flight.insert(key.clone());
+                peak_in_flight = peak_in_flight.max(in_flight.len());
+            } else {
+                in_flight.remove(&key);
+            }
             if b.spec.version == to {
                 let now = Instant::now();
                 first.get_or_insert(now);
-                started.insert((b.namespace().unwrap_or_default(), b.name_any()));
+                started.insert(key);
                 if started.len() == n {
                     return Patched {
                         first: first.unwrap_or(now),
                         all: now,
+                        peak_in_flight,
                     };
                 }
             }
@@ -212,6 +254,7 @@ async fn observe_patched(env: &TestEnv, to: &str, n: usize) -> anyhow::Result<to
         Patched {
             first: first.unwrap_or(now),
             all: now,
+            peak_in_flight,
         }
     });
     tokio::time::timeout(phase_timeout(n), listed_rx)
@@ -219,6 +262,49 @@ async fn observe_patched(env: &TestEnv, to: &str, n: usize) -> anyhow::Result<to
         .context("the observer's watch did not list the bindings")?
         .context("the observer's watch ended before it listed the bindings")?;
     Ok(observer)
+}
+
+/// The controller's requests between two scrapes of its metrics, by method and resource, most first.
+fn controller_requests(before: &str, after: &str) -> String {
+    let counts = |text: &str| -> HashMap<String, f64> {
+        text.lines()
+            .filter(|l| l.starts_with("rest_client_requests_total{"))
+            .filter_map(|l| {
+                let (labels, value) = l.rsplit_once(' ')?;
+                Some((
+                    labels.trim_start_matches("rest_client_requests_total").to_string(),
+                    value.parse().ok()?,
+                ))
+            })
+            .collect()
+    };
+    let (before, after) = (counts(before), counts(after));
+    let mut moved: Vec<(String, f64)> = after
+        .into_iter()
+        .map(|(k, v)| {
+            let d = v - before.get(&k).copied().unwrap_or(0.0);
+            (k, d)
+        })
+        .filter(|(_, d)| *d >= 1.0)
+        .collect();
+    moved.sort_by(|a, b| b.1.total_cmp(&a.1));
+    moved
+        .iter()
+        .map(|(k, d)| format!("{k} {d:.0}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether a `rest_client_requests_total` line counts writes.
+fn is_write(l: &str) -> bool {
+    [
+        "method=\"PATCH\"",
+        "method=\"POST\"",
+        "method=\"PUT\"",
+        "method=\"DELETE\"",
+    ]
+    .iter()
+    .any(|m| l.contains(m))
 }
 
 fn metric_sum(text: &str, name: &str, filter: impl Fn(&str) -> bool) -> f64 {
@@ -524,16 +610,6 @@ async fn scale(n: usize) -> anyhow::Result<Measured> {
         metric_sum(&after, "rest_client_requests_total", filter)
             - metric_sum(&before, "rest_client_requests_total", filter)
     };
-    let is_write = |l: &str| {
-        [
-            "method=\"PATCH\"",
-            "method=\"POST\"",
-            "method=\"PUT\"",
-            "method=\"DELETE\"",
-        ]
-        .iter()
-        .any(|m| l.contains(m))
-    };
     let writes = delta(&|l| is_write(l));
     let event_writes = delta(&|l| is_write(l) && l.contains("resource=\"events\""));
     let reads = delta(&|l| l.contains("method=\"GET\""));
@@ -594,6 +670,297 @@ async fn scale(n: usize) -> anyhow::Result<Measured> {
         wall,
         reference: reference_wall,
     })
+}
+
+/// The many-plans scenario (`plans:PxB`): P plans over P Promises, B bindings each, one
+/// kratix-sim for all. The Saturday night of spec §13.8: every plan's run starts in the same
+/// minute (all created while an UpgradeFreeze holds them, then the freeze is lifted), measured
+/// without a budget and under one UpgradeBudget of `budget`, against the reference orchestrator
+/// doing the same P×B upgrades. Each variant upgrades every binding one version on (the
+/// reference v1→v2, the runs without a budget v2→v3, under the budget v3→v4), so nothing is put
+/// back between them. Before each variant's timed phase, the cost of one binding event with one
+/// run active and with all P active (held by the freeze): a binding event must wake only the runs
+/// of its Promise's plan, so its cost stays flat as plans are added.
+async fn many_plans(plans: usize, per_plan: usize, budget: usize) -> anyhow::Result<()> {
+    let total = plans * per_plan;
+    let tag = format!("[{plans} plans x {per_plan}]");
+    let sim = workspace_bin("kratix-sim")?;
+    let t = Instant::now();
+    let mut envs = Vec::with_capacity(plans);
+    let mut bindings = Vec::with_capacity(plans);
+    for i in 0..plans {
+        let mut env = TestEnv::new(&format!("many{i}")).await?;
+        env.promise_with_revisions(&["v1.0.0", "v2.0.0", "v3.0.0", "v4.0.0"], "v4.0.0")
+            .await?;
+        bindings.push(create_bindings_in(&mut env, per_plan, 2).await?);
+        envs.push(env);
+    }
+    println!(
+        "{tag} created {plans} Promises and {total} bindings (with status) in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let promises: Vec<String> = envs.iter().map(|e| e.promise.clone()).collect();
+    let selector = of_promises(&promises.iter().map(String::as_str).collect::<Vec<_>>());
+    let first = envs.first_mut().context("no plans")?;
+    first.start_sim_for_every_promise(sim.to_str().unwrap_or_default(), &["--delay", "0s"])?;
+
+    // The reference orchestrator: every binding of every Promise, v1 -> v2.
+    let cpu = Cpu::new(None, first.sim_pid());
+    let observer = observe_patched_over(first, &selector, "v2.0.0", total).await?;
+    let requests_before = apiserver_requests(&first.client).await;
+    let cpu_before = cpu.read();
+    let t = Instant::now();
+    let (reference_wall, upgraded) = reference_over(first, &selector, "v1.0.0", "v2.0.0", total).await?;
+    let reference_cpu = cpu.report(&cpu_before, &cpu.read());
+    let reference_requests = requests_between(&requests_before, &apiserver_requests(&first.client).await);
+    let observed = observer.await?;
+    anyhow::ensure!(
+        upgraded == total,
+        "the reference orchestrator upgraded {upgraded} of {total}"
+    );
+    println!(
+        "{tag} reference orchestrator: {total} upgrades of {plans} Promises ({CONCURRENCY} patches at a time, every completion watched): {:.2} s (every binding patched after {:.2} s; at most {} in flight)",
+        reference_wall.as_secs_f64(),
+        (observed.all - t).as_secs_f64(),
+        observed.peak_in_flight
+    );
+    println!("{tag} reference orchestrator: {reference_cpu}");
+    println!("{tag} reference orchestrator: {reference_requests}");
+
+    let (k, v) = first.selector();
+    let plan_names: Vec<String> = (0..plans).map(|i| format!("{}-plan{i:02}", first.id)).collect();
+    let mut summary = vec![];
+    for (variant, (from, to), cap) in [
+        ("without a budget", ("v2.0.0", "v3.0.0"), None),
+        ("under one budget", ("v3.0.0", "v4.0.0"), Some(budget)),
+    ] {
+        let tag = match cap {
+            Some(cap) => format!("{tag} {variant} of {cap}"),
+            None => format!("{tag} {variant}"),
+        };
+        let plans_api: Api<UpgradePlan> = Api::all(first.client.clone());
+        for (plan, promise) in plan_names.iter().zip(&promises) {
+            let spec = json!({"promiseRef": {"name": promise}, "upgradePath": {"from": [from], "to": to},
+                              "rolloutGroups": [{"name": "all", "selectors": {"matchAll": true}, "maxConcurrent": "100%"}]});
+            let object: UpgradePlan = serde_json::from_value(json!({
+                "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradePlan",
+                "metadata": {"name": plan, "labels": {k.clone(): v.clone()}}, "spec": spec
+            }))?;
+            plans_api
+                .patch(plan, &PatchParams::apply("scale-bench").force(), &Patch::Apply(&object))
+                .await?;
+        }
+        let budget_name = format!("{}-saturday", first.id);
+        let budgets: Api<UpgradeBudget> = Api::all(first.client.clone());
+        if let Some(cap) = cap {
+            let object: UpgradeBudget = serde_json::from_value(json!({
+                "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeBudget",
+                "metadata": {"name": budget_name, "labels": {k.clone(): v.clone()}},
+                "spec": {"maxInFlight": cap, "planSelector": {"matchLabels": {k.clone(): v.clone()}}}
+            }))?;
+            budgets.create(&PostParams::default(), &object).await?;
+        }
+        // The freeze that holds every run until the timed phase.
+        let freeze_name = format!("{}-hold", first.id);
+        let freezes: Api<UpgradeFreeze> = Api::all(first.client.clone());
+        let now = chrono::Utc::now();
+        let minute = |t: chrono::DateTime<chrono::Utc>| t.format("%Y-%m-%dT%H:%M").to_string();
+        let freeze: UpgradeFreeze = serde_json::from_value(json!({
+            "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeFreeze",
+            "metadata": {"name": freeze_name, "labels": {k.clone(): v.clone()}},
+            "spec": {"reason": "until the bench lifts it",
+                     "periods": [{"start": minute(now - chrono::TimeDelta::hours(1)), "end": minute(now + chrono::TimeDelta::days(1))}],
+                     "planSelector": {"matchLabels": {k.clone(): v.clone()}}}
+        }))?;
+        freezes.create(&PostParams::default(), &freeze).await?;
+
+        let metrics_addr = format!("127.0.0.1:{}", upgradeplan_e2e::harness::free_port()?);
+        let controller = first
+            .start_controller(&["--metrics-addr", &metrics_addr, "--log-level", "warn"])
+            .await?;
+        let filled = Instant::now();
+        loop {
+            let text = http_get(&metrics_addr, "/metrics")
+                .await
+                .map(|(_, t)| t)
+                .unwrap_or_default();
+            if metric_sum(&text, "upgradeplan_group_max_concurrent", |_| true) == total as f64 {
+                break;
+            }
+            anyhow::ensure!(
+                filled.elapsed() < phase_timeout(total),
+                "the controller's caches did not fill"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        let cached_mib = memory_mib(controller.child.id(), "VmRSS");
+        println!(
+            "{tag} controller started; caches filled and {plans} plans reconciled after {:.1} s; resident {cached_mib:.1} MiB",
+            filled.elapsed().as_secs_f64()
+        );
+
+        // One binding event's cost, with one run active and then with every plan's run active.
+        let run_name = |plan: &str| format!("{plan}-{}", to.replace('.', "-"));
+        let mut costs = vec![];
+        let mut created = 0;
+        for active in [1, plans] {
+            for plan in &plan_names[created..active] {
+                first.create_run(&run_name(plan), plan, false).await?;
+            }
+            created = active;
+            for plan in &plan_names[..active] {
+                first
+                    .wait_run(&run_name(plan), phase_timeout(per_plan), "held by the freeze", |r| {
+                        upgradeplan::api::find_condition(
+                            r.status.as_ref().map(|s| &s.conditions[..]).unwrap_or_default(),
+                            upgradeplan::api::reasons::FROZEN,
+                        )
+                        .is_some_and(|c| c.status == upgradeplan::api::ConditionStatus::True)
+                    })
+                    .await?;
+            }
+            let cost = binding_event_cost(first, &bindings[0], &metrics_addr, controller.child.id(), active).await?;
+            println!(
+                "{tag} one binding event of plan00's Promise with {active} run(s) active: {:.2} run reconciles, {:.2} ms of controller CPU",
+                cost.0, cost.1
+            );
+            costs.push(cost);
+        }
+        let (_, before) = http_get(&metrics_addr, "/metrics").await?;
+        let observer = observe_patched_over(first, &selector, to, total).await?;
+        let cpu = Cpu::new(controller.child.id(), first.sim_pid());
+        let requests_before = apiserver_requests(&first.client).await;
+        let cpu_before = cpu.read();
+        // Lifted: every run starts at once.
+        let t = Instant::now();
+        freezes.delete(&freeze_name, &Default::default()).await?;
+        let mut ends = vec![];
+        for plan in &plan_names {
+            let done = wait_terminal(first, &run_name(plan), phase_timeout(total)).await?;
+            let status = done.status.clone().unwrap_or_default();
+            anyhow::ensure!(
+                status.state == RunState::Completed && status.completed_resources == per_plan as i64,
+                "{} ended {:?} with {}/{}",
+                run_name(plan),
+                status.state,
+                status.completed_resources,
+                status.total_resources
+            );
+            ends.push(t.elapsed());
+        }
+        let wall = t.elapsed();
+        let run_cpu = cpu.report(&cpu_before, &cpu.read());
+        let run_requests = requests_between(&requests_before, &apiserver_requests(&first.client).await);
+        let observed = observer.await?;
+        let (_, after) = http_get(&metrics_addr, "/metrics").await?;
+        let writes = metric_sum(&after, "rest_client_requests_total", is_write)
+            - metric_sum(&before, "rest_client_requests_total", is_write);
+        let peak = memory_mib(controller.child.id(), "VmHWM");
+        println!("{tag} controller requests: {}", controller_requests(&before, &after));
+        println!(
+            "{tag} freeze lifted -> all {plans} runs Completed: {:.2} s = {:.2}x the reference orchestrator (target <= 1.25x); every binding patched after {:.2} s; at most {} in flight as the bench's watch saw it{}",
+            wall.as_secs_f64(),
+            wall.as_secs_f64() / reference_wall.as_secs_f64(),
+            (observed.all - t).as_secs_f64(),
+            observed.peak_in_flight,
+            match cap {
+                Some(cap) if observed.peak_in_flight <= cap => format!(" (the budget of {cap} held)"),
+                Some(cap) => format!(" (ABOVE the budget of {cap})"),
+                None => String::new(),
+            }
+        );
+        println!("{tag} run: {run_cpu}");
+        println!("{tag} run: {run_requests}");
+        println!(
+            "{tag} controller writes per upgraded resource: {:.3} (target <= 1.2); peak RSS {peak:.1} MiB (target <= 300 MiB)",
+            writes / total as f64
+        );
+        summary.push((tag, wall, writes / total as f64, peak, costs));
+        drop(controller);
+        if cap.is_some() {
+            budgets.delete(&budget_name, &Default::default()).await?;
+        }
+    }
+    println!("{}", "-".repeat(40));
+    for (tag, wall, writes, peak, costs) in &summary {
+        println!(
+            "{tag}: {:.2}x the reference ({:.1} s vs {:.1} s); {writes:.3} writes per resource; peak RSS {peak:.1} MiB; one binding event: {}",
+            wall.as_secs_f64() / reference_wall.as_secs_f64(),
+            wall.as_secs_f64(),
+            reference_wall.as_secs_f64(),
+            costs
+                .iter()
+                .zip([1, plans])
+                .map(|((reconciles, ms), active)| format!("{reconciles:.2} reconciles and {ms:.2} ms with {active} active"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    for env in envs {
+        env.teardown_settled(phase_timeout(per_plan)).await?;
+    }
+    Ok(())
+}
+
+/// Events spaced beyond the controller's 50 ms debounce, so that each is reconciled on its own.
+const EVENT_SPACING: Duration = Duration::from_millis(120);
+/// How many binding events each cost is averaged over.
+const EVENTS: usize = 100;
+
+/// The cost of one binding event of `bindings`' Promise: run reconciles and controller CPU
+/// milliseconds per event, over [`EVENTS`] label changes (a label nothing selects on), read once
+/// the controller has gone quiet after the last.
+async fn binding_event_cost(
+    env: &TestEnv,
+    bindings: &[(String, String)],
+    metrics_addr: &str,
+    controller: Option<u32>,
+    round: usize,
+) -> anyhow::Result<(f64, f64)> {
+    let reconciles = || async {
+        let text = http_get(metrics_addr, "/metrics")
+            .await
+            .map(|(_, t)| t)
+            .unwrap_or_default();
+        metric_sum(&text, "controller_runtime_reconcile_total", |l| {
+            l.contains("controller=\"upgraderun\"")
+        })
+    };
+    let cpu = Cpu::new(controller, None);
+    let quiet = |since: f64| async move {
+        // Quiet: no run reconcile for a second.
+        let mut last = since;
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let now = reconciles().await;
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+    };
+    let start = quiet(reconciles().await).await;
+    let cpu_before = cpu.read();
+    let events = bindings.len().min(EVENTS);
+    for (ns, name) in bindings.iter().take(events) {
+        env.bindings_api(ns)
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"scale-bench/touched": round.to_string()}}})),
+            )
+            .await?;
+        tokio::time::sleep(EVENT_SPACING).await;
+    }
+    let end = quiet(reconciles().await).await;
+    let cpu_after = cpu.read();
+    let ticks = cpu_after.processes[0].saturating_sub(cpu_before.processes[0]) as f64;
+    // The idle controller's own ticks over the same time are part of it (timers, scrapes of this
+    // bench): small beside a pass, and the same with one run active or fifty.
+    Ok((
+        (end - start) / events as f64,
+        ticks / cpu.ticks_per_second * 1000.0 / events as f64,
+    ))
 }
 
 /// maxConcurrent 1 over 100 bindings: from one binding's completion (seen by a watch) to the
@@ -694,13 +1061,39 @@ fn parse_size(arg: &str) -> anyhow::Result<(usize, usize)> {
     Ok((parse(n, "the size")?, parse(k, "the number of measurements")?))
 }
 
+/// The many-plans scenario's argument, `plans:PxB` or `plans:PxB@BUDGET` (P plans of B bindings
+/// each, measured without a budget and under one of BUDGET, 200 unless given).
+fn parse_plans(arg: &str) -> anyhow::Result<Option<(usize, usize, usize)>> {
+    let Some(rest) = arg.strip_prefix("plans:") else {
+        return Ok(None);
+    };
+    let (sizes, budget) = rest.split_once('@').unwrap_or((rest, "200"));
+    let (p, b) = sizes
+        .split_once('x')
+        .with_context(|| format!("{arg:?}: many plans are plans:PxB[@BUDGET], e.g. plans:50x2000@200"))?;
+    let parse = |v: &str, what: &str| {
+        v.parse::<usize>().ok().filter(|v| *v > 0).with_context(|| {
+            format!("{arg:?}: {what} must be a positive whole number (plans:PxB[@BUDGET], e.g. plans:50x2000@200)")
+        })
+    };
+    Ok(Some((
+        parse(p, "P (plans)")?,
+        parse(b, "B (bindings per plan)")?,
+        parse(budget, "BUDGET")?,
+    )))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let sizes: Vec<(usize, usize)> = std::env::args()
-        .skip(1)
-        .map(|a| parse_size(&a))
-        .collect::<anyhow::Result<_>>()?;
-    let sizes = if sizes.is_empty() {
+    let mut sizes: Vec<(usize, usize)> = vec![];
+    let mut many: Vec<(usize, usize, usize)> = vec![];
+    for arg in std::env::args().skip(1) {
+        match parse_plans(&arg)? {
+            Some(m) => many.push(m),
+            None => sizes.push(parse_size(&arg)?),
+        }
+    }
+    let sizes = if sizes.is_empty() && many.is_empty() {
         vec![(1_000, 5), (10_000, 1)]
     } else {
         sizes
@@ -711,6 +1104,12 @@ async fn main() -> anyhow::Result<()> {
         env!("CARGO_PKG_VERSION")
     );
     wait_for_cluster_watchers().await?;
+    for (plans, per_plan, budget) in many {
+        many_plans(plans, per_plan, budget).await?;
+    }
+    if sizes.is_empty() {
+        return Ok(());
+    }
     reaction_latency().await?;
     let mut measured = vec![];
     for (n, times) in sizes {
