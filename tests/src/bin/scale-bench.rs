@@ -1,6 +1,9 @@
 //! `make bench-scale`: the controller at scale on the real control plane, against the floor
 //! measured in the same run. Prints the figures; docs/performance.md records them.
 //!
+//! Fifty plans at once (`plans:PxB[@BUDGET]`, `plans:50x200` by default, `plans:50x2000` for the
+//! 100k of issue 43): see [`many_plans`].
+//!
 //! For each size N (1k five times and 10k once by default, `1000x5 10000`: `NxK` measures N
 //! bindings K times, each with fresh bindings, and reports every ratio and the median; `make
 //! bench-scale SIZES="10000 100000"` for 100k), N bindings in one group (maxConcurrent 100%,
@@ -1093,10 +1096,11 @@ async fn main() -> anyhow::Result<()> {
             None => sizes.push(parse_size(&arg)?),
         }
     }
-    let sizes = if sizes.is_empty() && many.is_empty() {
-        vec![(1_000, 5), (10_000, 1)]
+    // By default: 1k five times, 10k once, and fifty plans of 200 bindings each.
+    let (sizes, many) = if sizes.is_empty() && many.is_empty() {
+        (vec![(1_000, 5), (10_000, 1)], vec![(50, 200, 200)])
     } else {
-        sizes
+        (sizes, many)
     };
     println!(
         "machine: {} cores; {}",
