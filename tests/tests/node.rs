@@ -78,6 +78,46 @@ async fn pods(client: &kube::Client) -> Vec<(String, bool, i32, String)> {
         .collect()
 }
 
+/// What a failure needs to be understood after the fact (the control plane is gone by then):
+/// each pod's events and the logs of its last exited container and of its current one.
+fn why_not_ready(pods: &[(String, bool, i32, String)]) -> String {
+    let run = |args: &[&str]| {
+        Command::new("kubectl")
+            .args(args)
+            .output()
+            .map(|o| {
+                format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                )
+            })
+            .unwrap_or_else(|e| format!("kubectl {args:?}: {e}"))
+    };
+    let tail = |text: String| {
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    };
+    pods.iter()
+        .map(|(name, ..)| {
+            format!(
+                "--- {name}: events\n{}\n--- {name}: previous container's log\n{}\n--- {name}: log\n{}",
+                tail(run(&[
+                    "get",
+                    "events",
+                    "-n",
+                    NS,
+                    "--field-selector",
+                    &format!("involvedObject.name={name}")
+                ])),
+                tail(run(&["logs", "-n", NS, name, "--previous"])),
+                tail(run(&["logs", "-n", NS, name])),
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 async fn both_ready(client: &kube::Client, within: Duration) -> Vec<(String, bool, i32, String)> {
     let deadline = Instant::now() + within;
     loop {
@@ -87,7 +127,8 @@ async fn both_ready(client: &kube::Client, within: Duration) -> Vec<(String, boo
         }
         assert!(
             Instant::now() < deadline,
-            "the controller's pods are not both Ready: {p:?}"
+            "the controller's pods are not both Ready: {p:?}\n{}",
+            why_not_ready(&p)
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
