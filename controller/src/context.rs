@@ -120,6 +120,9 @@ pub struct Ctx {
     pub budget_wakes: futures::channel::mpsc::UnboundedSender<kube::runtime::reflector::ObjectRef<UpgradeRun>>,
     /// The plans' signal gates, read through Prometheus.
     pub gates: Arc<crate::gates::GateReader>,
+    /// When this process last wrote each run's status, by run UID: its progress alone is written
+    /// at most every `lifecycle::PROGRESS_EVERY`.
+    pub status_written: Mutex<HashMap<String, std::time::Instant>>,
     /// Binding patches in flight across every run (`run::PATCH_CONCURRENCY` permits): fifty
     /// plans' runs starting at once send as many requests at a time as one, instead of fifty
     /// times as many to one API server and one Kratix.
@@ -371,6 +374,24 @@ impl Ctx {
         }
         if let Ok(mut a) = self.announced.lock() {
             a.remove(uid);
+        }
+        if let Ok(mut w) = self.status_written.lock() {
+            w.remove(uid);
+        }
+    }
+
+    /// How long a status of run `uid` that is [`only_progress`] must wait before it is written:
+    /// `None` when it may go now.
+    ///
+    /// [`only_progress`]: upgradeplan::engine::lifecycle::only_progress
+    pub fn progress_wait(&self, uid: &str) -> Option<std::time::Duration> {
+        let written = *self.status_written.lock().ok()?.get(uid)?;
+        upgradeplan::engine::lifecycle::PROGRESS_EVERY.checked_sub(written.elapsed())
+    }
+
+    pub fn status_written(&self, uid: &str) {
+        if let Ok(mut w) = self.status_written.lock() {
+            w.insert(uid.to_string(), std::time::Instant::now());
         }
     }
 }

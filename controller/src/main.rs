@@ -522,6 +522,7 @@ async fn run_controllers<F, Fut>(
         announced: Default::default(),
         retries: Default::default(),
         budget_ledger: Default::default(),
+        status_written: Default::default(),
         binding_writes: tokio::sync::Semaphore::new(run::PATCH_CONCURRENCY),
         budget_wakes,
         gates,

@@ -194,6 +194,9 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
     // write is conditional on it (see `apply_status_at`).
     let mut version = run.resource_version();
     let mut conflict = false;
+    let uid = run.uid().unwrap_or_default();
+    // Progress alone waits for its turn (PROGRESS_EVERY): this pass looks again then.
+    let mut progress_due = None;
     for write in step.writes(run.status.as_ref()) {
         match write {
             Write::Own(own) => match patch_run(&ctx.client, own).await {
@@ -247,6 +250,14 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
             }
             Write::Gauges(gauges) => ctx.metrics.set_run_gauges(&plan_name, gauges),
             Write::Status(status) => {
+                let only_progress = run
+                    .status
+                    .as_ref()
+                    .is_some_and(|current| lifecycle::only_progress(current, status));
+                if let (true, Some(wait)) = (only_progress, ctx.progress_wait(&uid)) {
+                    progress_due = Some(wait);
+                    continue;
+                }
                 let written =
                     crate::context::apply_status_at::<UpgradeRun>(&ctx.client, &run_name, status, version.as_deref())
                         .await;
@@ -259,12 +270,15 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
                     }
                     other => other?,
                 }
+                ctx.status_written(&uid);
                 if status.state == RunState::InProgress
                     && run.status.as_ref().map(|s| s.state) != Some(RunState::InProgress)
                 {
                     tracing::info!(run = %run_name, plan = %plan_name, resources = status.total_resources, "snapshot taken; run in progress");
                 }
             }
+            // The step's counts are the difference its status records: put off with it.
+            Write::Count if progress_due.is_some() => {}
             Write::Count => ctx.count(run, &step),
             Write::Release(release) => {
                 release_run(ctx, run, release).await?;
@@ -272,9 +286,10 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
             }
         }
     }
-    Ok(match (conflict, step.wake_at) {
+    let wake = step.wake_at.map(crate::clock::until);
+    Ok(match (conflict, wake.into_iter().chain(progress_due).min()) {
         (true, _) => Action::requeue(std::time::Duration::from_millis(200)),
-        (false, Some(at)) => Action::requeue(crate::clock::until(at)),
+        (false, Some(after)) => Action::requeue(after),
         (false, None) => Action::await_change(),
     })
 }
@@ -405,6 +420,7 @@ mod tests {
             announced: Default::default(),
             retries: Default::default(),
             budget_ledger: Default::default(),
+            status_written: Default::default(),
             binding_writes: tokio::sync::Semaphore::new(super::PATCH_CONCURRENCY),
             budget_wakes: futures::channel::mpsc::unbounded().0,
             gates: Arc::new(crate::gates::GateReader::new(None, std::time::Duration::from_secs(30))),

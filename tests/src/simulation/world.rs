@@ -55,6 +55,8 @@ pub struct World {
     pub lagging: Vec<ResourceBinding>,
     /// The runs as a lagging cache still holds them: before the last controller step.
     lagging_runs: Vec<UpgradeRun>,
+    /// Runs whose last step put off a status of progress alone: looked at again when it is due.
+    progress_due: BTreeSet<String>,
     pub revisions: Vec<String>,
     pub freezes: Vec<Arc<UpgradeFreeze>>,
     /// An UpgradeBudget selecting the plan (spec §13.8), if the world has one.
@@ -118,6 +120,9 @@ struct Process {
     reported: BTreeSet<(String, &'static str, String)>,
     /// Each run's Events as this process recalled them (`Ctx::recall_announcements`).
     recalled: BTreeMap<String, Announced>,
+    /// When this process last wrote each run's status (`Ctx::status_written`): a status that is
+    /// only progress waits `lifecycle::PROGRESS_EVERY` after it.
+    status_written: BTreeMap<String, DateTime<Utc>>,
 }
 
 /// The controller's counters, summed over every process (as `increase()` sums across restarts).
@@ -149,6 +154,8 @@ pub struct Tally {
     /// Steps of runs under a budget, and those the budget held (`BudgetExhausted`).
     pub budgeted_steps: u64,
     pub budget_holds: u64,
+    /// Status writes of progress alone put off (`lifecycle::only_progress`).
+    pub progress_deferred: u64,
     pub retries: u64,
     /// Binding patches refused by their precondition (a stale cache's steps).
     pub conflicts: u64,
@@ -180,6 +187,7 @@ impl Tally {
         self.revert_snapshots += other.revert_snapshots;
         self.budgeted_steps += other.budgeted_steps;
         self.budget_holds += other.budget_holds;
+        self.progress_deferred += other.progress_deferred;
         self.revert_starts += other.revert_starts;
         self.reverts_completed += other.reverts_completed;
         self.reverts_failed += other.reverts_failed;
@@ -409,6 +417,7 @@ impl World {
             resources,
             lagging,
             lagging_runs: Vec::new(),
+            progress_due: BTreeSet::new(),
             revisions: vec!["v1".into(), "v2".into()],
             freezes: Vec::new(),
             budget: shape.budget.map(|max| {
@@ -1168,7 +1177,11 @@ impl World {
         // A failed request fails the pass (the error policy requeues it with backoff); a refused
         // one requeues it at once (after 200 ms).
         let requeue = (failed.is_some() || refused).then(|| self.now + Duration::seconds(1));
-        match requeue.or(step.wake_at) {
+        let progress = self
+            .progress_due
+            .remove(&name)
+            .then(|| self.now + Duration::from_std(lifecycle::PROGRESS_EVERY).unwrap_or_default());
+        match requeue.or(step.wake_at.into_iter().chain(progress).min()) {
             Some(at) => self.wakes.insert(name, at),
             None => self.wakes.remove(&name),
         };
@@ -1264,6 +1277,24 @@ impl World {
                 let Some(i) = self.runs.iter().position(|r| r.name_any() == name) else {
                     return Ok(false);
                 };
+                // Progress alone waits for its turn, as the controller's carry_out does; the step
+                // is looked at again then (its wake below).
+                let (now, every) = (self.now, lifecycle::PROGRESS_EVERY);
+                let recent = self
+                    .process()
+                    .status_written
+                    .get(name)
+                    .is_some_and(|at| (now - *at).to_std().unwrap_or_default() < every);
+                if recent
+                    && self.runs[i]
+                        .status
+                        .as_ref()
+                        .is_some_and(|cur| lifecycle::only_progress(cur, status))
+                {
+                    self.tally.progress_deferred += 1;
+                    self.progress_due.insert(name.to_string());
+                    return Ok(true);
+                }
                 checker.health_counted(self, name, status)?;
                 let unchanged = self.runs[i].resource_version() == *read_version;
                 let version = if unchanged { self.version() } else { None };
@@ -1310,6 +1341,8 @@ impl World {
                 }
                 r.status = Some(status.clone());
                 r.metadata.resource_version = version;
+                let now = self.now;
+                self.process().status_written.insert(name.to_string(), now);
                 if !self.lagging_step {
                     self.tally.plugin_views += 1;
                     checker.viewed(self, name)?;
@@ -1348,6 +1381,9 @@ impl World {
                     self.publish(name, a.reason, &a.key, a.note.clone(), checker)?;
                 }
             }
+            // What a step counts is the difference its status records: with the status put
+            // off, so is the count (the controller's carry_out skips it too).
+            Write::Count if self.progress_due.contains(name) => {}
             Write::Count => {
                 self.count(run, step);
                 checker.counted(self, run)?;

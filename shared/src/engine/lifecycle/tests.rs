@@ -2783,3 +2783,83 @@ fn a_run_held_by_other_runs_units_looks_again_and_by_its_own_does_not() {
     assert_eq!(started(&s), 0);
     assert_eq!(s.wake_at, Some(t(3) + RECHECK));
 }
+
+#[test]
+fn only_progress_is_the_succeeded_counts_and_a_held_runs_budget_count() {
+    use crate::engine::upgrade_budget::texts::budgeted;
+    let held = |message: String| Condition {
+        type_: reasons::BUDGETED.into(),
+        status: ConditionStatus::True,
+        reason: reasons::BUDGET_EXHAUSTED.into(),
+        message,
+        last_transition_time: t(0),
+        observed_generation: None,
+    };
+    let base = UpgradeRunStatus {
+        state: RunState::InProgress,
+        total_resources: 10,
+        completed_resources: 3,
+        rollout_groups: vec![GroupStatus {
+            name: "all".into(),
+            total: 10,
+            succeeded: 3,
+            ..Default::default()
+        }],
+        conditions: vec![held(budgeted("saturday", 4, 5))],
+        ..Default::default()
+    };
+    let changed = |f: &dyn Fn(&mut UpgradeRunStatus)| {
+        let mut s = base.clone();
+        f(&mut s);
+        s
+    };
+    let cases: Vec<(&str, UpgradeRunStatus, bool)> = vec![
+        ("nothing changed: nothing to write", base.clone(), false),
+        (
+            "more succeeded",
+            changed(&|s| {
+                s.completed_resources = 4;
+                s.rollout_groups[0].succeeded = 4;
+            }),
+            true,
+        ),
+        (
+            "the same budget holds it at another count",
+            changed(&|s| s.conditions = vec![held(budgeted("saturday", 5, 5))]),
+            true,
+        ),
+        (
+            "another budget holds it",
+            changed(&|s| s.conditions = vec![held(budgeted("kratix", 5, 5))]),
+            false,
+        ),
+        (
+            "no longer held",
+            changed(&|s| {
+                s.conditions[0].status = ConditionStatus::False;
+                s.conditions[0].reason = reasons::WITHIN_BUDGET.into();
+                s.conditions[0].message = "within UpgradeBudget saturday".into();
+            }),
+            false,
+        ),
+        (
+            "a failure recorded",
+            changed(&|s| s.rollout_groups[0].failed = 1),
+            false,
+        ),
+        (
+            "one more verifying",
+            changed(&|s| s.rollout_groups[0].verifying = 1),
+            false,
+        ),
+        (
+            "the group completed",
+            changed(&|s| s.rollout_groups[0].phase = Some(GroupPhase::Completed)),
+            false,
+        ),
+        ("the run ended", changed(&|s| s.state = RunState::Completed), false),
+    ];
+    for (case, after, want) in cases {
+        assert_eq!(only_progress(&base, &after), want, "{case}");
+    }
+}
