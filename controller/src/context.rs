@@ -403,7 +403,25 @@ impl Ctx {
 pub struct RunResources {
     /// When this process started each resource's upgrade (the start of its duration).
     pub started: HashMap<Arc<SnapshotResource>, chrono::DateTime<chrono::Utc>>,
+    /// Bindings this process patched for the run that the cache does not show changed yet.
+    pub unseen: Vec<UnseenWrite>,
 }
+
+/// A binding patch the API server took, before the binding cache shows it: the ReplicaSet
+/// controller's "expectations". A pass decided before the cache caught up would start those
+/// resources again, and have every such patch refused by its precondition (at fifty plans under a
+/// budget, 2,326 refused patches for 10,000 upgrades).
+pub struct UnseenWrite {
+    pub namespace: String,
+    pub name: String,
+    /// The binding's resourceVersion before the patch: any other (or none) is the cache caught up.
+    pub before: Option<String>,
+    pub sent: std::time::Instant,
+}
+
+/// How long a pass waits for the cache to show this process's own binding patches: past any
+/// watch delay; a binding deleted meanwhile, or a watch re-listing, must not hold a run for long.
+pub const UNSEEN_FOR: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What this process counts of runs (spec §9.1): each resource's result once per run (from the
 /// run's record), how long the upgrades it started took, runs superseded and ended.
@@ -464,6 +482,38 @@ impl Ctx {
                     .observe(secs);
             }
         }
+    }
+
+    /// The API server took `patch` of `run`'s binding: until the cache shows it, the run's passes
+    /// wait ([`Ctx::awaits_own_writes`]).
+    pub fn wrote_binding(&self, run: &UpgradeRun, patch: &upgradeplan::engine::write::BindingPatch) {
+        if let Ok(mut runs) = self.resources.lock() {
+            let ours = runs.entry(run.uid().unwrap_or_default()).or_default();
+            ours.unseen.push(UnseenWrite {
+                namespace: patch.resource.namespace.clone(),
+                name: patch.resource.binding.clone(),
+                before: patch.resource_version.clone(),
+                sent: std::time::Instant::now(),
+            });
+        }
+    }
+
+    /// Whether the binding cache still misses a patch this process sent for `run` (within
+    /// [`UNSEEN_FOR`]): a pass now would decide on bindings as they were before it.
+    pub fn awaits_own_writes(&self, run: &UpgradeRun) -> bool {
+        let Ok(mut runs) = self.resources.lock() else {
+            return false;
+        };
+        let Some(ours) = runs.get_mut(&run.uid().unwrap_or_default()) else {
+            return false;
+        };
+        ours.unseen.retain(|w| {
+            w.sent.elapsed() < UNSEEN_FOR
+                && self.caches.bindings.get(&w.namespace, &w.name).is_some_and(|b| {
+                    upgradeplan::api::kratix::BindingFacts::object_version(b.as_ref()) == w.before.as_deref()
+                })
+        });
+        !ours.unseen.is_empty()
     }
 
     /// This process started `resource`'s upgrade for `run` now (the start of its duration).

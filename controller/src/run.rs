@@ -24,6 +24,9 @@ use crate::error::{Error, Result};
 use crate::events::EventType;
 use crate::writes::{adopt_approvals, create_run, patch_binding, patch_run, release_run};
 
+/// How soon a pass waiting for the cache to show its run's own binding patches looks again.
+const OWN_WRITES_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// How many binding patches (and their events) are in flight at once, across every run.
 pub const PATCH_CONCURRENCY: usize = 16;
 
@@ -75,6 +78,10 @@ impl lifecycle::Cluster for Ctx {
 
 /// Gathers the facts, takes the engine's step and applies it.
 async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
+    // Its own binding patches not in the cache yet: decided now, the pass would start them again.
+    if ctx.awaits_own_writes(run) {
+        return Ok(Action::requeue(OWN_WRITES_WAIT));
+    }
     // The pass's one reading of the decision clock: every timestamp of its step is this instant.
     let now = crate::clock::now();
     let status = run.status.clone().unwrap_or_default();
@@ -320,6 +327,7 @@ async fn patch_bindings(ctx: &Ctx, run: &UpgradeRun, patches: &[BindingPatch]) -
         match result {
             Ok(true) => conflict = true,
             Ok(false) => {
+                ctx.wrote_binding(run, patch);
                 let Attempt::Start { from, to } = &patch.attempt else {
                     continue;
                 };
@@ -425,6 +433,64 @@ mod tests {
             budget_wakes: futures::channel::mpsc::unbounded().0,
             gates: Arc::new(crate::gates::GateReader::new(None, std::time::Duration::from_secs(30))),
         }
+    }
+
+    /// A pass waits while the binding cache does not show a patch this process sent for its
+    /// run, and goes on once the cache shows the binding changed or gone.
+    #[tokio::test]
+    async fn a_pass_waits_for_the_cache_to_show_its_own_binding_patches() {
+        use kube::runtime::watcher::Event;
+        use upgradeplan::api::kratix::{CachedBinding, Interner, ResourceBinding};
+        use upgradeplan::engine::snapshot::SnapshotResource;
+        use upgradeplan::engine::write::{Attempt, BindingPatch};
+        let (client, _server) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let ctx = context(kube::Client::new(client, "default"));
+        let binding = |version: &str| {
+            let b: ResourceBinding = serde_json::from_value(json!({
+                "apiVersion": "platform.kratix.io/v1alpha1", "kind": "ResourceBinding",
+                "metadata": {"name": "b", "namespace": "ns", "resourceVersion": version},
+                "spec": {"version": "v1"}
+            }))
+            .unwrap();
+            Arc::new(CachedBinding::new(&b, &mut Interner::default()))
+        };
+        ctx.caches.bindings.apply(&Event::Apply(binding("5")));
+        let run: UpgradeRun = serde_json::from_value(json!({
+            "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeRun",
+            "metadata": {"name": "r", "uid": "u1"}, "spec": {"upgradePlanRef": {"name": "p"}}
+        }))
+        .unwrap();
+        assert!(!ctx.awaits_own_writes(&run), "nothing sent");
+        let patch = BindingPatch {
+            resource: Arc::new(SnapshotResource {
+                namespace: "ns".into(),
+                name: "r".into(),
+                binding: "b".into(),
+                last_applied_version: "v1".into(),
+                spec_version: "v1".into(),
+                target: None,
+            }),
+            resource_version: Some("5".into()),
+            attempt: Attempt::Start {
+                from: "v1".into(),
+                to: "v2".into(),
+            },
+            labels: Default::default(),
+            annotations: Default::default(),
+        };
+        ctx.wrote_binding(&run, &patch);
+        assert!(ctx.awaits_own_writes(&run), "the cache still has version 5");
+        ctx.caches.bindings.apply(&Event::Apply(binding("6")));
+        assert!(!ctx.awaits_own_writes(&run), "the cache caught up");
+        ctx.wrote_binding(
+            &run,
+            &BindingPatch {
+                resource_version: Some("6".into()),
+                ..patch
+            },
+        );
+        ctx.caches.bindings.apply(&Event::Delete(binding("6")));
+        assert!(!ctx.awaits_own_writes(&run), "the binding is gone: nothing to wait for");
     }
 
     /// Answers every request as the API server would for the objects this test writes, and
