@@ -517,6 +517,27 @@ struct Measured {
     reference: Duration,
 }
 
+/// Waits until the controller at `metrics_addr` has its caches filled and its plans reconciled:
+/// the groups' resolved maxConcurrent (100%) counts all `n` bindings once the binding cache holds
+/// them. Returns how long that took.
+async fn caches_filled(metrics_addr: &str, n: usize) -> anyhow::Result<Duration> {
+    let filled = Instant::now();
+    loop {
+        let text = http_get(metrics_addr, "/metrics")
+            .await
+            .map(|(_, t)| t)
+            .unwrap_or_default();
+        if metric_sum(&text, "upgradeplan_group_max_concurrent", |_| true) == n as f64 {
+            return Ok(filled.elapsed());
+        }
+        anyhow::ensure!(
+            filled.elapsed() < phase_timeout(n),
+            "the controller's caches did not fill"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// One size: prints its figures.
 async fn scale(n: usize) -> anyhow::Result<Measured> {
     let sim = workspace_bin("kratix-sim")?;
@@ -565,26 +586,10 @@ async fn scale(n: usize) -> anyhow::Result<Measured> {
     let plan = env
         .create_plan("plan", json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"}, "rolloutGroups": [{"name": "all", "selectors": {"matchAll": true}, "maxConcurrent": "100%"}]}))
         .await?;
-    // Caches filled and the plan reconciled: the group's resolved maxConcurrent (100%) counts
-    // every binding once the binding cache holds them all.
-    let filled = Instant::now();
-    loop {
-        let text = http_get(&metrics_addr, "/metrics")
-            .await
-            .map(|(_, t)| t)
-            .unwrap_or_default();
-        if metric_sum(&text, "upgradeplan_group_max_concurrent", |_| true) == n as f64 {
-            break;
-        }
-        anyhow::ensure!(
-            filled.elapsed() < phase_timeout(n),
-            "the controller's caches did not fill"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let filled = caches_filled(&metrics_addr, n).await?;
     println!(
         "[{n}] controller started; caches filled and the plan reconciled after {:.1} s",
-        filled.elapsed().as_secs_f64()
+        filled.as_secs_f64()
     );
     let cached_mib = memory_mib(controller.child.id(), "VmRSS");
     println!("[{n}] controller resident with its caches filled, before the run: {cached_mib:.1} MiB");
@@ -781,25 +786,11 @@ async fn many_plans(plans: usize, per_plan: usize, budget: usize) -> anyhow::Res
         let controller = first
             .start_controller(&["--metrics-addr", &metrics_addr, "--log-level", "warn"])
             .await?;
-        let filled = Instant::now();
-        loop {
-            let text = http_get(&metrics_addr, "/metrics")
-                .await
-                .map(|(_, t)| t)
-                .unwrap_or_default();
-            if metric_sum(&text, "upgradeplan_group_max_concurrent", |_| true) == total as f64 {
-                break;
-            }
-            anyhow::ensure!(
-                filled.elapsed() < phase_timeout(total),
-                "the controller's caches did not fill"
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        let filled = caches_filled(&metrics_addr, total).await?;
         let cached_mib = memory_mib(controller.child.id(), "VmRSS");
         println!(
             "{tag} controller started; caches filled and {plans} plans reconciled after {:.1} s; resident {cached_mib:.1} MiB",
-            filled.elapsed().as_secs_f64()
+            filled.as_secs_f64()
         );
 
         // One binding event's cost, with one run active and then with every plan's run active.
