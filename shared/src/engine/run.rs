@@ -302,10 +302,11 @@ fn recorded_reapplied(recorded: &[GroupStatus], resource: &SnapshotResource) -> 
 }
 
 /// A group's success records after this pass (`reappliedResources`): those it had, then, in
-/// snapshot order, each resource reverted in place that Kratix confirmed now ([`reverted`]), and
+/// snapshot order, each resource reverted in place that Kratix confirmed now ([`reverted`]) and
+/// this pass counts Succeeded (verified, where the group checks health), and
 /// each counted Succeeded (`outcomes`) whose binding names another run's start: only the run's
 /// own start stays on the binding as its record.
-fn record_reapplied(
+pub(super) fn record_reapplied(
     had: Option<&GroupStatus>,
     resources: &[std::sync::Arc<SnapshotResource>],
     live: &[Option<&dyn BindingFacts>],
@@ -319,7 +320,13 @@ fn record_reapplied(
         };
         let target = resource.target(run.to);
         let in_place = resource.target.is_some() && resource.last_applied_version == target;
-        let reapplied = in_place && b.last_applied_version() == target && reverted(resource, *b, target);
+        // Counted Succeeded, not merely confirmed by Kratix: in a group with a health check a
+        // resource verifies first, and a record taken before that would stand unverified (the
+        // binding may then go with its revision, and nothing could verify it any more).
+        let reapplied = in_place
+            && *outcome == Outcome::Succeeded
+            && b.last_applied_version() == target
+            && reverted(resource, *b, target);
         let by_another =
             *outcome == Outcome::Succeeded && b.annotation(UPGRADED_BY_ANNOTATION).is_some_and(|by| by != run.name);
         let known = records

@@ -512,6 +512,47 @@ fn a_reverted_resource_is_judged_against_its_own_target_table() {
     }
 }
 
+/// A resource moved back in place is recorded a success (it stands whatever the binding does
+/// later) only once the pass counts it Succeeded: in a group with a health check, not while it
+/// waits for its records (seed 9130712339385055734: the record stood unverified after the
+/// binding went with its revision).
+#[test]
+fn a_resource_reverted_in_place_is_recorded_only_once_counted_succeeded() {
+    let failed = Arc::new(SnapshotResource {
+        target: Some("v1".into()),
+        ..SnapshotResource::from_binding(&binding("ns", "b", &[], "v1", "v2"))
+    });
+    let reverted = started_at(
+        with_condition(
+            binding("ns", "b", &[], "v1", "v1"),
+            "True",
+            "UpgradeComplete",
+            "2026-06-01T11:00:00Z",
+            None,
+        ),
+        "2026-06-01T10:30:00Z",
+    );
+    let run = crate::engine::run::JudgedFor {
+        to: "v1",
+        name: "redis-v2-revert",
+        admitted: utc(AT),
+        snapshot_taken: utc(AT),
+        reverting: Some(RUN),
+    };
+    let live: [Option<&dyn crate::api::kratix::BindingFacts>; 1] = [Some(&reverted)];
+    let record = |outcome: Outcome| {
+        crate::engine::run::record_reapplied(None, std::slice::from_ref(&failed), &live, &[outcome], &run).len()
+    };
+    assert_eq!(record(Outcome::Succeeded), 1, "counted Succeeded: recorded");
+    assert_eq!(
+        record(Outcome::Verifying {
+            until: utc("2026-06-01T11:10:00Z")
+        }),
+        0,
+        "waiting for its health records: not yet"
+    );
+}
+
 #[test]
 fn what_became_of_the_reverted_runs_resources_is_tallied_once_each() {
     let (frozen, status, live) = fixture();
