@@ -111,10 +111,12 @@ image: deps ## the controller's image $(IMAGE) from the Dockerfile, into DOCKER_
 
 # A control plane of its own with a node (kube-scheduler, a kubelet, a private Docker Engine), the image
 # built into its engine, deploy/ applied through deploy/overlays/local-node, and tests/tests/node.rs.
+# Its API server port is the one the overlay gives the pods (KUBERNETES_SERVICE_PORT 16443), whatever
+# TESTENV_API_PORT the caller's shell has: with another, the pods' connections are refused.
 NODE_TESTENV_DIR ?= /tmp/upgradeplan-node-testenv
 node-test: build-all ## the controller as pods on a real node: the image from the Dockerfile, deploy/ applied, probes, failover, a run (tests/tests/node.rs)
 	TESTENV_NODE=1 tests/cluster.sh install
-	export TESTENV_NODE=1 TESTENV_DIR=$(NODE_TESTENV_DIR); trap 'tests/cluster.sh stop' EXIT; \
+	export TESTENV_NODE=1 TESTENV_DIR=$(NODE_TESTENV_DIR) TESTENV_API_PORT=16443; trap 'tests/cluster.sh stop' EXIT; \
 	eval "$$(tests/cluster.sh start)"; \
 	$(MAKE) --no-print-directory image; mkdir -p target; \
 	$(CARGO) test $(WORKSPACE) --test node -- --nocapture 2>&1 | tee target/node-test.log | grep -E '^(test |handover|takeover|liveness)|panicked|FAILED'; \
