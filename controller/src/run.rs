@@ -441,55 +441,39 @@ mod tests {
     async fn a_pass_waits_for_the_cache_to_show_its_own_binding_patches() {
         use kube::runtime::watcher::Event;
         use upgradeplan::api::kratix::{CachedBinding, Interner, ResourceBinding};
-        use upgradeplan::engine::snapshot::SnapshotResource;
-        use upgradeplan::engine::write::{Attempt, BindingPatch};
+        use upgradeplan::engine::write::BindingPatch;
         let (client, _server) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let ctx = context(kube::Client::new(client, "default"));
+        // The binding of `crate::writes::tests::start()`'s resource, at `version`.
         let binding = |version: &str| {
             let b: ResourceBinding = serde_json::from_value(json!({
                 "apiVersion": "platform.kratix.io/v1alpha1", "kind": "ResourceBinding",
-                "metadata": {"name": "b", "namespace": "ns", "resourceVersion": version},
+                "metadata": {"name": "db-binding", "namespace": "team-a", "resourceVersion": version},
                 "spec": {"version": "v1"}
             }))
             .unwrap();
             Arc::new(CachedBinding::new(&b, &mut Interner::default()))
         };
-        ctx.caches.bindings.apply(&Event::Apply(binding("5")));
+        ctx.caches.bindings.apply(&Event::Apply(binding("41")));
         let run: UpgradeRun = serde_json::from_value(json!({
             "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeRun",
             "metadata": {"name": "r", "uid": "u1"}, "spec": {"upgradePlanRef": {"name": "p"}}
         }))
         .unwrap();
         assert!(!ctx.awaits_own_writes(&run), "nothing sent");
-        let patch = BindingPatch {
-            resource: Arc::new(SnapshotResource {
-                namespace: "ns".into(),
-                name: "r".into(),
-                binding: "b".into(),
-                last_applied_version: "v1".into(),
-                spec_version: "v1".into(),
-                target: None,
-            }),
-            resource_version: Some("5".into()),
-            attempt: Attempt::Start {
-                from: "v1".into(),
-                to: "v2".into(),
-            },
-            labels: Default::default(),
-            annotations: Default::default(),
-        };
+        let patch = crate::writes::tests::start();
         ctx.wrote_binding(&run, &patch);
-        assert!(ctx.awaits_own_writes(&run), "the cache still has version 5");
-        ctx.caches.bindings.apply(&Event::Apply(binding("6")));
+        assert!(ctx.awaits_own_writes(&run), "the cache still has version 41");
+        ctx.caches.bindings.apply(&Event::Apply(binding("42")));
         assert!(!ctx.awaits_own_writes(&run), "the cache caught up");
         ctx.wrote_binding(
             &run,
             &BindingPatch {
-                resource_version: Some("6".into()),
+                resource_version: Some("42".into()),
                 ..patch
             },
         );
-        ctx.caches.bindings.apply(&Event::Delete(binding("6")));
+        ctx.caches.bindings.apply(&Event::Delete(binding("42")));
         assert!(!ctx.awaits_own_writes(&run), "the binding is gone: nothing to wait for");
     }
 

@@ -130,7 +130,8 @@ pub(crate) mod tests {
 
     use super::{adopt_approvals, create_run, patch_binding, patch_run};
 
-    fn start() -> BindingPatch {
+    /// A start of `team-a/db` (binding `db-binding`, resourceVersion 41) to v2.
+    pub(crate) fn start() -> BindingPatch {
         let action = BindingAction {
             resource: Arc::new(SnapshotResource {
                 namespace: "team-a".into(),

@@ -2619,6 +2619,34 @@ fn a_revert_whose_target_revision_goes_mid_run_skips_what_it_started_and_says_so
     assert_eq!(skipped, [(0, 2), (0, 2)]);
 }
 
+/// One budget's facts: `name`, at most `max` in flight, `others` the other runs under it.
+fn one_budget(name: &str, max: usize, others: Vec<crate::engine::upgrade_budget::BudgetRun>) -> Vec<BudgetFacts> {
+    vec![BudgetFacts {
+        name: name.into(),
+        max,
+        others,
+        sent: 0,
+    }]
+}
+
+/// `run`'s step at `now` under `budgets`.
+fn step_under(
+    plan: &UpgradePlan,
+    run: &UpgradeRun,
+    world: &World,
+    budgets: &[BudgetFacts],
+    now: DateTime<Utc>,
+) -> Step {
+    step(
+        run,
+        &Facts {
+            budgets,
+            ..facts(Some(plan), &[], world, run, now)
+        },
+        world,
+    )
+}
+
 #[test]
 fn a_budget_shares_its_free_units_holds_the_rest_and_says_which() {
     use crate::engine::upgrade_budget::BudgetRun;
@@ -2636,24 +2664,9 @@ fn a_budget_shares_its_free_units_holds_the_rest_and_says_which() {
         in_flight,
         held_by: waiting.then(|| "saturday".into()),
     };
-    let saturday = |others: Vec<BudgetRun>| {
-        vec![BudgetFacts {
-            name: "saturday".into(),
-            max: 3,
-            others,
-            sent: 0,
-        }]
-    };
-    let under = |run: &UpgradeRun, world: &World, budgets: &[BudgetFacts], now| {
-        step(
-            run,
-            &Facts {
-                budgets,
-                ..facts(Some(&plan), &[], world, run, now)
-            },
-            world,
-        )
-    };
+    let saturday = |others: Vec<BudgetRun>| one_budget("saturday", 3, others);
+    let under =
+        |run: &UpgradeRun, world: &World, budgets: &[BudgetFacts], now| step_under(&plan, run, world, budgets, now);
     // Two free units, two waiting runs: one each.
     let s = under(&run, &world, &saturday(vec![other(1, true)]), t(1));
     assert_eq!(started(&s), 1);
@@ -2703,20 +2716,7 @@ fn a_run_within_its_budget_says_so() {
         state: RunState::Pending,
         ..Default::default()
     });
-    let budgets = vec![BudgetFacts {
-        name: "kratix".into(),
-        max: 10,
-        others: vec![],
-        sent: 0,
-    }];
-    let s = step(
-        &run,
-        &Facts {
-            budgets: &budgets,
-            ..facts(Some(&plan), &[], &world, &run, t(1))
-        },
-        &world,
-    );
+    let s = step_under(&plan, &run, &world, &one_budget("kratix", 10, vec![]), t(1));
     assert_eq!(started(&s), 2);
     let c = find_condition(&s.status.conditions, reasons::BUDGETED).unwrap();
     assert_eq!(
@@ -2739,24 +2739,9 @@ fn a_run_held_by_other_runs_units_looks_again_and_by_its_own_does_not() {
         state: RunState::Pending,
         ..Default::default()
     });
-    let budget = |others: Vec<BudgetRun>| {
-        vec![BudgetFacts {
-            name: "one".into(),
-            max: 1,
-            others,
-            sent: 0,
-        }]
-    };
-    let under = |run: &UpgradeRun, world: &World, budgets: &[BudgetFacts], now| {
-        step(
-            run,
-            &Facts {
-                budgets,
-                ..facts(Some(&plan), &[], world, run, now)
-            },
-            world,
-        )
-    };
+    let budget = |others: Vec<BudgetRun>| one_budget("one", 1, others);
+    let under =
+        |run: &UpgradeRun, world: &World, budgets: &[BudgetFacts], now| step_under(&plan, run, world, budgets, now);
     let s = under(&run, &world, &budget(vec![]), t(1));
     assert_eq!(started(&s), 1);
     apply(&mut run, &s, &mut world);
