@@ -52,8 +52,12 @@ impl Index {
         if let Some(old) = &old {
             self.forget(old);
         }
-        let promise: Arc<str> = Arc::from(b.promise());
-        insert_into(self.by_promise.entry(promise).or_default(), b);
+        // Looked up by the borrowed name first: a key is allocated once per Promise, not per event.
+        let of_promise = match self.by_promise.get_mut(b.promise()) {
+            Some(names) => names,
+            None => self.by_promise.entry(Arc::from(b.promise())).or_default(),
+        };
+        insert_into(of_promise, b);
         if let Some(run) = kratix_working_run(b.as_ref()) {
             *self.in_flight.entry(run.into()).or_insert(0) += 1;
         }
