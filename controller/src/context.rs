@@ -123,6 +123,10 @@ pub struct Ctx {
     /// When this process last wrote each run's status, by run UID: its progress alone is written
     /// at most every `lifecycle::PROGRESS_EVERY`.
     pub status_written: Mutex<HashMap<String, std::time::Instant>>,
+    /// The resourceVersion of each run's cached copy the API server refused a write from (409),
+    /// by run UID: the next pass reads the run from the API server instead of deciding from that
+    /// copy again (a watch the API server holds while its cache starts kept it for 10 s).
+    pub refused_copies: Mutex<HashMap<String, String>>,
     /// Binding patches in flight across every run (`run::PATCH_CONCURRENCY` permits): fifty
     /// plans' runs starting at once send as many requests at a time as one, instead of fifty
     /// times as many to one API server and one Kratix.
@@ -378,6 +382,9 @@ impl Ctx {
         if let Ok(mut w) = self.status_written.lock() {
             w.remove(uid);
         }
+        if let Ok(mut r) = self.refused_copies.lock() {
+            r.remove(uid);
+        }
     }
 
     /// How long a status of run `uid` that is [`only_progress`] must wait before it is written:
@@ -387,6 +394,25 @@ impl Ctx {
     pub fn progress_wait(&self, uid: &str) -> Option<std::time::Duration> {
         let written = *self.status_written.lock().ok()?.get(uid)?;
         upgradeplan::engine::lifecycle::PROGRESS_EVERY.checked_sub(written.elapsed())
+    }
+
+    /// Records that the API server refused a write decided from `run` as cached (409 Conflict).
+    pub fn refused_copy(&self, run: &UpgradeRun) {
+        if let (Some(uid), Some(version), Ok(mut r)) = (run.uid(), run.resource_version(), self.refused_copies.lock()) {
+            r.insert(uid, version);
+        }
+    }
+
+    /// Whether a write from this very copy of `run` was refused before (and the cache has not
+    /// moved on since): deciding from it again would be refused again. Forgets the refusal.
+    pub fn copy_refused_before(&self, run: &UpgradeRun) -> bool {
+        let (Some(uid), Some(version)) = (run.uid(), run.resource_version()) else {
+            return false;
+        };
+        let Ok(mut r) = self.refused_copies.lock() else {
+            return false;
+        };
+        r.remove(&uid).is_some_and(|refused| refused == version)
     }
 
     pub fn status_written(&self, uid: &str) {

@@ -523,6 +523,7 @@ async fn run_controllers<F, Fut>(
         retries: Default::default(),
         budget_ledger: Default::default(),
         status_written: Default::default(),
+        refused_copies: Default::default(),
         binding_writes: tokio::sync::Semaphore::new(run::PATCH_CONCURRENCY),
         budget_wakes,
         gates,

@@ -45,6 +45,13 @@ pub async fn reconcile(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
         return deleted(run, ctx).await;
     }
     let api: Api<UpgradeRun> = Api::all(ctx.client.clone());
+    // The cache still holds the copy a write was refused from: its watch is behind (an API server
+    // just restarted may hold a watch until its own cache has started). The run is read from the
+    // API server so the pass decides from the current copy rather than waiting for the watch.
+    let run = match ctx.copy_refused_before(&run) {
+        true => Arc::new(api.get(&run.name_any()).await?),
+        false => run,
+    };
     finalizer(&api, RUN_FINALIZER, run, |event| async {
         match event {
             Finalizer::Apply(run) => pass(&run, &ctx).await,
@@ -213,6 +220,7 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
                 // of the step goes out; the next pass, from the current run, decides again.
                 Err(Error::Kube(kube::Error::Api(e))) if e.code == 409 => {
                     tracing::debug!(run = %run_name, "step decided from a stale copy of the run; looking again");
+                    ctx.refused_copy(run);
                     return Ok(Action::requeue(std::time::Duration::from_millis(200)));
                 }
                 Err(e) => return Err(e),
@@ -273,6 +281,7 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
                     // next pass, from the current run, decides again.
                     Err(Error::Kube(kube::Error::Api(e))) if e.code == 409 => {
                         tracing::debug!(run = %run_name, "status computed from a stale copy of the run; looking again");
+                        ctx.refused_copy(run);
                         return Ok(Action::requeue(std::time::Duration::from_millis(200)));
                     }
                     other => other?,
@@ -429,6 +438,7 @@ mod tests {
             retries: Default::default(),
             budget_ledger: Default::default(),
             status_written: Default::default(),
+            refused_copies: Default::default(),
             binding_writes: tokio::sync::Semaphore::new(super::PATCH_CONCURRENCY),
             budget_wakes: futures::channel::mpsc::unbounded().0,
             gates: Arc::new(crate::gates::GateReader::new(None, std::time::Duration::from_secs(30))),
@@ -475,6 +485,44 @@ mod tests {
         );
         ctx.caches.bindings.apply(&Event::Delete(binding("42")));
         assert!(!ctx.awaits_own_writes(&run), "the binding is gone: nothing to wait for");
+    }
+
+    /// A cached copy the API server refused a write from is not decided from again: the next
+    /// pass over that same copy reads the run from the API server, once; a newer copy in the
+    /// cache is used as it is.
+    #[tokio::test]
+    async fn a_copy_refused_once_is_read_again_from_the_api_server() {
+        let (client, _server) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let ctx = context(kube::Client::new(client, "default"));
+        let at = |version: &str| -> UpgradeRun {
+            serde_json::from_value(json!({
+                "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeRun",
+                "metadata": {"name": "r", "uid": "u1", "resourceVersion": version},
+                "spec": {"upgradePlanRef": {"name": "p"}}
+            }))
+            .unwrap()
+        };
+        assert!(!ctx.copy_refused_before(&at("7")), "nothing refused yet");
+        ctx.refused_copy(&at("7"));
+        assert!(
+            !ctx.copy_refused_before(&at("9")),
+            "the cache moved on: its copy is used"
+        );
+        ctx.refused_copy(&at("7"));
+        assert!(
+            ctx.copy_refused_before(&at("7")),
+            "the same copy: read from the API server"
+        );
+        assert!(
+            !ctx.copy_refused_before(&at("7")),
+            "read once per refusal, not on every pass"
+        );
+        ctx.refused_copy(&at("7"));
+        ctx.forget_run("u1");
+        assert!(
+            !ctx.copy_refused_before(&at("7")),
+            "a deleted run's refusal is forgotten"
+        );
     }
 
     /// Answers every request as the API server would for the objects this test writes, and
