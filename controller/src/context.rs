@@ -9,7 +9,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use upgradeplan::api::kratix::{CachedBinding, HealthRecord};
-use upgradeplan::api::{UpgradeFreeze, UpgradePlan, UpgradeRun, FIELD_MANAGER};
+use upgradeplan::api::{RunState, UpgradeFreeze, UpgradePlan, UpgradeRun, FIELD_MANAGER};
 use upgradeplan::engine::admission::TriggerKind;
 use upgradeplan::engine::lifecycle::Step;
 use upgradeplan::engine::outcome::Finished;
@@ -121,7 +121,7 @@ pub struct Ctx {
     /// The plans' signal gates, read through Prometheus.
     pub gates: Arc<crate::gates::GateReader>,
     /// When this process last wrote each run's status, by run UID: its progress alone is written
-    /// at most every `lifecycle::PROGRESS_EVERY`.
+    /// at most every `lifecycle::progress_every`.
     pub status_written: Mutex<HashMap<String, std::time::Instant>>,
     /// The resourceVersion of each run's cached copy the API server refused a write from (409),
     /// by run UID: the next pass reads the run from the API server instead of deciding from that
@@ -388,12 +388,21 @@ impl Ctx {
     }
 
     /// How long a status of run `uid` that is [`only_progress`] must wait before it is written:
-    /// `None` when it may go now.
+    /// `None` when it may go now. The wait grows with the runs in progress here
+    /// ([`progress_every`]).
     ///
     /// [`only_progress`]: upgradeplan::engine::lifecycle::only_progress
+    /// [`progress_every`]: upgradeplan::engine::lifecycle::progress_every
     pub fn progress_wait(&self, uid: &str) -> Option<std::time::Duration> {
         let written = *self.status_written.lock().ok()?.get(uid)?;
-        upgradeplan::engine::lifecycle::PROGRESS_EVERY.checked_sub(written.elapsed())
+        let in_progress = self
+            .caches
+            .runs
+            .state()
+            .iter()
+            .filter(|r| r.status.as_ref().is_some_and(|s| s.state == RunState::InProgress) && self.handles(r))
+            .count();
+        upgradeplan::engine::lifecycle::progress_every(in_progress).checked_sub(written.elapsed())
     }
 
     /// Records that the API server refused a write decided from `run` as cached (409 Conflict).

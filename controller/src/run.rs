@@ -209,9 +209,10 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
     let mut version = run.resource_version();
     let mut conflict = false;
     let uid = run.uid().unwrap_or_default();
-    // Progress alone waits for its turn (PROGRESS_EVERY): this pass looks again then.
+    // Progress alone waits for its turn (`lifecycle::progress_every`): this pass looks again then.
+    let progress_wait = ctx.progress_wait(&uid);
     let mut progress_due = None;
-    for write in step.writes(run.status.as_ref()) {
+    for write in step.writes(run.status.as_ref(), progress_wait.is_some()) {
         match write {
             Write::Own(own) => match patch_run(&ctx.client, own).await {
                 Ok(Some(patched)) => version = patched.resource_version(),
@@ -264,15 +265,8 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
                 }
             }
             Write::Gauges(gauges) => ctx.metrics.set_run_gauges(&plan_name, gauges),
+            Write::ProgressLater => progress_due = progress_wait,
             Write::Status(status) => {
-                let only_progress = run
-                    .status
-                    .as_ref()
-                    .is_some_and(|current| lifecycle::only_progress(current, status));
-                if let (true, Some(wait)) = (only_progress, ctx.progress_wait(&uid)) {
-                    progress_due = Some(wait);
-                    continue;
-                }
                 let written =
                     crate::context::apply_status_at::<UpgradeRun>(&ctx.client, &run_name, status, version.as_deref())
                         .await;
@@ -293,8 +287,6 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
                     tracing::info!(run = %run_name, plan = %plan_name, resources = status.total_resources, "snapshot taken; run in progress");
                 }
             }
-            // The step's counts are the difference its status records: put off with it.
-            Write::Count if progress_due.is_some() => {}
             Write::Count => ctx.count(run, &step),
             Write::Release(release) => {
                 release_run(ctx, run, release).await?;

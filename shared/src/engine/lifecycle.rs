@@ -378,13 +378,27 @@ impl PartialEq for Created {
     }
 }
 
-/// How often a run's progress alone is written: a status that differs from the recorded one only
-/// in [`only_progress`] waits until this long after the run's last status write. A run under a
-/// budget gets its units a few at a time, and every completion is a pass; writing each pass made
-/// 8,400 status writes where fifty runs without a budget made 269 (docs/performance.md).
+/// How often a run's progress alone is written, at most: a status that differs from the recorded
+/// one only in [`only_progress`] waits until this long after the run's last status write. A run
+/// under a budget gets its units a few at a time, and every completion is a pass; writing each
+/// pass made 8,400 status writes where fifty runs without a budget made 269 (docs/performance.md).
 pub const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Whether `after` differs from `before` only in what a reader can wait [`PROGRESS_EVERY`] for:
+/// The progress-alone status writes one controller makes per second across all its runs in
+/// progress, at most: fifty runs at once each write their progress every ten seconds rather than
+/// every second.
+pub const PROGRESS_WRITES_PER_SECOND: u32 = 5;
+
+/// How long a run's progress alone waits after its last status write while `runs_in_progress`
+/// runs are in progress in the controller: [`PROGRESS_EVERY`], or longer so that together they
+/// write at most [`PROGRESS_WRITES_PER_SECOND`].
+pub fn progress_every(runs_in_progress: usize) -> std::time::Duration {
+    let runs = u64::try_from(runs_in_progress).unwrap_or(u64::MAX);
+    let shared = std::time::Duration::from_millis(runs.saturating_mul(1000) / u64::from(PROGRESS_WRITES_PER_SECOND));
+    shared.max(PROGRESS_EVERY)
+}
+
+/// Whether `after` differs from `before` only in what a reader can wait [`progress_every`] for:
 /// the resources counted succeeded (`completedResources`, each group's `succeeded`; the success
 /// itself is on the binding) and the in-flight count in the `Budgeted` message while the same
 /// budget holds the run. Everything else — the state, a phase, a failure or skip recorded, the
@@ -439,14 +453,22 @@ pub enum Write<'s> {
     /// Results, supersession and the run's end counted, once the status that records them is
     /// written (spec §14.2: counters once).
     Count,
+    /// In place of the status, its count and its progress events: the status differs only in
+    /// progress ([`only_progress`]) and this process wrote it less than [`progress_every`] ago.
+    /// The run is looked at again once its turn comes.
+    ProgressLater,
     /// Deleted and done: the snapshot deleted and the finalizer removed.
     Release(&'s Release),
 }
 
 impl Step {
     /// Every write of the step, in the order they must be applied; `current` is the run's status
-    /// as read (an unchanged status is not written again).
-    pub fn writes(&self, current: Option<&UpgradeRunStatus>) -> Vec<Write<'_>> {
+    /// as read (an unchanged status is not written again). `status_written_recently`: this
+    /// process wrote the run's status less than [`progress_every`] ago, so progress alone waits
+    /// ([`Write::ProgressLater`]), and with it the counts and the `GroupInProgress` events that
+    /// say the same (written each pass, they were an Event per completion under a budget).
+    pub fn writes(&self, current: Option<&UpgradeRunStatus>, status_written_recently: bool) -> Vec<Write<'_>> {
+        let progress_later = status_written_recently && current.is_some_and(|c| only_progress(c, &self.status));
         let mut w = Vec::new();
         if !self.own.is_empty() {
             w.push(Write::Own(&self.own));
@@ -467,14 +489,23 @@ impl Step {
         if self.finished.is_some() {
             w.push(Write::FlushCounts);
         }
-        w.extend(self.announce.iter().map(Write::Announce));
+        w.extend(
+            self.announce
+                .iter()
+                .filter(|a| !(progress_later && a.reason == events::GROUP_IN_PROGRESS))
+                .map(Write::Announce),
+        );
         if self.gauges != Gauges::Keep {
             w.push(Write::Gauges(&self.gauges));
         }
-        if current != Some(&self.status) {
-            w.push(Write::Status(&self.status));
+        if progress_later {
+            w.push(Write::ProgressLater);
+        } else {
+            if current != Some(&self.status) {
+                w.push(Write::Status(&self.status));
+            }
+            w.push(Write::Count);
         }
-        w.push(Write::Count);
         if let Some(release) = &self.release {
             w.push(Write::Release(release));
         }
@@ -1653,7 +1684,7 @@ pub fn run_gauges(view: &RunView, snapshot: &Snapshot) -> RunGauges {
 
 /// Per-resource and per-group events and results for an evaluation: every outcome of the groups
 /// evaluated live (the controller publishes each key once per run), and `GroupInProgress` when a
-/// group's count moved since `previous` (or it just started).
+/// group's count moved into another tenth of the group since `previous` (or it just started).
 fn resource_reports(
     eval: &Evaluation,
     previous: &[GroupStatus],
@@ -1701,9 +1732,7 @@ fn resource_reports(
                 _ => {}
             }
         }
-        let moved = now.succeeded != before.map(|g| g.succeeded).unwrap_or(0);
-        let starting = before.is_none_or(|g| g.total == 0) && now.total > 0 && now.succeeded == 0;
-        if moved || starting {
+        if group_progress_said(before, now) {
             announce.push(
                 Announcement::normal(
                     events::GROUP_IN_PROGRESS,
@@ -1714,6 +1743,17 @@ fn resource_reports(
         }
     }
     (announce, results)
+}
+
+/// Whether a group's `GroupInProgress` is announced: when it starts, and when its succeeded count
+/// moves into another tenth of the group since `before` (every count in a group of ten or fewer),
+/// so a group of 2,000 says so eleven times rather than once per pass that moved it. All of the
+/// group is a tenth of its own: the last count is always said.
+fn group_progress_said(before: Option<&GroupStatus>, now: &GroupStatus) -> bool {
+    let tenth = |succeeded: i64| succeeded * 10 / now.total.max(1);
+    let moved = tenth(now.succeeded) != tenth(before.map(|g| g.succeeded).unwrap_or(0));
+    let starting = before.is_none_or(|g| g.total == 0) && now.total > 0 && now.succeeded == 0;
+    moved || starting
 }
 
 /// What a run's Events say was announced: each (reason, message) published as an Event of its

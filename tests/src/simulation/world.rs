@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use serde_json::{json, Value};
 use upgradeplan::api::kratix::{BindingFacts, CachedBinding, HealthRecord, Interner, ResourceBinding};
-use upgradeplan::api::{UpgradeBudget, UpgradeFreeze, UpgradePlan, UpgradeRun, RUN_FINALIZER};
+use upgradeplan::api::{RunState, UpgradeBudget, UpgradeFreeze, UpgradePlan, UpgradeRun, RUN_FINALIZER};
 use upgradeplan::engine::admission::{new_run, NewRun, RunFacts};
 use upgradeplan::engine::gate::{GateReading, Reading};
 use upgradeplan::engine::lifecycle::{
@@ -121,7 +121,7 @@ struct Process {
     /// Each run's Events as this process recalled them (`Ctx::recall_announcements`).
     recalled: BTreeMap<String, Announced>,
     /// When this process last wrote each run's status (`Ctx::status_written`): a status that is
-    /// only progress waits `lifecycle::PROGRESS_EVERY` after it.
+    /// only progress waits `lifecycle::progress_every` after it.
     status_written: BTreeMap<String, DateTime<Utc>>,
 }
 
@@ -1134,7 +1134,16 @@ impl World {
             }
         }
         checker.before_writes(self, &run, &step)?;
-        let writes = step.writes(run.status.as_ref());
+        // Progress alone waits for its turn (`Write::ProgressLater`), as in the controller's
+        // carry_out; the step is looked at again then (its wake below).
+        let now = self.now;
+        let every = self.progress_every();
+        let recent = self
+            .process()
+            .status_written
+            .get(&name)
+            .is_some_and(|at| (now - *at).to_std().unwrap_or_default() < every);
+        let writes = step.writes(run.status.as_ref(), recent);
         let (crash, failed) = match fault {
             Fault::CrashAfter(k) if k < writes.len() => (Some(k), None),
             // Only a request whose error fails the pass: events, counts and gauges are best
@@ -1180,7 +1189,7 @@ impl World {
         let progress = self
             .progress_due
             .remove(&name)
-            .then(|| self.now + Duration::from_std(lifecycle::PROGRESS_EVERY).unwrap_or_default());
+            .then(|| self.now + Duration::from_std(self.progress_every()).unwrap_or_default());
         match requeue.or(step.wake_at.into_iter().chain(progress).min()) {
             Some(at) => self.wakes.insert(name, at),
             None => self.wakes.remove(&name),
@@ -1277,24 +1286,6 @@ impl World {
                 let Some(i) = self.runs.iter().position(|r| r.name_any() == name) else {
                     return Ok(false);
                 };
-                // Progress alone waits for its turn, as the controller's carry_out does; the step
-                // is looked at again then (its wake below).
-                let (now, every) = (self.now, lifecycle::PROGRESS_EVERY);
-                let recent = self
-                    .process()
-                    .status_written
-                    .get(name)
-                    .is_some_and(|at| (now - *at).to_std().unwrap_or_default() < every);
-                if recent
-                    && self.runs[i]
-                        .status
-                        .as_ref()
-                        .is_some_and(|cur| lifecycle::only_progress(cur, status))
-                {
-                    self.tally.progress_deferred += 1;
-                    self.progress_due.insert(name.to_string());
-                    return Ok(true);
-                }
                 checker.health_counted(self, name, status)?;
                 let unchanged = self.runs[i].resource_version() == *read_version;
                 let version = if unchanged { self.version() } else { None };
@@ -1327,14 +1318,14 @@ impl World {
                 let was_terminal = r.status.as_ref().is_some_and(|s| s.state.is_terminal());
                 if status.state.is_terminal() && !was_terminal {
                     match status.state {
-                        upgradeplan::api::RunState::Completed => self.tally.completed += 1,
-                        upgradeplan::api::RunState::Failed => self.tally.failed += 1,
+                        RunState::Completed => self.tally.completed += 1,
+                        RunState::Failed => self.tally.failed += 1,
                         _ => self.tally.cancelled += 1,
                     }
                     if run.spec.revert_of.is_some() {
                         match status.state {
-                            upgradeplan::api::RunState::Completed => self.tally.reverts_completed += 1,
-                            upgradeplan::api::RunState::Failed => self.tally.reverts_failed += 1,
+                            RunState::Completed => self.tally.reverts_completed += 1,
+                            RunState::Failed => self.tally.reverts_failed += 1,
                             _ => {}
                         }
                     }
@@ -1381,9 +1372,10 @@ impl World {
                     self.publish(name, a.reason, &a.key, a.note.clone(), checker)?;
                 }
             }
-            // What a step counts is the difference its status records: with the status put
-            // off, so is the count (the controller's carry_out skips it too).
-            Write::Count if self.progress_due.contains(name) => {}
+            Write::ProgressLater => {
+                self.tally.progress_deferred += 1;
+                self.progress_due.insert(name.to_string());
+            }
             Write::Count => {
                 self.count(run, step);
                 checker.counted(self, run)?;
@@ -1402,6 +1394,17 @@ impl World {
 }
 
 impl World {
+    /// How long a run's progress alone waits, with the runs now in progress (the controller
+    /// counts those of its cache).
+    fn progress_every(&self) -> std::time::Duration {
+        let in_progress = self
+            .runs
+            .iter()
+            .filter(|r| r.status.as_ref().is_some_and(|s| s.state == RunState::InProgress))
+            .count();
+        lifecycle::progress_every(in_progress)
+    }
+
     /// The memory of the process taking the current step.
     fn process(&mut self) -> &mut Process {
         &mut self.processes[self.acting]

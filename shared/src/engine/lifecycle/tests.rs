@@ -1952,7 +1952,11 @@ fn a_run_is_owned_by_its_plan_keeping_its_other_owners_and_carries_the_controlle
 
 /// What each write of a step is, by name, in the order [`Step::writes`] gives them.
 fn write_names(step: &Step, current: Option<&UpgradeRunStatus>) -> Vec<&'static str> {
-    step.writes(current)
+    write_names_of(&step.writes(current, false))
+}
+
+fn write_names_of(writes: &[Write]) -> Vec<&'static str> {
+    writes
         .iter()
         .map(|w| match w {
             Write::Own(_) => "own",
@@ -1966,6 +1970,7 @@ fn write_names(step: &Step, current: Option<&UpgradeRunStatus>) -> Vec<&'static 
             Write::Gauges(_) => "gauges",
             Write::Status(_) => "status",
             Write::Count => "count",
+            Write::ProgressLater => "later",
             Write::Release(_) => "release",
         })
         .collect()
@@ -2006,6 +2011,118 @@ fn a_steps_writes_come_in_the_order_they_must_be_applied() {
     old.status = Some(s.status.clone());
     let s = pass(&old, None, &[], &world, t(9));
     assert_eq!(write_names(&s, old.status.as_ref()), ["count", "release"]);
+}
+
+/// Progress alone written recently waits, and takes with it what says the same: the count and
+/// the `GroupInProgress` event (each pass announced one under a budget). The run's other events
+/// and every status that is more than progress go out at once; a status never written recently
+/// goes out at once too.
+#[test]
+fn progress_written_recently_waits_with_its_count_and_group_event() {
+    let mut world = World::with(3);
+    let plan = valid_plan(2);
+    let mut run = a_run("r", t(0), false);
+    let s = pass(&run, Some(&plan), &[], &world, t(1));
+    apply(&mut run, &s, &mut world);
+    world.kratix_applies();
+    let s = pass(&run, Some(&plan), &[], &world, t(3));
+    assert!(reasons_announced(&s).contains(&events::GROUP_IN_PROGRESS));
+    let group_events = |w: &[Write]| {
+        w.iter()
+            .filter(|w| matches!(w, Write::Announce(a) if a.reason == events::GROUP_IN_PROGRESS))
+            .count()
+    };
+    // The status as last written, differing from the step's only in progress.
+    let mut progress_behind = s.status.clone();
+    progress_behind.completed_resources = 0;
+    progress_behind.rollout_groups[0].succeeded = 0;
+    assert!(only_progress(&progress_behind, &s.status));
+    let mut phase_behind = progress_behind.clone();
+    phase_behind.rollout_groups[0].phase = None;
+    let cases: [(&str, &UpgradeRunStatus, bool, bool); 4] = [
+        ("progress alone, written recently: later", &progress_behind, true, true),
+        (
+            "progress alone, not written recently: now",
+            &progress_behind,
+            false,
+            false,
+        ),
+        ("more than progress, written recently: now", &phase_behind, true, false),
+        (
+            "more than progress, not written recently: now",
+            &phase_behind,
+            false,
+            false,
+        ),
+    ];
+    for (case, current, recent, later) in cases {
+        let writes = s.writes(Some(current), recent);
+        let names = write_names_of(&writes);
+        assert_eq!(names.contains(&"later"), later, "{case}: {names:?}");
+        assert_eq!(names.contains(&"status"), !later, "{case}: {names:?}");
+        assert_eq!(names.contains(&"count"), !later, "{case}: {names:?}");
+        assert_eq!(group_events(&writes), usize::from(!later), "{case}: {names:?}");
+    }
+}
+
+#[test]
+fn progress_waits_a_second_or_longer_so_that_all_runs_write_five_a_second() {
+    use std::time::Duration;
+    let cases = [
+        (0, Duration::from_secs(1)),
+        (1, Duration::from_secs(1)),
+        (5, Duration::from_secs(1)),
+        (6, Duration::from_millis(1200)),
+        (50, Duration::from_secs(10)),
+        (
+            usize::MAX,
+            Duration::from_millis(u64::MAX / u64::from(PROGRESS_WRITES_PER_SECOND)),
+        ),
+    ];
+    for (runs, want) in cases {
+        assert_eq!(progress_every(runs), want, "{runs} runs in progress");
+    }
+}
+
+#[test]
+fn group_progress_is_said_when_the_group_starts_and_at_each_tenth() {
+    let group = |total: i64, succeeded: i64| GroupStatus {
+        name: "all".into(),
+        total,
+        succeeded,
+        ..Default::default()
+    };
+    let cases: Vec<(&str, Option<GroupStatus>, GroupStatus, bool)> = vec![
+        ("starting", None, group(2000, 0), true),
+        ("starting, total just known", Some(group(0, 0)), group(2000, 0), true),
+        ("within the first tenth", Some(group(2000, 0)), group(2000, 199), false),
+        ("into the second tenth", Some(group(2000, 150)), group(2000, 200), true),
+        (
+            "several tenths at once",
+            Some(group(2000, 150)),
+            group(2000, 1200),
+            true,
+        ),
+        ("within a tenth", Some(group(2000, 1200)), group(2000, 1399), false),
+        ("the last resource", Some(group(2000, 1999)), group(2000, 2000), true),
+        (
+            "nothing moved at the end",
+            Some(group(2000, 2000)),
+            group(2000, 2000),
+            false,
+        ),
+        ("a small group: every count", Some(group(4, 1)), group(4, 2), true),
+        ("a group of fifteen, 14 to 15", Some(group(15, 14)), group(15, 15), true),
+        (
+            "a group of fifteen, 12 to 13",
+            Some(group(15, 12)),
+            group(15, 13),
+            false,
+        ),
+    ];
+    for (case, before, now, want) in cases {
+        assert_eq!(group_progress_said(before.as_ref(), &now), want, "{case}");
+    }
 }
 
 // Revert (spec §13.7).
