@@ -8,7 +8,8 @@
 //! already written; beyond [`SIMILAR_EVENTS_BEFORE_COMBINING`] different messages of one reason on
 //! one object within [`SIMILAR_EVENTS_WINDOW_SECONDS`], one Event whose message starts
 //! `(combined from similar events): ` ([`combined`]) counts the rest. Count updates are written at most every
-//! [`COUNT_FLUSH_INTERVAL`] per Event (client-go drops events beyond its spam filter's budget
+//! [`COUNT_FLUSH_INTERVAL`] per Event, and no more than [`COUNT_WRITES_PER_SECOND`] across all of them
+//! (client-go drops events beyond its spam filter's budget
 //! instead; here none is lost). The durable per-resource record is the binding's `upgraded-by`
 //! and `upgrade-started-at` annotations, which `history RUN` reads.
 
@@ -46,6 +47,16 @@ impl EventType {
 pub const CLUSTER_SCOPED_EVENTS_NAMESPACE: &str = "default";
 /// How often, at most, one Event's count is written.
 pub const COUNT_FLUSH_INTERVAL: Duration = Duration::from_secs(5);
+/// Count writes per second across every Event with counts to write, at most (client-go's default
+/// client QPS): fifty runs starting resources at once each have their count written every ten
+/// seconds rather than every five, as their progress (`lifecycle::progress_every`).
+pub const COUNT_WRITES_PER_SECOND: u32 = 5;
+
+/// How long an Event's count waits between writes while `flushing` Events have counts to write.
+pub fn count_flush_every(flushing: usize) -> Duration {
+    let events = u64::try_from(flushing).unwrap_or(u64::MAX);
+    Duration::from_millis(events.saturating_mul(1000) / u64::from(COUNT_WRITES_PER_SECOND)).max(COUNT_FLUSH_INTERVAL)
+}
 /// Objects whose events are remembered at most; beyond it everything is forgotten (at worst a
 /// repeat becomes a new Event).
 const REMEMBERED: usize = 4096;
@@ -271,6 +282,8 @@ pub struct Publisher {
     correlator: Arc<Mutex<Correlator>>,
     /// Held while a count is written: counts are absolute, so writes of one Event must not cross.
     writing: Arc<tokio::sync::Mutex<()>>,
+    /// Events with a count write scheduled ([`count_flush_every`]).
+    flushing: Arc<std::sync::atomic::AtomicUsize>,
     /// The last name suffix used: events published concurrently within one clock tick must not
     /// share a name (client-go names events `<object>.<unix nanos>` too, but one at a time).
     last_nanos: Mutex<i128>,
@@ -284,6 +297,7 @@ impl Publisher {
             instance,
             correlator: Arc::default(),
             writing: Arc::default(),
+            flushing: Arc::default(),
             last_nanos: Mutex::new(0),
         }
     }
@@ -378,13 +392,14 @@ impl Publisher {
         }
     }
 
-    /// Writes the Event's count after [`COUNT_FLUSH_INTERVAL`] (counts arriving meanwhile ride
+    /// Writes the Event's count after [`count_flush_every`] (counts arriving meanwhile ride
     /// along), and again while more arrive.
     fn schedule_flush(&self, key: SlotKey) {
         let (client, correlator, writing) = (self.client.clone(), self.correlator.clone(), self.writing.clone());
+        let flushing = Flushing::new(self.flushing.clone());
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(COUNT_FLUSH_INTERVAL).await;
+                tokio::time::sleep(count_flush_every(flushing.now())).await;
                 let _writing = writing.lock().await;
                 match write_count(&client, &correlator, &key).await {
                     Ok(true) => {}
@@ -421,6 +436,27 @@ impl Publisher {
     }
 }
 
+/// One Event counted among those with a count write scheduled, for as long as it is held.
+struct Flushing(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Flushing {
+    fn new(count: Arc<std::sync::atomic::AtomicUsize>) -> Flushing {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Flushing(count)
+    }
+
+    /// Events with a count write scheduled now, this one included.
+    fn now(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for Flushing {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// Writes the slot's count when more was counted than written; returns whether still more
 /// arrived meanwhile.
 async fn write_count(client: &Client, correlator: &Mutex<Correlator>, key: &SlotKey) -> Result<bool, kube::Error> {
@@ -439,6 +475,30 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use upgradeplan::engine::lifecycle::events::COMBINED_PREFIX;
+
+    #[test]
+    fn counts_are_written_every_five_seconds_or_longer_so_that_all_events_write_five_a_second() {
+        let cases = [
+            (1, Duration::from_secs(5)),
+            (25, Duration::from_secs(5)),
+            (26, Duration::from_millis(5200)),
+            (50, Duration::from_secs(10)),
+            (usize::MAX, Duration::from_millis(u64::MAX / 5)),
+        ];
+        for (flushing, want) in cases {
+            assert_eq!(
+                count_flush_every(flushing),
+                want,
+                "{flushing} events with counts to write"
+            );
+        }
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let one = Flushing::new(count.clone());
+        let two = Flushing::new(count.clone());
+        assert_eq!((one.now(), two.now()), (2, 2), "each counts itself and the others");
+        drop(one);
+        assert_eq!(two.now(), 1, "one done: no longer counted");
+    }
 
     fn at(seconds: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(1_800_000_000 + seconds, 0).unwrap()
