@@ -54,8 +54,7 @@ pub const COUNT_WRITES_PER_SECOND: u32 = 5;
 
 /// How long an Event's count waits between writes while `flushing` Events have counts to write.
 pub fn count_flush_every(flushing: usize) -> Duration {
-    let events = u64::try_from(flushing).unwrap_or(u64::MAX);
-    Duration::from_millis(events.saturating_mul(1000) / u64::from(COUNT_WRITES_PER_SECOND)).max(COUNT_FLUSH_INTERVAL)
+    upgradeplan::engine::lifecycle::shared_interval(flushing, COUNT_WRITES_PER_SECOND, COUNT_FLUSH_INTERVAL)
 }
 /// Objects whose events are remembered at most; beyond it everything is forgotten (at worst a
 /// repeat becomes a new Event).

@@ -393,9 +393,14 @@ pub const PROGRESS_WRITES_PER_SECOND: u32 = 5;
 /// runs are in progress in the controller: [`PROGRESS_EVERY`], or longer so that together they
 /// write at most [`PROGRESS_WRITES_PER_SECOND`].
 pub fn progress_every(runs_in_progress: usize) -> std::time::Duration {
-    let runs = u64::try_from(runs_in_progress).unwrap_or(u64::MAX);
-    let shared = std::time::Duration::from_millis(runs.saturating_mul(1000) / u64::from(PROGRESS_WRITES_PER_SECOND));
-    shared.max(PROGRESS_EVERY)
+    shared_interval(runs_in_progress, PROGRESS_WRITES_PER_SECOND, PROGRESS_EVERY)
+}
+
+/// How long each of `writers` waits between its writes so that together they write at most
+/// `per_second` (each at least `floor` apart): a rate shared by however many there are.
+pub fn shared_interval(writers: usize, per_second: u32, floor: std::time::Duration) -> std::time::Duration {
+    let writers = u64::try_from(writers).unwrap_or(u64::MAX);
+    std::time::Duration::from_millis(writers.saturating_mul(1000) / u64::from(per_second.max(1))).max(floor)
 }
 
 /// Whether `after` differs from `before` only in what a reader can wait [`progress_every`] for:
