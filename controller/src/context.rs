@@ -402,7 +402,7 @@ impl Ctx {
             .iter()
             .filter(|r| r.status.as_ref().is_some_and(|s| s.state == RunState::InProgress) && self.handles(r))
             .count();
-        upgradeplan::engine::lifecycle::progress_every(in_progress).checked_sub(written.elapsed())
+        upgradeplan::engine::lifecycle::progress_wait(Some(written.elapsed()), in_progress)
     }
 
     /// Records that the API server refused a write decided from `run` as cached (409 Conflict).

@@ -56,6 +56,7 @@ pub const COUNT_WRITES_PER_SECOND: u32 = 5;
 pub fn count_flush_every(flushing: usize) -> Duration {
     upgradeplan::engine::lifecycle::shared_interval(flushing, COUNT_WRITES_PER_SECOND, COUNT_FLUSH_INTERVAL)
 }
+
 /// Objects whose events are remembered at most; beyond it everything is forgotten (at worst a
 /// repeat becomes a new Event).
 const REMEMBERED: usize = 4096;

@@ -396,6 +396,16 @@ pub fn progress_every(runs_in_progress: usize) -> std::time::Duration {
     shared_interval(runs_in_progress, PROGRESS_WRITES_PER_SECOND, PROGRESS_EVERY)
 }
 
+/// How much longer a run's progress alone must wait, written `since_written` ago (`None`: never
+/// by this process) while `runs_in_progress` runs are in progress: `None` when it may go now.
+pub fn progress_wait(
+    since_written: Option<std::time::Duration>,
+    runs_in_progress: usize,
+) -> Option<std::time::Duration> {
+    let every = progress_every(runs_in_progress);
+    since_written.filter(|since| *since < every).map(|since| every - since)
+}
+
 /// How long each of `writers` waits between its writes so that together they write at most
 /// `per_second` (each at least `floor` apart): a rate shared by however many there are.
 pub fn shared_interval(writers: usize, per_second: u32, floor: std::time::Duration) -> std::time::Duration {

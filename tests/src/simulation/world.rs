@@ -1136,13 +1136,13 @@ impl World {
         checker.before_writes(self, &run, &step)?;
         // Progress alone waits for its turn (`Write::ProgressLater`), as in the controller's
         // carry_out; the step is looked at again then (its wake below).
-        let now = self.now;
-        let every = self.progress_every();
-        let recent = self
+        let (now, in_progress) = (self.now, self.runs_in_progress());
+        let since_written = self
             .process()
             .status_written
             .get(&name)
-            .is_some_and(|at| (now - *at).to_std().unwrap_or_default() < every);
+            .map(|at| (now - *at).to_std().unwrap_or_default());
+        let recent = lifecycle::progress_wait(since_written, in_progress).is_some();
         let writes = step.writes(run.status.as_ref(), recent);
         let (crash, failed) = match fault {
             Fault::CrashAfter(k) if k < writes.len() => (Some(k), None),
@@ -1186,10 +1186,10 @@ impl World {
         // A failed request fails the pass (the error policy requeues it with backoff); a refused
         // one requeues it at once (after 200 ms).
         let requeue = (failed.is_some() || refused).then(|| self.now + Duration::seconds(1));
-        let progress = self
-            .progress_due
-            .remove(&name)
-            .then(|| self.now + Duration::from_std(self.progress_every()).unwrap_or_default());
+        let progress = self.progress_due.remove(&name).then(|| {
+            let every = lifecycle::progress_every(self.runs_in_progress());
+            self.now + Duration::from_std(every).unwrap_or_default()
+        });
         match requeue.or(step.wake_at.into_iter().chain(progress).min()) {
             Some(at) => self.wakes.insert(name, at),
             None => self.wakes.remove(&name),
@@ -1394,15 +1394,13 @@ impl World {
 }
 
 impl World {
-    /// How long a run's progress alone waits, with the runs now in progress (the controller
-    /// counts those of its cache).
-    fn progress_every(&self) -> std::time::Duration {
-        let in_progress = self
-            .runs
+    /// The runs now in progress, which share the progress writes (the controller counts those
+    /// of its cache).
+    fn runs_in_progress(&self) -> usize {
+        self.runs
             .iter()
             .filter(|r| r.status.as_ref().is_some_and(|s| s.state == RunState::InProgress))
-            .count();
-        lifecycle::progress_every(in_progress)
+            .count()
     }
 
     /// The memory of the process taking the current step.

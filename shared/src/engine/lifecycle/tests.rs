@@ -2082,6 +2082,26 @@ fn progress_waits_a_second_or_longer_so_that_all_runs_write_five_a_second() {
     for (runs, want) in cases {
         assert_eq!(progress_every(runs), want, "{runs} runs in progress");
     }
+    let waits = [
+        (None, 1, None, "never written by this process: now"),
+        (
+            Some(Duration::from_millis(400)),
+            1,
+            Some(Duration::from_millis(600)),
+            "written 0.4 s ago",
+        ),
+        (Some(Duration::from_secs(1)), 1, None, "its turn exactly: now"),
+        (
+            Some(Duration::from_secs(3)),
+            50,
+            Some(Duration::from_secs(7)),
+            "fifty runs share the rate",
+        ),
+        (Some(Duration::from_secs(12)), 50, None, "past its turn"),
+    ];
+    for (since, runs, want, case) in waits {
+        assert_eq!(progress_wait(since, runs), want, "{case}");
+    }
 }
 
 #[test]
