@@ -14,8 +14,12 @@ use kube::runtime::watcher;
 use upgradeplan::api::kratix::{BindingFacts, CachedBinding, Interner, ResourceBinding};
 use upgradeplan::engine::upgrade_budget::kratix_working_run;
 
+/// A map with a fast seeded hasher: a run's pass looks up each binding of its snapshot, and
+/// SipHash was an eighth of a budgeted pass's CPU.
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// Bindings by namespace, then name.
-type ByName = HashMap<Arc<str>, HashMap<Arc<str>, Arc<CachedBinding>>>;
+type ByName = Map<Arc<str>, Map<Arc<str>, Arc<CachedBinding>>>;
 
 /// The cached bindings, by name and by Promise, and the count Kratix works on per run: a run's
 /// pass reads its own Promise's bindings and every budgeted run's count, never every binding
@@ -24,9 +28,9 @@ type ByName = HashMap<Arc<str>, HashMap<Arc<str>, Arc<CachedBinding>>>;
 #[derive(Default)]
 struct Index {
     by_name: ByName,
-    by_promise: HashMap<Arc<str>, ByName>,
+    by_promise: Map<Arc<str>, ByName>,
     /// [`kratix_working_run`] counted per run.
-    in_flight: HashMap<Box<str>, usize>,
+    in_flight: Map<Box<str>, usize>,
 }
 
 fn insert_into(map: &mut ByName, b: &Arc<CachedBinding>) -> Option<Arc<CachedBinding>> {

@@ -146,8 +146,7 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         _ => None,
     };
     let reverted = RevertedFact::of(reverted_run.as_ref().map(|r| r.as_ref().map(|(run, s)| (&**run, s))));
-    // Budgets select by the run's Promise and its live plan's labels, as freezes do. Budgeted
-    // runs decide one at a time, each counting the starts the others sent (spec §13.8).
+    // Budgets select by the run's Promise and its live plan's labels, as freezes do (spec §13.8).
     let promise = run_plan.map(|p| p.promise_ref.name.as_str()).unwrap_or_default();
     let labels = plan.as_deref().map(|p| p.labels().clone()).unwrap_or_default();
     let all_budgets = ctx.caches.budgets.state();
@@ -155,13 +154,12 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         true => Vec::new(),
         false => upgradeplan::engine::upgrade_budget::selecting(&all_budgets, promise, &labels),
     };
-    let mut ledger = match selecting.is_empty() {
-        true => None,
-        false => Some(ctx.budget_ledger.lock().await),
-    };
-    let budgets = match ledger.as_deref_mut() {
-        Some(ledger) => crate::budget::facts_for(ctx, ledger, run, &selecting),
-        None => Vec::new(),
+    // Budgeted runs decide at the same time, each from the budgets as its pass began (with the
+    // starts the others sent); only their admission, below, is one at a time. Fifty runs deciding
+    // one at a time under one lock made the lock, not Kratix, the pace of a Saturday night.
+    let budgets = match selecting.is_empty() {
+        true => Vec::new(),
+        false => crate::budget::facts_for(ctx, &mut *ctx.budget_ledger.lock().await, run, &selecting),
     };
     let facts = lifecycle::Facts {
         plan: plan.as_deref(),
@@ -176,7 +174,23 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         now,
     };
     let mut step = lifecycle::step(run, &facts, ctx);
-    if let Some(mut ledger) = ledger.take() {
+    if !step.binding_patches.is_empty() && !selecting.is_empty() {
+        // Admission: starts that no longer fit (another run took the units meanwhile) are decided
+        // again from the budgets as they are now, still holding the ledger, so that no unit is
+        // handed out twice.
+        let mut ledger = ctx.budget_ledger.lock().await;
+        let current = crate::budget::facts_for(ctx, &mut ledger, run, &selecting);
+        if !lifecycle::starts_still_fit(&step, run, &budgets, &current, now) {
+            tracing::debug!(run = %run.name_any(), "budget units taken meanwhile; deciding again");
+            step = lifecycle::step(
+                run,
+                &lifecycle::Facts {
+                    budgets: &current,
+                    ..facts
+                },
+                ctx,
+            );
+        }
         ledger.record(&run.name_any(), &step);
     }
     let wake_runs = std::mem::take(&mut step.wake_runs);

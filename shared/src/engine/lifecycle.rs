@@ -1203,6 +1203,39 @@ pub fn snapshot_config_maps(run: &str, frozen: &Frozen) -> Vec<SnapshotConfigMap
         .collect()
 }
 
+/// Where every "since the run began" rule of an InProgress run counts from: its admission (spec
+/// §5.2). A dormant preview never gets that far, so a preview evaluated is being resumed in this
+/// very pass, at `now`.
+fn counted_from(run: &UpgradeRun, now: DateTime<Utc>) -> DateTime<Utc> {
+    if is_preview(run) {
+        crate::time::whole_seconds(now)
+    } else {
+        admitted_at(run)
+    }
+}
+
+/// Whether `step`'s starts, decided from `decided` (the budgets' facts its pass began with),
+/// still fit the budgets as `current` has them ([`upgrade_budget::still_fits`]). Budgeted runs
+/// decide at the same time and are admitted one at a time: a step that no longer fits is
+/// decided again from `current`.
+pub fn starts_still_fit(
+    step: &Step,
+    run: &UpgradeRun,
+    decided: &[BudgetFacts],
+    current: &[BudgetFacts],
+    now: DateTime<Utc>,
+) -> bool {
+    let own_in_flight = step.evaluation.as_ref().map_or(0, |e| e.in_flight);
+    upgrade_budget::still_fits(
+        decided,
+        current,
+        run_name(run),
+        counted_from(run, now),
+        own_in_flight,
+        step.binding_patches.len(),
+    )
+}
+
 /// Evaluates an InProgress run against live bindings and decides what follows.
 fn progress(
     run: &UpgradeRun,
@@ -1214,13 +1247,7 @@ fn progress(
     facts: &Facts,
 ) {
     let now = facts.now;
-    // Every "since the run began" rule counts from the run's admission (spec §5.2). A dormant
-    // preview never gets here, so a preview here is being resumed in this very pass.
-    let admitted = if is_preview(run) {
-        crate::time::whole_seconds(now)
-    } else {
-        admitted_at(run)
-    };
+    let admitted = counted_from(run, now);
     // The frozen plan's Promise, not the live plan's: a promiseRef edited mid-run changes nothing
     // of this run (spec §14.2) — its revisions, health records and freezes stay those it began with.
     let promise = frozen.compiled.promise.as_str();
@@ -1229,8 +1256,10 @@ fn progress(
     let previous = out.status.rollout_groups.clone();
     // One consistent view of the live bindings for the whole evaluation, keyed by the snapshot's
     // own strings (at 100k resources, copied keys were 15 MiB on every pass).
-    let mut live: Vec<Arc<dyn BindingFacts>> = Vec::new();
-    let mut index: HashMap<(&str, &str), usize> = HashMap::new();
+    let resources = frozen.snapshot.groups.iter().map(|g| g.resources.len()).sum();
+    let mut live: Vec<Arc<dyn BindingFacts>> = Vec::with_capacity(resources);
+    let mut index: HashMap<(&str, &str), usize, foldhash::fast::RandomState> =
+        HashMap::with_capacity_and_hasher(resources, Default::default());
     for r in frozen.snapshot.groups.iter().flat_map(|g| &g.resources) {
         if let Some(b) = cluster.binding(&r.namespace, &r.binding) {
             index.insert((&r.namespace, &r.binding), live.len());

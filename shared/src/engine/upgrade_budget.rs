@@ -306,6 +306,37 @@ pub fn to_wake(budgets: &[BudgetFacts], own_in_flight: usize, starts: usize) -> 
     wake
 }
 
+/// Whether `starts` a run decided from `decided` (its budgets' facts as its pass began) still fit
+/// the budgets `now`: runs deciding at the same time may have taken units since. The run's own
+/// part is the one its decision saw (`own_in_flight`, and each budget's `sent` of `decided`):
+/// only its own pass adds to it, and its upgrades ending since only free units, so it errs
+/// towards fewer. A budget selecting the plan now that did not then, or the other way round,
+/// fits nothing: the step is decided again. No starts always fit.
+pub fn still_fits(
+    decided: &[BudgetFacts],
+    now: &[BudgetFacts],
+    run: &str,
+    admitted: DateTime<Utc>,
+    own_in_flight: usize,
+    starts: usize,
+) -> bool {
+    if starts == 0 {
+        return true;
+    }
+    if decided.len() != now.len() || decided.iter().zip(now).any(|(d, n)| d.name != n.name) {
+        return false;
+    }
+    let now: Vec<BudgetFacts> = decided
+        .iter()
+        .zip(now)
+        .map(|(d, n)| BudgetFacts {
+            sent: d.sent,
+            ..n.clone()
+        })
+        .collect();
+    units(&grants(&now, run, admitted, own_in_flight)).is_none_or(|units| units >= starts)
+}
+
 /// A budget's status fields from the active runs of the plans it selects (the budget's own
 /// reconcile writes them).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -576,6 +607,99 @@ mod tests {
         let overlapping = vec![budget(9, others.clone()), budget(9, vec![other("b", 5, 0, true)])];
         assert_eq!(to_wake(&overlapping, 0, 0), vec!["b", "d"], "each run once");
         assert!(to_wake(&[], 0, 0).is_empty(), "no budget: nobody");
+    }
+
+    #[test]
+    fn starts_decided_before_the_budget_moved_fit_only_what_is_free_now() {
+        let sent = |mut b: BudgetFacts, sent: usize| {
+            b.sent = sent;
+            b
+        };
+        let named = |mut b: BudgetFacts, name: &str| {
+            b.name = name.into();
+            b
+        };
+        // (case, decided, now, own in flight, starts, fits)
+        type Case = (&'static str, Vec<BudgetFacts>, Vec<BudgetFacts>, usize, usize, bool);
+        let cases: Vec<Case> = vec![
+            (
+                "nothing moved",
+                vec![budget(4, vec![])],
+                vec![budget(4, vec![])],
+                1,
+                3,
+                true,
+            ),
+            (
+                "another run took two of the three units",
+                vec![budget(4, vec![other("b", 5, 0, false)])],
+                vec![budget(4, vec![other("b", 5, 2, false)])],
+                1,
+                3,
+                false,
+            ),
+            (
+                "another run took one; two still fit",
+                vec![budget(4, vec![other("b", 5, 0, false)])],
+                vec![budget(4, vec![other("b", 5, 1, false)])],
+                1,
+                2,
+                true,
+            ),
+            (
+                "an upgrade of another run ended: more free, still fits",
+                vec![budget(4, vec![other("b", 5, 2, false)])],
+                vec![budget(4, vec![other("b", 5, 0, false)])],
+                1,
+                1,
+                true,
+            ),
+            (
+                "an older run began waiting: its share comes first",
+                vec![budget(2, vec![other("b", 5, 0, false)])],
+                vec![budget(2, vec![other("b", 5, 0, true)])],
+                0,
+                2,
+                false,
+            ),
+            (
+                "own starts the cache shows by now count once, as decided",
+                vec![sent(budget(4, vec![]), 2)],
+                vec![sent(budget(4, vec![]), 0)],
+                1,
+                1,
+                true,
+            ),
+            (
+                "own starts decided as sent are not forgotten",
+                vec![sent(budget(4, vec![]), 2)],
+                vec![sent(budget(4, vec![]), 0)],
+                1,
+                2,
+                false,
+            ),
+            (
+                "a budget now selects the plan",
+                vec![],
+                vec![budget(9, vec![])],
+                0,
+                1,
+                false,
+            ),
+            (
+                "another budget than decided",
+                vec![budget(9, vec![])],
+                vec![named(budget(9, vec![]), "kratix")],
+                0,
+                1,
+                false,
+            ),
+            ("no starts always fit", vec![budget(1, vec![])], vec![], 1, 0, true),
+            ("no budget then or now", vec![], vec![], 0, 5, true),
+        ];
+        for (case, decided, now, own, starts, fits) in cases {
+            assert_eq!(still_fits(&decided, &now, "a", at(10), own, starts), fits, "{case}");
+        }
     }
 
     #[test]

@@ -154,6 +154,8 @@ pub struct Tally {
     /// Steps of runs under a budget, and those the budget held (`BudgetExhausted`).
     pub budgeted_steps: u64,
     pub budget_holds: u64,
+    /// Budgeted steps whose starts no longer fit as they were admitted, decided again.
+    pub budget_decided_again: u64,
     /// Status writes of progress alone put off (`lifecycle::only_progress`).
     pub progress_deferred: u64,
     pub retries: u64,
@@ -187,6 +189,7 @@ impl Tally {
         self.revert_snapshots += other.revert_snapshots;
         self.budgeted_steps += other.budgeted_steps;
         self.budget_holds += other.budget_holds;
+        self.budget_decided_again += other.budget_decided_again;
         self.progress_deferred += other.progress_deferred;
         self.revert_starts += other.revert_starts;
         self.reverts_completed += other.reverts_completed;
@@ -1106,7 +1109,23 @@ impl World {
             selector: None,
             now: self.now,
         };
-        let step = lifecycle::step(&run, &facts, &view);
+        let mut step = lifecycle::step(&run, &facts, &view);
+        // Admitted as the controller admits a budgeted step: against the budget as the caches
+        // have it by then (here: caught up), decided again when its starts no longer fit.
+        if !budgets.is_empty() && !step.binding_patches.is_empty() {
+            let current = self.budget_facts(&run, &before);
+            if !lifecycle::starts_still_fit(&step, &run, &budgets, &current, self.now) {
+                self.tally.budget_decided_again += 1;
+                step = lifecycle::step(
+                    &run,
+                    &Facts {
+                        budgets: &current,
+                        ..facts.clone()
+                    },
+                    &view,
+                );
+            }
+        }
         checker.revert_derived(self, &run, &step, view.bindings, reverted_run.as_ref())?;
         let derived = run.spec.revert_of.is_some() && !step.write_snapshot.is_empty();
         self.tally.revert_snapshots += u64::from(derived);
