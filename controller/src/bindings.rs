@@ -132,6 +132,14 @@ impl BindingStore {
         inner.live.by_name.get(namespace)?.get(name).cloned()
     }
 
+    /// The cached binding of each (namespace, name) of `keys`, in their order, under one read of
+    /// the lock: a run's pass asks for its whole snapshot at once.
+    pub fn get_each<'k>(&self, keys: impl Iterator<Item = (&'k str, &'k str)>) -> Vec<Option<Arc<CachedBinding>>> {
+        let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        keys.map(|(namespace, name)| inner.live.by_name.get(namespace)?.get(name).cloned())
+            .collect()
+    }
+
     /// Every cached binding of `promise`.
     pub fn of_promise(&self, promise: &str) -> Vec<Arc<CachedBinding>> {
         let inner = self.inner.read().unwrap_or_else(|e| e.into_inner());

@@ -66,6 +66,18 @@ impl lifecycle::Cluster for Ctx {
     fn binding(&self, namespace: &str, name: &str) -> Option<Arc<dyn BindingFacts>> {
         Ctx::binding(self, namespace, name).map(|b| b as _)
     }
+    fn snapshot_bindings(
+        &self,
+        snapshot: &upgradeplan::engine::snapshot::Snapshot,
+    ) -> Vec<Option<Arc<dyn BindingFacts>>> {
+        let keys = snapshot.groups.iter().flat_map(|g| &g.resources);
+        self.caches
+            .bindings
+            .get_each(keys.map(|r| (r.namespace.as_str(), r.binding.as_str())))
+            .into_iter()
+            .map(|b| b.map(|b| b as _))
+            .collect()
+    }
     fn bindings_of(&self, promise: &str) -> Vec<Arc<dyn BindingFacts>> {
         Ctx::bindings_of(self, promise).into_iter().map(|b| b as _).collect()
     }

@@ -31,7 +31,7 @@ use super::gate::{self, GateCheck, GateReading};
 use super::health::HealthRecords;
 use super::outcome::Finished;
 use super::revert::{self, RevertedFact, Revisions};
-use super::run::{evaluate, texts, Blocked, Evaluation, Outcome, RunContext, Verdict};
+use super::run::{evaluate_in_order, texts, Blocked, Evaluation, Outcome, RunContext, Verdict};
 pub use super::snapshot::SnapshotFact;
 use super::snapshot::{
     config_map_data, digest, group_bindings, shard, snapshot_config_map_name, Frozen, Snapshot, SnapshotResource,
@@ -69,6 +69,16 @@ pub const RECORD_POLL: Duration = Duration::seconds(2);
 /// Read access to the controller's caches of Kratix objects.
 pub trait Cluster {
     fn binding(&self, namespace: &str, name: &str) -> Option<Arc<dyn BindingFacts>>;
+    /// The live binding of each of `snapshot`'s resources, in its order (groups, then their
+    /// resources): a cache may answer the thousands at once faster than one by one.
+    fn snapshot_bindings(&self, snapshot: &Snapshot) -> Vec<Option<Arc<dyn BindingFacts>>> {
+        snapshot
+            .groups
+            .iter()
+            .flat_map(|g| &g.resources)
+            .map(|r| self.binding(&r.namespace, &r.binding))
+            .collect()
+    }
     /// Every binding of `promise`, all namespaces.
     fn bindings_of(&self, promise: &str) -> Vec<Arc<dyn BindingFacts>>;
     fn revision_exists(&self, promise: &str, version: &str) -> bool;
@@ -1254,18 +1264,11 @@ fn progress(
     let to = frozen.compiled.to.clone();
     out.to = to.clone();
     let previous = out.status.rollout_groups.clone();
-    // One consistent view of the live bindings for the whole evaluation, keyed by the snapshot's
-    // own strings (at 100k resources, copied keys were 15 MiB on every pass).
-    let resources = frozen.snapshot.groups.iter().map(|g| g.resources.len()).sum();
-    let mut live: Vec<Arc<dyn BindingFacts>> = Vec::with_capacity(resources);
-    let mut index: HashMap<(&str, &str), usize, foldhash::fast::RandomState> =
-        HashMap::with_capacity_and_hasher(resources, Default::default());
-    for r in frozen.snapshot.groups.iter().flat_map(|g| &g.resources) {
-        if let Some(b) = cluster.binding(&r.namespace, &r.binding) {
-            index.insert((&r.namespace, &r.binding), live.len());
-            live.push(b);
-        }
-    }
+    // One consistent view of the live bindings for the whole evaluation, in the snapshot's order
+    // (at 100k resources, copied keys were 15 MiB on every pass; a map of its own per pass was a
+    // sixth of a budgeted pass's CPU).
+    let live = cluster.snapshot_bindings(&frozen.snapshot);
+    let live: Vec<Option<&dyn BindingFacts>> = live.iter().map(Option::as_deref).collect();
     let health = if frozen.compiled.checks_health() {
         HealthRecords::index(promise, cluster.health_records(promise))
     } else {
@@ -1284,7 +1287,7 @@ fn progress(
         let c = revert_revision_condition(promise, &frozen, &revisions, now);
         set_condition(&mut out.status.conditions, c);
     }
-    let eval = evaluate(
+    let eval = evaluate_in_order(
         &RunContext {
             run_name: run_name(run),
             run_created: admitted,
@@ -1303,7 +1306,7 @@ fn progress(
             gone_targets: &revisions.gone_targets,
             now,
         },
-        |ns, name| index.get(&(ns, name)).map(|&i| live[i].as_ref()),
+        &live,
     );
     // The status and the gauges say what the views show: one run view (spec §10).
     let view = run_view(out.status.state, &previous, Some(&frozen), Some(&eval));
