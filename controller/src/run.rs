@@ -167,8 +167,8 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         false => upgradeplan::engine::upgrade_budget::selecting(&all_budgets, promise, &labels),
     };
     // Budgeted runs decide at the same time, each from the budgets as its pass began (with the
-    // starts the others sent); only their admission, below, is one at a time. Fifty runs deciding
-    // one at a time under one lock made the lock, not Kratix, the pace of a Saturday night.
+    // starts the others sent); only their admission, below, is one at a time, so that fifty runs'
+    // evaluations of thousands of resources do not wait on one another.
     let budgets = match selecting.is_empty() {
         true => Vec::new(),
         false => crate::budget::facts_for(ctx, &mut *ctx.budget_ledger.lock().await, run, &selecting),
