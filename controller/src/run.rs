@@ -192,16 +192,10 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         // handed out twice.
         let mut ledger = ctx.budget_ledger.lock().await;
         let current = crate::budget::facts_for(ctx, &mut ledger, run, &selecting);
-        if !lifecycle::starts_still_fit(&step, run, &budgets, &current, now) {
-            tracing::debug!(run = %run.name_any(), "budget units taken meanwhile; deciding again");
-            step = lifecycle::step(
-                run,
-                &lifecycle::Facts {
-                    budgets: &current,
-                    ..facts
-                },
-                ctx,
-            );
+        let decided_again;
+        (step, decided_again) = lifecycle::admit_within_budgets(step, run, &facts, &current, ctx);
+        if decided_again {
+            tracing::debug!(run = %run.name_any(), "budget units taken meanwhile; decided again");
         }
         ledger.record(&run.name_any(), &step);
     }

@@ -1224,11 +1224,31 @@ fn counted_from(run: &UpgradeRun, now: DateTime<Utc>) -> DateTime<Utc> {
     }
 }
 
-/// Whether `step`'s starts, decided from `decided` (the budgets' facts its pass began with),
-/// still fit the budgets as `current` has them ([`upgrade_budget::still_fits`]). Budgeted runs
-/// decide at the same time and are admitted one at a time: a step that no longer fits is
-/// decided again from `current`.
-pub fn starts_still_fit(
+/// A budgeted step's admission (spec §13.8). Runs under budgets decide at the same time, each
+/// from the budgets as its pass began (`facts.budgets`), and are admitted one at a time against
+/// the budgets as they are by then (`current`). Returns the step to carry out — `step` while its
+/// starts still fit, otherwise the step decided again from `current` — and whether it was
+/// decided again.
+pub fn admit_within_budgets(
+    step: Step,
+    run: &UpgradeRun,
+    facts: &Facts<'_>,
+    current: &[BudgetFacts],
+    cluster: &dyn Cluster,
+) -> (Step, bool) {
+    if starts_still_fit(&step, run, facts.budgets, current, facts.now) {
+        return (step, false);
+    }
+    let again = Facts {
+        budgets: current,
+        ..facts.clone()
+    };
+    (self::step(run, &again, cluster), true)
+}
+
+/// Whether `step`'s starts, decided from `decided`, still fit the budgets as `current` has them
+/// ([`upgrade_budget::still_fits`]).
+fn starts_still_fit(
     step: &Step,
     run: &UpgradeRun,
     decided: &[BudgetFacts],

@@ -1114,17 +1114,9 @@ impl World {
         // have it by then (here: caught up), decided again when its starts no longer fit.
         if !budgets.is_empty() && !step.binding_patches.is_empty() {
             let current = self.budget_facts(&run, &before);
-            if !lifecycle::starts_still_fit(&step, &run, &budgets, &current, self.now) {
-                self.tally.budget_decided_again += 1;
-                step = lifecycle::step(
-                    &run,
-                    &Facts {
-                        budgets: &current,
-                        ..facts.clone()
-                    },
-                    &view,
-                );
-            }
+            let decided_again;
+            (step, decided_again) = lifecycle::admit_within_budgets(step, &run, &facts, &current, &view);
+            self.tally.budget_decided_again += u64::from(decided_again);
         }
         checker.revert_derived(self, &run, &step, view.bindings, reverted_run.as_ref())?;
         let derived = run.spec.revert_of.is_some() && !step.write_snapshot.is_empty();
