@@ -556,6 +556,15 @@ async fn scale(n: usize) -> anyhow::Result<Measured> {
     );
 
     env.start_sim(sim.to_str().unwrap_or_default(), &["--delay", "0s"])?;
+    // Untimed: one upgrade there and back with kratix-sim, so that the reference, like the run
+    // after it, times bindings Kratix has already upgraded. A binding's managedFields reach their
+    // size only after kratix-sim's first status writes (1,124 bytes when created, 1,706 from the
+    // second upgrade on): the reference used to time the young bindings and the run the grown
+    // ones, and so carried a third less of every watch event than the run for reasons of age.
+    for (from, to) in [("v1.0.0", "v2.0.0"), ("v2.0.0", "v1.0.0")] {
+        let (_, moved) = reference(&env, from, to, n).await?;
+        anyhow::ensure!(moved == n, "settling the bindings {from} -> {to}: moved {moved} of {n}");
+    }
     let cpu = Cpu::new(None, env.sim_pid());
     let observer = observe_patched(&env, "v2.0.0", n).await?;
     let requests_before = apiserver_requests(&env.client).await;
@@ -622,7 +631,7 @@ async fn scale(n: usize) -> anyhow::Result<Measured> {
     let event_writes = delta(&|l| is_write(l) && l.contains("resource=\"events\""));
     let reads = delta(&|l| l.contains("method=\"GET\""));
     println!(
-        "[{n}] run to Completed: {:.2} s = {:.2}x the reference orchestrator (target <= 1.25x), {:.2}x the bare floor",
+        "[{n}] run to Completed: {:.2} s = {:.2}x the reference orchestrator (target <= 1.10x at 1k and 10k), {:.2}x the bare floor",
         wall.as_secs_f64(),
         wall.as_secs_f64() / reference_wall.as_secs_f64(),
         wall.as_secs_f64() / floor.as_secs_f64()
@@ -711,6 +720,19 @@ async fn many_plans(plans: usize, per_plan: usize, budget: usize) -> anyhow::Res
     let selector = of_promises(&promises.iter().map(String::as_str).collect::<Vec<_>>());
     let first = envs.first_mut().context("no plans")?;
     first.start_sim_for_every_promise(sim.to_str().unwrap_or_default(), &["--delay", "0s"])?;
+    // Untimed, as in `scale`: the bindings upgraded there and back once, so that the reference
+    // times bindings of the size the runs find them at.
+    for (from, to) in [("v1.0.0", "v2.0.0"), ("v2.0.0", "v1.0.0")] {
+        let (_, moved) = reference_over(first, &selector, from, to, total).await?;
+        anyhow::ensure!(
+            moved == total,
+            "settling the bindings {from} -> {to}: moved {moved} of {total}"
+        );
+    }
+    println!(
+        "{tag} bindings settled (upgraded there and back, untimed) after {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
 
     // The reference orchestrator: every binding of every Promise, v1 -> v2.
     let cpu = Cpu::new(None, first.sim_pid());
@@ -1117,7 +1139,7 @@ async fn main() -> anyhow::Result<()> {
         if times > 1 {
             let ratios: Vec<String> = of_size.iter().map(|m| format!("{:.2}x", ratio(m))).collect();
             println!(
-                "[{n}] {times} measurements, run / reference orchestrator: {}; median {:.2}x (target <= 1.25x)",
+                "[{n}] {times} measurements, run / reference orchestrator: {}; median {:.2}x (target <= 1.10x)",
                 ratios.join(", "),
                 ratio(&of_size[times / 2])
             );
