@@ -142,7 +142,7 @@ demo-stop: ## stop everything `make demo` started
 bench: deps ## engine benchmarks (criterion), then each target against its reference measured in the same run
 	$(CARGO) bench --locked -p upgradeplan --bench engine
 
-bench-scale: deps cluster-install ## 1k bindings five times, 10k once and fifty plans of 200 at once (SIZES="1000x5 10000 plans:50x200"; NxK: K measurements of N; plans:PxB[@BUDGET]: P plans of B bindings started together, without and under a budget (200); SIZES=100000 for 100k, about an hour; SIZES=plans:50x2000 for fifty plans of 100k in all) on a real control plane (release builds), against a reference orchestrator and the bare patch floor
+bench-scale: deps cluster-install ## 1k bindings five times, 10k once and fifty plans of 200 at once (SIZES="1000x5 10000 plans:50x200"; NxK: K measurements of N; plans:PxB[@BUDGET][:budget-only]: P plans of B bindings started together, without and under a budget (200), or only under it; SIZES=100000 for 100k, about an hour; SIZES=plans:50x2000 for fifty plans of 100k in all) on a real control plane (release builds), against a reference orchestrator and the bare patch floor
 	$(CARGO) build --release --locked --workspace --bins
 	@export TESTENV_DIR=/tmp/upgradeplan-bench TESTENV_API_PORT=18443 TESTENV_ETCD_PORT=14379; \
 	trap 'tests/cluster.sh stop' EXIT; \
