@@ -181,6 +181,16 @@ fn a_run(name: &str, created: DateTime<Utc>, suspend: bool) -> UpgradeRun {
     r
 }
 
+/// A run admitted as its plan's active run (state `Pending`), created at `created`.
+fn a_pending_run(name: &str, created: DateTime<Utc>) -> UpgradeRun {
+    let mut run = a_run(name, created, false);
+    run.status = Some(UpgradeRunStatus {
+        state: RunState::Pending,
+        ..Default::default()
+    });
+    run
+}
+
 /// Applies a step as the controller does: metadata, snapshot, binding patches, status.
 fn apply(run: &mut UpgradeRun, step: &Step, world: &mut World) {
     assert_eq!(
@@ -568,11 +578,7 @@ fn the_newest_run_supersedes_and_the_older_records_it_itself() {
 
     // Two runs admitted at once, neither superseded yet: the older finds the newer and yields.
     let a = a_run("a", t(10), false);
-    let mut b = a_run("b", t(11), false);
-    b.status = Some(UpgradeRunStatus {
-        state: RunState::Pending,
-        ..Default::default()
-    });
+    let b = a_pending_run("b", t(11));
     let s = pass(&a, Some(&plan), &[RunFacts::of(&b)], &world, t(12));
     assert_eq!(s.status.superseded_by.as_deref(), Some("b"));
     assert!(
@@ -741,11 +747,7 @@ fn deleting_a_dormant_run_is_a_quiet_clean_up() {
 fn suspending_a_run_holds_new_starts_and_says_why() {
     let plan = valid_plan(5);
     let mut world = World::with(2);
-    let mut run = a_run("r", t(0), false);
-    run.status = Some(UpgradeRunStatus {
-        state: RunState::Pending,
-        ..Default::default()
-    });
+    let mut run = a_pending_run("r", t(0));
     run.spec.suspend = true; // suspended after admission: not a preview
     let s = pass(&run, Some(&plan), &[], &world, t(1));
     assert_eq!(s.status.state, RunState::InProgress);
@@ -808,14 +810,7 @@ fn a_freeze_holds_the_run_says_which_until_when_and_lets_go_at_its_end() {
         ),
         a_freeze("broken", "2026-06-01T00:00", "2026-06-02T00:00", None, "Mars/Olympus"),
     ];
-    let pending = |name: &str| {
-        let mut run = a_run(name, t(0), false);
-        run.status = Some(UpgradeRunStatus {
-            state: RunState::Pending,
-            ..Default::default()
-        });
-        run
-    };
+    let pending = |name: &str| a_pending_run(name, t(0));
     let s = pass(&pending("free"), Some(&plan), &[], &world, t(1));
     assert_eq!(started(&s), 2);
     assert!(
@@ -1122,11 +1117,7 @@ fn a_group_that_needs_approval_waits_says_so_once_and_adopts_its_approval() {
 fn a_tampered_shard_fails_the_run_and_nothing_more_starts() {
     let plan = valid_plan(1);
     let mut world = World::with(3);
-    let mut run = a_run("r", t(0), false);
-    run.status = Some(UpgradeRunStatus {
-        state: RunState::Pending,
-        ..Default::default()
-    });
+    let mut run = a_pending_run("r", t(0));
     let s = pass(&run, Some(&plan), &[], &world, t(1));
     assert_eq!(started(&s), 1);
     apply(&mut run, &s, &mut world);
@@ -2789,11 +2780,7 @@ fn a_budgeted_step_whose_units_were_taken_meanwhile_is_decided_again() {
     use crate::engine::upgrade_budget::BudgetRun;
     let plan = valid_plan(5);
     let world = World::with(4);
-    let mut run = a_run("r", t(0), false);
-    run.status = Some(UpgradeRunStatus {
-        state: RunState::Pending,
-        ..Default::default()
-    });
+    let run = a_pending_run("r", t(0));
     let decided = one_budget("saturday", 3, vec![]);
     let facts = Facts {
         budgets: &decided,
@@ -2831,11 +2818,7 @@ fn a_budget_shares_its_free_units_holds_the_rest_and_says_which() {
     use crate::engine::upgrade_budget::BudgetRun;
     let plan = valid_plan(5);
     let mut world = World::with(4);
-    let mut run = a_run("r", t(0), false);
-    run.status = Some(UpgradeRunStatus {
-        state: RunState::Pending,
-        ..Default::default()
-    });
+    let mut run = a_pending_run("r", t(0));
     // Another plan's run, admitted earlier, has one upgrade in flight and waits for more.
     let other = |in_flight: usize, waiting: bool| BudgetRun {
         name: "other-plan-run".into(),
@@ -2890,11 +2873,7 @@ fn a_budget_shares_its_free_units_holds_the_rest_and_says_which() {
 fn a_run_within_its_budget_says_so() {
     let plan = valid_plan(2);
     let world = World::with(2);
-    let mut run = a_run("r", t(0), false);
-    run.status = Some(UpgradeRunStatus {
-        state: RunState::Pending,
-        ..Default::default()
-    });
+    let run = a_pending_run("r", t(0));
     let s = step_under(&plan, &run, &world, &one_budget("kratix", 10, vec![]), t(1));
     assert_eq!(started(&s), 2);
     let c = find_condition(&s.status.conditions, reasons::BUDGETED).unwrap();
@@ -2913,11 +2892,7 @@ fn a_run_held_by_other_runs_units_looks_again_and_by_its_own_does_not() {
     use crate::engine::upgrade_budget::{BudgetRun, RECHECK};
     let plan = valid_plan(5);
     let mut world = World::with(2);
-    let mut run = a_run("r", t(0), false);
-    run.status = Some(UpgradeRunStatus {
-        state: RunState::Pending,
-        ..Default::default()
-    });
+    let mut run = a_pending_run("r", t(0));
     let budget = |others: Vec<BudgetRun>| one_budget("one", 1, others);
     let under =
         |run: &UpgradeRun, world: &World, budgets: &[BudgetFacts], now| step_under(&plan, run, world, budgets, now);
