@@ -1,11 +1,13 @@
 #![allow(clippy::unwrap_used)]
-//! The committed CRDs equal the generated ones, and their CEL rules behave as the spec says
-//! (evaluated client-side: the test API server, Kubernetes 1.20, predates CEL).
+//! The committed CRDs equal the generated ones, and their CEL rules behave as the spec says,
+//! evaluated client-side (kube's CEL) on the table the API server is given too (cel_cases/).
+
+mod cel_cases;
 
 use kube::core::cel::Validator;
 use kube::CustomResourceExt;
 use serde_json::{json, Value};
-use upgradeplan::api::{UpgradePlan, UpgradeRun};
+use upgradeplan::api::{UpgradeApproval, UpgradeBudget, UpgradeFreeze, UpgradePlan, UpgradeRun};
 
 #[test]
 fn committed_crds_are_up_to_date() {
@@ -43,331 +45,64 @@ fn violations(schema: &Value, object: &Value, old: Option<&Value>) -> Vec<String
     }
 }
 
-fn plan(name: &str, spec: Value) -> Value {
-    json!({"apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradePlan", "metadata": {"name": name}, "spec": spec})
-}
-
-fn base_spec() -> Value {
-    json!({
-        "promiseRef": {"name": "redis"},
-        "upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
-        "upgradeExecutionPolicy": {"repeatSchedule": "0 23 * * 6", "timeZone": "Europe/London"},
-        "rolloutGroups": [{
-            "name": "dev",
-            "selectors": {"matchLabels": {"env": "dev"}, "matchExpressions": [{"key": "prod", "operator": "NotIn", "values": ["true"]}]},
-            "maxConcurrent": 5,
-            "resourceUpgradeWindows": [{"kind": "allow", "schedule": "0 22 * * *", "duration": "4h", "timeZone": "Europe/London"}]
-        }]
-    })
-}
-
-/// `spec` with the field at `pointer` set (added when its parent object lacks it).
-fn with(mut spec: Value, pointer: &str, value: Value) -> Value {
-    let (parent, field) = pointer.rsplit_once('/').unwrap();
-    match spec.pointer_mut(parent).and_then(Value::as_object_mut) {
-        Some(object) => {
-            object.insert(field.to_string(), value);
-        }
-        None => *spec.pointer_mut(pointer).unwrap_or_else(|| panic!("{pointer}")) = value,
+fn schema_of(kind: &str) -> Value {
+    match kind {
+        "UpgradePlan" => schema::<UpgradePlan>(),
+        "UpgradeRun" => schema::<UpgradeRun>(),
+        "UpgradeFreeze" => schema::<UpgradeFreeze>(),
+        "UpgradeBudget" => schema::<UpgradeBudget>(),
+        other => panic!("no schema for {other}"),
     }
-    spec
 }
 
+/// The table of cel_cases/ (the one the API server is given in tests/tests/crds.rs), evaluated
+/// client-side.
 #[test]
-fn plan_cel_rules() {
-    let s = schema::<UpgradePlan>();
-    let long = "p".repeat(230);
-    let cases: Vec<(&str, Value, Option<&str>)> = vec![
-        ("the seed plan", plan("redis-v1-to-v2", base_spec()), None),
-        (
-            "229-character name with a policy",
-            plan(&"p".repeat(229), base_spec()),
-            None,
-        ),
-        (
-            "230-character name with a policy",
-            plan(&long, base_spec()),
-            Some("at most 229 characters"),
-        ),
-        (
-            "long name without a policy",
-            plan(&long, {
-                let mut spec = base_spec();
-                spec.as_object_mut().unwrap().remove("upgradeExecutionPolicy");
-                spec
-            }),
-            None,
-        ),
-        (
-            "to is a pattern",
-            plan("p", with(base_spec(), "/upgradePath/to", json!("/v2.*/"))),
-            Some("not a /regex/ pattern"),
-        ),
-        (
-            "to is latest",
-            plan("p", with(base_spec(), "/upgradePath/to", json!("latest"))),
-            Some("'latest' is not a version"),
-        ),
-        (
-            "policy without trigger",
-            plan(
-                "p",
-                with(base_spec(), "/upgradeExecutionPolicy", json!({"timeZone": "UTC"})),
-            ),
-            Some("set repeatSchedule, executeAt, or both"),
-        ),
-        (
-            "percentage maxConcurrent",
-            plan("p", with(base_spec(), "/rolloutGroups/0/maxConcurrent", json!("25%"))),
-            None,
-        ),
-        (
-            "100%",
-            plan("p", with(base_spec(), "/rolloutGroups/0/maxConcurrent", json!("100%"))),
-            None,
-        ),
-        (
-            "101%",
-            plan("p", with(base_spec(), "/rolloutGroups/0/maxConcurrent", json!("101%"))),
-            Some("percentage"),
-        ),
-        (
-            "0%",
-            plan("p", with(base_spec(), "/rolloutGroups/0/maxConcurrent", json!("0%"))),
-            Some("percentage"),
-        ),
-        (
-            "zero",
-            plan("p", with(base_spec(), "/rolloutGroups/0/maxConcurrent", json!(0))),
-            Some("at least 1"),
-        ),
-        (
-            "maxFailures 0",
-            plan("p", with(base_spec(), "/rolloutGroups/0/maxFailures", json!(0))),
-            None,
-        ),
-        (
-            "maxFailures 0%",
-            plan("p", with(base_spec(), "/rolloutGroups/0/maxFailures", json!("0%"))),
-            None,
-        ),
-        (
-            "maxFailures 100%",
-            plan("p", with(base_spec(), "/rolloutGroups/0/maxFailures", json!("100%"))),
-            None,
-        ),
-        (
-            "maxFailures 101%",
-            plan("p", with(base_spec(), "/rolloutGroups/0/maxFailures", json!("101%"))),
-            Some("percentage from \"0%\""),
-        ),
-        (
-            "maxFailures negative",
-            plan("p", with(base_spec(), "/rolloutGroups/0/maxFailures", json!(-1))),
-            Some("integer of 0 or more"),
-        ),
-        (
-            "progressDeadline",
-            plan(
-                "p",
-                with(base_spec(), "/rolloutGroups/0/progressDeadline", json!("30m")),
-            ),
-            None,
-        ),
-        (
-            "zero progressDeadline",
-            plan("p", with(base_spec(), "/rolloutGroups/0/progressDeadline", json!("0s"))),
-            Some("greater than zero"),
-        ),
-        (
-            "zero duration",
-            plan(
-                "p",
-                with(
-                    base_spec(),
-                    "/rolloutGroups/0/resourceUpgradeWindows/0/duration",
-                    json!("0s"),
-                ),
-            ),
-            Some("greater than zero"),
-        ),
-        (
-            "1h30m",
-            plan(
-                "p",
-                with(
-                    base_spec(),
-                    "/rolloutGroups/0/resourceUpgradeWindows/0/duration",
-                    json!("1h30m"),
-                ),
-            ),
-            None,
-        ),
-        (
-            "matchAll alone",
-            plan(
-                "p",
-                with(base_spec(), "/rolloutGroups/0/selectors", json!({"matchAll": true})),
-            ),
-            None,
-        ),
-        (
-            "matchAll with labels",
-            plan(
-                "p",
-                with(
-                    base_spec(),
-                    "/rolloutGroups/0/selectors",
-                    json!({"matchAll": true, "matchLabels": {"a": "b"}}),
-                ),
-            ),
-            Some("cannot be combined"),
-        ),
-        (
-            "In without values",
-            plan(
-                "p",
-                with(
-                    base_spec(),
-                    "/rolloutGroups/0/selectors/matchExpressions/0",
-                    json!({"key": "k", "operator": "In"}),
-                ),
-            ),
-            Some("values must be non-empty"),
-        ),
-        (
-            "NotIn with empty values",
-            plan(
-                "p",
-                with(
-                    base_spec(),
-                    "/rolloutGroups/0/selectors/matchExpressions/0",
-                    json!({"key": "k", "operator": "NotIn", "values": []}),
-                ),
-            ),
-            Some("values must be non-empty"),
-        ),
-        (
-            "Exists with values",
-            plan(
-                "p",
-                with(
-                    base_spec(),
-                    "/rolloutGroups/0/selectors/matchExpressions/0",
-                    json!({"key": "k", "operator": "Exists", "values": ["x"]}),
-                ),
-            ),
-            Some("must be omitted for Exists"),
-        ),
-        (
-            "DoesNotExist alone",
-            plan(
-                "p",
-                with(
-                    base_spec(),
-                    "/rolloutGroups/0/selectors/matchExpressions/0",
-                    json!({"key": "k", "operator": "DoesNotExist"}),
-                ),
-            ),
-            None,
-        ),
-    ];
-    for (name, object, want) in cases {
-        let got = violations(&s, &object, None);
-        match want {
-            None => assert!(got.is_empty(), "{name}: unexpected {got:?}"),
+fn cel_rules_accept_and_reject_as_the_table_says() {
+    for case in cel_cases::cases("cel") {
+        let s = schema_of(case.kind);
+        if let Some(old) = &case.old {
+            assert_eq!(
+                violations(&s, old, None),
+                Vec::<String>::new(),
+                "{}: the old object is valid",
+                case.name
+            );
+        }
+        let got = violations(&s, &case.object, case.old.as_ref());
+        match case.want {
+            None => assert!(got.is_empty(), "{}: unexpected {got:?}", case.name),
             Some(text) => assert!(
                 got.len() == 1 && got[0].contains(text),
-                "{name}: want one violation with {text:?}, got {got:?}"
+                "{}: want one violation with {text:?}, got {got:?}",
+                case.name
             ),
         }
     }
 }
 
+/// No rule without a case that it rejects: a new rule joins the table (and so the API server's
+/// test) or this fails.
 #[test]
-fn run_plan_ref_is_immutable() {
-    let s = schema::<UpgradeRun>();
-    let run = |plan: &str| json!({"apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeRun", "metadata": {"name": "r"}, "spec": {"upgradePlanRef": {"name": plan}}});
-    assert_eq!(violations(&s, &run("a"), None), Vec::<String>::new());
-    assert_eq!(violations(&s, &run("a"), Some(&run("a"))), Vec::<String>::new());
-    let got = violations(&s, &run("b"), Some(&run("a")));
-    assert!(got.len() == 1 && got[0].contains("immutable"), "{got:?}");
-}
-
-#[test]
-fn revert_of_and_respect_policy_are_immutable_table() {
-    let s = schema::<UpgradeRun>();
-    let run = |extra: Value| {
-        let mut spec = json!({"upgradePlanRef": {"name": "p"}});
-        spec.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-        json!({"apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeRun", "metadata": {"name": "r"}, "spec": spec})
-    };
-    let revert = |of: &str| json!({"revertOf": {"name": of, "resources": "upgraded"}});
-    let cases = [
-        ("a run stays a run", run(json!({})), run(json!({})), None),
-        (
-            "a revert stays the same revert",
-            run(revert("a")),
-            run(revert("a")),
-            None,
-        ),
-        (
-            "suspending a revert is fine",
-            run(revert("a")),
-            run(json!({"revertOf": {"name": "a", "resources": "upgraded"}, "suspend": true})),
-            None,
-        ),
-        (
-            "made a revert",
-            run(json!({})),
-            run(revert("a")),
-            Some("spec.revertOf is immutable"),
-        ),
-        (
-            "no longer a revert",
-            run(revert("a")),
-            run(json!({})),
-            Some("spec.revertOf is immutable"),
-        ),
-        (
-            "another run reverted",
-            run(revert("a")),
-            run(revert("b")),
-            Some("spec.revertOf is immutable"),
-        ),
-        (
-            "other resources",
-            run(revert("a")),
-            run(json!({"revertOf": {"name": "a", "resources": "all"}})),
-            Some("spec.revertOf is immutable"),
-        ),
-        (
-            "policy respected later",
-            run(revert("a")),
-            run(json!({"revertOf": {"name": "a", "resources": "upgraded"}, "respectPolicy": true})),
-            Some("spec.respectPolicy is immutable"),
-        ),
-        (
-            "respectPolicy false written out is as omitted",
-            run(revert("a")),
-            run(json!({"revertOf": {"name": "a", "resources": "upgraded"}, "respectPolicy": false})),
-            None,
-        ),
-    ];
-    for (name, old, new, want) in cases {
-        assert_eq!(
-            violations(&s, &old, None),
-            Vec::<String>::new(),
-            "{name}: the old object is valid"
+fn every_cel_rule_has_a_case_it_rejects() {
+    let cases = cel_cases::cases("cel");
+    let mut rules = vec![];
+    for kind in ["UpgradePlan", "UpgradeRun", "UpgradeFreeze", "UpgradeBudget"] {
+        cel_cases::rule_messages(&schema_of(kind), kind, &mut rules);
+    }
+    // The kind without rules has none (else it needs cases here).
+    let approval = serde_json::to_value(&UpgradeApproval::crd().spec.versions[0].schema).unwrap();
+    let mut other = vec![];
+    cel_cases::rule_messages(&approval["openAPIV3Schema"], "UpgradeApproval", &mut other);
+    assert!(other.is_empty(), "UpgradeApproval has CEL rules but no cases: {other:?}");
+    assert_eq!(rules.len(), 20, "the CRDs' CEL rules: {rules:#?}");
+    for (path, message) in rules {
+        assert!(
+            cases
+                .iter()
+                .any(|c| c.want.is_some_and(|w| message.contains(w)) && path.starts_with(c.kind)),
+            "no case rejected by the rule at {path} ({message:?})"
         );
-        let got = violations(&s, &new, Some(&old));
-        match want {
-            None => assert!(got.is_empty(), "{name}: unexpected {got:?}"),
-            Some(text) => assert!(
-                got.len() == 1 && got[0].contains(text),
-                "{name}: want one violation with {text:?}, got {got:?}"
-            ),
-        }
     }
 }
 
@@ -379,6 +114,11 @@ fn schema_carries_structural_rules() {
     assert_eq!(spec["required"], json!(["promiseRef", "rolloutGroups", "upgradePath"]));
     let groups = &spec["properties"]["rolloutGroups"];
     assert_eq!(groups["minItems"], 1);
+    // Bounds the API server's CEL cost estimate needs (it rejects the CRD without them).
+    assert_eq!(groups["maxItems"], 100);
+    for field in ["maxConcurrent", "maxFailures"] {
+        assert_eq!(groups["items"]["properties"][field]["maxLength"], 16, "{field}");
+    }
     assert_eq!(groups["x-kubernetes-list-type"], "map");
     assert_eq!(groups["x-kubernetes-list-map-keys"], json!(["name"]));
     let path = &spec["properties"]["upgradePath"];

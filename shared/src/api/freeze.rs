@@ -29,8 +29,9 @@ pub struct UpgradeFreezeSpec {
     /// Why upgrades are frozen; shown in the runs it holds ("end-of-year freeze").
     #[schemars(length(min = 1))]
     pub reason: String,
-    /// When: one-off periods (start, end) and recurring ones (schedule, duration).
-    #[schemars(length(min = 1))]
+    /// When: one-off periods (start, end) and recurring ones (schedule, duration). At most 100 (a
+    /// bound the API server's CEL cost estimate needs).
+    #[schemars(length(min = 1, max = 100))]
     pub periods: Vec<FreezePeriod>,
     /// Which plans it holds (a Kubernetes label selector over UpgradePlans; `{}` selects every
     /// plan). Omitted: every plan.

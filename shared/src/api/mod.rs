@@ -17,8 +17,7 @@ pub use plan::*;
 pub use run::*;
 
 /// Schema transform for status types: `#[serde(default)]` makes schemars emit `default` values,
-/// which mean nothing in a status only the controller writes, and which Kubernetes 1.20 rejects
-/// for empty strings. Removes them recursively.
+/// which mean nothing in a status only the controller writes. Removes them recursively.
 pub(crate) fn drop_schema_defaults(schema: &mut schemars::Schema) {
     fn strip(value: &mut serde_json::Value) {
         match value {

@@ -31,6 +31,7 @@ use super::Condition;
     validation = Rule::new("!has(self.spec.upgradeExecutionPolicy) || size(self.metadata.name) <= 229")
         .message("metadata.name: a plan with spec.upgradeExecutionPolicy must have a name of at most 229 characters, so that its run names (<plan>-YYYYMMDD-HHMM) fit in 253")
         .reason(Reason::FieldValueInvalid)
+        .field_path(".spec.upgradeExecutionPolicy")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct UpgradePlanSpec {
@@ -44,8 +45,8 @@ pub struct UpgradePlanSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade_execution_policy: Option<UpgradeExecutionPolicy>,
     /// Ordered groups of resources. A group starts only when the previous one completed. Group names
-    /// are unique.
-    #[schemars(length(min = 1))]
+    /// are unique. At most 100 (a bound the API server's CEL cost estimate needs).
+    #[schemars(length(min = 1, max = 100))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub rollout_groups: Vec<RolloutGroup>,
     /// Stop creating scheduled runs while true. Triggers that pass while suspended are skipped, not
@@ -176,6 +177,7 @@ pub struct RolloutGroup {
     /// At most this many of the group's resources upgrade at the same time: an integer ≥ 1, or a
     /// percentage "1%"–"100%" of the group's size (rounded down, at least 1). Omitted: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxLength" = 16))]
     #[x_kube(validation = Rule::new("string(self).matches('^([1-9][0-9]*|([1-9][0-9]?|100)%)$')")
         .message("must be an integer of at least 1 or a percentage from \"1%\" to \"100%\""))]
     pub max_concurrent: Option<IntOrString>,
@@ -188,6 +190,7 @@ pub struct RolloutGroup {
     /// one starts: an integer ≥ 0, or a percentage "0%"–"100%" of the group's size, rounded up
     /// ("10%" of 8 tolerates 1). Omitted or 0: the first failure fails the run (SKE's behaviour).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxLength" = 16))]
     #[x_kube(validation = Rule::new("string(self).matches('^([0-9]+|([0-9]|[1-9][0-9]|100)%)$')")
         .message("must be an integer of 0 or more or a percentage from \"0%\" to \"100%\""))]
     pub max_failures: Option<IntOrString>,
@@ -326,7 +329,7 @@ pub struct UpgradePlanStatus {
     #[serde(default)]
     pub phase: PlanPhase,
     /// Name of the plan's active (Pending or InProgress, not superseded) run; empty when none.
-    // Empty strings are omitted: Kubernetes 1.20's server-side apply turns them into null.
+    // Omitted when empty: no active run is an absent field, as in every other optional status field.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub active_run_ref: String,
     /// The earliest future trigger (RFC 3339, UTC). Absent without an execution policy or when

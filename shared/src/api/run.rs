@@ -26,10 +26,12 @@ use super::{Condition, RunResult};
     printcolumn = r#"{"name":"Revert Of","type":"string","priority":1,"jsonPath":".spec.revertOf.name"}"#,
     validation = Rule::new("has(self.spec.revertOf) == has(oldSelf.spec.revertOf) && (!has(self.spec.revertOf) || self.spec.revertOf == oldSelf.spec.revertOf)")
         .message("spec.revertOf is immutable: create a new run instead")
-        .reason(Reason::FieldValueInvalid),
+        .reason(Reason::FieldValueInvalid)
+        .field_path(".spec.revertOf"),
     validation = Rule::new("(has(self.spec.respectPolicy) && self.spec.respectPolicy) == (has(oldSelf.spec.respectPolicy) && oldSelf.spec.respectPolicy)")
         .message("spec.respectPolicy is immutable: create a new run instead")
         .reason(Reason::FieldValueInvalid)
+        .field_path(".spec.respectPolicy")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct UpgradeRunSpec {
