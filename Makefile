@@ -95,22 +95,24 @@ test-stress: build-all cluster-install ## the integration suites STRESS_RUNS (3)
 	done; \
 	echo "test-stress: $(STRESS_RUNS) runs in a row green beside $(STRESS_HOGS) CPU hogs"
 
-# The controller's image, built from the repository's Dockerfile into the engine DOCKER_HOST names (the
-# test node's: `TESTENV_NODE=1 tests/cluster.sh start` prints it). No registry is reachable here, so the
-# Dockerfile's base images are replaced as its arguments allow: the static binary built on this machine
-# (glibc, statically linked) and an empty runtime base. Debian's docker client speaks the engine's API
-# version and has BuildKit built in.
+# The controller's image, built from the repository's Dockerfile into the engine DOCKER_HOST names and,
+# where CONTAINERD_ADDRESS names a containerd (the test node's: `TESTENV_NODE=1 tests/cluster.sh start`
+# prints both), imported into it for the kubelet (`docker save | ctr images import`). No registry is
+# reachable here, so the Dockerfile's base images are replaced as its arguments allow: the static binary
+# built on this machine (glibc, statically linked) and an empty runtime base. Debian's docker client
+# speaks the engine's API version and has BuildKit built in.
 IMAGE ?= upgradeplan-controller:dev
 DOCKER ?= $(shell test -x /usr/bin/docker && echo /usr/bin/docker || echo docker)
 IMAGE_BINARY = $${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-gnu/release/upgradeplan-controller
-image: deps ## the controller's image $(IMAGE) from the Dockerfile, into DOCKER_HOST's engine (its binary built here, static)
+image: deps ## the controller's image $(IMAGE) from the Dockerfile, into DOCKER_HOST's engine and CONTAINERD_ADDRESS's containerd (its binary built here, static)
 	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release --locked -p upgradeplan-controller --target x86_64-unknown-linux-gnu
 	mkdir -p target/image && cp $(IMAGE_BINARY) target/image/upgradeplan-controller
 	DOCKER_BUILDKIT=1 $(DOCKER) build -q --build-arg BINARY=prebuilt --build-arg RUNTIME_BASE=scratch -t $(IMAGE) . >/dev/null
+	@if [ -n "$${CONTAINERD_ADDRESS:-}" ]; then $(DOCKER) save $(IMAGE) | ctr --namespace $${CONTAINERD_NAMESPACE:-k8s.io} images import - >/dev/null && echo "image: $(IMAGE) imported into containerd at $$CONTAINERD_ADDRESS"; fi
 	@echo "image: $(IMAGE) ($$(DOCKER_HOST=$${DOCKER_HOST:-} $(DOCKER) image inspect -f '{{.Size}}' $(IMAGE) | awk '{printf "%.1f MiB", $$1/1048576}'))"
 
-# A control plane of its own with a node (kube-scheduler, a kubelet, a private Docker Engine), the image
-# built into its engine, deploy/ applied through deploy/overlays/local-node, and tests/tests/node.rs.
+# A control plane of its own with a node (kube-scheduler, a kubelet on containerd, a private Docker Engine
+# to build images in), the image built and imported into its containerd, deploy/ applied through deploy/overlays/local-node, and tests/tests/node.rs.
 # Its API server port is the one the overlay gives the pods (KUBERNETES_SERVICE_PORT 16443), whatever
 # TESTENV_API_PORT the caller's shell has: with another, the pods' connections are refused.
 NODE_TESTENV_DIR ?= /tmp/upgradeplan-node-testenv

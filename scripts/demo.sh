@@ -53,11 +53,8 @@ cmd_start() {
   say "Control plane (etcd, kube-apiserver, kube-controller-manager) on 127.0.0.1:$TESTENV_API_PORT"
   eval "$(tests/cluster.sh start)"
   say "CRDs: Kratix's (test fixtures) and upgradeplan's (deploy/crds)"
-  # --validate=false: Kubernetes 1.20's OpenAPI does not know x-kubernetes-validations. Every CRD
-  # file of deploy/crds/ (which also holds its kustomization.yaml, not an object).
-  local crd crds=(-f tests/fixtures/kratix-crds.yaml)
-  for crd in deploy/crds/*.platform.syntasso.io.yaml; do crds+=(-f "$crd"); done
-  kubectl apply --validate=false "${crds[@]}" >/dev/null
+  kubectl apply -f tests/fixtures/kratix-crds.yaml >/dev/null
+  kubectl apply -k deploy/crds >/dev/null
   kubectl wait --for condition=established --timeout=60s crd --all >/dev/null
   kubectl create namespace kratix-platform-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 

@@ -7,41 +7,53 @@
 #   tests/cluster.sh stop             # stop exactly the processes `start` started (by PID)
 #   tests/cluster.sh env              # print the export lines again
 #   tests/cluster.sh restart-apiserver  # stop kube-apiserver alone and start it again (RESTART_SIGNAL=KILL: crash)
+#   tests/cluster.sh module v1.x.y    # move tests/k8s (the default release) to another release
 #
-# Binaries, in order of preference: $KUBEBUILDER_ASSETS (envtest layout), etcd/kube-apiserver/
-# kube-controller-manager on PATH, or a build from Debian bookworm's `kubernetes` source package
-# (v1.20.2, dependencies vendored; ~10 min on 2 cores, cached under $UPGRADEPLAN_CACHE).
+# The release is the one tests/k8s/go.mod requires (the newest Kubernetes release the Go module proxy
+# serves that builds here), or TESTENV_K8S_VERSION. Binaries, in order of preference: that release's
+# from $KUBEBUILDER_ASSETS (envtest layout) or PATH, else built with the machine's Go from the module
+# k8s.io/kubernetes and its staging modules (about 6 min on 2 cores; cached under $UPGRADEPLAN_CACHE):
+# etcd (the version that release pins), kube-apiserver, kube-controller-manager, kube-scheduler,
+# kubelet and kubectl. `start` puts that kubectl first on PATH.
 #
 # Knobs:
-#   TESTENV_DIR        run directory: certs, etcd data, logs, pid files, kubeconfigs (/tmp/upgradeplan-testenv)
-#   TESTENV_API_PORT   kube-apiserver secure port (16443)
-#   TESTENV_ETCD_PORT  etcd client port (12379); the peer port is this + 1
-#   UPGRADEPLAN_CACHE  where built binaries are kept (~/.cache/upgradeplan)
-#   TESTENV_NODE=1     also a node: kube-scheduler, a private Docker Engine and a kubelet (Kubernetes
-#                      1.20's dockershim) registered as node $NODE_NAME, ServiceAccount admission on;
-#                      `start` then prints DOCKER_HOST too. Its bridge TESTENV_NODE_BRIDGE (upnode0)
-#                      has TESTENV_NODE_IP (10.213.0.1/24) on the host side: pods reach the API server
-#                      there and talk only to it and to each other (no NAT, no forwarding).
+#   TESTENV_DIR          run directory: certs, etcd data, logs, pid files, kubeconfigs (/tmp/upgradeplan-testenv)
+#   TESTENV_API_PORT     kube-apiserver secure port (16443)
+#   TESTENV_ETCD_PORT    etcd client port (12379); the peer port is this + 1
+#   TESTENV_K8S_VERSION  the Kubernetes release to install and start (default: tests/k8s/go.mod's)
+#   UPGRADEPLAN_CACHE    where built binaries are kept (~/.cache/upgradeplan)
+#   TESTENV_NODE=1       also a node: kube-scheduler, containerd (CRI) with runc and a kubelet, registered
+#                        as node $NODE_NAME, ServiceAccount tokens mounted in pods, and a private Docker
+#                        Engine to build images in (`make image` imports them into containerd); `start`
+#                        then prints DOCKER_HOST and CONTAINERD_ADDRESS too. Pods sit on the bridge
+#                        TESTENV_NODE_BRIDGE (upnode0), whose host side is TESTENV_NODE_IP (10.213.0.1/24):
+#                        pods reach the API server there and talk only to it and to each other (no NAT,
+#                        no forwarding).
 #
 # Kubeconfigs written to $TESTENV_DIR: admin.kubeconfig (client certificate, system:masters),
 # no-rights.kubeconfig (static token of user "no-rights", no RBAC grants: for RBAC tests). The API
 # server's audit log ($TESTENV_AUDIT_LOG, JSON lines) records every ServiceAccount's request and verdict.
 set -euo pipefail
 
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+MODULE="$HERE/k8s"
+# The default release: the one the committed module requires.
+module_version() { awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v1\./ {print $2; exit}' "$1/go.mod"; }
+K8S_VERSION="${TESTENV_K8S_VERSION:-$(module_version "$MODULE")}"
+[[ "$K8S_VERSION" =~ ^v1\.[0-9]+\.[0-9]+$ ]] || { echo "[cluster.sh] error: TESTENV_K8S_VERSION=$K8S_VERSION: expected a release such as v1.34.4" >&2; exit 2; }
 CACHE="${UPGRADEPLAN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/upgradeplan}/testenv"
 RUN="${TESTENV_DIR:-/tmp/upgradeplan-testenv}"
 API_PORT="${TESTENV_API_PORT:-16443}"
 ETCD_PORT="${TESTENV_ETCD_PORT:-12379}"
 ETCD_PEER_PORT="$((ETCD_PORT + 1))"
-BIN="$CACHE/bin"
+BIN="$CACHE/$K8S_VERSION/bin"
 NODE="${TESTENV_NODE:-0}"
 NODE_BRIDGE="${TESTENV_NODE_BRIDGE:-upnode0}"
 NODE_CIDR="${TESTENV_NODE_IP:-10.213.0.1/24}"
 NODE_IP="${NODE_CIDR%/*}"
 NODE_NAME=upgradeplan-testenv-node
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# Debian bookworm's source package: 1.20.5+really1.20.2 (dependencies vendored).
-K8S_VERSION=v1.20.2
+# The programs of the release: what `install` builds from the module, and where their main packages are.
+K8S_PROGRAMS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 
 log() { echo "[cluster.sh] $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -59,76 +71,112 @@ apt_install() { # packages...
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# Link a binary found elsewhere into $BIN, so that `start` has one place to look.
+# What a program prints of its version (kubectl has a subcommand for it, the others a flag).
+version_of() { case "$(basename "$1")" in kubectl) "$1" version --client 2>/dev/null ;; *) "$1" --version 2>/dev/null ;; esac; }
+# The release a Kubernetes binary says it is ("Kubernetes v1.37.2", "Client Version: v1.37.2"), if any.
+release_of() { version_of "$1" | grep -oE 'v1\.[0-9]+\.[0-9]+' | head -n1; }
+
+# Link a binary of the wanted release found elsewhere into $BIN, so that `start` has one place to look.
 adopt() { # name path
   [ -x "$2" ] || return 1
+  if [ "$1" != etcd ] && [ "$(release_of "$2")" != "$K8S_VERSION" ]; then return 1; fi
   mkdir -p "$BIN"; ln -sfn "$2" "$BIN/$1"; log "using $2"
 }
 
 cmd_install() {
   apt_install openssl curl ca-certificates jq
-  command -v kubectl >/dev/null || apt_install kubernetes-client
   # promtool (rule tests) and a real Prometheus server (scrape and alert tests).
   command -v promtool >/dev/null && command -v prometheus >/dev/null || apt_install prometheus
   mkdir -p "$BIN"
-  local t
-  for t in etcd kube-apiserver kube-controller-manager; do
-    [ -x "$BIN/$t" ] && "$BIN/$t" --version >/dev/null 2>&1 && continue
+  local t build=()
+  for t in etcd "${K8S_PROGRAMS[@]}"; do
+    [ -x "$BIN/$t" ] && version_of "$BIN/$t" >/dev/null && continue
     if [ -n "${KUBEBUILDER_ASSETS:-}" ] && adopt "$t" "$KUBEBUILDER_ASSETS/$t"; then continue; fi
-    if command -v "$t" >/dev/null && adopt "$t" "$(command -v "$t")"; then continue; fi
-    if [ "$t" = etcd ]; then apt_install etcd-server; adopt etcd /usr/bin/etcd; fi
+    if [ "$t" != etcd ] && command -v "$t" >/dev/null && adopt "$t" "$(command -v "$t")"; then continue; fi
+    build+=("$t")
   done
-  local build=() targets=(kube-apiserver kube-controller-manager)
-  # A node too (TESTENV_NODE=1): the scheduler places pods, the kubelet runs them in a private
-  # Docker Engine (dockershim: Kubernetes 1.20's kubelet talks to Docker directly).
-  if [ "${TESTENV_NODE:-0}" = 1 ]; then
-    targets+=(kube-scheduler kubelet)
-    apt_install docker.io gcc libc6-dev iproute2
-  fi
-  for t in "${targets[@]}"; do
-    "$BIN/$t" --version >/dev/null 2>&1 || build+=("$t")
-  done
-  if [ "${#build[@]}" = 0 ]; then
-    log "ready: $("$BIN/kube-apiserver" --version), etcd $("$BIN/etcd" --version | awk 'NR==1{print $3}')"
-    return 0
-  fi
-  build_from_debian_source "${build[@]}"
+  [ "${#build[@]}" = 0 ] || build_kubernetes "${build[@]}"
+  # A node (TESTENV_NODE=1): containerd and runc for the kubelet, Docker to build images in.
+  [ "$NODE" = 1 ] && install_node
+  log "ready: $("$BIN/kube-apiserver" --version), etcd $("$BIN/etcd" --version | awk 'NR==1{print $3}')"
 }
 
-build_from_debian_source() { # targets...
-  apt_install golang-go rsync make jq golang-github-modern-go-reflect2-dev
-  local work="$CACHE/work"; rm -rf "$work"; mkdir -p "$work/apt/lists/partial"
-  # A private apt configuration with deb-src lines: /etc/apt is left alone.
-  cat >"$work/apt/sources.list" <<'SRC'
-deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm main
-deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian-security bookworm-security main
-SRC
-  local aptopts=(-o "Dir::Etc::SourceList=$work/apt/sources.list" -o "Dir::Etc::SourceParts=/nonexistent"
-                 -o "Dir::State::Lists=$work/apt/lists" -o "Dir::Cache::pkgcache=" -o "Dir::Cache::srcpkgcache=")
-  apt-get "${aptopts[@]}" update -qq 2>/dev/null
-  # Checked against the signed Sources index by apt.
-  ( cd "$work" && apt-get "${aptopts[@]}" source --download-only -qq kubernetes 2>/dev/null )
-  tar -xzf "$work"/kubernetes_*.orig.tar.gz -C "$work"
-  local src; src="$(ls -d "$work"/kubernetes-*/ | head -n1)"; src="${src%/}"
-  # Kubernetes 1.20 vendors modern-go/reflect2 1.0.1, whose map iteration corrupts memory under
-  # Go >= 1.18 (the API server dies on the first custom-resource create). Debian's 1.0.2 fixes it.
-  local r2="$src/vendor/github.com/modern-go/reflect2" f
-  rm -f "$r2"/*.go
-  for f in /usr/share/gocode/src/github.com/modern-go/reflect2/*.go; do
-    case "$f" in *_test.go) ;; *) cp "$f" "$r2/" ;; esac
+# Writes into $1 a Go module that requires k8s.io/kubernetes $2, replaces each of its staging modules
+# (its go.mod points them at ./staging, which a dependency cannot use) by the published v0.MINOR.PATCH,
+# and names the programs as tools, so that `go mod tidy` records every module they need in go.sum.
+write_module() { # dir version
+  local dir="$1" v="$2" gomod staging
+  mkdir -p "$dir"
+  gomod="$(cd "$dir" && go mod download -json "k8s.io/kubernetes@$v" | jq -r .GoMod)" \
+    || die "the Go module proxy does not serve k8s.io/kubernetes@$v"
+  staging="$(awk '$2 == "=>" && $3 ~ /^\.\/staging\// {print $1}' "$gomod")"
+  {
+    echo "// The Kubernetes release tests/cluster.sh builds: see README.md here. Written by 'tests/cluster.sh module $v'."
+    echo "module upgradeplan.test/k8s"
+    echo
+    echo "go $(awk '$1 == "go" {print $2; exit}' "$gomod")"
+    echo
+    echo "require k8s.io/kubernetes $v"
+    echo
+    echo "replace ("
+    local m; for m in $staging; do printf '\t%s => %s v0.%s\n' "$m" "$m" "${v#v1.}"; done
+    echo ")"
+    echo
+    echo "tool ("
+    local p; for p in "${K8S_PROGRAMS[@]}"; do printf '\tk8s.io/kubernetes/cmd/%s\n' "$p"; done
+    printf '\tgo.etcd.io/etcd/server/v3\n'
+    echo ")"
+  } >"$dir/go.mod"
+  rm -f "$dir/go.sum"
+  (cd "$dir" && go mod tidy) || die "go mod tidy failed for k8s.io/kubernetes@$v in $dir"
+}
+
+cmd_module() { # version: move tests/k8s to another release
+  local v="${1:-}"
+  [[ "$v" =~ ^v1\.[0-9]+\.[0-9]+$ ]] || die "usage: $0 module v1.x.y"
+  require_go
+  write_module "$MODULE" "$v"
+  log "tests/k8s now builds Kubernetes $v (etcd $(etcd_version "$MODULE"))"
+}
+
+etcd_version() { (cd "$1" && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3); }
+
+require_go() {
+  command -v go >/dev/null || die "Go is needed to build Kubernetes $K8S_VERSION (the Go module proxy serves its source, no registry its binaries): install Go, or point KUBEBUILDER_ASSETS at binaries of that release"
+}
+
+# Builds the programs of $K8S_VERSION (and etcd) with the machine's Go into $BIN, from tests/k8s
+# when that is the release asked for, else from a module written for it in the cache.
+build_kubernetes() { # programs...
+  require_go
+  local dir="$MODULE" v="$K8S_VERSION" minor t pkgs=() ld="" p out="$CACHE/$K8S_VERSION/build"
+  if [ "$(module_version "$MODULE")" != "$v" ]; then
+    dir="$CACHE/$v/module"
+    [ -f "$dir/go.sum" ] && [ "$(module_version "$dir")" = "$v" ] || write_module "$dir" "$v"
+  fi
+  minor="${v#v1.}"; minor="${minor%%.*}"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $p.gitVersion=$v -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+    ld+=" -X $p.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   done
-  mkdir -p "$src/.go/src/k8s.io"; ln -sfn ../../.. "$src/.go/src/k8s.io/kubernetes"
-  log "building $* $K8S_VERSION from Debian's source package (about 10 min on 2 cores; cached afterwards)"
-  local targets=("${@/#/cmd/}")
-  ( cd "$src" && env GOPATH="$src/.go" CGO_ENABLED=0 HOME="$work/home" \
-      KUBE_GIT_VERSION=$K8S_VERSION KUBE_GIT_TREE_STATE=clean KUBE_GIT_MAJOR=1 KUBE_GIT_MINOR=20 \
-      make WHAT="${targets[*]}" >"$work/build.log" 2>&1 ) \
-    || { tail -50 "$work/build.log" >&2; die "build failed (log: $work/build.log)"; }
   for t in "$@"; do
-    cp "$src/_output/bin/$t" "$BIN/$t.tmp" && chmod 0755 "$BIN/$t.tmp" && mv "$BIN/$t.tmp" "$BIN/$t"
+    case "$t" in etcd) ;; *) pkgs+=("k8s.io/kubernetes/cmd/$t") ;; esac
   done
-  rm -rf "$work"
-  log "built $*: $("$BIN/$1" --version)"
+  rm -rf "$out"; mkdir -p "$out"
+  log "building $* of Kubernetes $v with $(go version | awk '{print $3}') (about 6 min on 2 cores; cached afterwards)"
+  local t0; t0=$(date +%s)
+  # Static binaries, as Kubernetes releases them; -mod=readonly: go.sum is the lock.
+  (
+    cd "$dir"
+    export CGO_ENABLED=0 GOFLAGS=-mod=readonly
+    if [ "${#pkgs[@]}" -gt 0 ]; then go build -trimpath -ldflags "-s -w$ld" -o "$out/" "${pkgs[@]}"; fi
+    case " $* " in *" etcd "*) go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3 ;; esac
+  ) >"$out/build.log" 2>&1 || { tail -50 "$out/build.log" >&2; die "build failed (log: $out/build.log)"; }
+  for t in "$@"; do
+    chmod 0755 "$out/$t" && mv -f "$out/$t" "$BIN/$t"
+  done
+  rm -rf "$out"
+  log "built $* in $(( $(date +%s) - t0 )) s: Kubernetes $("$BIN/kube-apiserver" --version | awk '{print $2}'), etcd $(etcd_version "$dir")"
 }
 
 pki() {
@@ -199,9 +247,8 @@ rules:
   userGroups: ["system:serviceaccounts"]
 - level: None
 POLICY
-  # Without a node no pod runs, and pods need no ServiceAccount token; with one, the kubelet's pods
-  # get theirs mounted, and the API server listens where pods reach it too.
-  local node_flags=(--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --disable-admission-plugins ServiceAccount)
+  # With a node, the API server listens where pods reach it too, and reaches the kubelet by address.
+  local node_flags=(--bind-address 127.0.0.1 --advertise-address 127.0.0.1)
   if [ "$NODE" = 1 ]; then
     node_flags=(--bind-address 0.0.0.0 --advertise-address "$NODE_IP" --kubelet-preferred-address-types InternalIP
                 --kubelet-client-certificate "$RUN/pki/admin.crt" --kubelet-client-key "$RUN/pki/admin.key")
@@ -246,8 +293,8 @@ cmd_restart_apiserver() {
 }
 
 cmd_start() {
-  for t in etcd kube-apiserver kube-controller-manager; do
-    [ -x "$BIN/$t" ] || die "$BIN/$t missing: run '$0 install' first"
+  for t in etcd kube-apiserver kube-controller-manager kubectl; do
+    [ -x "$BIN/$t" ] || die "$BIN/$t missing: run '$0 install' first (Kubernetes $K8S_VERSION)"
   done
   if [ -f "$RUN/kube-apiserver.pid" ] && alive "$(cat "$RUN/kube-apiserver.pid")"; then
     log "already running in $RUN"; env_lines; return 0
@@ -273,7 +320,7 @@ cmd_start() {
   # creates default ServiceAccounts.
   launch kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$RUN/admin.kubeconfig" \
     --service-account-private-key-file "$RUN/pki/sa.key" --root-ca-file "$RUN/pki/ca.crt" \
-    --use-service-account-credentials=false --leader-elect=false --port 0 --secure-port 0 --v=1
+    --use-service-account-credentials=false --leader-elect=false --secure-port 0 --v=1
   wait_until 60 curl_admin "https://127.0.0.1:$API_PORT/api/v1/namespaces/default/serviceaccounts/default" \
     || { tail -40 "$RUN/logs/kube-controller-manager.log" >&2; cmd_stop; die "kube-controller-manager did not start"; }
   [ "$NODE" = 1 ] && start_node
@@ -282,58 +329,171 @@ cmd_start() {
 }
 
 docker_sock() { echo "$RUN/node/docker.sock"; }
+containerd_sock() { echo "$RUN/node/containerd.sock"; }
 in_docker() { DOCKER_HOST="unix://$(docker_sock)" docker "$@"; }
+# ctr of our containerd, in the namespace the CRI plugin (and so the kubelet) uses.
+in_containerd() { "$NODE_BIN/ctr" --address "$(containerd_sock)" --namespace k8s.io "$@"; }
 
-# The node: kube-scheduler, a private Docker Engine (its own data root, exec root, socket and
-# bridge; the clamping runtime as default) and a kubelet registered as $NODE_NAME.
+# containerd, its runc shim and ctr, built from the containerd module tests/node/go.mod requires
+# (Debian bookworm's containerd 1.6 is older than current kubelets accept); runc and the CNI
+# plugins are Debian's; Docker (Debian's) only builds images, which are then imported into containerd.
+CONTAINERD_PROGRAMS=(containerd containerd-shim-runc-v2 ctr)
+CONTAINERD_VERSION="$(awk '$1 == "github.com/containerd/containerd/v2" {print $2; exit}' "$HERE/node/go.mod")"
+NODE_BIN="$CACHE/containerd-$CONTAINERD_VERSION/bin"
+
+install_node() {
+  apt_install docker.io runc containernetworking-plugins gcc libc6-dev iproute2
+  local t build=()
+  for t in "${CONTAINERD_PROGRAMS[@]}"; do
+    [ -x "$NODE_BIN/$t" ] && "$NODE_BIN/$t" --version >/dev/null 2>&1 || build+=("$t")
+  done
+  [ "${#build[@]}" = 0 ] && return 0
+  require_go
+  local out="$CACHE/containerd-$CONTAINERD_VERSION/build" pkgs=() t0; t0=$(date +%s)
+  for t in "${build[@]}"; do pkgs+=("github.com/containerd/containerd/v2/cmd/$t"); done
+  rm -rf "$out"; mkdir -p "$out" "$NODE_BIN"
+  log "building ${build[*]} of containerd $CONTAINERD_VERSION (about 2 min on 2 cores; cached afterwards)"
+  # Static, without the snapshotters that need cgo or kernel modules this node does not use.
+  ( cd "$HERE/node" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -tags "no_btrfs no_zfs no_devmapper" \
+      -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" -o "$out/" "${pkgs[@]}" ) \
+    >"$out/build.log" 2>&1 || { tail -50 "$out/build.log" >&2; die "containerd build failed (log: $out/build.log)"; }
+  for t in "${build[@]}"; do mv -f "$out/$t" "$NODE_BIN/$t"; done
+  rm -rf "$out"
+  log "built ${build[*]} in $(( $(date +%s) - t0 )) s: containerd $("$NODE_BIN/containerd" --version | awk '{print $3}')"
+}
+
+# The node: kube-scheduler, containerd (its own root, state, socket and CNI configuration), a
+# kubelet registered as $NODE_NAME, and a private Docker Engine that only builds images.
 start_node() {
   for t in kube-scheduler kubelet; do
     [ -x "$BIN/$t" ] || { cmd_stop; die "$BIN/$t missing: run 'TESTENV_NODE=1 $0 install' first"; }
   done
-  local n="$RUN/node"; mkdir -p "$n/docker-data" "$n/docker-exec" "$n/kubelet" "$n/dockershim" "$n/pause"
+  for t in "${CONTAINERD_PROGRAMS[@]}"; do
+    [ -x "$NODE_BIN/$t" ] || { cmd_stop; die "$NODE_BIN/$t missing: run 'TESTENV_NODE=1 $0 install' first"; }
+  done
+  local n="$RUN/node"; mkdir -p "$n/containerd" "$n/cni" "$n/docker-data" "$n/docker-exec" "$n/kubelet" "$n/pause"
   launch kube-scheduler "$BIN/kube-scheduler" --kubeconfig "$RUN/admin.kubeconfig" --leader-elect=false \
-    --port 0 --secure-port 0 --v=1
+    --secure-port 0 --v=1
   ip link show "$NODE_BRIDGE" >/dev/null 2>&1 || ip link add "$NODE_BRIDGE" type bridge
   ip addr replace "$NODE_CIDR" dev "$NODE_BRIDGE"; ip link set "$NODE_BRIDGE" up
-  # The kubelet gives every pod sandbox oom_score_adj -998, which a sandbox without CAP_SYS_RESOURCE
-  # may not set (runc: "can't get final child's PID from pipe"): tests/node/runc-clamp clamps it.
+  # Pods on the bridge, addresses from its subnet above the host's; no gateway, no masquerade: a
+  # pod reaches the host's bridge address (the API server) and the other pods, nothing else.
+  cat >"$n/cni/10-upgradeplan-testenv.conflist" <<CNI
+{"cniVersion": "1.0.0", "name": "upgradeplan-testenv", "plugins": [
+  {"type": "bridge", "bridge": "$NODE_BRIDGE", "isGateway": false, "ipMasq": false,
+   "ipam": {"type": "host-local", "ranges": [[{"subnet": "$(subnet_of "$NODE_CIDR")", "rangeStart": "$(host_plus "$NODE_IP" 10)"}]],
+            "dataDir": "$n/cni/ipam"}},
+  {"type": "loopback"}]}
+CNI
+  # restrict_oom_score_adj: the kubelet gives every pod sandbox oom_score_adj -998, which a
+  # sandbox without CAP_SYS_RESOURCE may not set (runc: "can't get final child's PID from pipe");
+  # containerd raises such values to its own score instead, as it does for rootless nodes.
+  cat >"$n/containerd.toml" <<TOML
+version = 3
+root = "$n/containerd/root"
+state = "$n/containerd/state"
+[grpc]
+  address = "$(containerd_sock)"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "${TESTENV_SNAPSHOTTER:-overlayfs}"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "docker.io/upgradeplan-testenv/pause:1"
+[plugins.'io.containerd.cri.v1.runtime']
+  restrict_oom_score_adj = true
+  # The pods' network namespaces under the run directory, where stop unmounts them.
+  netns_mounts_under_state_dir = true
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = "$n/cni"
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+      BinaryName = "/usr/sbin/runc"
+      SystemdCgroup = false
+[plugins.'io.containerd.grpc.v1.cri']
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+TOML
+  # Its shim must be the one of its own release, not a machine's containerd-shim-runc-v2.
+  launch containerd env PATH="$NODE_BIN:$PATH" "$NODE_BIN/containerd" --config "$n/containerd.toml"
+  wait_until 60 in_containerd version || { tail -30 "$RUN/logs/containerd.log" >&2; cmd_stop; die "containerd did not start"; }
+  # Docker builds images (the Dockerfile); no container runs in it, so it needs no network.
   launch dockerd dockerd --data-root "$n/docker-data" --exec-root "$n/docker-exec" -H "unix://$(docker_sock)" \
-    --pidfile "$n/dockerd.pid" --bridge "$NODE_BRIDGE" --iptables=false --ip-forward=false --ip-masq=false \
-    --add-runtime "clamp=$HERE/node/runc-clamp" --default-runtime clamp
+    --pidfile "$n/dockerd.pid" --bridge none --iptables=false --ip-forward=false --ip-masq=false
   wait_until 60 in_docker info || { tail -30 "$RUN/logs/dockerd.log" >&2; cmd_stop; die "dockerd did not start"; }
   # No registry is reachable: the sandbox image is a static program of our own.
   gcc -static -O2 -o "$n/pause/pause" "$HERE/node/pause.c"
   tar -C "$n/pause" -cf "$n/pause.tar" pause
   in_docker import --change 'ENTRYPOINT ["/pause"]' "$n/pause.tar" upgradeplan-testenv/pause:1 >/dev/null
-  launch kubelet "$BIN/kubelet" --kubeconfig "$RUN/admin.kubeconfig" --hostname-override "$NODE_NAME" \
-    --node-ip "$NODE_IP" --address "$NODE_IP" --port "${TESTENV_KUBELET_PORT:-16250}" --read-only-port 0 \
-    --healthz-bind-address 127.0.0.1 --healthz-port "${TESTENV_KUBELET_HEALTHZ_PORT:-16248}" \
-    --root-dir "$n/kubelet" --cert-dir "$n/kubelet/pki" --experimental-dockershim-root-directory "$n/dockershim" \
-    --container-runtime docker --docker-endpoint "unix://$(docker_sock)" \
-    --pod-infra-container-image upgradeplan-testenv/pause:1 \
-    --fail-swap-on=false --cgroup-driver cgroupfs --cgroups-per-qos=false --enforce-node-allocatable= \
-    --eviction-hard= --image-gc-high-threshold 100 --image-gc-low-threshold 99 \
-    --authentication-token-webhook=false --authorization-mode AlwaysAllow --v=1
+  in_docker save upgradeplan-testenv/pause:1 | in_containerd images import - >/dev/null \
+    || { cmd_stop; die "could not import the pause image into containerd"; }
+  # The kubelet's settings, as a configuration file (most flags are deprecated). The machine's
+  # cgroups are v1, which kubelets from 1.35 on refuse unless failCgroupV1 is false; no QoS
+  # cgroups, no node-allocatable enforcement and no eviction: this node is a test's, on a
+  # shared machine whose memory and disk the kubelet must not act on.
+  cat >"$n/kubelet.yaml" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $NODE_IP
+port: ${TESTENV_KUBELET_PORT:-16250}
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: ${TESTENV_KUBELET_HEALTHZ_PORT:-16248}
+containerRuntimeEndpoint: unix://$(containerd_sock)
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failCgroupV1: false
+failSwapOn: false
+evictionHard: {memory.available: "0%", nodefs.available: "0%", nodefs.inodesFree: "0%", imagefs.available: "0%", imagefs.inodesFree: "0%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+authentication: {webhook: {enabled: false}, anonymous: {enabled: false}, x509: {clientCAFile: "$RUN/pki/ca.crt"}}
+authorization: {mode: AlwaysAllow}
+YAML
+  launch kubelet "$BIN/kubelet" --config "$n/kubelet.yaml" --kubeconfig "$RUN/admin.kubeconfig" \
+    --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" \
+    --root-dir "$n/kubelet" --cert-dir "$n/kubelet/pki" --v=1
   wait_until 120 node_ready || { tail -40 "$RUN/logs/kubelet.log" >&2; cmd_stop; die "the node did not become Ready"; }
-  log "node $NODE_NAME Ready on $NODE_IP (Docker at $(docker_sock))"
+  log "node $NODE_NAME Ready on $NODE_IP (containerd $CONTAINERD_VERSION at $(containerd_sock), images built by Docker at $(docker_sock))"
 }
+
+# 10.213.0.1/24 -> 10.213.0.0/24; and an address N above another in the same /24.
+subnet_of() { local ip="${1%/*}" bits="${1#*/}"; echo "${ip%.*}.0/$bits"; }
+host_plus() { echo "${1%.*}.$(( ${1##*.} + $2 ))"; }
 
 node_ready() {
   curl_admin "https://127.0.0.1:$API_PORT/api/v1/nodes/$NODE_NAME" \
     | jq -e '.status.conditions[] | select(.type == "Ready") | .status == "True"' >/dev/null
 }
 
+# The pods' containers and sandboxes, stopped and removed through containerd (the kubelet is
+# already stopped, so nothing starts them again).
 stop_node() {
-  [ -S "$(docker_sock)" ] && in_docker ps -aq 2>/dev/null | xargs -r env DOCKER_HOST="unix://$(docker_sock)" docker rm -f >/dev/null 2>&1
+  [ -S "$(containerd_sock)" ] || return 0
+  local id
+  for id in $(in_containerd tasks ls -q 2>/dev/null); do in_containerd tasks kill -s KILL "$id" >/dev/null 2>&1 || true; done
+  for id in $(in_containerd tasks ls -q 2>/dev/null); do
+    wait_until 10 eval "! in_containerd tasks ls -q | grep -qx $id" || true
+    in_containerd tasks delete -f "$id" >/dev/null 2>&1 || true
+  done
+  in_containerd containers ls -q 2>/dev/null | xargs -r "$NODE_BIN/ctr" --address "$(containerd_sock)" --namespace k8s.io containers delete >/dev/null 2>&1 || true
   return 0
 }
 
 env_lines() {
   echo "export KUBECONFIG=$RUN/admin.kubeconfig"
+  # kubectl of the control plane's release first (a machine's own may be older, or absent).
+  echo "export PATH=$BIN:\$PATH"
   echo "export TESTENV_DIR=$RUN"
   echo "export TESTENV_NO_RIGHTS_KUBECONFIG=$RUN/no-rights.kubeconfig"
   echo "export TESTENV_AUDIT_LOG=$RUN/logs/audit.log"
-  [ "$NODE" = 1 ] && echo "export DOCKER_HOST=unix://$(docker_sock)"
+  if [ "$NODE" = 1 ]; then
+    echo "export DOCKER_HOST=unix://$(docker_sock)"
+    # ctr (on PATH) of the node's containerd, in the kubelet's namespace: `make image` imports there.
+    echo "export PATH=$NODE_BIN:\$PATH"
+    echo "export CONTAINERD_ADDRESS=$(containerd_sock) CONTAINERD_NAMESPACE=k8s.io"
+  fi
   return 0
 }
 
@@ -353,11 +513,12 @@ cmd_stop() {
   # The kubelet first (it would restart what is removed), then the pods' containers, then the rest.
   stop_pid kubelet
   stop_node
-  for name in dockerd kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_pid "$name"; done
+  for name in containerd dockerd kube-scheduler kube-controller-manager kube-apiserver etcd; do stop_pid "$name"; done
   if [ -d "$RUN/node" ]; then ip link del "$NODE_BRIDGE" 2>/dev/null || true; fi
-  # The kubelet's volume mounts (the pods' tokens) would keep the run directory busy.
-  if [ -d "$RUN/node/kubelet" ]; then
-    grep -o " $RUN/node/kubelet[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  # The kubelet's volume mounts (the pods' tokens), containerd's (root filesystems, shm) and the
+  # pods' network namespaces would keep the run directory busy.
+  if [ -d "$RUN/node" ]; then
+    grep -o " $RUN/node/[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   fi
   [ "${TESTENV_KEEP:-0}" = 1 ] || rm -rf "$RUN"
 }
@@ -368,5 +529,6 @@ case "${1:-}" in
   stop) cmd_stop ;;
   env) env_lines ;;
   restart-apiserver) cmd_restart_apiserver ;;
-  *) echo "usage: $0 install|start|stop|env|restart-apiserver   (see the header of this file)" >&2; exit 2 ;;
+  module) cmd_module "${2:-}" ;;
+  *) echo "usage: $0 install|start|stop|env|restart-apiserver|module VERSION   (see the header of this file)" >&2; exit 2 ;;
 esac

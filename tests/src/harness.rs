@@ -28,6 +28,10 @@ use upgradeplan::api::kratix::{
 use upgradeplan::api::{UpgradePlan, UpgradeRun};
 
 /// The workspace root (for fixtures and generated CRDs).
+/// The user tests/cluster.sh's admin kubeconfig authenticates as (its client certificate's CN),
+/// as a SelfSubjectReview names it.
+pub const ADMIN_USER: &str = "upgradeplan-testenv-admin";
+
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -123,26 +127,17 @@ where
     }
 }
 
-/// Creates `crd`, or replaces it when it exists. (Server-side apply would be simpler, but on
-/// Kubernetes 1.20 it rejects `x-kubernetes-validations`, which create and replace drop.)
+/// Creates or updates `crd` by server-side apply: concurrent test binaries install the same
+/// CRDs, and apply needs no resourceVersion to win a race.
 async fn create_or_replace(api: &Api<CustomResourceDefinition>, crd: CustomResourceDefinition) -> anyhow::Result<()> {
     let name = crd.name_any();
-    for _ in 0..5 {
-        match api.create(&PostParams::default(), &crd).await {
-            Ok(_) => return Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
-        let mut replacement = crd.clone();
-        replacement.metadata.resource_version = api.get(&name).await?.metadata.resource_version;
-        match api.replace(&name, &PostParams::default(), &replacement).await {
-            Ok(_) => return Ok(()),
-            // Another test binary won the race; try again with the newer version.
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    bail!("CRD {name} kept changing while being installed")
+    api.patch(
+        &name,
+        &PatchParams::apply("upgradeplan-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await?;
+    Ok(())
 }
 
 /// How long [`TestEnv::events_when`] waits for an event: a loaded machine delays the recorder's

@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use upgradeplan::api::{find_condition, reasons, ConditionStatus, GroupPhase, RunState, UpgradeApproval, UpgradeRun};
-use upgradeplan_e2e::harness::{run_plugin, started_at, Built, TestEnv, World};
+use upgradeplan_e2e::harness::{run_plugin, started_at, Built, TestEnv, World, ADMIN_USER};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
@@ -169,8 +169,8 @@ async fn a_canary_soaks_then_production_waits_for_approval() {
         "{v}"
     );
 
-    // `approve` with no group approves the one waiting, and says who approved: this API server
-    // (1.20) has no SelfSubjectReview, so the kubeconfig's user ("admin"), unverified.
+    // `approve` with no group approves the one waiting, and says who approved: the user the API
+    // server authenticated (a SelfSubjectReview), here the admin client certificate's CN.
     let out = run_plugin(
         None,
         &[
@@ -187,7 +187,7 @@ async fn a_canary_soaks_then_production_waits_for_approval() {
     assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
     assert!(
         out.stdout
-            .starts_with(&format!("upgradeapproval/{run}-prod created by admin (unverified)")),
+            .starts_with(&format!("upgradeapproval/{run}-prod created by {ADMIN_USER}")),
         "{}",
         out.stdout
     );
@@ -203,7 +203,7 @@ async fn a_canary_soaks_then_production_waits_for_approval() {
         ),
         (
             Some(format!("{run}-prod").as_str()),
-            Some("admin (unverified)"),
+            Some(ADMIN_USER),
             Some("CHG-1234, canary looks fine")
         ),
         "which approval, who, and why"
@@ -233,7 +233,7 @@ async fn a_canary_soaks_then_production_waits_for_approval() {
         events.iter().any(|(t, r, m)| t == "Normal"
             && r == "GroupApproved"
             && m == &format!(
-                "rollout group \"prod\" approved by admin (unverified) (UpgradeApproval {run}-prod): CHG-1234, canary looks fine"
+                "rollout group \"prod\" approved by {ADMIN_USER} (UpgradeApproval {run}-prod): CHG-1234, canary looks fine"
             )),
         "{events:?}"
     );
@@ -244,9 +244,10 @@ async fn a_canary_soaks_then_production_waits_for_approval() {
     .await
     .unwrap();
     assert!(
-        shown.stdout.contains(&format!(
-            "Approved: prod by admin (unverified) (upgradeapproval/{run}-prod, "
-        )) && shown.stdout.contains("): CHG-1234, canary looks fine"),
+        shown
+            .stdout
+            .contains(&format!("Approved: prod by {ADMIN_USER} (upgradeapproval/{run}-prod, "))
+            && shown.stdout.contains("): CHG-1234, canary looks fine"),
         "{}",
         shown.stdout
     );

@@ -1,12 +1,17 @@
-//! Our CRDs on the real API server: they install, the seed plan applies unchanged, and the
-//! schema rejects what it should. (CEL rules are checked client-side in shared/tests/crd.rs:
-//! the test server, Kubernetes 1.20, predates CEL.)
+//! Our CRDs on the real API server: they install with every CEL rule within the server's cost
+//! budget, the seed plan applies unchanged, and the schema and the CEL rules reject what they
+//! should, with the message a user sees (the same table shared/tests/crd.rs evaluates
+//! client-side).
 #![allow(clippy::unwrap_used)]
 
-use kube::api::{Api, DynamicObject, PostParams};
+#[path = "../../shared/tests/cel_cases/mod.rs"]
+mod cel_cases;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Value};
-use upgradeplan_e2e::harness::TestEnv;
+use upgradeplan_e2e::harness::{repo_root, TestEnv};
 
 fn plans(env: &TestEnv) -> Api<DynamicObject> {
     let ar = ApiResource::from_gvk_with_plural(
@@ -232,4 +237,121 @@ async fn binding_printer_columns_match_kratix() {
     );
     freezes.delete(&name, &Default::default()).await.unwrap();
     env.teardown().await.unwrap();
+}
+
+fn api_of(env: &TestEnv, kind: &str) -> Api<DynamicObject> {
+    let plural = match kind {
+        "UpgradePlan" => "upgradeplans",
+        "UpgradeRun" => "upgraderuns",
+        "UpgradeFreeze" => "upgradefreezes",
+        "UpgradeBudget" => "upgradebudgets",
+        other => panic!("no cases of {other}"),
+    };
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("platform.syntasso.io", "v1alpha1", kind), plural);
+    Api::all_with(env.client.clone(), &ar)
+}
+
+/// The CRDs as the API server stored them: established, and every CEL rule kept (an API server
+/// that cannot serve a rule, or whose cost estimate rejects it, fails the create instead; 1.20
+/// dropped them silently).
+#[tokio::test]
+async fn the_api_server_accepts_every_crd_with_its_cel_rules() {
+    let env = TestEnv::new("crd-cel").await.unwrap();
+    let api: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+    for (file, _) in upgradeplan::crd::crd_files() {
+        let text = std::fs::read_to_string(repo_root().join("deploy/crds").join(file)).unwrap();
+        let doc = text.split("\n---").find(|d| d.contains("kind:")).unwrap();
+        let committed: CustomResourceDefinition = serde_saphyr::from_str(doc).unwrap();
+        let name = committed.metadata.name.clone().unwrap();
+        let stored = api.get(&name).await.unwrap();
+        let established = stored
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"));
+        assert!(established, "{name} is not established: {:?}", stored.status);
+        let rules = |crd: &CustomResourceDefinition| {
+            let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+            let mut out = vec![];
+            cel_cases::rule_messages(&schema["openAPIV3Schema"], &name, &mut out);
+            out
+        };
+        assert_eq!(
+            rules(&stored),
+            rules(&committed),
+            "{name}: the server's rules are not the committed ones"
+        );
+        // And the server checks them again on a dry-run update of the whole CRD.
+        let mut again = committed.clone();
+        again.metadata.resource_version = stored.metadata.resource_version.clone();
+        api.replace(
+            &name,
+            &PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &again,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{name}: the API server refuses the committed CRD: {e}"));
+    }
+}
+
+/// Every case of the CEL table, sent to the API server (`dryRun=All`; an update's old object is
+/// created for real first), agrees with the table, and so with the client-side evaluation.
+#[tokio::test]
+async fn cel_rules_on_the_api_server_agree_with_the_table() {
+    let env = TestEnv::new("cel").await.unwrap();
+    let prefix = format!("{}-cel", env.id);
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let mut disagree = vec![];
+    for (i, case) in cel_cases::cases(&prefix).into_iter().enumerate() {
+        let api = api_of(&env, case.kind);
+        let result = match case.old {
+            None => {
+                let obj: DynamicObject = serde_json::from_value(case.object).unwrap();
+                api.create(&dry, &obj).await.map(|_| ())
+            }
+            Some(old) => {
+                let name = format!("{prefix}-{i}");
+                let mut old: DynamicObject = serde_json::from_value(old).unwrap();
+                old.metadata.name = Some(name.clone());
+                api.create(&PostParams::default(), &old).await.unwrap();
+                // The stored object (a controller of another suite may have touched its
+                // metadata or status), with the case's spec.
+                let mut tries = 0;
+                let result = loop {
+                    let mut stored = api.get(&name).await.unwrap();
+                    stored.data["spec"] = case.object["spec"].clone();
+                    let result = api.replace(&name, &dry, &stored).await.map(|_| ());
+                    tries += 1;
+                    match &result {
+                        Err(kube::Error::Api(e)) if e.code == 409 && tries < 5 => continue,
+                        _ => break result,
+                    }
+                };
+                api.delete(&name, &DeleteParams::default()).await.unwrap();
+                result
+            }
+        };
+        let verdict = match (&result, case.want) {
+            (Ok(()), None) => None,
+            (Err(kube::Error::Api(e)), Some(text)) if e.code == 422 && e.message.contains(text) => {
+                println!("{}: {}", case.name, e.message);
+                None
+            }
+            (Ok(()), Some(text)) => Some(format!("{}: accepted, want rejected with {text:?}", case.name)),
+            (Err(e), want) => Some(format!("{}: {e}; want {want:?}", case.name)),
+        };
+        disagree.extend(verdict);
+    }
+    assert!(
+        disagree.is_empty(),
+        "the API server disagrees with the table:\n{}",
+        disagree.join("\n")
+    );
 }

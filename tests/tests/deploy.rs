@@ -147,16 +147,11 @@ fn kubectl(args: &[&str], stdin: Option<&str>) -> (bool, String) {
     )
 }
 
-/// `kubectl kustomize deploy/`, with the one change Kubernetes 1.20 needs (PodDisruptionBudget is
-/// policy/v1 from 1.21 on).
-fn rendered(server_minor: u32) -> String {
+/// `kubectl kustomize deploy/`.
+fn rendered() -> String {
     let (ok, out) = kubectl(&["kustomize", repo_root().join("deploy").to_str().unwrap()], None);
     assert!(ok, "{out}");
-    if server_minor < 21 {
-        out.replace("apiVersion: policy/v1\n", "apiVersion: policy/v1beta1\n")
-    } else {
-        out
-    }
+    out
 }
 
 async fn ensure_namespace(env: &TestEnv, name: &str) {
@@ -204,25 +199,10 @@ fn audited_requests(user: &str) -> Vec<(u16, String)> {
 #[tokio::test]
 async fn the_shipped_rbac_is_sufficient_and_the_base_applies_server_side() {
     let mut env = TestEnv::new("deploy").await.unwrap();
-    let minor: u32 = env
-        .client
-        .apiserver_version()
-        .await
-        .unwrap()
-        .minor
-        .trim_end_matches('+')
-        .parse()
-        .unwrap();
     ensure_namespace(&env, "kratix-platform-system").await;
-    // The operator's CRDs as released, less the `default: ""` that 1.20's API server cannot
-    // validate in a CRD schema (newer ones accept it).
+    // The operator's CRDs as released.
     let crds = std::fs::read_to_string(repo_root().join("tests/fixtures/prometheus-operator-crds.yaml")).unwrap();
-    let crds: String = crds
-        .lines()
-        .filter(|l| l.trim() != "default: \"\"")
-        .map(|l| format!("{l}\n"))
-        .collect();
-    let (ok, out) = kubectl(&["apply", "--validate=false", "-f", "-"], Some(&crds));
+    let (ok, out) = kubectl(&["apply", "--server-side", "-f", "-"], Some(&crds));
     assert!(ok, "{out}");
     kubectl(
         &[
@@ -234,14 +214,19 @@ async fn the_shipped_rbac_is_sufficient_and_the_base_applies_server_side() {
         ],
         None,
     );
-    // The README's install step (--validate=false only because 1.20's OpenAPI predates CEL).
-    let manifests = rendered(minor);
-    let (ok, out) = kubectl(&["apply", "--validate=false", "-f", "-"], Some(&manifests));
+    // The README's install step, validated as kubectl validates by default (strict field
+    // validation on the server: an unknown or duplicated field fails the apply).
+    let manifests = rendered();
+    let (ok, out) = kubectl(&["apply", "-f", "-"], Some(&manifests));
     assert!(ok, "kubectl apply -k deploy/: {out}");
-    let (ok, out) = kubectl(
-        &["apply", "--validate=false", "--dry-run=server", "-f", "-"],
-        Some(&manifests),
-    );
+    // No warning (a deprecated API version, an unknown field), but that the test's own
+    // installation of the CRDs, by server-side apply, left no last-applied annotation.
+    let warnings: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("Warning") && !l.contains("kubectl.kubernetes.io/last-applied-configuration"))
+        .collect();
+    assert!(warnings.is_empty(), "kubectl apply -k deploy/ warned: {warnings:?}");
+    let (ok, out) = kubectl(&["apply", "--dry-run=server", "-f", "-"], Some(&manifests));
     assert!(ok, "server-side dry run: {out}");
 
     // The ServiceMonitor as the operator's own schema keeps it: nothing of it was pruned.
@@ -264,8 +249,8 @@ async fn the_shipped_rbac_is_sufficient_and_the_base_applies_server_side() {
         "{monitor}"
     );
 
-    // The ServiceAccount's token (Kubernetes 1.20 creates a token Secret for it).
-    let token = service_account_token(&env, "upgradeplan-controller").await;
+    // A token of the shipped ServiceAccount (a TokenRequest, as the kubelet gets the pod's).
+    let token = requested_token(&env, "upgradeplan-controller").await;
     let admin = kube::config::Kubeconfig::read().unwrap();
     let cluster = admin.clusters[0].cluster.clone().unwrap();
     let kubeconfig = std::env::temp_dir().join(format!("{}-sa.kubeconfig", env.id));
@@ -384,7 +369,7 @@ async fn the_shipped_rbac_is_sufficient_and_the_base_applies_server_side() {
     // ... and with the token the ServiceMonitor sends (the scraper ServiceAccount's Secret).
     let scraper = upgradeplan_e2e::harness::MetricsEndpoint {
         addr: metrics.addr.clone(),
-        token: Some(service_account_token(&env, "upgradeplan-metrics-scraper").await),
+        token: Some(shipped_token(&env, "upgradeplan-metrics-scraper").await),
         ca_file: metrics.ca_file.clone(),
     };
     let exposition = scraper
@@ -416,9 +401,23 @@ async fn the_shipped_rbac_is_sufficient_and_the_base_applies_server_side() {
     env.teardown().await.unwrap();
 }
 
-/// The token Kubernetes wrote into the `kubernetes.io/service-account-token` Secret of `account`
-/// in upgradeplan-system (1.20 creates one per ServiceAccount; deploy/ ships one for the scraper).
-async fn service_account_token(env: &TestEnv, account: &str) -> String {
+/// A token for `account` in upgradeplan-system, from the TokenRequest API.
+async fn requested_token(env: &TestEnv, account: &str) -> String {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let accounts: Api<ServiceAccount> = Api::namespaced(env.client.clone(), "upgradeplan-system");
+    let request: TokenRequest = serde_json::from_value(json!({"spec": {"expirationSeconds": 3600}})).unwrap();
+    let issued = accounts
+        .create_token_request(account, &PostParams::default(), &request)
+        .await
+        .unwrap();
+    issued.status.unwrap().token
+}
+
+/// The token Kubernetes wrote into the `kubernetes.io/service-account-token` Secret deploy/
+/// ships for `account` in upgradeplan-system (the scraper's: a Prometheus outside the cluster
+/// reads it; Kubernetes creates no such Secret by itself since 1.24).
+async fn shipped_token(env: &TestEnv, account: &str) -> String {
     let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "upgradeplan-system");
     for _ in 0..100 {
         let list = secrets.list(&Default::default()).await.unwrap();
@@ -502,10 +501,8 @@ async fn an_approver_approves_and_cannot_edit_plans_or_runs() {
     let approved = approved.expect("the approver could not approve");
     assert_eq!(
         approved.stdout,
-        format!(
-            "upgradeapproval/{run}-prod created by {user} (unverified): rollout group \"prod\" of upgraderun/{run} may start\n"
-        ),
-        "the approver is the user the kubeconfig impersonates (this API server has no SelfSubjectReview)"
+        format!("upgradeapproval/{run}-prod created by {user}: rollout group \"prod\" of upgraderun/{run} may start\n"),
+        "the approver is the user the kubeconfig impersonates, as the API server's SelfSubjectReview names it"
     );
     let approval: upgradeplan::api::UpgradeApproval =
         Api::all(env.client.clone()).get(&format!("{run}-prod")).await.unwrap();
@@ -515,7 +512,7 @@ async fn an_approver_approves_and_cannot_edit_plans_or_runs() {
             approval.spec.comment.as_deref(),
             approval.spec.approver.clone()
         ),
-        ("prod", Some("CHG-1"), Some(format!("{user} (unverified)")))
+        ("prod", Some("CHG-1"), Some(user.clone()))
     );
     // Plans are out of reach altogether; runs can be read, not changed.
     for (args, verb) in [

@@ -1,7 +1,8 @@
 //! The controller as users run it (issue 41): the image built from the repository's Dockerfile
 //! (`make image`), deploy/ applied through `deploy/overlays/local-node` to a control plane with a
-//! real node (`TESTENV_NODE=1 tests/cluster.sh start`: kube-scheduler, a kubelet and a private
-//! Docker Engine). Run by `make node-test`, not by `make integration`: it needs that node.
+//! real node (`TESTENV_NODE=1 tests/cluster.sh start`: kube-scheduler, a kubelet on containerd, and a
+//! private Docker Engine that builds the image). Run by `make node-test`, not by `make integration`: it
+//! needs that node.
 #![allow(clippy::unwrap_used)]
 
 use std::process::Command;
@@ -34,14 +35,42 @@ fn kubectl(args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn docker(args: &[&str]) -> String {
-    let o = Command::new("docker").args(args).output().unwrap();
+/// `ctr` against the node's containerd, in the kubelet's namespace (CONTAINERD_ADDRESS and
+/// CONTAINERD_NAMESPACE, which `tests/cluster.sh start` exports).
+fn ctr(args: &[&str]) -> String {
+    let o = Command::new("ctr").args(args).output().unwrap();
     assert!(
         o.status.success(),
-        "docker {args:?}: {}",
+        "ctr {args:?}: {}",
         String::from_utf8_lossy(&o.stderr)
     );
     String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// The containerd id of `pod`'s container `name`, as the kubelet reports it (`containerd://<id>`).
+async fn container_id(client: &kube::Client, pod: &str, name: &str) -> String {
+    let p = Api::<Pod>::namespaced(client.clone(), NS).get(pod).await.unwrap();
+    let statuses = p.status.and_then(|s| s.container_statuses).unwrap_or_default();
+    let id = statuses
+        .iter()
+        .find(|c| c.name == name)
+        .and_then(|c| c.container_id.clone())
+        .unwrap_or_else(|| panic!("{pod} has no running container {name}: {statuses:?}"));
+    id.strip_prefix("containerd://")
+        .unwrap_or_else(|| panic!("{pod}'s container {name} is not containerd's: {id}"))
+        .to_string()
+}
+
+/// The process id of a running container's task (`ctr tasks ls`: TASK PID STATUS).
+fn task_pid(container: &str) -> String {
+    let tasks = ctr(&["tasks", "ls"]);
+    tasks
+        .lines()
+        .find_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            (cols.first() == Some(&container)).then(|| cols[1].to_string())
+        })
+        .unwrap_or_else(|| panic!("no task for container {container}:\n{tasks}"))
 }
 
 /// The controller's pods, by name, with whether each is Ready and its restarts.
@@ -167,7 +196,7 @@ async fn leader_other_than(client: &kube::Client, not: &[&str], within: Duration
 #[tokio::test]
 async fn deploy_on_a_real_node_leads_upgrades_probes_and_hands_over() {
     assert!(
-        std::env::var_os("DOCKER_HOST").is_some(),
+        std::env::var_os("CONTAINERD_ADDRESS").is_some(),
         "needs the test node: run `make node-test` (TESTENV_NODE=1 tests/cluster.sh start)"
     );
     let client = kube::Client::try_default().await.unwrap();
@@ -178,16 +207,10 @@ async fn deploy_on_a_real_node_leads_upgrades_probes_and_hands_over() {
         let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "kratix-platform-system"}})).unwrap();
         namespaces.create(&PostParams::default(), &ns).await.unwrap();
     }
-    // deploy/ as an operator applies it, through the local-node overlay. Without client-side
-    // validation: kubectl checks the CRDs against this 1.20 API server's schema, which predates
-    // CEL rules (x-kubernetes-validations, 1.25+); the server stores them without the rules.
+    // deploy/ as an operator applies it, through the local-node overlay (validated, as kubectl
+    // does by default: the API server checks every field, CEL rules included).
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    kubectl(&[
-        "apply",
-        "--validate=false",
-        "-k",
-        &format!("{root}/deploy/overlays/local-node"),
-    ]);
+    kubectl(&["apply", "-k", &format!("{root}/deploy/overlays/local-node")]);
 
     // Both replicas Ready (the readiness probe on the health port), one leading.
     let running = both_ready(&client, WAIT).await;
@@ -202,22 +225,28 @@ async fn deploy_on_a_real_node_leads_upgrades_probes_and_hands_over() {
         (Some(65532), Some(true)),
         "deploy/'s, unchanged"
     );
-    // In the container: the user, a read-only root, the mounted ServiceAccount token.
-    let container = docker(&[
-        "ps",
-        "-q",
-        "--filter",
-        &format!("label=io.kubernetes.pod.name={first}"),
-        "--filter",
-        "label=io.kubernetes.container.name=controller",
-    ]);
-    let user = docker(&[
-        "inspect",
-        "-f",
-        "{{.Config.User}} {{.HostConfig.ReadonlyRootfs}}",
-        &container,
-    ]);
-    assert_eq!(user, "65532:65532 true", "{container}");
+    // In the container (its OCI spec, as containerd runs it): the user, a read-only root.
+    let container = container_id(&client, &first, "controller").await;
+    let info: serde_json::Value = serde_json::from_str(&ctr(&["containers", "info", &container])).unwrap();
+    let spec = &info["Spec"];
+    assert_eq!(
+        (
+            &spec["process"]["user"]["uid"],
+            &spec["process"]["user"]["gid"],
+            &spec["root"]["readonly"]
+        ),
+        (&json!(65532), &json!(65532), &json!(true)),
+        "{container}: {}",
+        spec["process"]
+    );
+    // The ServiceAccount's token and CA, mounted where the client looks for them.
+    let mounts = spec["mounts"].as_array().cloned().unwrap_or_default();
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m["destination"] == "/var/run/secrets/kubernetes.io/serviceaccount"),
+        "{container}: no ServiceAccount token mounted: {mounts:?}"
+    );
     // Its logs, through the API server and the kubelet (the node's address, reachable).
     let logs = kubectl(&["logs", "-n", NS, &first]);
     assert!(logs.contains("upgradeplan-controller starting"), "{logs}");
@@ -289,15 +318,8 @@ async fn deploy_on_a_real_node_leads_upgrades_probes_and_hands_over() {
     // A frozen leader fails its liveness probe and is restarted; the standby takes over.
     let running = both_ready(&client, WAIT).await;
     let restarts_before = running.iter().find(|(n, ..)| *n == second).unwrap().2;
-    let container = docker(&[
-        "ps",
-        "-q",
-        "--filter",
-        &format!("label=io.kubernetes.pod.name={second}"),
-        "--filter",
-        "label=io.kubernetes.container.name=controller",
-    ]);
-    let pid = docker(&["inspect", "-f", "{{.State.Pid}}", &container]);
+    let container = container_id(&client, &second, "controller").await;
+    let pid = task_pid(&container);
     assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
     let (third, took) = leader_other_than(&client, &[&second], WAIT).await;
     println!("takeover from a frozen leader: {took:?} (to {third})");
