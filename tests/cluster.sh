@@ -128,7 +128,9 @@ write_module() { # dir version
     echo ")"
   } >"$dir/go.mod"
   rm -f "$dir/go.sum"
-  (cd "$dir" && go mod tidy) || die "go mod tidy failed for k8s.io/kubernetes@$v in $dir"
+  (cd "$dir" && go mod tidy) >"$dir/tidy.log" 2>&1 \
+    || { tail -20 "$dir/tidy.log" >&2; die "go mod tidy failed for k8s.io/kubernetes@$v in $dir (log: $dir/tidy.log)"; }
+  rm -f "$dir/tidy.log"
 }
 
 cmd_module() { # version: move tests/k8s to another release

@@ -94,7 +94,10 @@ fn every_cel_rule_has_a_case_it_rejects() {
     let approval = serde_json::to_value(&UpgradeApproval::crd().spec.versions[0].schema).unwrap();
     let mut other = vec![];
     cel_cases::rule_messages(&approval["openAPIV3Schema"], "UpgradeApproval", &mut other);
-    assert!(other.is_empty(), "UpgradeApproval has CEL rules but no cases: {other:?}");
+    assert!(
+        other.is_empty(),
+        "UpgradeApproval has CEL rules but no cases: {other:?}"
+    );
     assert_eq!(rules.len(), 20, "the CRDs' CEL rules: {rules:#?}");
     for (path, message) in rules {
         assert!(

@@ -536,11 +536,14 @@ async fn reconcile_revision(rev: Arc<PromiseRevision>, ctx: Arc<Ctx>) -> Result<
     }
     let name = rev.name_any();
     let revisions: Api<PromiseRevision> = Api::all(ctx.client.clone());
-    // Listed, not cached, as Kratix lists them by its index: a cache still filling would let a
-    // revision go with its resources.
+    // Listed, not cached, as Kratix lists them (its Promise's label, and the field selector its
+    // CRD serves for spec.version): a cache still filling would let a revision go with its
+    // resources.
     let bindings: Api<ResourceBinding> = Api::all(ctx.client.clone());
-    let lp = kube::api::ListParams::default().labels(&format!("{PROMISE_NAME_LABEL}={}", rev.spec.promise_ref.name));
-    let of_promise: Vec<Arc<ResourceBinding>> = bindings.list(&lp).await?.items.into_iter().map(Arc::new).collect();
+    let lp = kube::api::ListParams::default()
+        .labels(&format!("{PROMISE_NAME_LABEL}={}", rev.spec.promise_ref.name))
+        .fields(&format!("spec.version={}", rev.spec.version));
+    let at_version: Vec<Arc<ResourceBinding>> = bindings.list(&lp).await?.items.into_iter().map(Arc::new).collect();
     let pp = PatchParams {
         field_manager: Some(FIELD_MANAGER.to_string()),
         ..Default::default()
@@ -549,7 +552,7 @@ async fn reconcile_revision(rev: Arc<PromiseRevision>, ctx: Arc<Ctx>) -> Result<
     let finalizers = |list: Vec<String>| {
         Patch::Merge(json!({"metadata": {"finalizers": list, "resourceVersion": rev.resource_version()}}))
     };
-    match decide_revision(&rev, &of_promise) {
+    match decide_revision(&rev, &at_version) {
         RevisionStep::Idle => Ok(Action::await_change()),
         RevisionStep::AddFinalizer => {
             let mut list = rev.finalizers().to_vec();

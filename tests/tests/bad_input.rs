@@ -4,8 +4,10 @@
 //! ```text
 //! # case: <what it is>
 //! # expect: rejected <text>        the API server refuses it; its message contains <text>
-//! # expect: not-ready <field>      accepted (a pre-CEL server), then Ready=False naming <field>
-//!                                  (a server enforcing the CRD's CEL rules may refuse it instead)
+//! # expect: not-ready <field>      Ready=False naming <field>; or, where one of the CRD's CEL
+//!                                  rules covers it, refused by the API server naming <field> (the
+//!                                  controller's check still stands for plans written before a
+//!                                  rule existed, and for `explain -f`)
 //! # expect: ready                  hostile but valid: Ready=True, and nothing stalls
 //! # expect: run <Type>=<Status> <text>   a run: that condition, its message containing <text>
 //! # expect: ineligible <text>      a binding: left out of the probe run, the plugin says why

@@ -6,6 +6,10 @@ use serde::{Deserialize, Serialize};
 
 use super::{Condition, SelectorRequirement};
 
+/// The most periods a freeze may have: the CRD's `maxItems`, a bound the API server's CEL cost
+/// estimate needs.
+pub const MAX_FREEZE_PERIODS: usize = 100;
+
 /// A platform-wide blackout (spec §13.5): while any of its periods is active, every group of
 /// every matching plan starts no new upgrade, as if a deny window were active.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
@@ -31,7 +35,7 @@ pub struct UpgradeFreezeSpec {
     pub reason: String,
     /// When: one-off periods (start, end) and recurring ones (schedule, duration). At most 100 (a
     /// bound the API server's CEL cost estimate needs).
-    #[schemars(length(min = 1, max = 100))]
+    #[schemars(length(min = 1, max = MAX_FREEZE_PERIODS))]
     pub periods: Vec<FreezePeriod>,
     /// Which plans it holds (a Kubernetes label selector over UpgradePlans; `{}` selects every
     /// plan). Omitted: every plan.

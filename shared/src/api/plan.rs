@@ -8,6 +8,13 @@ use serde::{Deserialize, Serialize};
 
 use super::Condition;
 
+/// The most rollout groups a plan may have: the CRD's `maxItems`, a bound the API server's CEL
+/// cost estimate needs (it refuses the CRD without one).
+pub const MAX_ROLLOUT_GROUPS: usize = 100;
+/// The longest `maxConcurrent` or `maxFailures` written as a string (the CRD's `maxLength`, for
+/// the same reason).
+pub const MAX_COUNT_OR_PERCENT_LEN: usize = 16;
+
 /// An UpgradePlan moves the resources of one Promise from some versions to one target version:
 /// which resources (rollout groups chosen by labels, in order), how many at a time, and when.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -46,7 +53,7 @@ pub struct UpgradePlanSpec {
     pub upgrade_execution_policy: Option<UpgradeExecutionPolicy>,
     /// Ordered groups of resources. A group starts only when the previous one completed. Group names
     /// are unique. At most 100 (a bound the API server's CEL cost estimate needs).
-    #[schemars(length(min = 1, max = 100))]
+    #[schemars(length(min = 1, max = MAX_ROLLOUT_GROUPS))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub rollout_groups: Vec<RolloutGroup>,
     /// Stop creating scheduled runs while true. Triggers that pass while suspended are skipped, not
@@ -177,7 +184,7 @@ pub struct RolloutGroup {
     /// At most this many of the group's resources upgrade at the same time: an integer ≥ 1, or a
     /// percentage "1%"–"100%" of the group's size (rounded down, at least 1). Omitted: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("maxLength" = 16))]
+    #[schemars(extend("maxLength" = MAX_COUNT_OR_PERCENT_LEN))]
     #[x_kube(validation = Rule::new("string(self).matches('^([1-9][0-9]*|([1-9][0-9]?|100)%)$')")
         .message("must be an integer of at least 1 or a percentage from \"1%\" to \"100%\""))]
     pub max_concurrent: Option<IntOrString>,
@@ -190,7 +197,7 @@ pub struct RolloutGroup {
     /// one starts: an integer ≥ 0, or a percentage "0%"–"100%" of the group's size, rounded up
     /// ("10%" of 8 tolerates 1). Omitted or 0: the first failure fails the run (SKE's behaviour).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("maxLength" = 16))]
+    #[schemars(extend("maxLength" = MAX_COUNT_OR_PERCENT_LEN))]
     #[x_kube(validation = Rule::new("string(self).matches('^([0-9]+|([0-9]|[1-9][0-9]|100)%)$')")
         .message("must be an integer of 0 or more or a percentage from \"0%\" to \"100%\""))]
     pub max_failures: Option<IntOrString>,
@@ -268,7 +275,8 @@ pub struct RolloutSelectors {
 /// One label requirement.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[x_kube(validation = Rule::new("self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0) : (!has(self.values) || size(self.values) == 0)")
-    .message("values must be non-empty for In and NotIn, and must be omitted for Exists and DoesNotExist"))]
+    .message("values must be non-empty for In and NotIn, and must be omitted for Exists and DoesNotExist")
+    .field_path(".values"))]
 pub struct SelectorRequirement {
     /// The label key.
     #[schemars(length(min = 1))]

@@ -21,7 +21,7 @@ use super::window::{parse_go_duration, Window, Windows};
 use crate::api::kratix::LATEST_VERSION;
 use crate::api::{
     Gate as GateSpec, RolloutGroup, RolloutSelectors, SelectorOperator, UpgradeExecutionPolicy, UpgradePath,
-    UpgradePlanSpec, UpgradeWindow,
+    UpgradePlanSpec, UpgradeWindow, MAX_ROLLOUT_GROUPS,
 };
 
 /// A plan whose every field parsed.
@@ -100,6 +100,14 @@ pub fn compile(spec: &UpgradePlanSpec) -> Result<CompiledPlan, Vec<Problem>> {
         .map(|policy| execution_policy(&mut p, policy));
     if spec.rollout_groups.is_empty() {
         p.add("spec.rolloutGroups", "must have at least one rollout group".into());
+    } else if spec.rollout_groups.len() > MAX_ROLLOUT_GROUPS {
+        p.add(
+            "spec.rolloutGroups",
+            format!(
+                "must have at most {MAX_ROLLOUT_GROUPS} rollout groups, has {}",
+                spec.rollout_groups.len()
+            ),
+        );
     }
     let mut seen = BTreeSet::new();
     let mut groups = Vec::new();

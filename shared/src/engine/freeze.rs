@@ -16,7 +16,7 @@ use super::selector;
 use super::window::{DenyPeriod, Window, WindowState, Windows};
 use crate::api::{
     reasons, set_condition, Condition, ConditionStatus, PlanSelector, RolloutSelectors, UpgradeFreeze,
-    UpgradeFreezeSpec, UpgradeFreezeStatus, UpgradePlan, UpgradeWindow, WindowKind,
+    UpgradeFreezeSpec, UpgradeFreezeStatus, UpgradePlan, UpgradeWindow, WindowKind, MAX_FREEZE_PERIODS,
 };
 
 // Defined here, not in `window`, so that windows stay below freezes (no import cycle).
@@ -65,6 +65,14 @@ fn compile_periods(spec: &UpgradeFreezeSpec) -> Result<Vec<DenyPeriod>, Vec<Prob
     }
     if spec.periods.is_empty() {
         add("spec.periods".into(), "must list at least one period".into());
+    } else if spec.periods.len() > MAX_FREEZE_PERIODS {
+        add(
+            "spec.periods".into(),
+            format!(
+                "must list at most {MAX_FREEZE_PERIODS} periods, has {}",
+                spec.periods.len()
+            ),
+        );
     }
     let mut periods = Vec::new();
     for (i, p) in spec.periods.iter().enumerate() {
@@ -392,6 +400,16 @@ mod tests {
                 vec![],
             ),
             ("no periods", spec(vec![]), vec!["spec.periods"]),
+            (
+                "as many periods as the CRD allows",
+                spec(vec![recurring("0 0 * * 5", "24h", None); MAX_FREEZE_PERIODS]),
+                vec![],
+            ),
+            (
+                "one more than the CRD allows",
+                spec(vec![recurring("0 0 * * 5", "24h", None); MAX_FREEZE_PERIODS + 1]),
+                vec!["spec.periods"],
+            ),
             (
                 "no reason",
                 UpgradeFreezeSpec {

@@ -457,6 +457,16 @@ spec:
         );
         spec.rollout_groups.clear();
         assert_eq!(fields(&spec, "p"), vec!["spec.rolloutGroups"]);
+        // The CRD's bound, for plans read from files (`explain -f`): 100 groups, not 101.
+        let group = |i: usize| {
+            let mut g = parse(SEED).spec.rollout_groups[0].clone();
+            g.name = format!("g{i}");
+            g
+        };
+        spec.rollout_groups = (0..crate::api::MAX_ROLLOUT_GROUPS).map(group).collect();
+        assert_eq!(fields(&spec, "p"), Vec::<String>::new());
+        spec.rollout_groups.push(group(crate::api::MAX_ROLLOUT_GROUPS));
+        assert_eq!(fields(&spec, "p"), vec!["spec.rolloutGroups"]);
     }
 
     #[test]

@@ -315,8 +315,10 @@ pub fn cases(prefix: &str) -> Vec<CelCase> {
     // Plan selectors of freezes and budgets: a label requirement's values as in a plan's groups.
     let selector = |kind: &'static str, name, requirement: Value, want| {
         let spec = match kind {
-            "UpgradeFreeze" => json!({"reason": "year end", "periods": [{"start": "2026-12-20T00:00", "end": "2027-01-04T00:00"}],
-                                      "planSelector": {"matchExpressions": [requirement]}}),
+            "UpgradeFreeze" => {
+                json!({"reason": "year end", "periods": [{"start": "2026-12-20T00:00", "end": "2027-01-04T00:00"}],
+                                      "planSelector": {"matchExpressions": [requirement]}})
+            }
             _ => json!({"maxInFlight": 10, "planSelector": {"matchExpressions": [requirement]}}),
         };
         CelCase {
