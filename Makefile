@@ -26,7 +26,7 @@ E2E_SUITES := $(patsubst tests/tests/%.rs,--test %,$(sort $(filter-out tests/tes
 # Every integration suite, whatever fails (tests/run-suites.sh), on the control plane in KUBECONFIG.
 RUN_SUITES = CARGO="$(CARGO)" tests/run-suites.sh $(WORKSPACE) $(E2E_SUITES) -- --test-threads 16
 
-.PHONY: image node-test help sim sim-test sim-mutants test-stress build-all krew-install monitoring-rules demo-smoke chaos fuzz bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
+.PHONY: test-k8s-oldest image node-test help sim sim-test sim-mutants test-stress build-all krew-install monitoring-rules demo-smoke chaos fuzz bench bench-scale release demo demo-stop test check unit monitoring integration cluster-install cluster-start cluster-stop crds build deps
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -70,7 +70,7 @@ monitoring: cluster-install ## promtool: the alert rules are valid, their unit t
 monitoring-rules: ## write the alert rules for your installation: RUNBOOK_BASE=https://… FAILED_FOR=2h BUDGET_HELD_FOR=2h OUT=dir (see docs/runbooks.md)
 	scripts/monitoring-rules.sh $(OUT)
 
-cluster-install: ## get etcd, kube-apiserver, kube-controller-manager (cached; builds once, ~10 min)
+cluster-install: ## build the test control plane: Kubernetes (tests/k8s/go.mod; TESTENV_K8S_VERSION for another release) and its etcd with the machine's Go (cached; builds once, ~6 min)
 	tests/cluster.sh install
 
 cluster-start: cluster-install ## start the test control plane (prints export lines)
@@ -83,6 +83,16 @@ integration: build-all cluster-install ## tests against a real control plane, st
 	@trap 'tests/cluster.sh stop' EXIT; \
 	eval "$$(tests/cluster.sh start)"; \
 	$(RUN_SUITES)
+
+# The oldest Kubernetes release upgradeplan supports (README, "Supported Kubernetes versions").
+K8S_OLDEST ?= v1.34.4
+test-k8s-oldest: build-all ## the CRD, controller and plugin suites on the oldest supported Kubernetes release (K8S_OLDEST, v1.34.4; built once, cached), on a control plane of its own (log in target/k8s-oldest.log); not part of `make test`
+	@export TESTENV_K8S_VERSION=$(K8S_OLDEST) TESTENV_DIR=/tmp/upgradeplan-k8s-oldest TESTENV_API_PORT=20443 TESTENV_ETCD_PORT=16379; \
+	tests/cluster.sh install; \
+	trap 'tests/cluster.sh stop' EXIT; \
+	eval "$$(tests/cluster.sh start)"; \
+	kubectl version | sed 's/^/test-k8s-oldest: /'; \
+	SUITES_LOG=target/k8s-oldest.log CARGO="$(CARGO)" tests/run-suites.sh $(WORKSPACE) --test crds --test controller --test plugin -- --test-threads 16
 
 test-stress: build-all cluster-install ## the integration suites STRESS_RUNS (3) times in a row, each beside STRESS_HOGS (2) CPU-bound processes, as a busy CI machine runs them; green only if every run is (logs in target/stress-N.log)
 	@hogs=(); trap 'kill $${hogs[@]} 2>/dev/null; tests/cluster.sh stop' EXIT; \
