@@ -178,7 +178,7 @@ fuzz: deps ## every engine fuzz target for FUZZ_SECONDS each (default 60; stable
 
 krew-install: build-all cluster-install ## the release archive (debug build) installed exactly as krew installs it, then run through kubectl
 	PROFILE=dev CARGO_SELECTION="$(WORKSPACE) --tests --bins" scripts/release.sh >/dev/null
-	$(CARGO) test $(WORKSPACE) --test krew -- --ignored
+	PATH="$$(tests/cluster.sh bin):$$PATH" $(CARGO) test $(WORKSPACE) --test krew -- --ignored
 
 release: ## the plugin's release archive for this machine (dist/), its sha256, written into krew/upgradeplan.yaml
 	scripts/release.sh $(TARGET)

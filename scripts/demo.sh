@@ -167,6 +167,7 @@ YAML
 
 The demo is still running. Look around:
   export KUBECONFIG=$TESTENV_DIR/admin.kubeconfig
+  export PATH=$(tests/cluster.sh bin):\$PATH   # kubectl of the control plane's release ($("$(tests/cluster.sh bin)/kubectl" version --client | sed -n 's/^Client Version: //p'))
   alias k=$PWD/$BIN/kubectl-upgradeplan   # or put $BIN on PATH and use kubectl upgradeplan
   k get                                   # plans: phase, active run, last result, next run
   k explain redis-v1-to-v2                # the plan in plain words, its windows and problems

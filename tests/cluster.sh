@@ -8,6 +8,7 @@
 #   tests/cluster.sh env              # print the export lines again
 #   tests/cluster.sh restart-apiserver  # stop kube-apiserver alone and start it again (RESTART_SIGNAL=KILL: crash)
 #   tests/cluster.sh module v1.x.y    # move tests/k8s (the default release) to another release
+#   tests/cluster.sh bin              # print the directory of the release's binaries (kubectl too)
 #
 # The release is the one tests/k8s/go.mod requires (the newest Kubernetes release the Go module proxy
 # serves that builds here), or TESTENV_K8S_VERSION. Binaries, in order of preference: that release's
@@ -52,7 +53,7 @@ NODE_BRIDGE="${TESTENV_NODE_BRIDGE:-upnode0}"
 NODE_CIDR="${TESTENV_NODE_IP:-10.213.0.1/24}"
 NODE_IP="${NODE_CIDR%/*}"
 NODE_NAME=upgradeplan-testenv-node
-# The programs of the release: what `install` builds from the module, and where their main packages are.
+# The programs of the release `install` builds from the module (k8s.io/kubernetes/cmd/<program>).
 K8S_PROGRAMS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 
 log() { echo "[cluster.sh] $*" >&2; }
@@ -237,7 +238,20 @@ launch() { # name command... : start in its own session, record its PID
   echo $! >"$RUN/$1.pid"
 }
 
+# Whether something listens on 127.0.0.1:port (a connection is accepted).
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Waits until nothing listens on the ports: a killed Go server's leader thread reads as gone
+# (a zombie) a moment before its last thread exits and its sockets close.
+wait_ports_free() { # ports...
+  local port
+  for port in "$@"; do
+    wait_until 10 eval "! listening $port" || die "127.0.0.1:$port is still in use"
+  done
+}
+
 launch_apiserver() {
+  wait_ports_free "$API_PORT"
   # Every request of a ServiceAccount, with its verdict (the metadata, no bodies): what the
   # deploy/ RBAC was refused is read here, not guessed from a client's log.
   cat >"$RUN/audit-policy.yaml" <<'POLICY'
@@ -306,6 +320,7 @@ cmd_start() {
   local t0; t0=$(date +%s.%N)
   # The 8 GiB quota (etcd's largest recommended; the default is 2 GiB) is for the 100k-binding bench,
   # whose history between the API server's compactions can approach the default.
+  wait_ports_free "$ETCD_PORT" "$ETCD_PEER_PORT"
   launch etcd "$BIN/etcd" --name upgradeplan-testenv --data-dir "$RUN/etcd" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
     --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
@@ -354,7 +369,7 @@ install_node() {
   local out="$CACHE/containerd-$CONTAINERD_VERSION/build" pkgs=() t0; t0=$(date +%s)
   for t in "${build[@]}"; do pkgs+=("github.com/containerd/containerd/v2/cmd/$t"); done
   rm -rf "$out"; mkdir -p "$out" "$NODE_BIN"
-  log "building ${build[*]} of containerd $CONTAINERD_VERSION (about 2 min on 2 cores; cached afterwards)"
+  log "building ${build[*]} of containerd $CONTAINERD_VERSION (about 1 min on 2 cores; cached afterwards)"
   # Static, without the snapshotters that need cgo or kernel modules this node does not use.
   ( cd "$HERE/node" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -tags "no_btrfs no_zfs no_devmapper" \
       -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" -o "$out/" "${pkgs[@]}" ) \
@@ -532,5 +547,6 @@ case "${1:-}" in
   env) env_lines ;;
   restart-apiserver) cmd_restart_apiserver ;;
   module) cmd_module "${2:-}" ;;
-  *) echo "usage: $0 install|start|stop|env|restart-apiserver|module VERSION   (see the header of this file)" >&2; exit 2 ;;
+  bin) echo "$BIN" ;;
+  *) echo "usage: $0 install|start|stop|env|restart-apiserver|module VERSION|bin   (see the header of this file)" >&2; exit 2 ;;
 esac

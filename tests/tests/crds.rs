@@ -282,19 +282,22 @@ async fn the_api_server_accepts_every_crd_with_its_cel_rules() {
             rules(&committed),
             "{name}: the server's rules are not the committed ones"
         );
-        // And the server checks them again on a dry-run update of the whole CRD.
-        let mut again = committed.clone();
-        again.metadata.resource_version = stored.metadata.resource_version.clone();
-        api.replace(
-            &name,
-            &PostParams {
-                dry_run: true,
-                ..Default::default()
-            },
-            &again,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{name}: the API server refuses the committed CRD: {e}"));
+        // And the server checks them again on a dry-run update of the whole CRD (another suite
+        // may be installing the same CRDs: a conflict reads the newer version and tries again).
+        let dry = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        let mut tries = 0;
+        loop {
+            let mut again = committed.clone();
+            again.metadata.resource_version = api.get(&name).await.unwrap().metadata.resource_version;
+            match api.replace(&name, &dry, &again).await {
+                Ok(_) => break,
+                Err(kube::Error::Api(e)) if e.code == 409 && tries < 5 => tries += 1,
+                Err(e) => panic!("{name}: the API server refuses the committed CRD: {e}"),
+            }
+        }
     }
 }
 

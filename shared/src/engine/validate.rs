@@ -1,5 +1,5 @@
-//! Plan validation: every problem the CRD schema cannot catch (or that a pre-CEL API server lets
-//! through), each with its field path. One function serves the controller (the `Ready`
+//! Plan validation: every problem the CRD schema cannot catch (and those its CEL rules catch, for
+//! plans read from files and plans stored before a rule existed), each with its field path. One function serves the controller (the `Ready`
 //! condition) and the plugin (`explain -f`).
 
 use std::collections::BTreeSet;
