@@ -451,7 +451,7 @@ async fn apiserver_requests(client: &kube::Client) -> HashMap<(String, String), 
     let request = http::Request::get("/metrics").body(Vec::new()).unwrap_or_default();
     let text = client.request_text(request).await.unwrap_or_default();
     let mut by = HashMap::new();
-    // Also the watch events sent, and their bytes, by kind (as "watch-events"/"watch-bytes").
+    // Also the watch events sent, and their bytes, by kind or resource (as "watch-events"/"watch-bytes").
     for line in text.lines() {
         let verb_of = |line: &str| -> Option<&'static str> {
             if line.starts_with("apiserver_request_total{") {
@@ -460,7 +460,11 @@ async fn apiserver_requests(client: &kube::Client) -> HashMap<(String, String), 
                 Some("watch-events")
             } else if line.starts_with("apiserver_watch_events_sizes_sum{") {
                 Some("watch-bytes")
-            } else if line.starts_with("apiserver_registered_watchers{") {
+            } else if line.starts_with("apiserver_registered_watchers{")
+                || (line.starts_with("apiserver_longrunning_requests{") && line.contains("verb=\"WATCH\""))
+            {
+                // The watches open now: the gauge Kubernetes 1.20 had, or the long-running WATCH
+                // requests of the releases after it dropped that gauge.
                 Some("watchers-now")
             } else if line.starts_with("apiserver_terminated_watchers_total{") {
                 // Watchers the API server closed because they read too slowly: their events stop.
@@ -487,7 +491,11 @@ async fn apiserver_requests(client: &kube::Client) -> HashMap<(String, String), 
         let key = match fixed_verb {
             "" => (label("verb"), label("resource")),
             "terminated-watchers" => (fixed_verb.to_string(), label("resource")),
-            verb => (verb.to_string(), label("kind")),
+            // By kind (Kubernetes 1.20's label) or by resource (the label of later releases).
+            verb => {
+                let kind = label("kind");
+                (verb.to_string(), if kind.is_empty() { label("resource") } else { kind })
+            }
         };
         *by.entry(key).or_insert(0.0) += value;
     }
@@ -1059,8 +1067,13 @@ async fn wait_for_cluster_watchers() -> anyhow::Result<()> {
     let client = kube::Client::try_default().await?;
     upgradeplan_e2e::harness::install_crds(&client).await?;
     let t = Instant::now();
-    let key = ("watchers-now".to_string(), "ResourceBinding".to_string());
-    while apiserver_requests(&client).await.get(&key).copied().unwrap_or(0.0) < 1.0 {
+    let watching = |by: &HashMap<(String, String), f64>| {
+        ["ResourceBinding", "resourcebindings"]
+            .iter()
+            .filter_map(|kind| by.get(&("watchers-now".to_string(), kind.to_string())))
+            .sum::<f64>()
+    };
+    while watching(&apiserver_requests(&client).await) < 1.0 {
         if t.elapsed() > Duration::from_secs(90) {
             println!("warning: nothing in the cluster watches ResourceBindings after 90 s (no kube-controller-manager?); the phases are timed without it");
             return Ok(());
