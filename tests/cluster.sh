@@ -362,7 +362,7 @@ install_node() {
   apt_install docker.io runc containernetworking-plugins gcc libc6-dev iproute2
   local t build=()
   for t in "${CONTAINERD_PROGRAMS[@]}"; do
-    [ -x "$NODE_BIN/$t" ] && "$NODE_BIN/$t" --version >/dev/null 2>&1 || build+=("$t")
+    [ -x "$NODE_BIN/$t" ] && version_of "$NODE_BIN/$t" >/dev/null || build+=("$t")
   done
   [ "${#build[@]}" = 0 ] && return 0
   require_go
@@ -412,7 +412,7 @@ state = "$n/containerd/state"
 [grpc]
   address = "$(containerd_sock)"
 [plugins.'io.containerd.cri.v1.images']
-  snapshotter = "${TESTENV_SNAPSHOTTER:-overlayfs}"
+  snapshotter = "overlayfs"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "docker.io/upgradeplan-testenv/pause:1"
 [plugins.'io.containerd.cri.v1.runtime']
@@ -494,7 +494,9 @@ stop_node() {
     wait_until 10 eval "! in_containerd tasks ls -q | grep -qx $id" || true
     in_containerd tasks delete -f "$id" >/dev/null 2>&1 || true
   done
-  in_containerd containers ls -q 2>/dev/null | xargs -r "$NODE_BIN/ctr" --address "$(containerd_sock)" --namespace k8s.io containers delete >/dev/null 2>&1 || true
+  local containers; containers="$(in_containerd containers ls -q 2>/dev/null)" || true
+  # shellcheck disable=SC2086 # one argument per container id
+  [ -z "$containers" ] || in_containerd containers delete $containers >/dev/null 2>&1 || true
   return 0
 }
 

@@ -71,7 +71,7 @@ pub async fn install_crds_on(client: &Client) -> anyhow::Result<()> {
             let crd: CustomResourceDefinition =
                 serde_saphyr::from_str(doc).with_context(|| format!("parsing a CRD in {}", file.display()))?;
             let name = crd.name_any();
-            create_or_replace(&api, crd)
+            apply_crd(&api, crd)
                 .await
                 .with_context(|| format!("installing CRD {name}"))?;
             tokio::time::timeout(
@@ -129,7 +129,7 @@ where
 
 /// Creates or updates `crd` by server-side apply: concurrent test binaries install the same
 /// CRDs, and apply needs no resourceVersion to win a race.
-async fn create_or_replace(api: &Api<CustomResourceDefinition>, crd: CustomResourceDefinition) -> anyhow::Result<()> {
+async fn apply_crd(api: &Api<CustomResourceDefinition>, crd: CustomResourceDefinition) -> anyhow::Result<()> {
     let name = crd.name_any();
     api.patch(
         &name,

@@ -8,6 +8,7 @@
 mod cel_cases;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Value};
@@ -252,6 +253,28 @@ fn api_of(env: &TestEnv, kind: &str) -> Api<DynamicObject> {
     Api::all_with(env.client.clone(), &ar)
 }
 
+/// Replaces `name` with `edit` of its stored version, as a dry run (`dryRun=All`). Another suite
+/// may write the same object meanwhile (installing the same CRDs, or a controller touching a run's
+/// metadata): a conflict reads the newer version and edits that, up to five times.
+async fn dry_run_replace<K>(api: &Api<K>, name: &str, edit: impl Fn(K) -> K) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let mut tries = 0;
+    loop {
+        let result = api.replace(name, &dry, &edit(api.get(name).await?)).await.map(|_| ());
+        tries += 1;
+        match &result {
+            Err(kube::Error::Api(e)) if e.code == 409 && tries < 5 => continue,
+            _ => return result,
+        }
+    }
+}
+
 /// The CRDs as the API server stored them: established, and every CEL rule kept (an API server
 /// that cannot serve a rule, or whose cost estimate rejects it, fails the create instead; 1.20
 /// dropped them silently).
@@ -282,22 +305,16 @@ async fn the_api_server_accepts_every_crd_with_its_cel_rules() {
             rules(&committed),
             "{name}: the server's rules are not the committed ones"
         );
-        // And the server checks them again on a dry-run update of the whole CRD (another suite
-        // may be installing the same CRDs: a conflict reads the newer version and tries again).
-        let dry = PostParams {
-            dry_run: true,
-            ..Default::default()
-        };
-        let mut tries = 0;
-        loop {
-            let mut again = committed.clone();
-            again.metadata.resource_version = api.get(&name).await.unwrap().metadata.resource_version;
-            match api.replace(&name, &dry, &again).await {
-                Ok(_) => break,
-                Err(kube::Error::Api(e)) if e.code == 409 && tries < 5 => tries += 1,
-                Err(e) => panic!("{name}: the API server refuses the committed CRD: {e}"),
-            }
-        }
+        // And the server checks them again on a dry-run update of the whole CRD.
+        dry_run_replace(&api, &name, |stored| CustomResourceDefinition {
+            metadata: ObjectMeta {
+                resource_version: stored.metadata.resource_version,
+                ..committed.metadata.clone()
+            },
+            ..committed.clone()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{name}: the API server refuses the committed CRD: {e}"));
     }
 }
 
@@ -326,17 +343,11 @@ async fn cel_rules_on_the_api_server_agree_with_the_table() {
                 api.create(&PostParams::default(), &old).await.unwrap();
                 // The stored object (a controller of another suite may have touched its
                 // metadata or status), with the case's spec.
-                let mut tries = 0;
-                let result = loop {
-                    let mut stored = api.get(&name).await.unwrap();
+                let result = dry_run_replace(&api, &name, |mut stored| {
                     stored.data["spec"] = case.object["spec"].clone();
-                    let result = api.replace(&name, &dry, &stored).await.map(|_| ());
-                    tries += 1;
-                    match &result {
-                        Err(kube::Error::Api(e)) if e.code == 409 && tries < 5 => continue,
-                        _ => break result,
-                    }
-                };
+                    stored
+                })
+                .await;
                 api.delete(&name, &DeleteParams::default()).await.unwrap();
                 result
             }
