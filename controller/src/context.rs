@@ -8,7 +8,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
-use upgradeplan::api::kratix::{CachedBinding, HealthRecord};
+use upgradeplan::api::kratix::{CachedBinding, HealthRecord, RevisionFact};
 use upgradeplan::api::{RunState, UpgradeFreeze, UpgradePlan, UpgradeRun, FIELD_MANAGER};
 use upgradeplan::engine::admission::TriggerKind;
 use upgradeplan::engine::lifecycle::Step;
@@ -254,13 +254,16 @@ impl Ctx {
         self.caches.bindings.get(namespace, name)
     }
 
-    /// Whether the PromiseRevision of (promise, version) exists.
-    pub fn revision_exists(&self, promise: &str, version: &str) -> bool {
+    /// Every PromiseRevision of `promise`, as the engine reads them (one being deleted included:
+    /// it is never a target, spec §5.7).
+    pub fn revisions_of(&self, promise: &str) -> Vec<RevisionFact> {
         self.caches
             .revisions
             .state()
             .iter()
-            .any(|r| r.promise() == promise && r.spec.version == version)
+            .filter(|r| r.promise() == promise)
+            .map(|r| r.fact())
+            .collect()
     }
 
     /// Every HealthRecord of `promise`.

@@ -11,7 +11,7 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::{Resource, ResourceExt};
-use upgradeplan::api::kratix::{BindingFacts, HealthRecord};
+use upgradeplan::api::kratix::{BindingFacts, HealthRecord, RevisionFact};
 use upgradeplan::api::{RunState, UpgradeFreeze, UpgradeRun, RUN_FINALIZER};
 use upgradeplan::engine::admission::{reads_gates, RunFacts};
 use upgradeplan::engine::lifecycle::{self, events, KindsNeeded, SnapshotFact, Step, Write};
@@ -81,8 +81,8 @@ impl lifecycle::Cluster for Ctx {
     fn bindings_of(&self, promise: &str) -> Vec<Arc<dyn BindingFacts>> {
         Ctx::bindings_of(self, promise).into_iter().map(|b| b as _).collect()
     }
-    fn revision_exists(&self, promise: &str, version: &str) -> bool {
-        Ctx::revision_exists(self, promise, version)
+    fn revisions_of(&self, promise: &str) -> Vec<RevisionFact> {
+        Ctx::revisions_of(self, promise)
     }
     fn health_records(&self, promise: &str) -> Vec<Arc<HealthRecord>> {
         self.health_records_of(promise)

@@ -238,8 +238,8 @@ pub struct Found<'a> {
     pub budgets: &'a [BudgetCapJson],
     /// The other plans it is checked against: the cluster's (live), or the files' (`-f`).
     pub plans: &'a [UpgradePlan],
-    /// Whether the PromiseRevision of `upgradePath.to` exists, when the cluster could be asked.
-    pub target_revision: Option<bool>,
+    /// The Promise's PromiseRevisions, when the cluster could be asked.
+    pub revisions: Option<&'a [upgradeplan::api::kratix::RevisionFact]>,
 }
 
 /// Explains `plan` as at `now`.
@@ -309,7 +309,7 @@ fn findings(
     let Found {
         bindings,
         plans,
-        target_revision,
+        revisions,
         ..
     } = *found;
     let name = plan.metadata.name.clone().unwrap_or_default();
@@ -329,15 +329,8 @@ fn findings(
             message: c.message.clone(),
         });
     }
-    if target_revision == Some(false) {
-        warnings.push(Problem {
-            field: "spec.upgradePath.to".into(),
-            message: format!(
-                "Promise {:?} has no PromiseRevision {:?}: a run waits (TargetRevisionReady=False) until Kratix \
-                 has one — apply the Promise at {} first",
-                spec.promise_ref.name, spec.upgrade_path.to, spec.upgrade_path.to
-            ),
-        });
+    if let Some(revisions) = revisions {
+        warnings.extend(upgradeplan::engine::validate::revision_warnings(spec, revisions));
     }
     // Live: the controller cannot read the plan's gates (no Prometheus), so they hold its runs.
     let unreadable = plan

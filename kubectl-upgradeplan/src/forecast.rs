@@ -149,11 +149,12 @@ pub struct RevertOf<'a> {
     pub snapshot: &'a upgradeplan::engine::snapshot::Snapshot,
 }
 
-/// The forecast of `plan`'s next run over `bindings` (or of the revert `revert`), held by
+/// The forecast of `plan`'s next run over `bindings` and the Promise's `revisions` (when known; or
+/// of the revert `revert`), held by
 /// `freezes` (and where they come from) and paced by `budgets`.
 pub fn render(
     plan: &UpgradePlan,
-    bindings: &[ResourceBinding],
+    (bindings, revisions): (&[ResourceBinding], Option<&[upgradeplan::api::kratix::RevisionFact]>),
     revert: Option<RevertOf<'_>>,
     (freezes, freezes_from, budgets): (&[Freeze], &str, &[crate::explain::BudgetCapJson]),
     (start, start_words, next_trigger): (DateTime<Utc>, String, Option<DateTime<Utc>>),
@@ -176,6 +177,7 @@ pub fn render(
         plan: &compiled,
         bindings,
         snapshot: revert.map(|r| r.snapshot),
+        revisions,
         freezes,
         budgets: &budget_facts,
         start,

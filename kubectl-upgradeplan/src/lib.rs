@@ -36,6 +36,9 @@ struct Sources {
     freezes_from: String,
     /// The UpgradeBudgets that cap the plan (from the cluster; none offline).
     budgets: Vec<explain::BudgetCapJson>,
+    /// The PromiseRevisions of the plan's Promise (from the cluster; unknown offline, or when they
+    /// cannot be listed).
+    revisions: Option<Vec<upgradeplan::api::kratix::RevisionFact>>,
     /// The connection the sources were read over; `None` offline.
     client: Option<kube::Client>,
 }
@@ -107,6 +110,16 @@ async fn sources_with(
         Some(c) => budget_caps_of(c, &plan).await,
         None => Vec::new(),
     };
+    let revisions = match &client {
+        Some(c) => match runs::revisions_of(c, &plan.spec.promise_ref.name).await {
+            Ok(found) => Some(found),
+            Err(e) => {
+                eprintln!("note: {e:#}; the plan's PromiseRevisions are not checked");
+                None
+            }
+        },
+        None => None,
+    };
     Ok(Sources {
         plan,
         unknown_fields,
@@ -114,6 +127,7 @@ async fn sources_with(
         freezes,
         freezes_from,
         budgets,
+        revisions,
         client,
     })
 }
@@ -250,9 +264,10 @@ async fn forecast_revert(
     let run = prepared.run.metadata.name.clone().unwrap_or_default();
     // Budgets cap a revert as any run (spec §13.7).
     let budgets = budget_caps_of(c, &prepared.plan).await;
+    let revisions = runs::revisions_of(c, &prepared.plan.spec.promise_ref.name).await.ok();
     forecast::render(
         &revert_plan,
-        &bindings,
+        (&bindings, revisions.as_deref()),
         Some(forecast::RevertOf {
             run: &run,
             snapshot: &prepared.derived.snapshot,
@@ -313,6 +328,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     bindings,
                     freezes,
                     budgets,
+                    revisions,
                     client,
                     ..
                 } = sources_with(g, source, file.map(|f| (f.plan, f.unknown)), false).await?;
@@ -322,19 +338,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         Vec::new()
                     }),
                     None => Vec::new(),
-                };
-                let target_revision = match client.as_ref() {
-                    Some(c) => {
-                        let (promise, to) = (&plan.spec.promise_ref.name, &plan.spec.upgrade_path.to);
-                        match runs::revision_exists(c, promise, to).await {
-                            Ok(found) => Some(found),
-                            Err(e) => {
-                                eprintln!("note: {e:#}; the target PromiseRevision is not checked");
-                                None
-                            }
-                        }
-                    }
-                    None => None,
                 };
                 let now = source.now.unwrap_or_else(Utc::now);
                 let gates = match prometheus_url {
@@ -358,7 +361,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         freezes: &freezes,
                         budgets: &budgets,
                         plans: if live { &cluster_plans } else { &file_plans },
-                        target_revision,
+                        revisions: revisions.as_deref(),
                     },
                     (now, *runs),
                     output::viewer_zone(),
@@ -385,6 +388,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 bindings,
                 freezes,
                 budgets,
+                revisions,
                 client,
                 ..
             } = view_sources(g, source).await?;
@@ -397,7 +401,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let (json, text) = matching::matching(
                 &plan,
                 bindings.as_deref().unwrap_or_default(),
-                (&freezes, &budgets),
+                (&freezes, &budgets, revisions.as_deref()),
                 now,
                 resource.as_deref(),
                 in_run.as_ref(),
@@ -431,6 +435,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 freezes,
                 freezes_from,
                 budgets,
+                revisions,
                 ..
             } = view_sources(g, source).await?;
             let now = source.now.unwrap_or_else(Utc::now);
@@ -440,7 +445,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             let (json, text) = forecast::render(
                 &plan,
-                bindings.as_deref().unwrap_or_default(),
+                (bindings.as_deref().unwrap_or_default(), revisions.as_deref()),
                 None,
                 (&freezes, &freezes_from, &budgets),
                 forecast::start_of(&plan, start.as_ref(), now)?,

@@ -3,10 +3,11 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use upgradeplan::api::kratix::{BindingFacts, ResourceBinding};
+use upgradeplan::api::kratix::{BindingFacts, ResourceBinding, RevisionFact};
 use upgradeplan::api::{UpgradePlan, UpgradePlanSpec};
 use upgradeplan::engine::compile::CompiledPlan;
 use upgradeplan::engine::freeze::{hold_at, Freeze, Hold};
+use upgradeplan::engine::revert::Revisions;
 use upgradeplan::engine::snapshot::{
     assign, belongs_to, idle_resources, Assignment, Frozen, Snapshot, SnapshotResource,
 };
@@ -79,6 +80,18 @@ pub struct IdleJson {
     /// The label that says so: `kratix.io/paused` or `kratix.io/workflow-suspended`.
     pub label: String,
     pub reason: String,
+}
+
+/// A selected resource whose binding asks for a version whose PromiseRevision is being deleted:
+/// Kratix deletes it, and a run skips it (spec §5.7).
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DeletingJson {
+    #[serde(flatten)]
+    pub resource: ResourceJson,
+    pub group: String,
+    /// The PromiseRevision being deleted.
+    pub revision: String,
 }
 
 /// The answer to `--resource NS/NAME`.
@@ -216,6 +229,12 @@ pub struct MatchJson {
     /// Selected resources Kratix will not reconcile now: their upgrades would not finish.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kratix_idle: Vec<IdleJson>,
+    /// Selected resources Kratix is deleting with a PromiseRevision being deleted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub revision_deleting: Vec<DeletingJson>,
+    /// The target's PromiseRevision is being deleted: its name (no run upgrades to it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_deleting: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resource: Option<PlacementJson>,
     /// The UpgradeBudgets that cap the plan's upgrades in flight with other plans'.
@@ -356,7 +375,7 @@ fn placement(
 pub fn matching(
     plan: &UpgradePlan,
     bindings: &[ResourceBinding],
-    (freezes, budgets): (&[Freeze], &[crate::explain::BudgetCapJson]),
+    (freezes, budgets, revisions): (&[Freeze], &[crate::explain::BudgetCapJson], Option<&[RevisionFact]>),
     now: DateTime<Utc>,
     resource: Option<&str>,
     in_run: Option<&InRun>,
@@ -394,6 +413,24 @@ pub fn matching(
         reason: i.why.words(),
     })
     .collect();
+    let revisions = Revisions::of_target(&compiled.to, &a.snapshot, revisions.unwrap_or_default());
+    // Each once, with the first group holding it.
+    let mut seen = std::collections::HashSet::new();
+    let revision_deleting = a
+        .snapshot
+        .groups
+        .iter()
+        .flat_map(|g| g.resources.iter().map(move |r| (g, r)))
+        .filter(|(_, r)| seen.insert((r.namespace.as_str(), r.binding.as_str())))
+        .filter_map(|(g, r)| {
+            let asks = by_key.get(&(r.namespace.as_str(), r.binding.as_str()))?.spec_version();
+            Some(DeletingJson {
+                resource: (&**r).into(),
+                group: g.name.clone(),
+                revision: revisions.deleting(asks)?.to_string(),
+            })
+        })
+        .collect();
     let placement = match resource {
         Some(r) => {
             let (ns, n) = r
@@ -446,6 +483,8 @@ pub fn matching(
             })
             .collect(),
         kratix_idle,
+        revision_deleting,
+        target_deleting: revisions.target_deleting.clone(),
         resource: placement,
         budgets: budgets.to_vec(),
     };
@@ -585,6 +624,27 @@ fn render(m: &MatchJson, all: bool, style: &Style) -> String {
             out.push_str(&format!(
                 "   {}/{} (group {}): {}\n",
                 r.resource.namespace, r.resource.name, r.group, r.reason
+            ));
+        }
+    }
+    if let Some(revision) = &m.target_deleting {
+        out.push_str(&format!(
+            "\n{} PromiseRevision {revision} ({} {}) is being deleted: Kratix deletes every resource at {}, so no run upgrades to it\n",
+            style.bold("Target being deleted:"),
+            m.promise,
+            m.to,
+            m.to
+        ));
+    }
+    if !m.revision_deleting.is_empty() {
+        out.push_str(&format!(
+            "\n{} (a run skips them: ResourceSkipped)\n",
+            style.bold("Kratix is deleting these with their PromiseRevision")
+        ));
+        for r in &m.revision_deleting {
+            out.push_str(&format!(
+                "   {}/{} (group {}): PromiseRevision {} is being deleted\n",
+                r.resource.namespace, r.resource.name, r.group, r.revision
             ));
         }
     }

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{Api, ListParams};
 use kube::Client;
 use serde::Serialize;
-use upgradeplan::api::kratix::{HealthRecord, PromiseRevision, ResourceBinding};
+use upgradeplan::api::kratix::{HealthRecord, PromiseRevision, ResourceBinding, RevisionFact};
 use upgradeplan::api::{find_condition, reasons, GroupStatus, LastRun, RunState, UpgradePlanSpec, UpgradeRun};
 use upgradeplan::engine::admission::waits_as_preview;
 use upgradeplan::engine::freeze::Freeze;
@@ -142,9 +142,9 @@ pub async fn live_state(client: &Client, plan_name: &str, plan: &UpgradePlanSpec
     Ok(live)
 }
 
-/// Whether the PromiseRevision of (promise, version) exists; a failed lookup is an error, never
-/// taken for "exists".
-pub async fn revision_exists(client: &Client, promise: &str, version: &str) -> anyhow::Result<bool> {
+/// The PromiseRevisions of `promise`, as the engine reads them; a failed lookup is an error,
+/// never taken for "none".
+pub async fn revisions_of(client: &Client, promise: &str) -> anyhow::Result<Vec<RevisionFact>> {
     let api: Api<PromiseRevision> = Api::all(client.clone());
     let revs = api
         .list(&ListParams::default())
@@ -153,21 +153,16 @@ pub async fn revision_exists(client: &Client, promise: &str, version: &str) -> a
     Ok(revs
         .items
         .iter()
-        .any(|r| r.promise() == promise && r.spec.version == version))
+        .filter(|r| r.promise() == promise)
+        .map(PromiseRevision::fact)
+        .collect())
 }
 
-/// What the run's evaluation knows of its target PromiseRevisions (a revert's: each target's),
-/// from one list; a failed lookup is an error.
+/// What the run's evaluation knows of its PromiseRevisions (a revert's: each target's), from one
+/// list; a failed lookup is an error.
 pub async fn revisions(client: &Client, frozen: &Frozen) -> anyhow::Result<Revisions> {
-    let api: Api<PromiseRevision> = Api::all(client.clone());
-    let revs = api
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| crate::client::explain_error(e, "list", "promiserevisions", None))?;
-    let promise = &frozen.plan.promise_ref.name;
-    Ok(Revisions::of(frozen, |v| {
-        revs.items.iter().any(|r| r.promise() == promise && r.spec.version == v)
-    }))
+    let facts = revisions_of(client, &frozen.plan.promise_ref.name).await?;
+    Ok(Revisions::of(frozen, &facts))
 }
 
 /// The run's events: (type, reason, message).
@@ -649,14 +644,14 @@ pub fn evaluation_now(
             suspended: run.spec.suspend,
             plan: &frozen.compiled,
             snapshot: &frozen.snapshot,
+            overlaps: &frozen.overlaps,
             recorded: &s.rollout_groups,
             health: &live.health,
             gates: &gate::readings_recorded(&frozen.plan, &s, now),
             approvals: &recorded_approvals(&s.rollout_groups),
             freezes: upgradeplan::engine::revert::freezes_holding(&run.spec, &live.freezes),
             budgets: &[],
-            revision_present: revisions.present,
-            gone_targets: &revisions.gone_targets,
+            revisions,
             now,
         },
         live.lookup(),

@@ -655,3 +655,58 @@ fn a_revert_is_shown_as_the_revert_of_its_run_everywhere() {
         "{table}"
     );
 }
+
+/// Spec §5.7: `match` and `explain` say which PromiseRevision is being deleted — the target (no
+/// run upgrades to it), or a version resources ask for (Kratix deletes them; a run skips them).
+#[test]
+fn match_and_explain_name_a_revision_being_deleted() {
+    let plan = plan();
+    let bindings = bindings();
+    let revision = |version: &str, deleting: bool| upgradeplan::api::kratix::RevisionFact {
+        version: version.into(),
+        name: format!("redis-{}", version.replace('.', "-")),
+        deleting,
+    };
+    let matched = |revisions: &[upgradeplan::api::kratix::RevisionFact]| {
+        let (freezes, budgets) = (&[], &[]);
+        let sources = (&freezes[..], &budgets[..], Some(revisions));
+        kubectl_upgradeplan::matching::matching(&plan, &bindings, sources, utc(NOW), None, None, false, &style())
+            .unwrap()
+    };
+    let revisions = [revision("v1.0.0", true), revision("v2.0.0", false)];
+    let (json, text) = matched(&revisions);
+    let deleting: Vec<&str> = json
+        .revision_deleting
+        .iter()
+        .map(|d| d.resource.name.as_str())
+        .collect();
+    assert_eq!(deleting, ["cache-0", "cache-2", "db"], "{text}");
+    assert!(json.revision_deleting.iter().all(|d| d.revision == "redis-v1-0-0"));
+    assert!(
+        text.contains("team-a/cache-0 (group dev): PromiseRevision redis-v1-0-0 is being deleted"),
+        "{text}"
+    );
+    assert_eq!(json.target_deleting, None);
+    let warnings = upgradeplan::engine::validate::revision_warnings(&plan.spec, &revisions);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].field, "spec.upgradePath.from");
+    assert!(warnings[0]
+        .message
+        .starts_with("PromiseRevision redis-v1-0-0 (redis v1.0.0) is being deleted"));
+
+    let target = [revision("v1.0.0", false), revision("v2.0.0", true)];
+    let (json, text) = matched(&target);
+    assert_eq!(json.target_deleting.as_deref(), Some("redis-v2-0-0"));
+    assert!(
+        text.contains("Target being deleted: PromiseRevision redis-v2-0-0 (redis v2.0.0) is being deleted"),
+        "{text}"
+    );
+    let warnings = upgradeplan::engine::validate::revision_warnings(&plan.spec, &target);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].field, "spec.upgradePath.to");
+    let none = upgradeplan::engine::validate::revision_warnings(&plan.spec, &target[..1]);
+    assert!(
+        none[0].message.contains("has no PromiseRevision \"v2.0.0\""),
+        "{none:?}"
+    );
+}

@@ -1107,6 +1107,63 @@ async fn resources_kratix_deletes_with_their_revision_are_skipped() {
     env.teardown().await.unwrap();
 }
 
+/// Spec §5.7 (issue 67): deleting the *target* revision mid-run makes Kratix delete every
+/// resource at it, again on every requeue. The run must stop at once — fail
+/// PromiseRevisionNotFound — so that Kratix deletes at most the resources in flight, never the
+/// next ones the freed slots would start (which it did: the run went on to Completed, every
+/// resource Skipped and deleted).
+#[tokio::test]
+async fn deleting_the_target_revision_mid_run_loses_at_most_the_resources_in_flight() {
+    let Built { mut env, bindings, .. } = World::new("e2e-revtarget", SIM)
+        .per_env(&[("dev", 6)])
+        .sim_args(&["--revision-cleanup"])
+        .build()
+        .await
+        .unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
+    env.hold(bindings.keys(), true).await.unwrap();
+    let mut spec = two_groups();
+    spec["rolloutGroups"][0]["maxConcurrent"] = json!(2);
+    let plan = env.create_plan("plan", spec).await.unwrap();
+    let seen = observe_bindings(&env, "v2.0.0");
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    wait_in_flight(&seen, "dev", 2, WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    env.wait_revision_finalizer("v2.0.0", WAIT).await.unwrap();
+    env.delete_revision("v2.0.0").await.unwrap();
+    let done = env
+        .wait_run(&run, WAIT, "terminal", run_ended)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    wait_gone(
+        Api::<upgradeplan::api::kratix::PromiseRevision>::all(env.client.clone()),
+        &env.revision_name("v2.0.0"),
+        WAIT,
+    )
+    .await
+    .unwrap();
+    let status = done.status.unwrap();
+    assert_eq!(status.state, RunState::Failed, "{}", controller.log_text());
+    let c = find_condition(&status.conditions, reasons::RUN_SUCCEEDED).unwrap();
+    assert_eq!(c.reason, reasons::PROMISE_REVISION_NOT_FOUND, "{}", c.message);
+    let left = spec_versions(&env).await;
+    assert_eq!(
+        left.values().filter(|v| *v == "v1.0.0").count(),
+        4,
+        "only the two in flight were deleted with the revision: {left:?}"
+    );
+    let starts = seen
+        .lock()
+        .unwrap()
+        .timeline
+        .iter()
+        .filter(|(k, _, _)| *k == "start")
+        .count();
+    assert_eq!(starts, 2, "nothing started after the deletion");
+    env.teardown().await.unwrap();
+}
+
 #[tokio::test]
 async fn windows_gate_the_start_of_upgrades() {
     let Built { mut env, .. } = World::new("e2e-window", SIM)

@@ -137,6 +137,7 @@ async fn a_forecast_made_before_the_run_predicts_when_each_group_finishes() {
         plan: &compiled,
         bindings: &before,
         snapshot: None,
+        revisions: None,
         freezes: &[],
         budgets: &[],
         start: started,

@@ -192,12 +192,47 @@ fn promise_of<'a>(label: Option<&'a str>, spec_ref: &'a str) -> &'a str {
     label.unwrap_or(spec_ref)
 }
 
+/// On a PromiseRevision deleted only to replace its object under the same version: Kratix drops
+/// its clean-up finalizer without deleting any Resource Request
+/// (`api/v1alpha1/promiserevision_types.go`, `SkipResourceRequestCleanupOnDeleteAnnotation`).
+pub const SKIP_REQUEST_CLEANUP_ANNOTATION: &str = "kratix.io/skip-resource-request-cleanup-on-delete";
+
 impl PromiseRevision {
     /// The Promise this revision belongs to.
     pub fn promise(&self) -> &str {
         let label = self.metadata.labels.as_ref().and_then(|l| l.get(PROMISE_NAME_LABEL));
         promise_of(label.map(String::as_str), &self.spec.promise_ref.name)
     }
+
+    /// What the engine reads of it.
+    pub fn fact(&self) -> RevisionFact {
+        let skips_cleanup = self
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(SKIP_REQUEST_CLEANUP_ANNOTATION))
+            .is_some_and(|v| v == "true");
+        RevisionFact {
+            version: self.spec.version.clone(),
+            name: self.metadata.name.clone().unwrap_or_default(),
+            deleting: self.metadata.deletion_timestamp.is_some() && !skips_cleanup,
+        }
+    }
+}
+
+/// A PromiseRevision as the engine reads it (spec §2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RevisionFact {
+    /// `spec.version`.
+    pub version: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// It has a `deletionTimestamp` and Kratix deletes its resources: its finalizer
+    /// `kratix.io/resource-request-cleanup` deletes, on every requeue, each Resource Request whose
+    /// binding's `spec.version` names its version (`internal/controller/promiserevision_controller.go`),
+    /// so it is never a target (spec §5.7). Not when it is deleted only to be replaced
+    /// ([`SKIP_REQUEST_CLEANUP_ANNOTATION`]).
+    pub deleting: bool,
 }
 
 /// What the engine reads of a ResourceBinding. The plugin reads whole objects from the API

@@ -235,6 +235,18 @@ pub struct GroupStatus {
     /// move them on; only this run's own starts stay on the binding as its record).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reapplied_resources: Vec<ResourceName>,
+    /// The resources this run counted Succeeded, as indexes into the group's snapshot order in
+    /// Kubernetes' interval format (`0-479,482`, as a Job's `completedIndexes`), written with the
+    /// status that counts them: a success stands for the run, whatever its binding does since
+    /// (spec §5.5). In a group with a `healthCheck`, written once its verdicts are final (the
+    /// group completed, spec §13.2).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub succeeded_indexes: String,
+    /// The resources this run counted Skipped, in the same form: a skip stands for the run, and
+    /// the run never starts a skipped resource, even when its binding is set back or created
+    /// again.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub skipped_indexes: String,
 }
 
 /// A Resource Request, by namespace and name.

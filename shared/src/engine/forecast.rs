@@ -19,6 +19,7 @@ use super::compile::CompiledPlan;
 use super::freeze::Freeze;
 use super::gate::{GateReading, Reading};
 use super::health::HealthRecords;
+use super::revert::Revisions;
 use super::run::{evaluate, Blocked, Evaluation, Outcome, RunContext, Verdict};
 use super::snapshot::{assign, idle_resources, Snapshot};
 use super::stage::ApprovalFact;
@@ -44,6 +45,10 @@ pub struct ForecastInput<'a> {
     /// The run's snapshot when it is not taken from `bindings`: a revert's, derived from the run
     /// it reverts (spec §13.7), each resource with its own target.
     pub snapshot: Option<&'a Snapshot>,
+    /// The PromiseRevisions of the plan's Promise, when known (`None`: the target's assumed
+    /// there): a target being deleted or missing holds the run, and a resource whose version's
+    /// revision is being deleted is skipped (spec §5.7).
+    pub revisions: Option<&'a [crate::api::kratix::RevisionFact]>,
     /// The freezes holding the plan.
     pub freezes: &'a [Freeze],
     /// The UpgradeBudgets capping the plan, each with no other run: other plans' runs are
@@ -123,6 +128,10 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
         })
         .collect();
     let mut recorded: Vec<GroupStatus> = snapshot.initial_counts();
+    let overlaps = super::record::Overlaps::of(&snapshot);
+    let revisions = input.revisions.map_or_else(Revisions::present, |facts| {
+        Revisions::of_target(&plan.to, &snapshot, facts)
+    });
     let mut starts = Vec::new();
     let mut warnings = Vec::new();
     let mut finish = None;
@@ -139,14 +148,14 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
                 suspended: false,
                 plan: &plan,
                 snapshot: &snapshot,
+                overlaps: &overlaps,
                 recorded: &recorded,
                 health: &health,
                 gates: &gates,
                 approvals: &approvals,
                 freezes: input.freezes,
                 budgets: input.budgets,
-                revision_present: true,
-                gone_targets: &[],
+                revisions: &revisions,
                 now,
             },
             |ns, name| kratix.binding(ns, name),
@@ -183,7 +192,14 @@ pub fn forecast(input: &ForecastInput<'_>) -> Forecast {
                 ));
                 break;
             }
-            Verdict::RevisionMissing => break,
+            Verdict::RevisionMissing => {
+                let deleting = revisions.target_deleting.as_deref();
+                warnings.push(format!(
+                    "{}: the run would not start (TargetRevisionReady=False)",
+                    super::texts::target_revision(input.plan.promise.as_str(), &plan.to, false, deleting)
+                ));
+                break;
+            }
         };
         let next = [kratix.next_completion(), eval.wake_at]
             .into_iter()
@@ -525,6 +541,7 @@ mod tests {
             plan: p,
             bindings: b,
             snapshot: None,
+            revisions: None,
             freezes: &[],
             budgets: &[],
             start: utc(start),
@@ -553,6 +570,42 @@ mod tests {
             ..input(&compiled, &b, "2026-06-01T20:00:00Z", 10)
         });
         assert_eq!(capped.finish, Some(utc("2026-06-01T20:20:00Z")), "two at a time");
+    }
+
+    /// Spec §5.7: the forecast knows the Promise's revisions — a target being deleted starts
+    /// nothing (and says why), and resources at a version being deleted are Kratix's to delete:
+    /// never started.
+    #[test]
+    fn a_revision_being_deleted_holds_the_forecast_or_skips_its_resources() {
+        let p = plan(&["v1", "v1.5"], "v2", vec![group("dev", 4)]);
+        let mut b = bindings(&[("dev", 3)]);
+        b.push(binding("ns", "dev9", &[("env", "dev")], "v1.5", "v1.5"));
+        let compiled = compile(&p).unwrap();
+        let revision = |version: &str, deleting: bool| crate::api::kratix::RevisionFact {
+            version: version.into(),
+            name: format!("redis-{version}"),
+            deleting,
+        };
+        let target = [revision("v1", false), revision("v2", true)];
+        let f = forecast(&ForecastInput {
+            revisions: Some(&target),
+            ..input(&compiled, &b, "2026-06-01T20:00:00Z", 10)
+        });
+        assert!(f.starts.is_empty() && f.finish.is_none());
+        assert!(
+            f.warnings
+                .iter()
+                .any(|w| w.contains("redis-v2") && w.contains("is being deleted")),
+            "{:?}",
+            f.warnings
+        );
+        let from = [revision("v1", true), revision("v1.5", false), revision("v2", false)];
+        let f = forecast(&ForecastInput {
+            revisions: Some(&from),
+            ..input(&compiled, &b, "2026-06-01T20:00:00Z", 10)
+        });
+        assert_eq!(f.starts.len(), 1, "only the resource at v1.5 starts: {:?}", f.starts);
+        assert_eq!(f.finish, Some(utc("2026-06-01T20:10:00Z")));
     }
 
     fn times(g: &GroupForecast) -> (usize, Option<DateTime<Utc>>, Option<DateTime<Utc>>) {
@@ -651,6 +704,7 @@ mod tests {
         let compiled = compile(&p).unwrap();
         let f = forecast(&ForecastInput {
             snapshot: Some(&snapshot),
+            revisions: None,
             ..input(&compiled, &live, "2026-06-01T20:00:00Z", 10)
         });
         assert_eq!(

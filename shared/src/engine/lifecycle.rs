@@ -30,7 +30,8 @@ use super::freeze::holding;
 use super::gate::{self, GateCheck, GateReading};
 use super::health::HealthRecords;
 use super::outcome::Finished;
-use super::revert::{self, RevertedFact, Revisions};
+use super::record::Overlaps;
+use super::revert::{self, RevertedFact, RevisionFact, Revisions};
 use super::run::{evaluate_in_order, texts, Blocked, Evaluation, Outcome, RunContext, Verdict};
 pub use super::snapshot::SnapshotFact;
 use super::snapshot::{
@@ -81,7 +82,8 @@ pub trait Cluster {
     }
     /// Every binding of `promise`, all namespaces.
     fn bindings_of(&self, promise: &str) -> Vec<Arc<dyn BindingFacts>>;
-    fn revision_exists(&self, promise: &str, version: &str) -> bool;
+    /// Every PromiseRevision of `promise`.
+    fn revisions_of(&self, promise: &str) -> Vec<RevisionFact>;
     /// Every HealthRecord of `promise` (asked only for runs with a `healthCheck`).
     fn health_records(&self, promise: &str) -> Vec<Arc<HealthRecord>>;
     /// Every UpgradeFreeze (spec §13.5).
@@ -936,13 +938,11 @@ fn start_run(
     let promise = target.promise_ref.name.as_str();
     let to = target.upgrade_path.to.as_str();
     out.to = to.to_string();
-    // Revision gate: wait, not a failure.
-    let ready = cluster.revision_exists(promise, to);
-    let message = if ready {
-        texts::revision_ready(promise, to)
-    } else {
-        texts::revision_not_found(promise, to)
-    };
+    // Revision gate: wait, not a failure. One being deleted is never a target (spec §5.7).
+    let revisions = cluster.revisions_of(promise);
+    let ready = revisions.iter().any(|r| r.version == to && !r.deleting);
+    let deleting = revisions.iter().find(|r| r.version == to && r.deleting);
+    let message = texts::target_revision(promise, to, ready, deleting.map(|r| r.name.as_str()));
     set_condition(&mut out.status.conditions, revision_condition(ready, message, now));
     if !ready {
         if let (true, Some(compiled)) = (admitted.owns_gauges, compiled) {
@@ -1068,7 +1068,7 @@ fn start_revert(
         }
     };
     let promise = frozen.compiled.promise.as_str();
-    let revisions = Revisions::of(&frozen, |v| cluster.revision_exists(promise, v));
+    let revisions = Revisions::of(&frozen, &cluster.revisions_of(promise));
     set_condition(
         &mut out.status.conditions,
         revert_revision_condition(promise, &frozen, &revisions, now),
@@ -1189,6 +1189,7 @@ fn take_snapshot(plan: &UpgradePlan, compiled: &CompiledPlan, cluster: &dyn Clus
     let bindings = cluster.bindings_of(&compiled.promise);
     let snapshot = group_bindings(compiled, bindings.iter().map(|b| b.as_ref())).snapshot(compiled);
     Frozen {
+        overlaps: Overlaps::of(&snapshot),
         snapshot,
         plan: plan.spec.clone(),
         compiled: compiled.clone(),
@@ -1301,7 +1302,7 @@ fn progress(
         promise,
         kube::ResourceExt::labels(plan),
     );
-    let revisions = Revisions::of(&frozen, |v| cluster.revision_exists(promise, v));
+    let revisions = Revisions::of(&frozen, &cluster.revisions_of(promise));
     // A revert's targets may lose their revisions mid-run: the condition says so as it happens.
     if run.spec.revert_of.is_some() {
         let c = revert_revision_condition(promise, &frozen, &revisions, now);
@@ -1316,14 +1317,14 @@ fn progress(
             suspended: run.spec.suspend,
             plan: &frozen.compiled,
             snapshot: &frozen.snapshot,
+            overlaps: &frozen.overlaps,
             recorded: &previous,
             health: &health,
             gates: facts.gates,
             approvals: facts.approvals,
             freezes: &freezes,
             budgets: facts.budgets,
-            revision_present: revisions.present,
-            gone_targets: &revisions.gone_targets,
+            revisions: &revisions,
             now,
         },
         &live,
@@ -1349,7 +1350,9 @@ fn progress(
     let verdict = eval.verdict.clone();
     out.evaluation = Some(eval);
     out.frozen = Some(frozen.clone());
-    if let Some((state, reason, message)) = ending(&verdict, gate_failure, &out.status, &frozen, promise, &to) {
+    if let Some((state, reason, message)) =
+        ending(&verdict, gate_failure, &out.status, &frozen, (promise, &to), &revisions)
+    {
         if state == RunState::Failed {
             revert_on_failure(out, run, plan, &frozen, &verdict);
         }
@@ -1407,8 +1410,8 @@ fn ending(
     gate_failure: Option<String>,
     status: &UpgradeRunStatus,
     frozen: &Frozen,
-    promise: &str,
-    to: &str,
+    (promise, to): (&str, &str),
+    revisions: &Revisions,
 ) -> Option<(RunState, &'static str, String)> {
     match *verdict {
         Verdict::InProgress { .. } => gate_failure.map(|message| (RunState::Failed, reasons::GATE_FAILED, message)),
@@ -1428,7 +1431,7 @@ fn ending(
             Some((RunState::Failed, reasons::RESOURCE_UPGRADE_FAILED, message))
         }
         Verdict::RevisionMissing => {
-            let message = texts::revision_not_found(promise, to);
+            let message = texts::target_revision(promise, to, false, revisions.target_deleting.as_deref());
             Some((RunState::Failed, reasons::PROMISE_REVISION_NOT_FOUND, message))
         }
     }

@@ -16,6 +16,7 @@ pub mod localtime;
 pub mod naming;
 pub mod outcome;
 pub mod problem;
+pub mod record;
 pub mod revert;
 pub mod run;
 pub mod schedule;

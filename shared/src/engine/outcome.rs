@@ -19,6 +19,11 @@ pub enum SkipReason {
     RevisionGone {
         version: String,
     },
+    /// Its binding asks for a version whose PromiseRevision is being deleted: Kratix deletes it
+    /// (spec §5.7).
+    RevisionDeleting {
+        revision: String,
+    },
 }
 
 impl std::fmt::Display for SkipReason {
@@ -30,8 +35,9 @@ impl std::fmt::Display for SkipReason {
                 f,
                 "its ResourceBinding was changed by someone else (spec.version {spec_version:?}, lastAppliedVersion {last_applied_version:?})"
             ),
-            SkipReason::Counted => write!(f, "counted skipped when its group completed"),
+            SkipReason::Counted => write!(f, "counted skipped earlier in this run"),
             SkipReason::RevisionGone { version } => write!(f, "revision {version} no longer exists"),
+            SkipReason::RevisionDeleting { revision } => write!(f, "PromiseRevision {revision} is being deleted"),
         }
     }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::problem::{summarize, Problem};
 use super::run::{recorded_failure, texts};
 use super::snapshot::{Frozen, Snapshot, SnapshotFact, SnapshotGroup, SnapshotResource};
+pub use crate::api::kratix::RevisionFact;
 use crate::api::kratix::{BindingFacts, UPGRADE_FAILED};
 use crate::api::{
     reasons, RevertOf, RevertResources, UpgradePlanSpec, UpgradeRun, UpgradeRunSpec, UpgradeRunStatus,
@@ -370,13 +371,20 @@ pub fn derive<'b>(
         .map_err(|problems| Refusal::not_possible(texts::reverted_plan_invalid(name, &summarize(&problems))))
 }
 
-/// What an evaluation knows of the PromiseRevisions a run moves to: whether the frozen plan's
-/// target has one and, for a revert (whose resources each carry a target), the targets that
-/// have none. A revert never waits or fails for a revision: those resources are skipped.
+/// What an evaluation knows of the PromiseRevisions a run moves to and from: whether the frozen
+/// plan's target has one (not being deleted), the versions whose revision is being deleted, and,
+/// for a revert (whose resources each carry a target), the targets that have none. A revert never
+/// waits or fails for a revision: those resources are skipped.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Revisions {
     pub present: bool,
+    /// The target's revision is being deleted: its name (spec §5.7).
+    pub target_deleting: Option<String>,
+    /// A revert's targets whose revision is gone or being deleted.
     pub gone_targets: Vec<String>,
+    /// (version, revision name) of each revision of the Promise being deleted: a resource whose
+    /// binding asks for that version is Kratix's to delete, and is skipped, never started (§5.7).
+    pub deleting: Vec<(String, String)>,
 }
 
 impl Revisions {
@@ -384,34 +392,58 @@ impl Revisions {
     pub fn present() -> Revisions {
         Revisions {
             present: true,
-            gone_targets: Vec::new(),
+            ..Revisions::default()
         }
     }
 
-    /// From `exists`, asked of the frozen plan's target, or of each of a revert's targets.
-    pub fn of(frozen: &Frozen, exists: impl Fn(&str) -> bool) -> Revisions {
-        if !is_revert(frozen) {
+    /// From the Promise's revisions, asked of the frozen plan's target, or of each of a revert's
+    /// targets.
+    pub fn of(frozen: &Frozen, revisions: &[RevisionFact]) -> Revisions {
+        Revisions::of_target(&frozen.plan.upgrade_path.to, &frozen.snapshot, revisions)
+    }
+
+    /// [`Revisions::of`] a run to `to` over `snapshot` (a forecast's, before any run froze it).
+    pub fn of_target(to: &str, snapshot: &Snapshot, revisions: &[RevisionFact]) -> Revisions {
+        let usable = |v: &str| revisions.iter().any(|r| r.version == v && !r.deleting);
+        let deleting: Vec<(String, String)> = revisions
+            .iter()
+            .filter(|r| r.deleting)
+            .map(|r| (r.version.clone(), r.name.clone()))
+            .collect();
+        if !is_revert(to, snapshot) {
             return Revisions {
-                present: exists(&frozen.plan.upgrade_path.to),
+                present: usable(to),
+                target_deleting: deleting.iter().find(|(v, _)| v == to).map(|(_, name)| name.clone()),
                 gone_targets: Vec::new(),
+                deleting,
             };
         }
-        let gone_targets = targets(&frozen.snapshot)
+        let gone_targets = targets(snapshot)
             .into_iter()
-            .filter(|v| !exists(v))
+            .filter(|v| !usable(v))
             .map(str::to_string)
             .collect();
         Revisions {
             present: true,
+            target_deleting: None,
             gone_targets,
+            deleting,
         }
+    }
+
+    /// The revision being deleted that `version` names, if one is.
+    pub fn deleting(&self, version: &str) -> Option<&str> {
+        self.deleting
+            .iter()
+            .find(|(v, _)| v == version)
+            .map(|(_, name)| name.as_str())
     }
 }
 
 /// Whether a snapshot is a revert's: its resources carry their own targets (a revert with none
 /// at all has nothing to move either way).
-fn is_revert(frozen: &Frozen) -> bool {
-    frozen.plan.upgrade_path.to == NO_TARGET || !targets(&frozen.snapshot).is_empty()
+fn is_revert(to: &str, snapshot: &Snapshot) -> bool {
+    to == NO_TARGET || !targets(snapshot).is_empty()
 }
 
 #[cfg(test)]

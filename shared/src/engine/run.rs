@@ -12,6 +12,8 @@ use super::compile::{CompiledGroup, CompiledPlan, WrittenDuration};
 use super::freeze::{hold_at, Freeze, Hold};
 use super::gate::{self, GateCheck, GateReading};
 use super::health::{apply_health_check, HealthRecords};
+use super::record::{GroupRecord, Overlaps, Recorded, Records};
+use super::revert::Revisions;
 use super::snapshot::{Snapshot, SnapshotGroup, SnapshotResource};
 use super::stage::{approval_for, ApprovalFact};
 use super::starts::{admit_starts, StartFacts};
@@ -187,14 +189,17 @@ impl GroupRules {
         }
     }
 
-    /// The outcome of `resource` in run (`name`, created) upgrading to `to`, whose status last
-    /// recorded `recorded`: a failure recorded there stands, whatever the binding does since.
+    /// The outcome of `resource`, the `at` = (group, index)th of the snapshot, in run (`name`,
+    /// created) upgrading to `to`, whose status last recorded `recorded`: an outcome recorded
+    /// there stands, whatever the binding does since (spec §5.5).
+    #[allow(clippy::too_many_arguments)]
     pub fn outcome(
         &self,
         resource: &SnapshotResource,
+        at: (usize, usize),
         live: Option<&dyn BindingFacts>,
         records: &HealthRecords,
-        recorded: &[GroupStatus],
+        recorded: &Records<'_>,
         run: JudgedFor<'_>,
         now: DateTime<Utc>,
     ) -> Outcome {
@@ -204,12 +209,30 @@ impl GroupRules {
             admitted: run_created,
             ..
         } = run;
-        if let Some(failure) = recorded_failure(recorded, resource) {
-            return Outcome::Failed {
-                message: failure.detail.clone(),
-            };
+        match recorded.of(at, resource) {
+            Some(Recorded::Failed(failure)) => {
+                return Outcome::Failed {
+                    message: failure.detail.clone(),
+                }
+            }
+            Some(Recorded::Succeeded { here: true }) => return Outcome::Succeeded,
+            // Counted in another group that holds it too: a health-checked group still verifies
+            // it by its own rule (spec §13.2), and never starts it again.
+            Some(Recorded::Succeeded { here: false }) => {
+                return apply_health_check(
+                    Outcome::Succeeded,
+                    resource,
+                    live,
+                    self.health.as_ref(),
+                    records,
+                    run_created,
+                    now,
+                )
+            }
+            Some(Recorded::Skipped) => return Outcome::Skipped(SkipReason::Counted),
+            None => {}
         }
-        let recorded_success = recorded_reapplied(recorded, resource);
+        let recorded_success = recorded_reapplied(recorded.statuses(), resource);
         let outcome = if recorded_success {
             Outcome::Succeeded
         } else {
@@ -267,19 +290,22 @@ fn started_by_another(
 }
 
 /// One resource's outcome as the run decides it, for views that show single resources: the
-/// [`GroupRules`] of its group (`group`) in the frozen `plan`, after the failures the run's
-/// status records (`recorded`). A group the plan does not have applies no rules.
+/// [`GroupRules`] of its group (`group`, the `at` = (group, index)th resource of the snapshot)
+/// in the frozen `plan`, after the outcomes the run's status records (`recorded`). A group the
+/// plan does not have applies no rules.
+#[allow(clippy::too_many_arguments)]
 pub fn resource_outcome(
     resource: &SnapshotResource,
+    at: (usize, usize),
     live: Option<&dyn BindingFacts>,
     records: &HealthRecords,
     (plan, group): (&CompiledPlan, &str),
-    recorded: &[GroupStatus],
+    recorded: &Records<'_>,
     run: JudgedFor<'_>,
     now: DateTime<Utc>,
 ) -> Outcome {
     let rules = plan.group(group).map(GroupRules::of).unwrap_or_default();
-    rules.outcome(resource, live, records, recorded, run, now)
+    rules.outcome(resource, at, live, records, recorded, run, now)
 }
 
 /// The failure a run recorded for `resource` in any of its groups (`recorded`: its status's
@@ -340,6 +366,21 @@ pub(super) fn record_reapplied(
         }
     }
     records
+}
+
+/// A group's record of successes and skips after this pass (spec §5.5): the one it had (`had`),
+/// with each resource this pass counts Succeeded (once the group's verdicts are final) or
+/// Skipped. What was recorded stays: a recorded outcome is what the pass counted for it.
+fn record_outcomes(had: Option<&GroupRecord>, outcomes: &[Outcome], verdicts_final: bool) -> GroupRecord {
+    let mut record = had.cloned().unwrap_or_default();
+    for (i, outcome) in outcomes.iter().enumerate() {
+        match outcome {
+            Outcome::Succeeded if verdicts_final => record.succeeded.insert(i),
+            Outcome::Skipped(_) => record.skipped.insert(i),
+            _ => {}
+        }
+    }
+    record
 }
 
 /// Whether failure record `f` is about `resource` (records name the Resource Request).
@@ -467,7 +508,10 @@ pub struct RunContext<'a> {
     /// The plan as frozen in the snapshot, compiled.
     pub plan: &'a CompiledPlan,
     pub snapshot: &'a Snapshot,
-    /// `status.rolloutGroups` as last written: groups recorded complete stay complete.
+    /// Where the snapshot's resources in several groups sit ([`Overlaps::of`] the snapshot).
+    pub overlaps: &'a Overlaps,
+    /// `status.rolloutGroups` as last written: groups recorded complete stay complete, and every
+    /// outcome recorded stands ([`Records`]).
     pub recorded: &'a [GroupStatus],
     /// The HealthRecords of the plan's Promise (empty when no group has a `healthCheck`).
     pub health: &'a HealthRecords,
@@ -479,10 +523,9 @@ pub struct RunContext<'a> {
     pub freezes: &'a [Freeze],
     /// The UpgradeBudgets that select the run's plan, with the other runs they cap.
     pub budgets: &'a [BudgetFacts],
-    pub revision_present: bool,
-    /// A revert's targets whose PromiseRevision is gone: their resources not started yet are
-    /// skipped (spec §13.7). Empty for every other run.
-    pub gone_targets: &'a [String],
+    /// The PromiseRevisions the run moves to and from: its target's there (a revert's targets'
+    /// gone skip their resources, spec §13.7), and those being deleted (spec §5.7).
+    pub revisions: &'a Revisions,
     pub now: DateTime<Utc>,
 }
 
@@ -574,7 +617,7 @@ fn evaluate_groups<'b>(
         gate_check: GateCheck::NotChecked,
         wake_at: None,
     };
-    if !ctx.revision_present {
+    if !ctx.revisions.present {
         eval.verdict = Verdict::RevisionMissing;
         for (i, g) in ctx.recorded.iter().enumerate().take(eval.groups.len()) {
             if g.name == eval.groups[i].name {
@@ -584,10 +627,11 @@ fn evaluate_groups<'b>(
         return eval;
     }
     // The snapshot's groups are the frozen plan's, in its order ([`super::snapshot::Frozen::new`]).
+    let records = Records::read(ctx.recorded, ctx.snapshot, ctx.overlaps);
     let mut first = 0;
     for (index, (group, rules)) in ctx.snapshot.groups.iter().zip(&ctx.plan.groups).enumerate() {
         let group_lookup = |i: usize, r: &SnapshotResource| lookup(first + i, r);
-        if evaluate_group(ctx, &group_lookup, &mut eval, index, (group, rules)).is_break() {
+        if evaluate_group(ctx, &records, &group_lookup, &mut eval, index, (group, rules)).is_break() {
             return eval;
         }
         first += group.resources.len();
@@ -609,6 +653,7 @@ struct GroupAt<'a> {
 /// when it holds the run — waiting to enter, failed, or the group in progress.
 fn evaluate_group<'b>(
     ctx: &RunContext<'_>,
+    records: &Records<'_>,
     lookup: &impl Fn(usize, &SnapshotResource) -> Option<&'b dyn BindingFacts>,
     eval: &mut Evaluation,
     index: usize,
@@ -654,7 +699,11 @@ fn evaluate_group<'b>(
         .resources
         .iter()
         .zip(&live)
-        .map(|(r, b)| revision_gone(r, rules.outcome(r, *b, ctx.health, ctx.recorded, run, ctx.now), ctx))
+        .enumerate()
+        .map(|(i, (r, b))| {
+            let outcome = rules.outcome(r, (index, i), *b, ctx.health, records, run, ctx.now);
+            revision_rules(r, *b, outcome, ctx)
+        })
         .collect();
     let counted = &mut eval.groups[index];
     *counted = counts(&group.name, group.resources.len(), &outcomes);
@@ -665,6 +714,11 @@ fn evaluate_group<'b>(
         a.record_in(counted);
     }
     let failed = counted.failed as usize;
+    // A health-checked group's successes are final once it completes or fails (spec §13.2):
+    // until then a later HealthRecord may still take one back.
+    let verdicts_final =
+        compiled.health_timeout.is_none() || failed > budget || outcomes.iter().all(Outcome::is_finished);
+    record_outcomes(records.group(index), &outcomes, verdicts_final).write(counted);
     if failed > budget {
         counted.phase = Some(GroupPhase::Failed);
         eval.outcomes.push((index, outcomes));
@@ -682,18 +736,33 @@ fn evaluate_group<'b>(
     ControlFlow::Break(())
 }
 
-/// A revert's resource whose target has no PromiseRevision any more is skipped (spec §13.7):
-/// not started, or started and not finished — Kratix cannot run a version without its revision,
-/// so waiting for it would be for ever.
-fn revision_gone(resource: &SnapshotResource, outcome: Outcome, ctx: &RunContext<'_>) -> Outcome {
+/// The rules of the PromiseRevisions a resource moves between (spec §5.7, §13.7). A revert's
+/// resource whose target has no PromiseRevision any more (or one being deleted) is skipped: not
+/// started, or started and not finished — Kratix cannot run a version without its revision, so
+/// waiting for it would be for ever. A resource not started whose binding asks for a version whose
+/// revision is being deleted is skipped too: Kratix is deleting it, and starting it would only
+/// feed it to that clean-up or take it from under it.
+fn revision_rules(
+    resource: &SnapshotResource,
+    live: Option<&dyn BindingFacts>,
+    outcome: Outcome,
+    ctx: &RunContext<'_>,
+) -> Outcome {
     match (&resource.target, &outcome) {
         (Some(version), Outcome::NotStarted | Outcome::NeedsRetry | Outcome::InFlight)
-            if ctx.gone_targets.contains(version) =>
+            if ctx.revisions.gone_targets.contains(version) =>
         {
-            Outcome::Skipped(SkipReason::RevisionGone {
+            return Outcome::Skipped(SkipReason::RevisionGone {
                 version: version.clone(),
             })
         }
+        _ => {}
+    }
+    let asks = live.map_or(resource.spec_version.as_str(), |b| b.spec_version());
+    match ctx.revisions.deleting(asks) {
+        Some(name) if outcome == Outcome::NotStarted => Outcome::Skipped(SkipReason::RevisionDeleting {
+            revision: name.to_string(),
+        }),
         _ => outcome,
     }
 }
@@ -1154,8 +1223,13 @@ pub(crate) mod tests {
         }
 
         fn eval(&self, recorded: &[GroupStatus], suspended: bool, now: &str) -> Evaluation {
+            self.eval_with(recorded, suspended, &Revisions::present(), now)
+        }
+
+        fn eval_with(&self, recorded: &[GroupStatus], suspended: bool, revisions: &Revisions, now: &str) -> Evaluation {
             let health = HealthRecords::index(&self.spec.promise_ref.name, self.health.iter().cloned());
             let plan = compile(&self.spec).unwrap();
+            let overlaps = Overlaps::of(&self.snapshot);
             let ctx = RunContext {
                 run_name: "run-1",
                 run_created: utc(CREATED),
@@ -1164,14 +1238,14 @@ pub(crate) mod tests {
                 suspended,
                 plan: &plan,
                 snapshot: &self.snapshot,
+                overlaps: &overlaps,
                 recorded,
                 health: &health,
                 gates: &self.gates,
                 approvals: &self.approvals,
                 freezes: &self.freezes,
                 budgets: &[],
-                revision_present: true,
-                gone_targets: &[],
+                revisions,
                 now: utc(now),
             };
             let by_name = evaluate(&ctx, |ns, name| {
@@ -1747,6 +1821,160 @@ pub(crate) mod tests {
         assert_eq!(e.total_resources(), 0);
     }
 
+    /// Spec §5.5: every outcome a run counted stands, whatever the binding does since — an undone
+    /// skip, a request deleted and created again under the same binding name, a success set back
+    /// by hand — and the run never starts such a resource again. Also across groups that hold the
+    /// same resource.
+    #[test]
+    fn recorded_outcomes_stand_whatever_the_binding_does_since() {
+        type Change = fn(&mut World);
+        type Counted = fn(&Outcome) -> bool;
+        let undo_skip: Change = |w| w.set("x", "v1", "v1");
+        let recreate: Change = |w| {
+            w.live.retain(|b| b.spec.resource_ref.name != "x");
+            w.live.push(binding("a", "x", &[("tier", "a")], "v1", "v1"));
+        };
+        let set_back: Change = |w| w.set("x", "v1", "v1");
+        // (case, how x was counted, the change since, x's outcome now)
+        let cases: [(&str, Change, Change, Counted); 3] = [
+            (
+                "an undone skip",
+                |w| w.set("x", "v3", "v3"),
+                undo_skip,
+                |o| matches!(o, Outcome::Skipped(_)),
+            ),
+            (
+                "a request created again",
+                |w| w.set("x", "v2", "v2"),
+                recreate,
+                |o| *o == Outcome::Succeeded,
+            ),
+            (
+                "a success set back by hand",
+                |w| w.set("x", "v2", "v2"),
+                set_back,
+                |o| *o == Outcome::Succeeded,
+            ),
+        ];
+        for (case, counted, since, want) in cases {
+            let mut w = World::new(
+                plan(
+                    &["v1"],
+                    "v2",
+                    vec![group("first", &[("tier", "a")]), group("second", &[("tier", "a")])],
+                ),
+                vec![
+                    binding("a", "x", &[("tier", "a")], "v1", "v1"),
+                    binding("a", "y", &[("tier", "a")], "v1", "v1"),
+                ],
+            );
+            w.set("y", "v1", "v2"); // in flight: the group stays open
+            counted(&mut w);
+            let first = w.eval(&[], false, "2026-06-01T10:03:00Z");
+            let x_first = &first.outcomes[0].1[0];
+            assert!(want(x_first), "{case}: counted {x_first:?}");
+            let g = &first.groups[0];
+            assert_eq!(
+                (g.succeeded_indexes.as_str(), g.skipped_indexes.as_str()),
+                if g.succeeded == 1 { ("0", "") } else { ("", "0") },
+                "{case}: recorded"
+            );
+            since(&mut w);
+            let later = w.eval(&first.groups, false, "2026-06-01T10:04:00Z");
+            assert_eq!(
+                later.outcomes[0].1[0].finished(),
+                x_first.finished(),
+                "{case}: the outcome stands"
+            );
+            assert_eq!(
+                later.groups[0],
+                {
+                    let mut g = first.groups[0].clone();
+                    g.started_at = later.groups[0].started_at;
+                    g
+                },
+                "{case}: counts and records stand"
+            );
+            assert!(
+                later.start.iter().all(|a| a.resource.name != "x"),
+                "{case}: never started again"
+            );
+            // The second group holds x too: once the first completes, x's record stands there.
+            w.set("y", "v2", "v2");
+            let done = w.eval(&later.groups, false, "2026-06-01T10:05:00Z");
+            assert_eq!(done.groups[0].phase, Some(GroupPhase::Completed), "{case}");
+            let x_second = done.outcomes.iter().find(|(g, _)| *g == 1).map(|(_, o)| o[0].clone());
+            assert_eq!(
+                x_second.as_ref().and_then(Outcome::finished),
+                x_first.finished(),
+                "{case}: in the second group too"
+            );
+            assert!(
+                done.start.iter().all(|a| a.resource.name != "x"),
+                "{case}: not started by the second group"
+            );
+        }
+    }
+
+    /// Spec §5.7: a PromiseRevision being deleted. The target's: the run fails at once, nothing more
+    /// starts. A version a resource's binding asks for: Kratix deletes that resource, so one not
+    /// started is skipped and never started; one in flight goes on (it asks for the target).
+    #[test]
+    fn a_revision_being_deleted_is_never_a_target_and_its_resources_are_skipped() {
+        let mut w = World::new(
+            plan(&["v1", "v1.5"], "v2", vec![match_all("all")]),
+            vec![
+                binding("a", "x", &[], "v1", "v1"),
+                binding("a", "y", &[], "v1.5", "v1.5"),
+                binding("a", "z", &[], "v1", "v1"),
+            ],
+        );
+        w.set("z", "v1", "v2"); // in flight
+        let revision = |version: &str, deleting: bool| crate::api::kratix::RevisionFact {
+            version: version.into(),
+            name: format!("redis-{version}"),
+            deleting,
+        };
+        let frozen = crate::engine::snapshot::Frozen::new(w.snapshot.clone(), w.spec.clone()).unwrap();
+        let revisions = |facts: &[crate::api::kratix::RevisionFact]| Revisions::of(&frozen, facts);
+        let now = "2026-06-01T10:03:00Z";
+
+        let target_deleting = revisions(&[revision("v1", false), revision("v2", true)]);
+        assert!(!target_deleting.present);
+        assert_eq!(target_deleting.target_deleting.as_deref(), Some("redis-v2"));
+        let e = w.eval_with(&[], false, &target_deleting, now);
+        assert_eq!(e.verdict, Verdict::RevisionMissing, "the run fails");
+        assert!(e.start.is_empty() && e.retry.is_empty(), "nothing starts");
+
+        let from_deleting = revisions(&[revision("v1", true), revision("v1.5", false), revision("v2", false)]);
+        assert!(from_deleting.present);
+        let e = w.eval_with(&[], false, &from_deleting, now);
+        let outcomes = &e.outcomes[0].1;
+        assert_eq!(
+            outcomes[0],
+            Outcome::Skipped(SkipReason::RevisionDeleting {
+                revision: "redis-v1".into()
+            }),
+            "x asks for v1: Kratix deletes it"
+        );
+        let Outcome::Skipped(why) = &outcomes[0] else {
+            unreachable!()
+        };
+        assert_eq!(
+            why.to_string(),
+            "PromiseRevision redis-v1 is being deleted",
+            "the event's detail (spec §5.7)"
+        );
+        assert_eq!(outcomes[1], Outcome::NotStarted, "y asks for v1.5");
+        assert_eq!(outcomes[2], Outcome::InFlight, "z asks for v2 now");
+        let started: Vec<&str> = e.start.iter().map(|a| a.resource.name.as_str()).collect();
+        assert_eq!(started, ["y"], "only y starts");
+
+        // Deleted only to be replaced under the same version: nothing of it is deleted.
+        let replaced = revisions(&[revision("v2", false), revision("v2", true), revision("v1", false)]);
+        assert!(replaced.present, "another revision of v2 is there");
+    }
+
     #[test]
     fn missing_revision_after_snapshot_fails() {
         let w = World::new(
@@ -1754,6 +1982,7 @@ pub(crate) mod tests {
             vec![binding("a", "x", &[], "v1", "v1")],
         );
         let plan = compile(&w.spec).unwrap();
+        let overlaps = Overlaps::of(&w.snapshot);
         let ctx = RunContext {
             run_name: "run-1",
             run_created: utc(CREATED),
@@ -1762,14 +1991,14 @@ pub(crate) mod tests {
             suspended: false,
             plan: &plan,
             snapshot: &w.snapshot,
+            overlaps: &overlaps,
             recorded: &[],
             health: &HealthRecords::default(),
             gates: &[],
             approvals: &[],
             freezes: &[],
             budgets: &[],
-            revision_present: false,
-            gone_targets: &[],
+            revisions: &Revisions::default(),
             now: utc(CREATED),
         };
         let e = evaluate(&ctx, |_, _| None);
@@ -2344,9 +2573,10 @@ pub(crate) mod tests {
         for (name, b, want) in cases {
             let got = GroupRules::default().outcome(
                 &snap,
+                (0, 0),
                 Some(&b),
                 &HealthRecords::default(),
-                &[],
+                &Records::none(),
                 JudgedFor {
                     to: "v2",
                     name: "run-1",
@@ -2368,9 +2598,10 @@ pub(crate) mod tests {
         let revert_of = |resource: &SnapshotResource, b: &ResourceBinding| {
             GroupRules::default().outcome(
                 resource,
+                (0, 0),
                 Some(b),
                 &HealthRecords::default(),
-                &[],
+                &Records::none(),
                 JudgedFor {
                     to: "v1",
                     name: "up-back",
@@ -2419,9 +2650,10 @@ pub(crate) mod tests {
         let judge = |b: &ResourceBinding| {
             GroupRules::default().outcome(
                 &snap,
+                (0, 0),
                 Some(b),
                 &HealthRecords::default(),
-                &[],
+                &Records::none(),
                 resumed_preview,
                 utc("2026-06-01T10:01:00Z"),
             )
@@ -2497,9 +2729,10 @@ pub(crate) mod tests {
         let judge = |b: &ResourceBinding, recorded: &[GroupStatus]| {
             GroupRules::default().outcome(
                 &snap,
+                (0, 0),
                 Some(b),
                 &HealthRecords::default(),
-                recorded,
+                &Records::failures(recorded),
                 run,
                 utc("2026-06-01T10:01:00Z"),
             )

@@ -384,6 +384,8 @@ pub struct Frozen {
     pub snapshot: Snapshot,
     pub plan: UpgradePlanSpec,
     pub compiled: CompiledPlan,
+    /// Where the snapshot's resources in several groups sit (follows from `snapshot`).
+    pub overlaps: super::record::Overlaps,
 }
 
 impl Frozen {
@@ -404,13 +406,14 @@ impl Frozen {
         }
         Ok(Frozen {
             compiled,
+            overlaps: super::record::Overlaps::of(&snapshot),
             snapshot,
             plan,
         })
     }
 }
 
-/// `compiled` follows from `plan`.
+/// `compiled` follows from `plan`, `overlaps` from `snapshot`.
 impl PartialEq for Frozen {
     fn eq(&self, other: &Frozen) -> bool {
         self.snapshot == other.snapshot && self.plan == other.plan

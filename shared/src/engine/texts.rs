@@ -56,6 +56,22 @@ pub fn revision_ready(promise: &str, to: &str) -> String {
 pub fn revision_not_found(promise: &str, to: &str) -> String {
     format!("PromiseRevision for promise \"{promise}\" version \"{to}\" not found")
 }
+/// What `TargetRevisionReady` (and a run failing for its revision) says of the target's revision:
+/// ready, being deleted (`deleting`: its name), or not found.
+pub fn target_revision(promise: &str, to: &str, ready: bool, deleting: Option<&str>) -> String {
+    match (ready, deleting) {
+        (true, _) => revision_ready(promise, to),
+        (false, Some(name)) => revision_deleting(promise, to, name),
+        (false, None) => revision_not_found(promise, to),
+    }
+}
+/// The target's revision has a `deletionTimestamp`: Kratix is deleting every resource at its
+/// version (spec §5.7).
+pub fn revision_deleting(promise: &str, to: &str, revision: &str) -> String {
+    format!(
+        "PromiseRevision {revision} for promise \"{promise}\" version \"{to}\" is being deleted: Kratix deletes every resource at that version"
+    )
+}
 pub fn group_failed(failed: usize, group: &str) -> String {
     format!("{failed} resource(s) failed to upgrade in rollout group \"{group}\"")
 }

@@ -15,6 +15,48 @@ use super::version::is_regex_pattern;
 use super::window::SEARCH_HORIZON_DAYS;
 use crate::api::UpgradePlanSpec;
 
+/// What the Promise's PromiseRevisions mean for a plan (`explain`, spec §2, §5.7): a target without
+/// one waits; a target being deleted is never upgraded to; a `from` version being deleted has its
+/// resources deleted by Kratix, and a run skips them.
+pub fn revision_warnings(spec: &UpgradePlanSpec, revisions: &[crate::api::kratix::RevisionFact]) -> Vec<Problem> {
+    let (promise, to) = (&spec.promise_ref.name, &spec.upgrade_path.to);
+    let mut warnings = Vec::new();
+    let target = |deleting: bool| revisions.iter().find(|r| &r.version == to && r.deleting == deleting);
+    match (target(false), target(true)) {
+        (Some(_), _) => {}
+        (None, Some(r)) => warnings.push(Problem {
+            field: "spec.upgradePath.to".into(),
+            message: format!(
+                "PromiseRevision {} ({promise} {to}) is being deleted: Kratix deletes every resource at {to}, so no run \
+                 moves a resource there — a run waits (TargetRevisionReady=False), and one under way fails \
+                 (PromiseRevisionNotFound)",
+                r.name
+            ),
+        }),
+        (None, None) => warnings.push(Problem {
+            field: "spec.upgradePath.to".into(),
+            message: format!(
+                "Promise {promise:?} has no PromiseRevision {to:?}: a run waits (TargetRevisionReady=False) until Kratix \
+                 has one — apply the Promise at {to} first"
+            ),
+        }),
+    }
+    let from = compile(spec).ok().map(|c| c.from);
+    for r in revisions.iter().filter(|r| r.deleting && &r.version != to) {
+        if from.as_ref().is_some_and(|f| f.matches(&r.version)) {
+            warnings.push(Problem {
+                field: "spec.upgradePath.from".into(),
+                message: format!(
+                    "PromiseRevision {} ({promise} {}) is being deleted: Kratix deletes the resources at {}; a run \
+                     skips those it has not started (ResourceSkipped: PromiseRevision {} is being deleted)",
+                    r.name, r.version, r.version, r.name
+                ),
+            });
+        }
+    }
+    warnings
+}
+
 /// Every problem of the plan named `name`. `now` is needed to tell a window that can never open
 /// within the search horizon.
 /// What is allowed but probably not meant (`explain` warns; `--strict` makes them problems): the

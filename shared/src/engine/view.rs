@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::health::HealthRecords;
 use super::outcome::SkipReason;
+use super::record::{Recorded, Records};
 use super::run::{resource_outcome, Blocked, Evaluation, Outcome, Verdict};
 use super::snapshot::{Frozen, SnapshotResource};
 use crate::api::kratix::BindingFacts;
@@ -226,51 +227,66 @@ pub struct RunAt<'r> {
     pub finished: Option<DateTime<Utc>>,
 }
 
-/// Every resource of a run's snapshot with the outcome the run counts for it: the failures its
-/// status records, then each resource judged against its live binding by the frozen plan's
-/// rules — as of the run's end once it ended — except in a group the run recorded complete,
-/// whose resources stay done whatever their bindings do later.
+/// Every resource of a run's snapshot with the outcome the run counts for it: the outcomes its
+/// status records (spec §5.5), beside what the binding shows since where that differs; then each
+/// resource judged against its live binding by the frozen plan's rules — as of the run's end once
+/// it ended — except in a group the run recorded complete (recorded before outcomes were), whose
+/// resources stay done whatever their bindings do later.
 pub fn resource_views<'f, 'b>(
     frozen: &'f Frozen,
     run: RunAt<'_>,
     recorded: &[GroupStatus],
     lookup: impl Fn(&str, &str) -> Option<&'b dyn BindingFacts>,
-    records: &HealthRecords,
+    health: &HealthRecords,
     now: DateTime<Utc>,
 ) -> Vec<ResourceView<'f>> {
     let judged_at = match run.finished {
         Some(at) if run.state.is_terminal() => at.min(now),
         _ => now,
     };
+    let records = Records::read(recorded, &frozen.snapshot, &frozen.overlaps);
+    let by_bindings = Records::failures(recorded);
     let mut views = Vec::new();
     for (index, group) in frozen.snapshot.groups.iter().enumerate() {
         let complete = recorded
             .get(index)
             .filter(|g| g.name == group.name && g.total == group.resources.len() as i64)
             .filter(|g| g.succeeded + g.skipped + g.failed == g.total);
-        for r in &group.resources {
-            let live = resource_outcome(
-                r,
-                lookup(&r.namespace, &r.binding),
-                records,
-                (&frozen.compiled, &group.name),
-                recorded,
-                super::run::JudgedFor {
-                    to: &frozen.compiled.to,
-                    name: run.name,
-                    admitted: run.admitted,
-                    snapshot_taken: run.snapshot_taken,
-                    reverting: run.reverting,
-                },
-                judged_at,
-            );
-            let (outcome, since) = match (complete, live) {
-                (None, Outcome::NeedsRetry) if run.state.is_terminal() => (Outcome::NotStarted, None),
-                (None, live) => (live, None),
-                (Some(_), live @ Outcome::Failed { .. }) if super::run::recorded_failure(recorded, r).is_some() => {
-                    (live, None)
+        for (i, r) in group.resources.iter().enumerate() {
+            let judge = |records: &Records<'_>| {
+                resource_outcome(
+                    r,
+                    (index, i),
+                    lookup(&r.namespace, &r.binding),
+                    health,
+                    (&frozen.compiled, &group.name),
+                    records,
+                    super::run::JudgedFor {
+                        to: &frozen.compiled.to,
+                        name: run.name,
+                        admitted: run.admitted,
+                        snapshot_taken: run.snapshot_taken,
+                        reverting: run.reverting,
+                    },
+                    judged_at,
+                )
+            };
+            let (outcome, since) = match records.of((index, i), r) {
+                Some(Recorded::Failed(_)) => (judge(&records), None),
+                // Recorded: it stands; its binding may say why (a skip's reason), or what
+                // happened since.
+                Some(_) => {
+                    let counted = judge(&records);
+                    match judge(&by_bindings) {
+                        now if now.finished() == counted.finished() => (now, None),
+                        now => (counted, Some(now)),
+                    }
                 }
-                (Some(g), live) => counted_done(g, live),
+                None => match (complete, judge(&records)) {
+                    (None, Outcome::NeedsRetry) if run.state.is_terminal() => (Outcome::NotStarted, None),
+                    (None, live) => (live, None),
+                    (Some(g), live) => counted_done(g, live),
+                },
             };
             views.push(ResourceView {
                 group: &group.name,

@@ -110,9 +110,10 @@ pub enum UserAction {
     },
     /// The leader's lease passes to the other controller.
     LeaderChange,
-    /// The target version's PromiseRevision is deleted.
+    /// The target version's PromiseRevision is deleted: it terminates while Kratix deletes the
+    /// resources at it ([`Action::KratixRevisions`]), then goes.
     DeleteTargetRevision,
-    /// The `from` version's PromiseRevision is deleted: Kratix deletes the resources still at it.
+    /// The `from` version's PromiseRevision is deleted: likewise, for the resources still at it.
     DeleteFromRevision,
     /// A group's `onFailure` toggled between `Revert` and omitted (mid-run: changes nothing of the
     /// run).
@@ -121,10 +122,12 @@ pub enum UserAction {
     },
     /// Someone moves a binding on by hand (`spec.version: v3`, a version without a revision yet):
     /// a run skips what someone else changed, or counts it its own success when it had started it;
-    /// a revert leaves it alone (spec §5.5, §13.7). Not set back: the spec's record of a success or
-    /// a skip — the counts and the binding — cannot follow a binding moved back to where it was.
+    /// a revert leaves it alone (spec §5.5, §13.7). `back`: someone sets a binding pinned so (the
+    /// `binding`th of those) back to the version it has applied — an undone skip, which the run's
+    /// record of its outcomes must not follow.
     PinVersion {
         binding: usize,
+        back: bool,
     },
     /// `kubectl upgradeplan revert RUN` (spec §13.7): a run reverting another, `resources` an
     /// index into upgraded, failed, all.
@@ -146,6 +149,9 @@ pub enum Action {
     Kratix {
         binding: usize,
     },
+    /// Kratix's PromiseRevision reconcile: each revision being deleted deletes the resources at
+    /// its version, and goes once none is left.
+    KratixRevisions,
     /// The clock moves to the next instant something is due, at most this many seconds on.
     Advance {
         seconds: u32,
@@ -240,7 +246,8 @@ fn action(rng: &mut Rng) -> Action {
             },
         },
         40..=47 => Action::ReconcilePlan,
-        48..=71 => Action::Kratix { binding: target(rng) },
+        48..=69 => Action::Kratix { binding: target(rng) },
+        70..=71 => Action::KratixRevisions,
         72..=84 => Action::Advance {
             seconds: 1 + rng.below(600) as u32,
         },
@@ -249,7 +256,7 @@ fn action(rng: &mut Rng) -> Action {
 }
 
 fn user(rng: &mut Rng) -> UserAction {
-    match rng.below(38) {
+    match rng.below(40) {
         0..=3 => UserAction::CreateRun {
             preview: rng.chance(25),
         },
@@ -304,17 +311,19 @@ fn user(rng: &mut Rng) -> UserAction {
             suspend: rng.chance(50),
         },
         33 => UserAction::EditOnFailure { group: target(rng) },
-        34 => UserAction::PinVersion { binding: target(rng) },
-        35..=36 => UserAction::RetryLabel { binding: target(rng) },
+        34..=36 => UserAction::PinVersion {
+            binding: target(rng),
+            back: rng.chance(50),
+        },
         30..=32 | 37 => UserAction::Revert {
             run: target(rng),
             resources: rng.below(3) as usize,
             respect_policy: rng.chance(30),
             preview: rng.chance(20),
         },
-        // Rare: it fails every run that has not finished.
-        _ if rng.chance(15) => UserAction::DeleteTargetRevision,
-        _ if rng.chance(15) => UserAction::DeleteFromRevision,
+        // Rarer: it fails every run that has not finished, and no run upgrades after it.
+        38 if rng.chance(40) => UserAction::DeleteTargetRevision,
+        39 if rng.chance(40) => UserAction::DeleteFromRevision,
         _ => UserAction::CreateRun { preview: false },
     }
 }

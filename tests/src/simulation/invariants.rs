@@ -30,10 +30,16 @@ pub enum Invariant {
     InFlightWithinBudget,
     /// No binding outside the run's snapshot is ever patched.
     OnlySnapshotPatched,
+    /// No resource is moved to a version whose PromiseRevision is being deleted: Kratix would
+    /// delete it (spec §2, §5.7).
+    NoMoveIntoCleanup,
     /// Each resource started at most once per run.
     StartedOnce,
     /// A group's counts never move back; a terminal run stays as it ended.
     CountsNeverMoveBack,
+    /// No outcome a run recorded ever changes, and no resource the run announced skipped is ever
+    /// started by it (spec §5.5).
+    OutcomesStand,
     /// A run's snapshot (and so its frozen plan) is written once and never changed: a plan edit
     /// mid-run changes nothing of the run.
     SnapshotImmutable,
@@ -80,8 +86,10 @@ impl std::fmt::Display for Invariant {
             Invariant::InFlightWithinLimit => "in flight never above the group's limit",
             Invariant::InFlightWithinBudget => "in flight across the active runs never above the budget",
             Invariant::OnlySnapshotPatched => "no binding outside the run's snapshot is patched",
+            Invariant::NoMoveIntoCleanup => "no resource is moved to a revision being deleted",
             Invariant::StartedOnce => "each resource is started at most once per run",
             Invariant::CountsNeverMoveBack => "counts never move back; a terminal run stays terminal",
+            Invariant::OutcomesStand => "no counted outcome changes; no resource announced skipped is started",
             Invariant::SnapshotImmutable => "a run's snapshot and frozen plan never change",
             Invariant::EndsOrSaysWhy => "every run ends, or carries a condition saying why it waits",
             Invariant::EachOnce => "each event published and each result counted once",
@@ -102,6 +110,66 @@ impl std::fmt::Display for Invariant {
 
 fn violation(invariant: Invariant, detail: String) -> Result<(), Violation> {
     Err(Violation { invariant, detail })
+}
+
+/// Every outcome group `before` recorded is recorded the same in `after` (spec §5.5), and no
+/// resource is recorded two ways.
+fn outcomes_stand(
+    run: &str,
+    before: &upgradeplan::api::GroupStatus,
+    after: &upgradeplan::api::GroupStatus,
+) -> Result<(), Violation> {
+    use upgradeplan::engine::record::IndexSet;
+    let read = |what: &str, text: &str| {
+        IndexSet::parse(text).map_err(|e| Violation {
+            invariant: Invariant::OutcomesStand,
+            detail: format!("run {run} group {}: {what} unreadable: {e}", after.name),
+        })
+    };
+    let was = [
+        ("succeeded", read("succeededIndexes", &before.succeeded_indexes)?),
+        ("skipped", read("skippedIndexes", &before.skipped_indexes)?),
+    ];
+    let is = [
+        ("succeeded", read("succeededIndexes", &after.succeeded_indexes)?),
+        ("skipped", read("skippedIndexes", &after.skipped_indexes)?),
+    ];
+    for ((what, was), (_, is)) in was.iter().zip(&is) {
+        if let Some(i) = was.iter().find(|&i| !is.contains(i)) {
+            return violation(
+                Invariant::OutcomesStand,
+                format!(
+                    "run {run} group {}: resource {i}, recorded {what}, is no more",
+                    after.name
+                ),
+            );
+        }
+    }
+    if let Some(i) = is[0].1.iter().find(|&i| is[1].1.contains(i)) {
+        return violation(
+            Invariant::OutcomesStand,
+            format!(
+                "run {run} group {}: resource {i} recorded both succeeded and skipped",
+                after.name
+            ),
+        );
+    }
+    let failed = |g: &upgradeplan::api::GroupStatus| -> std::collections::BTreeSet<(String, String)> {
+        g.failed_resources
+            .iter()
+            .map(|f| (f.namespace.clone(), f.name.clone()))
+            .collect()
+    };
+    if let Some((ns, name)) = failed(before).difference(&failed(after)).next() {
+        return violation(
+            Invariant::OutcomesStand,
+            format!(
+                "run {run} group {}: {ns}/{name}, recorded failed, is no more",
+                after.name
+            ),
+        );
+    }
+    Ok(())
 }
 
 /// Started towards `to` and neither applied nor failed (as the run counts a slot taken).
@@ -337,6 +405,8 @@ pub struct Checker {
     verified: std::collections::BTreeSet<(String, String, String)>,
     /// The runs whose revert the controller created.
     reverted: std::collections::BTreeSet<String>,
+    /// (run, `<namespace>/<binding>`) of each resource a run announced skipped.
+    announced_skipped: std::collections::BTreeSet<(String, String)>,
 }
 
 /// Whether `b`'s upgrade to `to` is verified by `records`, read literally from spec §13.2: its
@@ -660,6 +730,16 @@ impl Checker {
                 );
             }
         }
+        let key = format!("{}/{}", patch.resource.namespace, patch.resource.binding);
+        if self.announced_skipped.contains(&(run.to_string(), key)) {
+            return violation(
+                Invariant::OutcomesStand,
+                format!(
+                    "run {run} started {}, which it announced skipped",
+                    patch.resource.binding
+                ),
+            );
+        }
         if let Attempt::Start { .. } = patch.attempt {
             let n = self
                 .starts
@@ -674,6 +754,21 @@ impl Checker {
             }
         }
         Ok(())
+    }
+
+    /// A patch of run `run` the API server accepted, while the revisions of `terminating` are
+    /// being deleted (the step read them so: revisions are never read from a lagging cache).
+    pub fn not_into_cleanup(&self, run: &str, patch: &BindingPatch, terminating: &[String]) -> Result<(), Violation> {
+        match &patch.attempt {
+            Attempt::Start { to, .. } if terminating.contains(to) => violation(
+                Invariant::NoMoveIntoCleanup,
+                format!(
+                    "run {run} moved {} to {to}, whose PromiseRevision is being deleted",
+                    patch.resource.binding
+                ),
+            ),
+            _ => Ok(()),
+        }
     }
 
     /// A write to run `name` (`what`) the API server accepted, from a step whose copy of the run
@@ -726,6 +821,7 @@ impl Checker {
                     format!("run {run} group {}: {count} went from {was} to {is}", b.name),
                 );
             }
+            outcomes_stand(run, b, a)?;
         }
         Ok(())
     }
@@ -751,7 +847,10 @@ impl Checker {
     /// Events by their text: an occurrence whose text changed meanwhile, a gate closed for
     /// another reason, is announced with its new text). Spec §14.2 promises events once across
     /// restarts; two processes acting at once around a leader change may both announce.
-    pub fn published(&self, world: &World, event: &Published) -> Result<(), Violation> {
+    pub fn published(&mut self, world: &World, event: &Published) -> Result<(), Violation> {
+        if event.reason == upgradeplan::engine::lifecycle::events::RESOURCE_SKIPPED {
+            self.announced_skipped.insert((event.run.clone(), event.key.clone()));
+        }
         if world.events.contains(event) {
             return violation(
                 Invariant::EachOnce,
@@ -1023,7 +1122,8 @@ impl Checker {
         let revisions = frozen
             .as_deref()
             .map_or_else(upgradeplan::engine::revert::Revisions::present, |f| {
-                upgradeplan::engine::revert::Revisions::of(f, |v| world.revisions.iter().any(|r| r == v))
+                let facts = super::world::revision_facts(&world.revisions, &world.terminating);
+                upgradeplan::engine::revert::Revisions::of(f, &facts)
             });
         let (shown, _) = kubectl_upgradeplan::runs::status(
             run,

@@ -73,6 +73,7 @@ fn act(world: &mut World, action: &Action, checker: &mut Checker) -> Result<(), 
             checker.plan_reconciled(world)?;
         }
         Action::Kratix { binding } => world.kratix(binding),
+        Action::KratixRevisions => world.revision_cleanup(),
         Action::Advance { seconds } => {
             let cap = world.now + chrono::Duration::seconds(i64::from(seconds));
             world.now = world.next_due().map_or(cap, |due| due.min(cap));
@@ -90,6 +91,7 @@ fn settle(world: &mut World, checker: &mut Checker, steps: &mut usize) -> Result
     world.plan.spec.suspend = true;
     for _ in 0..SETTLE_ROUNDS {
         let before = world.writes();
+        world.revision_cleanup();
         for i in 0..world.resources.len() {
             world.kratix(i);
         }
@@ -246,6 +248,17 @@ mod tests {
         }
     }
 
+    /// Each case: (name, status before, status written, the invariant it breaks).
+    fn status_written_table(cases: &[(&str, UpgradeRunStatus, UpgradeRunStatus, Option<Invariant>)]) {
+        for (case, before, after, want) in cases {
+            let got = Checker::default()
+                .status_written("r", Some(before), after, &[])
+                .err()
+                .map(|v| v.invariant);
+            assert_eq!(got, *want, "{case}");
+        }
+    }
+
     fn status(state: RunState, counts: (i64, i64, i64)) -> UpgradeRunStatus {
         UpgradeRunStatus {
             state,
@@ -296,12 +309,69 @@ mod tests {
                 None,
             ),
         ];
-        for (case, before, after, want) in cases {
-            let got = Checker::default()
-                .status_written("r", Some(&before), &after, &[])
-                .err()
-                .map(|v| v.invariant);
-            assert_eq!(got, want, "{case}");
-        }
+        status_written_table(&cases);
+    }
+
+    fn recorded(succeeded: &str, skipped: &str, failed: &[&str]) -> UpgradeRunStatus {
+        let mut s = status(RunState::InProgress, (0, failed.len() as i64, 0));
+        let g = &mut s.rollout_groups[0];
+        g.succeeded_indexes = succeeded.into();
+        g.skipped_indexes = skipped.into();
+        g.failed_resources = failed
+            .iter()
+            .map(|name| upgradeplan::api::ResourceFailure {
+                namespace: "ns".into(),
+                name: name.to_string(),
+                at: chrono::DateTime::UNIX_EPOCH,
+                detail: "failed".into(),
+            })
+            .collect();
+        s
+    }
+
+    /// The recorded-outcomes invariant, case by case.
+    #[test]
+    fn outcomes_stand_table() {
+        let mut failure_dropped = recorded("", "", &[]);
+        failure_dropped.rollout_groups[0].failed = 1;
+        let cases = [
+            (
+                "outcomes added",
+                recorded("0", "", &[]),
+                recorded("0-2", "4", &["a"]),
+                None,
+            ),
+            (
+                "a skip undone",
+                recorded("0", "3", &[]),
+                recorded("0,1", "", &[]),
+                Some(Invariant::OutcomesStand),
+            ),
+            (
+                "a success undone",
+                recorded("0-4", "", &[]),
+                recorded("0-3", "", &[]),
+                Some(Invariant::OutcomesStand),
+            ),
+            (
+                "counted two ways",
+                recorded("0", "", &[]),
+                recorded("0,1", "1", &[]),
+                Some(Invariant::OutcomesStand),
+            ),
+            (
+                "a failure dropped",
+                recorded("", "", &["a"]),
+                failure_dropped,
+                Some(Invariant::OutcomesStand),
+            ),
+            (
+                "unreadable",
+                recorded("", "", &[]),
+                recorded("1,0", "", &[]),
+                Some(Invariant::OutcomesStand),
+            ),
+        ];
+        status_written_table(&cases);
     }
 }

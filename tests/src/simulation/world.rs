@@ -58,6 +58,9 @@ pub struct World {
     /// Runs whose last step put off a status of progress alone: looked at again when it is due.
     progress_due: BTreeSet<String>,
     pub revisions: Vec<String>,
+    /// Versions (of `revisions`) whose PromiseRevision is being deleted: Kratix's finalizer deletes
+    /// the resources at them on each of its passes, and the revision goes once none is left.
+    pub terminating: Vec<String>,
     pub freezes: Vec<Arc<UpgradeFreeze>>,
     /// An UpgradeBudget selecting the plan (spec §13.8), if the world has one.
     pub budget: Option<UpgradeBudget>,
@@ -210,10 +213,24 @@ impl Tally {
     }
 }
 
+/// The world's PromiseRevisions (of [`PROMISE`]): `revisions`, of which `terminating` are being
+/// deleted.
+pub fn revision_facts(revisions: &[String], terminating: &[String]) -> Vec<upgradeplan::api::kratix::RevisionFact> {
+    revisions
+        .iter()
+        .map(|v| upgradeplan::api::kratix::RevisionFact {
+            version: v.clone(),
+            name: format!("{PROMISE}-{v}"),
+            deleting: terminating.contains(v),
+        })
+        .collect()
+}
+
 /// The controller's view of the caches for one step.
 struct View<'w> {
     bindings: &'w [ResourceBinding],
     revisions: &'w [String],
+    terminating: &'w [String],
     freezes: &'w [Arc<UpgradeFreeze>],
     health: &'w [Arc<HealthRecord>],
 }
@@ -232,8 +249,9 @@ impl Cluster for View<'_> {
             .map(cached)
             .collect()
     }
-    fn revision_exists(&self, promise: &str, version: &str) -> bool {
-        promise == PROMISE && self.revisions.iter().any(|v| v == version)
+    fn revisions_of(&self, promise: &str) -> Vec<upgradeplan::api::kratix::RevisionFact> {
+        let facts = revision_facts(self.revisions, self.terminating);
+        facts.into_iter().filter(|_| promise == PROMISE).collect()
     }
     fn health_records(&self, promise: &str) -> Vec<Arc<HealthRecord>> {
         let of_promise = self.health.iter().filter(|r| r.data.promise_ref.name == promise);
@@ -422,6 +440,7 @@ impl World {
             lagging_runs: Vec::new(),
             progress_due: BTreeSet::new(),
             revisions: vec!["v1".into(), "v2".into()],
+            terminating: Vec::new(),
             freezes: Vec::new(),
             budget: shape.budget.map(|max| {
                 UpgradeBudget::new(
@@ -664,11 +683,22 @@ impl World {
                 };
                 self.plan.metadata.generation = self.plan.metadata.generation.map(|g| g + 1);
             }
-            UserAction::PinVersion { binding } => {
+            UserAction::PinVersion { binding, back: false } => {
                 let version = self.version();
                 if let Some(r) = self.resource_mut(binding) {
                     r.binding.spec.version = "v3".into();
                     r.binding.metadata.resource_version = version;
+                }
+            }
+            UserAction::PinVersion { binding, back: true } => {
+                let pinned: Vec<usize> = (0..self.resources.len())
+                    .filter(|&i| self.resources[i].binding.spec.version == "v3")
+                    .collect();
+                if let Some(&i) = pinned.get(binding % pinned.len().max(1)) {
+                    let version = self.version();
+                    let b = &mut self.resources[i].binding;
+                    b.spec.version = b.last_applied_version().to_string();
+                    b.metadata.resource_version = version;
                 }
             }
             UserAction::EditLimit { group, limit } => {
@@ -801,7 +831,7 @@ impl World {
                     self.approvals.remove(i);
                 }
             }
-            UserAction::DeleteTargetRevision => self.revisions.retain(|v| v != "v2"),
+            UserAction::DeleteTargetRevision => self.delete_revision("v2"),
             UserAction::DeleteFromRevision => self.delete_revision("v1"),
         }
     }
@@ -838,27 +868,47 @@ impl World {
         self.plan.metadata.generation = self.plan.metadata.generation.map(|g| g + 1);
     }
 
-    /// The PromiseRevision of `version` is deleted, and Kratix deletes the resources at it before
-    /// it goes ([`crate::sim::decide_revision`], as kratix-sim `--revision-cleanup` does).
+    /// The PromiseRevision of `version` is deleted: it stays, terminating, while Kratix deletes
+    /// the resources at it ([`World::revision_cleanup`]).
     fn delete_revision(&mut self, version: &str) {
-        let deleted: Result<upgradeplan::api::kratix::PromiseRevision, _> = serde_json::from_value(json!({
-            "apiVersion": "platform.kratix.io/v1alpha1", "kind": "PromiseRevision",
-            "metadata": {"name": format!("{PROMISE}-{version}"), "deletionTimestamp": self.now.to_rfc3339(),
-                         "finalizers": [crate::sim::RESOURCE_CLEANUP_FINALIZER]},
-            "spec": {"promiseRef": {"name": PROMISE}, "version": version, "promiseSpec": {}}
-        }));
-        let Ok(revision) = deleted else {
-            return;
-        };
-        let bindings: Vec<Arc<ResourceBinding>> = self.resources.iter().map(|r| Arc::new(r.binding.clone())).collect();
-        if let crate::sim::RevisionStep::DeleteResources(gone) = crate::sim::decide_revision(&revision, &bindings) {
-            self.resources.retain(|r| {
-                let key = (r.binding.namespace().unwrap_or_default(), r.binding.name_any());
-                !gone.contains(&key)
-            });
-            self.version();
+        if self.revisions.iter().any(|v| v == version) && !self.terminating.iter().any(|v| v == version) {
+            self.terminating.push(version.to_string());
         }
-        self.revisions.retain(|v| v != version);
+    }
+
+    /// Kratix's PromiseRevision reconcile of each revision being deleted
+    /// ([`crate::sim::decide_revision`], as kratix-sim `--revision-cleanup` does): on every pass it
+    /// deletes the resources whose binding asks for its version, and drops its finalizer once none
+    /// is left; the revision is gone then.
+    pub fn revision_cleanup(&mut self) {
+        for version in self.terminating.clone() {
+            let deleted: Result<upgradeplan::api::kratix::PromiseRevision, _> = serde_json::from_value(json!({
+                "apiVersion": "platform.kratix.io/v1alpha1", "kind": "PromiseRevision",
+                "metadata": {"name": format!("{PROMISE}-{version}"), "deletionTimestamp": self.now.to_rfc3339(),
+                             "finalizers": [crate::sim::RESOURCE_CLEANUP_FINALIZER]},
+                "spec": {"promiseRef": {"name": PROMISE}, "version": version, "promiseSpec": {}}
+            }));
+            let Ok(revision) = deleted else {
+                continue;
+            };
+            let bindings: Vec<Arc<ResourceBinding>> =
+                self.resources.iter().map(|r| Arc::new(r.binding.clone())).collect();
+            match crate::sim::decide_revision(&revision, &bindings) {
+                crate::sim::RevisionStep::DeleteResources(gone) => {
+                    self.resources.retain(|r| {
+                        let key = (r.binding.namespace().unwrap_or_default(), r.binding.name_any());
+                        !gone.contains(&key)
+                    });
+                    self.version();
+                }
+                crate::sim::RevisionStep::RemoveFinalizer => {
+                    self.terminating.retain(|v| *v != version);
+                    self.revisions.retain(|v| *v != version);
+                    self.version();
+                }
+                crate::sim::RevisionStep::Idle | crate::sim::RevisionStep::AddFinalizer => {}
+            }
+        }
     }
 
     fn edit_run(&mut self, pick: usize, edit: impl FnOnce(&mut UpgradeRun)) {
@@ -1006,6 +1056,7 @@ impl World {
         let view = View {
             bindings: &self.lagging,
             revisions: &self.revisions,
+            terminating: &self.terminating,
             freezes: &self.freezes,
             health: &self.health,
         };
@@ -1088,6 +1139,7 @@ impl World {
         let view = View {
             bindings: if lagging { &stale } else { &before },
             revisions: &self.revisions,
+            terminating: &self.terminating,
             freezes: &self.freezes,
             health: &self.health,
         };
@@ -1267,6 +1319,7 @@ impl World {
                     // Judged by the snapshot as written (read back), not the step's own copy.
                     let written = self.frozen_of(name);
                     checker.patched(name, written.as_deref().unwrap_or(frozen), patch)?;
+                    checker.not_into_cleanup(name, patch, &self.terminating)?;
                     match &patch.attempt {
                         upgradeplan::engine::write::Attempt::Start { from, to } => {
                             self.tally.starts += 1;
@@ -1471,6 +1524,7 @@ impl World {
         let view = View {
             bindings: &bindings,
             revisions: &self.revisions,
+            terminating: &self.terminating,
             freezes: &self.freezes,
             health: &self.health,
         };

@@ -35,6 +35,8 @@ fn t(minutes: i64) -> DateTime<Utc> {
 struct World {
     bindings: Vec<Arc<ResourceBinding>>,
     revisions: Vec<String>,
+    /// Revisions (of `revisions`) being deleted.
+    deleting: Vec<String>,
     /// Snapshot ConfigMaps written so far, by run: (name, data).
     written: BTreeMap<String, Vec<SnapshotConfigMap>>,
     frozen_plans: BTreeMap<String, UpgradePlanSpec>,
@@ -59,8 +61,15 @@ impl Cluster for World {
             .map(|b| cached(b))
             .collect()
     }
-    fn revision_exists(&self, promise: &str, version: &str) -> bool {
-        promise == "redis" && self.revisions.iter().any(|v| v == version)
+    fn revisions_of(&self, promise: &str) -> Vec<RevisionFact> {
+        let revisions = self.revisions.iter().filter(|_| promise == "redis");
+        revisions
+            .map(|v| RevisionFact {
+                version: v.clone(),
+                name: format!("redis-{v}"),
+                deleting: self.deleting.contains(v),
+            })
+            .collect()
     }
     fn health_records(&self, promise: &str) -> Vec<Arc<HealthRecord>> {
         self.health
@@ -81,6 +90,7 @@ impl World {
                 .map(|i| Arc::new(binding("ns", &format!("r{i}"), &[], "v1", "v1")))
                 .collect(),
             revisions: vec!["v1".into(), "v2".into()],
+            deleting: Vec::new(),
             written: BTreeMap::new(),
             frozen_plans: BTreeMap::new(),
             health: Vec::new(),
@@ -432,6 +442,44 @@ fn the_pending_table() {
     let preview = a_run("preview", t(0), true);
     let s = pass(&preview, Some(&plan), &[], &world_no_revision, t(1));
     assert_eq!(s.gauges, Gauges::Keep);
+}
+
+/// Spec §5.7: a target PromiseRevision being deleted is no target — a run waits before its
+/// snapshot and fails after it, saying why; Kratix deletes every resource at that version.
+#[test]
+fn a_target_revision_being_deleted_holds_a_new_run_and_fails_one_under_way() {
+    let plan = valid_plan(5);
+    let mut deleting = World::with(2);
+    deleting.deleting = vec!["v2".into()];
+    let run = a_run("r", t(0), false);
+    let s = pass(&run, Some(&plan), &[], &deleting, t(1));
+    assert_eq!(s.status.state, RunState::Pending, "waits: no snapshot is taken");
+    assert!(s.write_snapshot.is_empty());
+    let c = find_condition(&s.status.conditions, reasons::TARGET_REVISION_READY).unwrap();
+    assert_eq!(
+        (c.status, c.reason.as_str()),
+        (ConditionStatus::False, reasons::PROMISE_REVISION_NOT_FOUND)
+    );
+    assert_eq!(
+        c.message,
+        "PromiseRevision redis-v2 for promise \"redis\" version \"v2\" is being deleted: Kratix deletes every resource at that version"
+    );
+
+    let mut world = World::with(2);
+    let mut run = a_run("r", t(0), false);
+    let s = pass(&run, Some(&plan), &[], &world, t(1));
+    apply(&mut run, &s, &mut world);
+    world.deleting = vec!["v2".into()];
+    let s = pass(&run, Some(&plan), &[], &world, t(2));
+    assert_eq!(s.status.state, RunState::Failed);
+    assert!(s.binding_patches.is_empty(), "no start after the deletion is seen");
+    let c = find_condition(&s.status.conditions, reasons::RUN_SUCCEEDED).unwrap();
+    assert_eq!(c.reason, reasons::PROMISE_REVISION_NOT_FOUND);
+    assert!(
+        c.message.contains("redis-v2") && c.message.contains("is being deleted"),
+        "{}",
+        c.message
+    );
 }
 
 #[test]
@@ -2360,12 +2408,14 @@ fn a_revert_of_a_failed_upgrade_asks_kratix_to_run_the_old_version_again() {
     b.status.as_mut().unwrap().conditions[0].status = "Unknown".into();
     b.status.as_mut().unwrap().conditions[0].last_transition_time = Some(t(15));
     let recorded = revert.status.clone().unwrap();
+    let frozen = s.frozen.as_ref().unwrap();
     let view = crate::engine::run::resource_outcome(
-        &s.frozen.as_ref().unwrap().snapshot.groups[1].resources[0],
+        &frozen.snapshot.groups[1].resources[0],
+        (1, 0),
         reverted_world.binding("ns", "r0-binding").as_deref(),
         &Default::default(),
-        (&s.frozen.as_ref().unwrap().compiled, "dev"),
-        &recorded.rollout_groups,
+        (&frozen.compiled, "dev"),
+        &crate::engine::record::Records::read(&recorded.rollout_groups, &frozen.snapshot, &frozen.overlaps),
         crate::engine::run::JudgedFor {
             to: "v1",
             name: "up-back",

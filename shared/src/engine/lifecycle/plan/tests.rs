@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::*;
-use crate::api::kratix::{BindingFacts, HealthRecord, ResourceBinding};
+use crate::api::kratix::{BindingFacts, HealthRecord, ResourceBinding, RevisionFact};
 use crate::api::{
     RunHistoryLimit, RunState, UpgradeExecutionPolicy, UpgradePlanRef, UpgradeRunSpec, UpgradeRunStatus, UpgradeWindow,
 };
@@ -45,8 +45,15 @@ impl Cluster for Bindings {
             .map(|b| Arc::clone(b) as Arc<dyn BindingFacts>)
             .collect()
     }
-    fn revision_exists(&self, _: &str, _: &str) -> bool {
-        true
+    /// The versions these tests use, each with its revision.
+    fn revisions_of(&self, promise: &str) -> Vec<RevisionFact> {
+        ["v1", "v2"]
+            .map(|v| RevisionFact {
+                version: v.into(),
+                name: format!("{promise}-{v}"),
+                deleting: false,
+            })
+            .into()
     }
     fn health_records(&self, _: &str) -> Vec<Arc<HealthRecord>> {
         Vec::new()
@@ -642,8 +649,8 @@ impl Cluster for NoPrometheus {
     fn bindings_of(&self, promise: &str) -> Vec<Arc<dyn BindingFacts>> {
         self.0.bindings_of(promise)
     }
-    fn revision_exists(&self, promise: &str, version: &str) -> bool {
-        self.0.revision_exists(promise, version)
+    fn revisions_of(&self, promise: &str) -> Vec<RevisionFact> {
+        self.0.revisions_of(promise)
     }
     fn health_records(&self, promise: &str) -> Vec<Arc<HealthRecord>> {
         self.0.health_records(promise)
