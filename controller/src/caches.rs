@@ -40,6 +40,9 @@ pub struct AllTriggers {
     pub freezes: Triggers<UpgradeFreeze>,
     pub budgets: Triggers<UpgradeBudget>,
     pub snapshots: Triggers<PartialObjectMeta<ConfigMap>>,
+    /// Once each time a kind the cluster may not serve comes or goes (Kratix upgraded or
+    /// downgraded underneath): every run looks again (`KindsServed`, spec §14.2).
+    pub kinds_served: futures::channel::mpsc::UnboundedReceiver<()>,
 }
 
 /// Whether the cache of a kind the cluster may not serve has its list, or the API server said it
@@ -74,10 +77,11 @@ impl KindFlags {
         self.synced() || self.not_served()
     }
 
-    fn cache_flags(&self) -> watch::CacheFlags {
+    fn cache_flags(&self, served_changed: &futures::channel::mpsc::UnboundedSender<()>) -> watch::CacheFlags {
         watch::CacheFlags {
             synced: self.synced.clone(),
             not_served: Some(self.not_served.clone()),
+            served_changed: Some(served_changed.clone()),
         }
     }
 
@@ -189,6 +193,7 @@ impl Builder<'_> {
         let flags = watch::CacheFlags {
             synced: synced.flag(),
             not_served: None,
+            served_changed: None,
         };
         self.cache(config, n, flags)
     }
@@ -245,11 +250,13 @@ pub fn start(
         synced.flag(),
     );
     let (health_kind, approvals_kind, freezes_kind) = Default::default();
-    let (health, health_triggers) = b.cache::<HealthRecord>(all(), 1, KindFlags::cache_flags(&health_kind));
-    let (approvals, approval_triggers) = b.cache::<UpgradeApproval>(all(), 1, KindFlags::cache_flags(&approvals_kind));
-    let (freezes, freeze_triggers) = b.cache::<UpgradeFreeze>(all(), 3, KindFlags::cache_flags(&freezes_kind));
+    let (served_changed, kinds_served) = futures::channel::mpsc::unbounded();
+    let flags = |kind: &KindFlags| kind.cache_flags(&served_changed);
+    let (health, health_triggers) = b.cache::<HealthRecord>(all(), 1, flags(&health_kind));
+    let (approvals, approval_triggers) = b.cache::<UpgradeApproval>(all(), 1, flags(&approvals_kind));
+    let (freezes, freeze_triggers) = b.cache::<UpgradeFreeze>(all(), 3, flags(&freezes_kind));
     let budgets_kind = KindFlags::default();
-    let (budgets, budget_triggers) = b.cache::<UpgradeBudget>(all(), 2, KindFlags::cache_flags(&budgets_kind));
+    let (budgets, budget_triggers) = b.cache::<UpgradeBudget>(all(), 2, flags(&budgets_kind));
     // The metadata (no data) of the snapshot ConfigMaps: a change to one wakes its run, whose
     // pass verifies it against the digest its status recorded.
     let (snapshot_meta, snapshot_meta_w) = reflector::store::<PartialObjectMeta<ConfigMap>>();
@@ -299,6 +306,7 @@ pub fn start(
             freezes: freeze_triggers,
             budgets: budget_triggers,
             snapshots: snapshot_triggers,
+            kinds_served,
         },
     }
 }

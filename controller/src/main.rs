@@ -566,7 +566,7 @@ async fn run_controllers<F, Fut>(
     });
     let run_controller = Controller::for_stream(own_runs, ctx.caches.runs.clone())
         .with_config(config.clone())
-        .reconcile_all_on(at_start())
+        .reconcile_all_on(futures::stream::select(at_start(), t.kinds_served))
         .reconcile_on(t.bindings.remove(0).flat_map({
             let w = wakes.clone();
             // A watch error wakes nothing (the watcher retries it).

@@ -140,7 +140,17 @@ pub fn reconnect_backoff() -> watcher::ExponentialBackoff {
         .into()
 }
 
-/// A watch of every `K` in the cluster (all namespaces), with backoff, skipping malformed objects.
+/// Whether a watch that failed to start must list again. kube's watcher retries such a watch from
+/// the resourceVersion it had, for ever: when the kind's CRD was deleted (404) it would never learn
+/// the kind is gone, and when its resourceVersion expired meanwhile (410, the CRD installed again)
+/// it would never list it again. Kratix downgraded or upgraded under a running controller does
+/// exactly that (spec §14.2).
+fn must_list_again(e: &watcher::Error) -> bool {
+    matches!(e, watcher::Error::WatchStartFailed(kube::Error::Api(s)) if s.code == 404 || s.code == 410)
+}
+
+/// A watch of every `K` in the cluster (all namespaces), with backoff, skipping malformed objects;
+/// started over with a fresh list when it cannot go on from where it was ([`must_list_again`]).
 pub fn watch_all<K>(
     client: Client,
     config: watcher::Config,
@@ -149,17 +159,32 @@ where
     K: Resource<DynamicType = ()> + DeserializeOwned + Clone + std::fmt::Debug + Send + 'static,
 {
     let api: Api<Lenient<K>> = Api::all(client);
-    watcher(api, config)
-        .backoff(reconnect_backoff())
-        .filter_map(|ev| async move {
-            match ev {
-                Ok(ev) => convert(ev).map(Ok),
-                Err(e) => {
-                    tracing::warn!(kind = %K::kind(&()), error = %e, "watch error; retrying");
-                    Some(Err(e))
-                }
+    let start = move || {
+        watcher(api.clone(), config.clone())
+            .backoff(reconnect_backoff())
+            .boxed()
+    };
+    futures::stream::unfold(None, move |current: Option<futures::stream::BoxStream<'static, _>>| {
+        let mut stream = current.unwrap_or_else(&start);
+        async move {
+            // A watcher's stream never ends.
+            let item = stream.next().await?;
+            let next = match &item {
+                Err(e) if must_list_again(e) => None,
+                _ => Some(stream),
+            };
+            Some((item, next))
+        }
+    })
+    .filter_map(|ev| async move {
+        match ev {
+            Ok(ev) => convert(ev).map(Ok),
+            Err(e) => {
+                tracing::warn!(kind = %K::kind(&()), error = %e, "watch error; retrying");
+                Some(Err(e))
             }
-        })
+        }
+    })
 }
 
 /// The flags a cache of one kind keeps: `synced` once its initial list has been applied to the
@@ -167,6 +192,8 @@ where
 pub struct CacheFlags {
     pub synced: Arc<AtomicBool>,
     pub not_served: Option<Arc<AtomicBool>>,
+    /// Told each time `not_served` changes: the runs that need the kind look again.
+    pub served_changed: Option<futures::channel::mpsc::UnboundedSender<()>>,
 }
 
 /// A cache of every `K` (`config`): its store fed by [`watch_all`] through `writer`, its
@@ -185,21 +212,33 @@ pub fn cache<K>(
 where
     K: Resource<DynamicType = ()> + DeserializeOwned + Clone + std::fmt::Debug + Send + Sync + 'static,
 {
-    let CacheFlags { synced, not_served } = flags;
+    let CacheFlags {
+        synced,
+        not_served,
+        served_changed,
+    } = flags;
+    let tell = move |changed: bool| {
+        if let (true, Some(tx)) = (changed, &served_changed) {
+            // A closed receiver is a run controller that has shut down.
+            let _ = tx.unbounded_send(());
+        }
+    };
     let stream = kube::runtime::reflector(writer, watch_all::<K>(client, config)).inspect(move |ev| match ev {
         Ok(watcher::Event::InitDone) => {
             synced.store(true, Ordering::SeqCst);
             // Installed since: served now.
             if let Some(n) = &not_served {
-                n.store(false, Ordering::SeqCst);
+                tell(n.swap(false, Ordering::SeqCst));
             }
         }
-        // A 404 to the list: the kind is not served. Code, not reason: a group that exists
-        // without this kind answers a plain-text "404 page not found", which carries no reason
-        // (Status::is_not_found misses it).
+        // A 404 to the list: the kind is not served — at the start, or since its CRD was deleted
+        // under the running controller (the cache's list is then no list of a served kind).
+        // Code, not reason: a group that exists without this kind answers a plain-text "404 page
+        // not found", which carries no reason (Status::is_not_found misses it).
         Err(watcher::Error::InitialListFailed(kube::Error::Api(e))) if e.code == 404 => {
             if let Some(n) = &not_served {
-                n.store(true, Ordering::SeqCst);
+                synced.store(false, Ordering::SeqCst);
+                tell(!n.swap(true, Ordering::SeqCst));
             }
         }
         _ => {}
@@ -250,6 +289,29 @@ mod tests {
     use kube::ResourceExt;
     use serde_json::json;
     use upgradeplan::api::kratix::ResourceBinding;
+
+    /// A watch that cannot start lists again when its kind is gone or its resourceVersion too
+    /// old; any other failure (a timeout, 403, 500) retries the watch as kube's watcher does.
+    #[test]
+    fn a_watch_lists_again_only_when_it_cannot_go_on_from_where_it_was() {
+        let api = |code: u16| {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..Default::default()
+            }))
+        };
+        let cases = [
+            (watcher::Error::WatchStartFailed(api(404)), true),
+            (watcher::Error::WatchStartFailed(api(410)), true),
+            (watcher::Error::WatchStartFailed(api(403)), false),
+            (watcher::Error::WatchStartFailed(api(500)), false),
+            (watcher::Error::InitialListFailed(api(404)), false),
+            (watcher::Error::WatchFailed(api(404)), false),
+        ];
+        for (e, want) in cases {
+            assert_eq!(must_list_again(&e), want, "{e:?}");
+        }
+    }
 
     fn object(spec: serde_json::Value) -> Lenient<ResourceBinding> {
         serde_json::from_value(json!({

@@ -96,6 +96,8 @@ fn modelled() -> Vec<(&'static str, Value)> {
                 message: "workflow failed".into(),
                 last_transition_time: Some(chrono::Utc::now()),
             }],
+            // Read where Kratix writes it, never written (FORWARD_COMPATIBLE).
+            health_status: None,
         }),
     };
     let revision = PromiseRevision {
@@ -120,6 +122,7 @@ fn modelled() -> Vec<(&'static str, Value)> {
             },
             state: "healthy".into(),
             last_run: Some(1_780_000_000),
+            promise_version: None,
         },
     };
     let json = |v: Result<Value, serde_json::Error>| v.unwrap();
@@ -147,7 +150,36 @@ fn every_field_upgradeplan_models_exists_in_kratixs_schemas() {
     }
 }
 
-/// The check can fail: a field Kratix does not have (as `data.promiseVersion` once was) is named.
+/// The fields upgradeplan reads ahead of Kratix (its proposal kratix#945, spec §2): never written,
+/// read only where a newer Kratix writes them. Kratix's schemas lack exactly these.
+const FORWARD_COMPATIBLE: [(&str, &str); 2] = [
+    ("ResourceBinding", ".status.healthStatus"),
+    ("HealthRecord", ".data.promiseVersion"),
+];
+
+#[test]
+fn only_the_forward_compatible_fields_are_ahead_of_kratix() {
+    let schemas = fixture_schemas();
+    let ahead = [
+        (
+            "ResourceBinding",
+            json!({"status": {"lastAppliedVersion": "v1", "healthStatus": {"state": "healthy", "promiseVersion": "v2"}}}),
+        ),
+        (
+            "HealthRecord",
+            json!({"data": {"state": "healthy", "promiseVersion": "v2"}}),
+        ),
+    ];
+    for ((kind, value), (want_kind, want_field)) in ahead.iter().zip(FORWARD_COMPATIBLE) {
+        assert_eq!(*kind, want_kind);
+        let (_, schema) = schemas.iter().find(|(k, _)| k == kind).unwrap();
+        let mut missing = Vec::new();
+        undeclared(value, schema, "", &mut missing);
+        assert_eq!(missing, [want_field], "{kind}");
+    }
+}
+
+/// The check can fail: a field Kratix does not have (as `data.promiseVersion` today) is named.
 #[test]
 fn a_field_kratix_does_not_have_is_named() {
     let schemas = fixture_schemas();

@@ -708,6 +708,7 @@ mod tests {
                 })
                 .into_iter()
                 .collect(),
+            health_status: None,
         });
         b
     }

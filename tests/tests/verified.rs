@@ -207,3 +207,65 @@ async fn a_health_checked_run_on_a_cluster_without_health_records_waits_says_why
         .unwrap_or_else(|e| panic!("the finalizer was held: {e}\n{}", controller.log_text()));
     env.teardown().await.unwrap();
 }
+
+/// Issue 67 (spec §14.2): a kind deleted under a running controller — Kratix downgraded
+/// underneath it — is noticed as when the controller started without it: the health-checked run
+/// waits with `KindsServed=False/KindNotServed`; installed again, the run goes on. (kube's watcher
+/// retried its watch of the deleted kind for ever from the resourceVersion it had, so the run
+/// stayed silent.)
+#[tokio::test]
+async fn a_kind_deleted_under_a_running_controller_holds_its_runs_until_it_returns() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use upgradeplan_e2e::harness::{install_crds_on, wait_gone, OwnControlPlane};
+    let plane = OwnControlPlane::start("kinds-churn").await.unwrap();
+    let mut env = TestEnv::on("kinds-churn", &plane).await.unwrap();
+    env.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0")
+        .await
+        .unwrap();
+    let ns = env.namespace("apps").await.unwrap();
+    env.binding(&ns, "r0", &[], "v1.0.0", Some("v1.0.0")).await.unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
+    let plan = env
+        .create_plan(
+            "plan",
+            json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
+                   "rolloutGroups": [{"name": "checked", "selectors": {"matchAll": true}, "healthCheck": {"timeout": "30m"}}]}),
+        )
+        .await
+        .unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    // No Kratix here: the upgrade stays in flight, and the run in progress.
+    let kinds_served = |want: ConditionStatus| {
+        move |r: &upgradeplan::api::UpgradeRun| {
+            r.status.as_ref().is_some_and(|s| s.state == RunState::InProgress)
+                && r.status
+                    .as_ref()
+                    .and_then(|s| find_condition(&s.conditions, "KindsServed"))
+                    .map_or(want == ConditionStatus::True, |c| c.status == want)
+        }
+    };
+    env.wait_run(&run, WAIT, "in progress", kinds_served(ConditionStatus::True))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+    let health_crd = "healthrecords.platform.kratix.io";
+    crds.delete(health_crd, &Default::default()).await.unwrap();
+    wait_gone(crds, health_crd, WAIT).await.unwrap();
+    let waiting = env
+        .wait_run(&run, WAIT, "KindsServed=False", kinds_served(ConditionStatus::False))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    let c = find_condition(&waiting.status.as_ref().unwrap().conditions, "KindsServed").unwrap();
+    assert_eq!(c.reason, "KindNotServed", "{}", c.message);
+    assert!(c.message.contains(health_crd), "{}", c.message);
+
+    install_crds_on(&env.client).await.unwrap();
+    let back = env
+        .wait_run(&run, WAIT, "KindsServed=True", kinds_served(ConditionStatus::True))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    let c = find_condition(&back.status.as_ref().unwrap().conditions, "KindsServed").unwrap();
+    assert_eq!(c.reason, "KindsServed", "{}", c.message);
+    env.teardown().await.unwrap();
+}

@@ -116,6 +116,21 @@ pub struct ResourceBindingStatus {
     pub failed_version: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<BindingCondition>,
+    /// The resource's combined health and the Promise version it describes: not in Kratix yet
+    /// (its proposal kratix#945 copies the Resource Request's `status.healthStatus` here). Where
+    /// it describes an upgrade's target, it decides that upgrade's health check (spec §2, §13.2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_status: Option<BindingHealth>,
+}
+
+/// A binding's `status.healthStatus` (kratix#945).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingHealth {
+    #[serde(default)]
+    pub state: String,
+    #[serde(default)]
+    pub promise_version: String,
 }
 
 /// A condition as Kratix writes it (metav1.Condition, read leniently).
@@ -160,6 +175,10 @@ pub struct HealthRecordData {
     /// is how a record is known to be about an upgrade (spec §13.2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_run: Option<i64>,
+    /// The Promise version the check ran against: not in Kratix yet (its proposal kratix#945).
+    /// Where a record names one, only the records of an upgrade's target count (spec §2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promise_version: Option<String>,
 }
 
 impl kube::Resource for HealthRecord {
@@ -261,6 +280,8 @@ pub trait BindingFacts: Send + Sync + std::fmt::Debug {
     fn failed_version(&self) -> Option<&str>;
     /// The `UpgradeSucceeded` condition, if Kratix wrote one.
     fn upgrade_condition(&self) -> Option<UpgradeCondition<'_>>;
+    /// `status.healthStatus.state` where it describes `version` (kratix#945: not in Kratix yet).
+    fn health_state_for(&self, version: &str) -> Option<&str>;
 
     /// The Promise this binding belongs to.
     fn promise(&self) -> &str {
@@ -388,6 +409,10 @@ impl BindingFacts for ResourceBinding {
     fn failed_version(&self) -> Option<&str> {
         self.status.as_ref()?.failed_version.as_deref()
     }
+    fn health_state_for(&self, version: &str) -> Option<&str> {
+        let h = self.status.as_ref()?.health_status.as_ref()?;
+        (h.promise_version == version).then_some(h.state.as_str())
+    }
     fn upgrade_condition(&self) -> Option<UpgradeCondition<'_>> {
         let conditions = &self.status.as_ref()?.conditions;
         conditions.iter().find(|c| c.type_ == UPGRADE_SUCCEEDED).map(Into::into)
@@ -490,6 +515,9 @@ pub struct CachedBinding {
     pub last_applied_version: Arc<str>,
     pub failed_version: Option<Arc<str>>,
     pub upgrade_condition: Option<CachedCondition>,
+    /// `status.healthStatus` (state, promiseVersion), where Kratix writes it (kratix#945); boxed,
+    /// so that the bindings without it (all today) pay one pointer.
+    pub health: Option<Box<(Arc<str>, Arc<str>)>>,
 }
 
 /// The `UpgradeSucceeded` condition of a [`CachedBinding`].
@@ -525,6 +553,11 @@ impl CachedBinding {
                 message: strings.intern(c.message),
                 last_transition_time: c.last_transition_time,
             }),
+            health: b
+                .status
+                .as_ref()
+                .and_then(|s| s.health_status.as_ref())
+                .map(|h| Box::new((strings.intern(&h.state), strings.intern(&h.promise_version)))),
         }
     }
 }
@@ -562,6 +595,10 @@ impl BindingFacts for CachedBinding {
     }
     fn failed_version(&self) -> Option<&str> {
         self.failed_version.as_deref()
+    }
+    fn health_state_for(&self, version: &str) -> Option<&str> {
+        let (state, of) = self.health.as_deref()?;
+        (&**of == version).then_some(&**state)
     }
     fn upgrade_condition(&self) -> Option<UpgradeCondition<'_>> {
         self.upgrade_condition.as_ref().map(|c| UpgradeCondition {
@@ -607,7 +644,8 @@ mod tests {
                 }
             },
             "spec": {"version": "v2", "promiseRef": {"name": "spec-promise"}, "resourceRef": {"name": "r1", "namespace": "team-a"}},
-            "status": {"lastAppliedVersion": "v1", "failedVersion": "v2", "conditions": [
+            "status": {"lastAppliedVersion": "v1", "failedVersion": "v2",
+                "healthStatus": {"state": "degraded", "promiseVersion": "v2"}, "conditions": [
                 {"type": "Reconciled", "status": "True", "reason": "Done", "message": "not read"},
                 {"type": UPGRADE_SUCCEEDED, "status": "False", "reason": UPGRADE_FAILED, "message": "boom",
                  "lastTransitionTime": "2026-01-01T00:00:00Z"}
@@ -637,6 +675,7 @@ mod tests {
                     f.last_applied_version().to_string(),
                     f.failed_version().map(str::to_string),
                 ),
+                ["v1", "v2"].map(|v| f.health_state_for(v).map(str::to_string)),
                 f.upgrade_condition().map(|c| {
                     let UpgradeCondition {
                         status,

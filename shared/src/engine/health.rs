@@ -51,15 +51,21 @@ impl HealthRecords {
             .unwrap_or_default()
     }
 
-    /// The records that speak for an upgrade completed at `upgraded_at` — those whose check
-    /// ran no earlier (to the second: `lastRun` is Unix seconds; records carry no version, so
-    /// an older one may describe the version before) — combined as Kratix combines a resource's
-    /// records into its `status.healthStatus`: the worst state wins. That worst record; among
-    /// records as bad, the most recent.
-    pub fn combined(&self, resource: &SnapshotResource, upgraded_at: DateTime<Utc>) -> Option<&HealthRecord> {
+    /// The records that speak for an upgrade to `to` completed at `upgraded_at` — those whose
+    /// check ran no earlier (to the second: `lastRun` is Unix seconds; today's records carry no
+    /// version, so an older one may describe the version before), and, where a record names its
+    /// version (`data.promiseVersion`, Kratix's proposal kratix#945), only those of `to` — combined
+    /// as Kratix combines a resource's records into its `status.healthStatus`: the worst state
+    /// wins. That worst record; among records as bad, the most recent.
+    pub fn combined(
+        &self,
+        (resource, to): (&SnapshotResource, &str),
+        upgraded_at: DateTime<Utc>,
+    ) -> Option<&HealthRecord> {
         self.of(resource)
             .iter()
             .filter(|r| r.data.last_run.is_some_and(|t| t >= upgraded_at.timestamp()))
+            .filter(|r| r.data.promise_version.as_deref().is_none_or(|v| v == to))
             .min_by(|a, b| {
                 rank(&a.data.state)
                     .cmp(&rank(&b.data.state))
@@ -114,11 +120,13 @@ fn verdict(state: &str) -> Verdict {
     }
 }
 
-/// The group's health check applied to a resource's outcome: a Succeeded upgrade is Verifying
-/// until its HealthRecord is conclusive; every other outcome is unchanged.
+/// The group's health check applied to the outcome of `resource` upgrading to `to`: a Succeeded
+/// upgrade is Verifying until its health is conclusive; every other outcome is unchanged. Its
+/// health is the one its binding carries for `to`, where Kratix writes it there (kratix#945);
+/// otherwise its HealthRecords' ([`HealthRecords::combined`]).
 pub fn apply_health_check(
     outcome: Outcome,
-    resource: &SnapshotResource,
+    (resource, to): (&SnapshotResource, &str),
     live: Option<&dyn BindingFacts>,
     timeout: Option<&WrittenDuration>,
     records: &HealthRecords,
@@ -128,8 +136,21 @@ pub fn apply_health_check(
     let (Outcome::Succeeded, Some(live), Some(timeout)) = (&outcome, live, timeout) else {
         return outcome;
     };
+    if let Some(state) = live.health_state_for(to) {
+        match verdict(state) {
+            Verdict::Healthy => return Outcome::Succeeded,
+            Verdict::Unhealthy => {
+                let (namespace, name) = (live.binding_namespace(), live.binding_name());
+                return Outcome::Failed {
+                    message: texts::health_reported_on_binding(state, namespace, name, to),
+                };
+            }
+            // Not conclusive yet: the records may be, and the timeout runs.
+            Verdict::Wait => {}
+        }
+    }
     let upgraded = upgraded_at(live, run_created);
-    let record = records.combined(resource, upgraded);
+    let record = records.combined((resource, to), upgraded);
     match record.map(|r| verdict(&r.data.state)) {
         Some(Verdict::Healthy) => Outcome::Succeeded,
         Some(Verdict::Unhealthy) => {
@@ -213,6 +234,7 @@ pub(crate) mod tests {
                 },
                 state: state.into(),
                 last_run: last_run.map(|t| utc(t).timestamp()),
+                promise_version: None,
             },
         })
     }
@@ -222,13 +244,16 @@ pub(crate) mod tests {
     }
 
     fn decide(records: Vec<Arc<HealthRecord>>, outcome: Outcome, now: &str) -> Outcome {
-        let b = upgraded();
-        let r = SnapshotResource::from_binding(&b);
+        decide_on(&upgraded(), records, outcome, now)
+    }
+
+    fn decide_on(b: &ResourceBinding, records: Vec<Arc<HealthRecord>>, outcome: Outcome, now: &str) -> Outcome {
+        let r = SnapshotResource::from_binding(b);
         let index = HealthRecords::index("redis", records);
         apply_health_check(
             outcome,
-            &r,
-            Some(&b),
+            (&r, "v2"),
+            Some(b),
             Some(&check("10m")),
             &index,
             utc(CREATED),
@@ -239,6 +264,86 @@ pub(crate) mod tests {
     fn failed(message: &str) -> Outcome {
         Outcome::Failed {
             message: message.into(),
+        }
+    }
+
+    /// Spec §2 (kratix#945, not in Kratix yet): three shapes of health. Records that name no
+    /// version follow today's rule; records that name one count only for the target's version;
+    /// a binding carrying the health of the target's version decides by itself (its verdict
+    /// wins over the records while conclusive), one of another version is not read.
+    #[test]
+    fn health_of_the_target_version_where_kratix_says_which_version() {
+        let at = "2026-06-01T10:05:00Z";
+        let after = Some("2026-06-01T10:01:00Z");
+        let verifying = Outcome::Verifying {
+            until: utc("2026-06-01T10:10:00Z"),
+        };
+        let versioned = |state: &str, version: &str| {
+            let mut r = (*record("web", state, after)).clone();
+            r.metadata.name = Some(format!("web-{version}"));
+            r.data.promise_version = Some(version.into());
+            Arc::new(r)
+        };
+        let on_binding = |state: &str, version: &str| {
+            let mut b = upgraded();
+            b.status.as_mut().unwrap().health_status = Some(crate::api::kratix::BindingHealth {
+                state: state.into(),
+                promise_version: version.into(),
+            });
+            b
+        };
+        let cases: Vec<(&str, ResourceBinding, Vec<Arc<HealthRecord>>, Outcome)> = vec![
+            (
+                "unversioned records: today's rule",
+                upgraded(),
+                vec![record("web", "healthy", after)],
+                Outcome::Succeeded,
+            ),
+            (
+                "a healthy record of the old version does not hide the new one",
+                upgraded(),
+                vec![versioned("healthy", "v1")],
+                verifying.clone(),
+            ),
+            (
+                "the target's record decides",
+                upgraded(),
+                vec![versioned("healthy", "v1"), versioned("unhealthy", "v2")],
+                failed("health check reported unhealthy (HealthRecord ns/web-v2)"),
+            ),
+            (
+                "an unhealthy record of the old version does not fail the new one",
+                upgraded(),
+                vec![versioned("unhealthy", "v1"), versioned("ready", "v2")],
+                Outcome::Succeeded,
+            ),
+            (
+                "the binding's health of the target decides",
+                on_binding("unhealthy", "v2"),
+                vec![record("web", "healthy", after)],
+                failed("health check reported unhealthy (ResourceBinding ns/web-binding, status.healthStatus for v2)"),
+            ),
+            (
+                "the binding says healthy",
+                on_binding("healthy", "v2"),
+                vec![],
+                Outcome::Succeeded,
+            ),
+            (
+                "the binding's health of the old version is not read",
+                on_binding("healthy", "v1"),
+                vec![],
+                verifying.clone(),
+            ),
+            (
+                "the binding unknown: the records decide",
+                on_binding("unknown", "v2"),
+                vec![versioned("degraded", "v2")],
+                failed("health check reported degraded (HealthRecord ns/web-v2)"),
+            ),
+        ];
+        for (case, b, records, want) in cases {
+            assert_eq!(decide_on(&b, records, Outcome::Succeeded, at), want, "{case}");
         }
     }
 
@@ -379,7 +484,7 @@ pub(crate) mod tests {
         let index = HealthRecords::index("redis", unhealthy);
         let at = utc("2026-06-01T10:05:00Z");
         assert_eq!(
-            apply_health_check(Outcome::Succeeded, &r, Some(&b), None, &index, utc(CREATED), at),
+            apply_health_check(Outcome::Succeeded, (&r, "v2"), Some(&b), None, &index, utc(CREATED), at),
             Outcome::Succeeded,
             "no healthCheck: SKE's behaviour"
         );

@@ -221,7 +221,7 @@ impl GroupRules {
             Some(Recorded::Succeeded { here: false }) => {
                 return apply_health_check(
                     Outcome::Succeeded,
-                    resource,
+                    (resource, resource.target(to)),
                     live,
                     self.health.as_ref(),
                     records,
@@ -245,7 +245,8 @@ impl GroupRules {
             });
         }
         let outcome = apply_deadline(outcome, live, self.deadline.as_ref(), now);
-        apply_health_check(outcome, resource, live, self.health.as_ref(), records, run_created, now)
+        let judged = (resource, resource.target(to));
+        apply_health_check(outcome, judged, live, self.health.as_ref(), records, run_created, now)
     }
 }
 

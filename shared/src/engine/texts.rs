@@ -98,6 +98,10 @@ pub fn resource_skipped(resource: &str, why: &str) -> String {
 pub fn health_reported(state: &str, namespace: &str, record: &str) -> String {
     format!("health check reported {state} (HealthRecord {namespace}/{record})")
 }
+/// The binding's own health for the version it upgraded to (Kratix's proposal kratix#945).
+pub fn health_reported_on_binding(state: &str, namespace: &str, binding: &str, version: &str) -> String {
+    format!("health check reported {state} (ResourceBinding {namespace}/{binding}, status.healthStatus for {version})")
+}
 
 pub fn no_health_report(timeout: &str) -> String {
     format!("no health report within {timeout}")
