@@ -45,9 +45,10 @@ build-all: deps ## every binary and test, with the feature set every part of `ma
 crds: ## regenerate deploy/crds from the Rust types
 	$(CARGO) run -q -p upgradeplan-controller -- crd --output-dir deploy/crds
 
-check: deps ## formatting and lints
+check: deps ## formatting, lints, and the simulation's mutants still apply to the engine
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	@for p in tests/mutants/*.patch; do patch --dry-run -s -p1 < $$p >/dev/null || { echo "$$p no longer applies to the engine: refresh it (make sim-mutants runs it)" >&2; exit 1; }; done
 
 unit: deps ## tests that need no cluster (engine tables, CRD freshness, CEL rules)
 	$(CARGO) test $(WORKSPACE) --no-fail-fast --lib --bins

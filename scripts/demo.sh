@@ -43,12 +43,6 @@ cmd_stop() {
   echo "demo stopped"
 }
 
-status_patch() { # namespace binding json
-  curl -fsS -o /dev/null --cacert "$TESTENV_DIR/pki/ca.crt" --cert "$TESTENV_DIR/pki/admin.crt" --key "$TESTENV_DIR/pki/admin.key" \
-    -X PATCH -H 'Content-Type: application/merge-patch+json' -d "$3" \
-    "https://127.0.0.1:$TESTENV_API_PORT/apis/platform.kratix.io/v1alpha1/namespaces/$1/resourcebindings/$2/status"
-}
-
 cmd_start() {
   say "Control plane (etcd, kube-apiserver, kube-controller-manager) on 127.0.0.1:$TESTENV_API_PORT"
   eval "$(tests/cluster.sh start)"
@@ -58,7 +52,7 @@ cmd_start() {
   kubectl wait --for condition=established --timeout=60s crd --all >/dev/null
   kubectl create namespace kratix-platform-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 
-  say "kratix-sim (plays Kratix: each upgrade takes 1s) and upgradeplan-controller"
+  say "kratix-sim (plays Kratix: makes each Resource Request's binding; each upgrade takes 1s) and upgradeplan-controller"
   setsid "$BIN/kratix-sim" --delay 1s >"$TESTENV_DIR/logs/kratix-sim.log" 2>&1 </dev/null &
   echo $! >"$TESTENV_DIR/demo-kratix-sim.pid"
   setsid "$BIN/upgradeplan-controller" --health-addr "127.0.0.1:$HEALTH_PORT" --metrics-addr "127.0.0.1:$METRICS_PORT" \
@@ -79,34 +73,43 @@ YAML
     >"$TESTENV_DIR/logs/prometheus.log" 2>&1 </dev/null &
   echo $! >"$TESTENV_DIR/demo-prometheus.pid"
 
-  say "Promise redis (v1.0.0, v2.0.0) and 30 resources at v1.0.0 in team-a, team-b, team-c"
+  say "Promise redis (v1.0.0, v2.0.0) and 30 Redis requests made when v1.0.0 was the latest, in team-a, team-b, team-c"
   kubectl apply -f examples/demo/promise.yaml >/dev/null
-  local envs=(dev staging prod) ns i env name
+  # kratix-sim installs the Promise's request kind (its spec.api), as Kratix does.
+  local i
+  for i in $(seq 1 60); do kubectl get crd redis.redis.marketplace.kratix.io >/dev/null 2>&1 && break; sleep 1; done
+  kubectl wait --for condition=established --timeout=60s crd redis.redis.marketplace.kratix.io >/dev/null
+  local envs=(dev staging prod) ns env name
   for ns in team-a team-b team-c; do
     kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
     for i in $(seq 0 9); do
       env="${envs[$(( (i + ${#ns}) % 3 ))]}"
       [ "$ns" = team-c ] && [ "$i" -ge 7 ] && env=prod
       name="cache-$i"
+      # kratix-sim/binding-version: the request was made when v1.0.0 was the latest (Kratix's
+      # pinned strategy); kratix-sim makes its ResourceBinding and applies that version.
       cat <<YAML
-apiVersion: platform.kratix.io/v1alpha1
-kind: ResourceBinding
+apiVersion: redis.marketplace.kratix.io/v1alpha1
+kind: Redis
 metadata:
-  name: $name-redis
+  name: $name
   namespace: $ns
-  labels: {kratix.io/promise-name: redis, kratix.io/resource-name: $name, env: $env}
-spec:
-  version: v1.0.0
-  promiseRef: {name: redis}
-  resourceRef: {name: $name, namespace: $ns}
+  labels: {env: $env}
+  annotations: {kratix-sim/binding-version: v1.0.0}
+spec: {size: small}
 ---
 YAML
     done
   done | kubectl apply -f - >/dev/null
-  for ns in team-a team-b team-c; do
-    for i in $(seq 0 9); do status_patch "$ns" "cache-$i-redis" '{"status":{"lastAppliedVersion":"v1.0.0"}}'; done
+  local applied=0
+  for i in $(seq 1 120); do
+    applied="$(kubectl get resourcebindings -A -l kratix.io/promise-name=redis -o jsonpath='{range .items[*]}{.status.lastAppliedVersion}{"\n"}{end}' | grep -c '^v1.0.0$' || true)"
+    [ "$applied" -eq 30 ] && break
+    sleep 1
   done
-  kubectl get resourcebindings -A | sed -n 1,6p; echo "   … (30 in all)"
+  [ "$applied" -eq 30 ] || { echo "kratix-sim made and applied $applied of the 30 bindings" >&2; return 1; }
+  kubectl get redis -A | sed -n 1,4p; echo "   … (30 in all)"
+  kubectl get resourcebindings -A | sed -n 1,4p; echo "   … (one per request, made by Kratix)"
 
   # prod's deny window is 12:00-13:00 UTC in the example; the demo moves it twelve hours away from
   # now, so that it shows a window and never holds the demo's run (whenever the demo runs).
@@ -137,7 +140,7 @@ YAML
 
   say "A second plan, v2.0.0 to v3.0.0 (examples/demo/failing-plan.yaml); team-b/cache-3 will fail its upgrade"
   kubectl apply -f examples/demo/failing-plan.yaml >/dev/null
-  kubectl annotate resourcebinding -n team-b cache-3-redis kratix-sim/fail-version=v3.0.0 --overwrite >/dev/null
+  kubectl annotate resourcebinding -n team-b -l kratix.io/resource-name=cache-3 kratix-sim/fail-version=v3.0.0 --overwrite >/dev/null
   sleep 6 # a scrape: Prometheus sees the new plan's counters at 0 before its run fails
   say "Before running it: which group each resource is in (kubectl upgradeplan match)"
   "$BIN/kubectl-upgradeplan" match redis-v2-to-v3 || true

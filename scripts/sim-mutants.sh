@@ -3,8 +3,8 @@
 # tests/mutants/*.patch, one at a time, to a scratch copy of the repository, runs the
 # simulation there, and counts the mutants it caught (a violation found). Ends with
 # `mutants: <caught> of <total> caught`; exit 1 unless all are.
-#   SIM_MUTANT_HISTORIES (500) histories each, from SIM_SEED (1); SIM_MUTANTS="a.patch b.patch"
-#   runs only those.
+#   SIM_MUTANT_HISTORIES (500) histories each (a patch's `Histories: N` header line overrides it:
+#   a bug only rare histories reach), from SIM_SEED (1); SIM_MUTANTS="a.patch b.patch" runs only those.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 histories=${SIM_MUTANT_HISTORIES:-500}
@@ -25,7 +25,9 @@ for patch in ${SIM_MUTANTS:-"$root"/tests/mutants/*.patch}; do
     continue
   fi
   (cd "$scratch/repo" && CARGO_TARGET_DIR=$target ${CARGO:-cargo} build -q --locked -p upgradeplan-e2e --bin upgradeplan-sim) >/dev/null
-  out=$(SIM_SEED=$seed SIM_HISTORIES=$histories "$target/debug/upgradeplan-sim" 2>&1 || true)
+  # A mutant whose bug needs a rare history says how many it takes (a `Histories: N` header line).
+  n=$(sed -n 's/^Histories: \([0-9]*\)$/\1/p' "$patch" | head -1)
+  out=$(SIM_SEED=$seed SIM_HISTORIES=${n:-$histories} "$target/debug/upgradeplan-sim" 2>&1 || true)
   verdict=$(tail -1 <<<"$out")
   if grep -q '^VIOLATION' <<<"$out"; then
     caught=$((caught + 1))

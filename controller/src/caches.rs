@@ -16,7 +16,34 @@ use kube::Client;
 use upgradeplan::api::kratix::{CachedBinding, HealthRecord, Promise, PromiseRevision, ResourceBinding};
 use upgradeplan::api::{UpgradeApproval, UpgradeBudget, UpgradeFreeze, UpgradePlan, UpgradeRun};
 
-use crate::{bindings, context, watch};
+use crate::{bindings, watch};
+
+/// Whether each watch has delivered its initial list.
+///
+/// Tracked here rather than with `Store::wait_until_ready`: in kube-runtime 5 that future keeps
+/// only the last waiter's waker, so a reconciler waiting beside the Controller can sleep forever.
+#[derive(Default)]
+pub struct Synced {
+    flags: std::sync::Mutex<Vec<Arc<std::sync::atomic::AtomicBool>>>,
+}
+
+impl Synced {
+    /// A new flag for one watch, set when its initial list is complete.
+    pub fn flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        if let Ok(mut flags) = self.flags.lock() {
+            flags.push(flag.clone());
+        }
+        flag
+    }
+
+    pub fn all(&self) -> bool {
+        self.flags
+            .lock()
+            .map(|f| f.iter().all(|x| x.load(std::sync::atomic::Ordering::SeqCst)))
+            .unwrap_or(false)
+    }
+}
 
 /// The trigger streams of one kind, one per controller that watches it.
 pub type Triggers<K> = Vec<BoxStream<'static, Result<K, watcher::Error>>>;
@@ -113,7 +140,7 @@ pub struct Stores {
     /// resourceVersion, or none, and wakes its run, which reads and verifies it.
     pub snapshot_meta: Store<PartialObjectMeta<ConfigMap>>,
     /// Whether every cache above but `health`, `approvals` and `freezes` has its initial list.
-    pub synced: context::Synced,
+    pub synced: Synced,
     pub health_kind: KindFlags,
     pub approvals_kind: KindFlags,
     pub freezes_kind: KindFlags,
@@ -184,12 +211,7 @@ impl Builder<'_> {
     }
 
     /// A cache of a kind every run needs, counted in `synced`.
-    fn needed<K: Cached>(
-        &mut self,
-        synced: &context::Synced,
-        config: watcher::Config,
-        n: usize,
-    ) -> (Store<K>, Triggers<K>) {
+    fn needed<K: Cached>(&mut self, synced: &Synced, config: watcher::Config, n: usize) -> (Store<K>, Triggers<K>) {
         let flags = watch::CacheFlags {
             synced: synced.flag(),
             not_served: None,
@@ -229,7 +251,7 @@ pub fn start(
         Some(s) => watcher::Config::default().labels(s),
         None => watcher::Config::default(),
     };
-    let synced = context::Synced::default();
+    let synced = Synced::default();
     let mut b = Builder {
         client,
         forwarding,

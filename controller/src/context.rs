@@ -23,31 +23,27 @@ pub use upgradeplan::engine::snapshot::Frozen;
 /// How long a reconcile waits before retrying while the caches are still filling.
 pub const CACHE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
-/// Whether each watch has delivered its initial list.
-///
-/// Tracked here rather than with `Store::wait_until_ready`: in kube-runtime 5 that future keeps
-/// only the last waiter's waker, so a reconciler waiting beside the Controller can sleep forever.
-#[derive(Default)]
-pub struct Synced {
-    flags: Mutex<Vec<Arc<std::sync::atomic::AtomicBool>>>,
+/// The key an object's reconciles are known by in [`Ctx::retries`] and the `reconciled key=…`
+/// log line tests and operators wait for: `run/NAME`, `plan/NAME`, `freeze/NAME`, `budget/NAME`
+/// (the kind without its `Upgrade` prefix; one key shape for every reconciler).
+pub fn retry_key<K: Resource<DynamicType = ()>>(object: &K) -> String {
+    let kind = K::kind(&());
+    let short = kind.strip_prefix("Upgrade").unwrap_or(&kind).to_lowercase();
+    format!("{short}/{}", object.name_any())
 }
 
-impl Synced {
-    /// A new flag for one watch, set when its initial list is complete.
-    pub fn flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
-        let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        if let Ok(mut flags) = self.flags.lock() {
-            flags.push(flag.clone());
-        }
-        flag
-    }
-
-    pub fn all(&self) -> bool {
-        self.flags
-            .lock()
-            .map(|f| f.iter().all(|x| x.load(std::sync::atomic::Ordering::SeqCst)))
-            .unwrap_or(false)
-    }
+/// What every reconciler does on an error: retry the object with its own exponential backoff,
+/// and log its kind, name and the error's kind (the `UpgradeControllerReconcileErrors` runbook names
+/// `reconcile failed; retrying`).
+pub fn error_policy<K: Resource<DynamicType = ()>>(
+    object: Arc<K>,
+    err: &crate::error::Error,
+    ctx: Arc<Ctx>,
+) -> kube::runtime::controller::Action {
+    let delay = ctx.retries.next_delay(&retry_key(&*object));
+    let kind = K::kind(&());
+    tracing::warn!(%kind, name = %object.name_any(), error = %err, error_kind = err.metric_label(), retry_in = ?delay, "reconcile failed; retrying");
+    kube::runtime::controller::Action::requeue(delay)
 }
 
 /// Per-object delays before retrying a failed reconcile: doubling from [`RETRY_MIN`] up to
@@ -114,7 +110,7 @@ pub struct Ctx {
     pub retries: RetryBackoff,
     /// Starts sent under an UpgradeBudget and not in the binding cache yet; its lock makes the
     /// budgeted runs' decisions one at a time (spec §13.8).
-    pub budget_ledger: tokio::sync::Mutex<crate::budget::Ledger>,
+    pub budget_ledger: tokio::sync::Mutex<crate::ledger::Ledger>,
     /// Runs to reconcile now because a budget unit they wait for is free (the run controller
     /// reads the other end).
     pub budget_wakes: futures::channel::mpsc::UnboundedSender<kube::runtime::reflector::ObjectRef<UpgradeRun>>,
@@ -187,7 +183,7 @@ impl Ctx {
         if self.caches.budgets_kind.synced() {
             for b in self.caches.budgets.state() {
                 if self.writes_status_of_platform_object(b.labels()) && b.metadata.deletion_timestamp.is_none() {
-                    let in_flight = crate::budget::in_flight(self, &b);
+                    let in_flight = crate::ledger::in_flight(&self.caches, &b);
                     let max = upgradeplan::engine::upgrade_budget::max_in_flight(&b);
                     state.budgets.push((b.name_any(), in_flight, max));
                 }
@@ -425,6 +421,16 @@ impl Ctx {
             return false;
         };
         r.remove(&uid).is_some_and(|refused| refused == version)
+    }
+
+    /// Whether starts `admitted` let through may still be sent now, by the run and the freezes as
+    /// the caches have them and the clock (spec §14.1).
+    pub fn still_admitted(
+        &self,
+        admitted: &upgradeplan::engine::admitted::Admitted,
+    ) -> std::result::Result<(), upgradeplan::engine::admitted::Ended> {
+        let run = self.run(&admitted.run);
+        admitted.check(run.as_deref(), &self.caches.freezes.state(), crate::clock::now())
     }
 
     pub fn status_written(&self, uid: &str) {
@@ -690,5 +696,12 @@ mod tests {
             b.next_delay("plan/c");
         }
         assert_eq!(b.next_delay("plan/c"), RETRY_MAX, "no overflow after many failures");
+        let run = upgradeplan::api::UpgradeRun::new("r1", Default::default());
+        let plan = upgradeplan::api::UpgradePlan::new("p1", Default::default());
+        assert_eq!(
+            (retry_key(&run), retry_key(&plan)),
+            ("run/r1".to_string(), "plan/p1".to_string()),
+            "the keys the `reconciled key=` log line names"
+        );
     }
 }

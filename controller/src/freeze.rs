@@ -11,7 +11,7 @@ use upgradeplan::api::{reasons, UpgradeFreeze};
 use upgradeplan::engine::freeze;
 
 use crate::context::{apply_status, Ctx};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::events::EventType;
 
 pub async fn reconcile(freeze: Arc<UpgradeFreeze>, ctx: Arc<Ctx>) -> Result<Action> {
@@ -35,15 +35,4 @@ pub async fn reconcile(freeze: Arc<UpgradeFreeze>, ctx: Arc<Ctx>) -> Result<Acti
         Some(next) => Action::requeue(crate::clock::until(next)),
         None => Action::await_change(),
     })
-}
-
-/// The object's key in [`Ctx::retries`].
-pub fn retry_key(freeze: &UpgradeFreeze) -> String {
-    format!("freeze/{}", freeze.name_any())
-}
-
-pub fn error_policy(freeze: Arc<UpgradeFreeze>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    let delay = ctx.retries.next_delay(&retry_key(&freeze));
-    tracing::warn!(freeze = %freeze.name_any(), error = %err, kind = err.metric_label(), retry_in = ?delay, "freeze reconcile failed; retrying");
-    Action::requeue(delay)
 }

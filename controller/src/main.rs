@@ -12,6 +12,7 @@ mod freeze;
 mod gates;
 mod http;
 mod leader;
+mod ledger;
 mod metrics;
 mod plan;
 mod run;
@@ -425,19 +426,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The reconcile of a kind: the reconcile itself, the key its retries are counted under, and
-/// what to do on an error.
-type Reconciler<K, Fut> = (
-    fn(Arc<K>, Arc<Ctx>) -> Fut,
-    fn(&K) -> String,
-    fn(Arc<K>, &error::Error, Arc<Ctx>) -> kube::runtime::controller::Action,
-);
-
-/// `controller` run to its end, every reconcile [`timed`] as `name`.
+/// `controller` run to its end with `reconcile`, every reconcile [`timed`] as `name`; errors
+/// retried as every reconciler's are ([`context::error_policy`]).
 fn running<K, Fut>(
     controller: Controller<K>,
     name: &'static str,
-    (reconcile, retry_key, error_policy): Reconciler<K, Fut>,
+    reconcile: fn(Arc<K>, Arc<Ctx>) -> Fut,
     ctx: Arc<Ctx>,
 ) -> impl std::future::Future<Output = ()>
 where
@@ -447,10 +441,10 @@ where
     controller
         .run(
             move |object, ctx: Arc<Ctx>| {
-                let (key, version) = (retry_key(&object), object.resource_version());
+                let (key, version) = (context::retry_key(&*object), object.resource_version());
                 timed(name, ctx.clone(), key, version, reconcile(object, ctx))
             },
-            error_policy,
+            context::error_policy,
             ctx,
         )
         .for_each(|_| futures::future::ready(()))
@@ -610,12 +604,7 @@ async fn run_controllers<F, Fut>(
                 .map(|o| ObjectRef::<UpgradeRun>::new(&o.name))
         })
         .graceful_shutdown_on(stopped());
-    let run_controller = running(
-        run_controller,
-        "upgraderun",
-        (run::reconcile, run::retry_key, run::error_policy),
-        ctx.clone(),
-    );
+    let run_controller = running(run_controller, "upgraderun", run::reconcile, ctx.clone());
 
     let plan_controller = Controller::for_stream(t.plans.remove(0), ctx.caches.plans.clone())
         .with_config(config.clone())
@@ -627,24 +616,14 @@ async fn run_controllers<F, Fut>(
         )
         .watches_stream(t.freezes.remove(0), wakes.by(|w, _: UpgradeFreeze| w.every_plan()))
         .graceful_shutdown_on(stopped());
-    let plan_controller = running(
-        plan_controller,
-        "upgradeplan",
-        (plan::reconcile, plan::retry_key, plan::error_policy),
-        ctx.clone(),
-    );
+    let plan_controller = running(plan_controller, "upgradeplan", plan::reconcile, ctx.clone());
 
     let freeze_controller = Controller::for_stream(t.freezes.remove(0), ctx.caches.freezes.clone())
         .with_config(config.clone())
         .reconcile_all_on(at_start())
         .watches_stream(t.plans.remove(0), wakes.by(|w, _: UpgradePlan| w.every_freeze()))
         .graceful_shutdown_on(stopped());
-    let freeze_controller = running(
-        freeze_controller,
-        "upgradefreeze",
-        (freeze::reconcile, freeze::retry_key, freeze::error_policy),
-        ctx.clone(),
-    );
+    let freeze_controller = running(freeze_controller, "upgradefreeze", freeze::reconcile, ctx.clone());
 
     // A budget's status follows its runs on a timer (see `budget::reconcile`).
     // Its own status writes are no reason to look again: it does every STATUS_EVERY.
@@ -656,12 +635,7 @@ async fn run_controllers<F, Fut>(
         .with_config(config)
         .reconcile_all_on(at_start())
         .graceful_shutdown_on(stopped());
-    let budget_controller = running(
-        budget_controller,
-        "upgradebudget",
-        (budget::reconcile, budget::retry_key, budget::error_policy),
-        ctx.clone(),
-    );
+    let budget_controller = running(budget_controller, "upgradebudget", budget::reconcile, ctx.clone());
 
     let controllers = async {
         if !leading.await {

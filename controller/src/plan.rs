@@ -112,14 +112,3 @@ async fn create_scheduled_run(plan: &UpgradePlan, run: &ScheduledRun, ctx: &Ctx)
         Err(e) => Err(Error::Kube(e)),
     }
 }
-
-/// The object's key in [`Ctx::retries`].
-pub fn retry_key(plan: &UpgradePlan) -> String {
-    format!("plan/{}", plan.name_any())
-}
-
-pub fn error_policy(plan: Arc<UpgradePlan>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    let delay = ctx.retries.next_delay(&retry_key(&plan));
-    tracing::warn!(plan = %plan.name_any(), error = %err, kind = err.metric_label(), retry_in = ?delay, "plan reconcile failed; retrying");
-    Action::requeue(delay)
-}

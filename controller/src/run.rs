@@ -171,7 +171,7 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
     // evaluations of thousands of resources do not wait on one another.
     let budgets = match selecting.is_empty() {
         true => Vec::new(),
-        false => crate::budget::facts_for(ctx, &mut *ctx.budget_ledger.lock().await, run, &selecting),
+        false => crate::ledger::facts_for(&ctx.caches, &mut *ctx.budget_ledger.lock().await, run, &selecting),
     };
     let facts = lifecycle::Facts {
         plan: plan.as_deref(),
@@ -191,7 +191,7 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         // again from the budgets as they are now, still holding the ledger, so that no unit is
         // handed out twice.
         let mut ledger = ctx.budget_ledger.lock().await;
-        let current = crate::budget::facts_for(ctx, &mut ledger, run, &selecting);
+        let current = crate::ledger::facts_for(&ctx.caches, &mut ledger, run, &selecting);
         let decided_again;
         (step, decided_again) = lifecycle::admit_within_budgets(step, run, &facts, &current, ctx);
         if decided_again {
@@ -253,6 +253,15 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
                 }
             }
             Write::Snapshot(shards, frozen) => {
+                // Only from the run as it is: a copy the cache has not caught up on (its status
+                // already InProgress) would write again a snapshot someone deleted since, with
+                // data its recorded digest still matches, and the deletion would go unseen. The
+                // API server has no precondition across objects; one read per run taken.
+                if !crate::writes::run_is_at(&ctx.client, &run_name, version.as_deref()).await? {
+                    tracing::debug!(run = %run_name, "snapshot decided from a stale copy of the run; looking again");
+                    ctx.refused_copy(run);
+                    return Ok(Action::requeue(std::time::Duration::from_millis(200)));
+                }
                 let versions = crate::snapshots::write_snapshot(ctx, run, shards).await?;
                 if let (Some(uid), Ok(mut cache)) = (run.uid(), ctx.frozen.lock()) {
                     let verified = crate::context::Verified {
@@ -267,7 +276,7 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
                     tracing::debug!(run = %run_name, patches = patches.len(), "patching bindings");
                 }
                 repair_announcements(ctx, run, &frozen.snapshot, &step.to).await;
-                conflict = patch_bindings(ctx, run, patches).await?;
+                conflict = patch_bindings(ctx, run, patches, step.admitted.as_ref()).await?;
             }
             Write::CreateRevert(revert) => create_run(&ctx.client, &revert.0).await?,
             Write::FlushCounts => ctx.recorder.flush_counts(&run.uid().unwrap_or_default()).await,
@@ -323,9 +332,17 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
 }
 
 /// Sends the step's binding patches, concurrently (bounded): a group of thousands starts at the
-/// API server's pace, not one round trip at a time. Each carries its own precondition. Returns
-/// whether any conflicted (the next pass re-evaluates; nothing is overwritten).
-async fn patch_bindings(ctx: &Ctx, run: &UpgradeRun, patches: &[BindingPatch]) -> Result<bool> {
+/// API server's pace, not one round trip at a time. Each carries its own precondition, and goes
+/// only while what admitted it still holds (`admitted`, checked against the caches and the clock
+/// as each takes its slot: after a cancel, a supersede or a freeze shows in the cache, at most
+/// one request per concurrent sender is still in the air). Returns whether any conflicted or was
+/// withheld (the next pass re-evaluates; nothing is overwritten).
+async fn patch_bindings(
+    ctx: &Ctx,
+    run: &UpgradeRun,
+    patches: &[BindingPatch],
+    admitted: Option<&upgradeplan::engine::admitted::Admitted>,
+) -> Result<bool> {
     // One pipeline for every patch, PATCH_CONCURRENCY in flight: no batch waits for its slowest
     // request before the next begins. Streams by index (a closure over borrowed items is not
     // provably Send across the await): only the futures in flight exist, however many thousands.
@@ -334,7 +351,10 @@ async fn patch_bindings(ctx: &Ctx, run: &UpgradeRun, patches: &[BindingPatch]) -
         async move {
             // Never closed; a closed semaphore would only lift the bound.
             let _slot = ctx.binding_writes.acquire().await.ok();
-            (patch, patch_binding(&ctx.client, patch).await)
+            if let Some(Err(ended)) = admitted.map(|a| ctx.still_admitted(a)) {
+                return (patch, Err(ended));
+            }
+            (patch, Ok(patch_binding(&ctx.client, patch).await))
         }
     };
     let mut sent = futures::stream::iter(0..patches.len())
@@ -344,7 +364,17 @@ async fn patch_bindings(ctx: &Ctx, run: &UpgradeRun, patches: &[BindingPatch]) -
     // error is returned at the end.
     let mut conflict = false;
     let mut failed = None;
+    let mut withheld: Vec<&BindingPatch> = Vec::new();
+    let mut ended = None;
     while let Some((patch, result)) = sent.next().await {
+        let result = match result {
+            Ok(sent) => sent,
+            Err(why) => {
+                withheld.push(patch);
+                ended.get_or_insert(why);
+                continue;
+            }
+        };
         match result {
             Ok(true) => conflict = true,
             Ok(false) => {
@@ -362,10 +392,14 @@ async fn patch_bindings(ctx: &Ctx, run: &UpgradeRun, patches: &[BindingPatch]) -
             }
         }
     }
+    if let Some(why) = ended {
+        tracing::info!(run = %run.name_any(), withheld = withheld.len(), reason = %why, "starts withheld: their admission ended while they were being sent");
+        ctx.budget_ledger.lock().await.forget(&run.name_any(), &withheld);
+    }
     if let Some(e) = failed {
         return Err(e);
     }
-    Ok(conflict)
+    Ok(conflict || !withheld.is_empty())
 }
 
 /// After a restart, announces the upgrades an earlier process started but whose
@@ -405,17 +439,6 @@ async fn announce_starts(ctx: &Ctx, run: &UpgradeRun, notes: Vec<String>) {
         .buffer_unordered(PATCH_CONCURRENCY)
         .collect::<Vec<()>>()
         .await;
-}
-
-/// The object's key in [`Ctx::retries`].
-pub fn retry_key(run: &UpgradeRun) -> String {
-    format!("run/{}", run.name_any())
-}
-
-pub fn error_policy(run: Arc<UpgradeRun>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    let delay = ctx.retries.next_delay(&retry_key(&run));
-    tracing::warn!(run = %run.name_any(), error = %err, kind = err.metric_label(), retry_in = ?delay, "run reconcile failed; retrying");
-    Action::requeue(delay)
 }
 
 /// The whole of a step's writes, in order, against a mocked API server (each write's own
@@ -577,7 +600,7 @@ mod tests {
     #[tokio::test]
     async fn a_step_is_sent_in_order_with_the_status_last_and_conditional_on_the_run_as_patched() {
         use upgradeplan::api::{RunState, UpgradeRunStatus};
-        use upgradeplan::engine::lifecycle::{Announcement, Gauges, Step};
+        use upgradeplan::engine::lifecycle::{Announcement, Step};
 
         let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let client = kube::Client::new(service, "default");
@@ -589,18 +612,18 @@ mod tests {
         run.metadata.resource_version = Some("5".into());
         let mut own = RunPatch::of("r");
         own.labels.insert("platform.syntasso.io/plan".into(), "p".into());
+        let pending = UpgradeRunStatus {
+            state: RunState::Pending,
+            ..Default::default()
+        };
         let step = Step {
             own,
             supersede: vec![RunPatch::supersede("old", "r")],
-            write_snapshot: Vec::new(),
-            frozen: None,
             adopt_approvals: vec![ApprovalPatch {
                 approval: "r-prod".into(),
                 resource_version: Some("3".into()),
                 owner_references: Vec::new(),
             }],
-            evaluation: None,
-            binding_patches: Vec::new(),
             to: "v2".into(),
             announce: vec![Announcement {
                 warning: false,
@@ -608,19 +631,7 @@ mod tests {
                 note: "waiting".into(),
                 key: String::new(),
             }],
-            results: Vec::new(),
-            result_counts: Vec::new(),
-            gauges: Gauges::Keep,
-            newly_superseded: false,
-            finished: None,
-            release: None,
-            create_revert: None,
-            status: UpgradeRunStatus {
-                state: RunState::Pending,
-                ..Default::default()
-            },
-            wake_at: None,
-            wake_runs: Vec::new(),
+            ..Step::new(&run, pending)
         };
         let ctx = context(client);
         super::carry_out(&ctx, &run, step).await.expect("the step is sent");
@@ -659,5 +670,95 @@ mod tests {
             "conditional on the run as its own patch left it: {status}"
         );
         assert_eq!(status["status"]["state"], "Pending");
+    }
+
+    /// The snapshot is written only from the run as it is on the API server: a pass deciding from
+    /// a cached copy the status has moved past (a snapshot someone deleted since would be written
+    /// again, matching its digest, and the deletion go unseen) sends nothing and looks again.
+    #[tokio::test]
+    async fn a_snapshot_is_written_only_from_the_run_as_it_is() {
+        use upgradeplan::api::{RunState, UpgradeRunStatus};
+        use upgradeplan::engine::lifecycle::Step;
+        use upgradeplan::engine::snapshot::{snapshot_config_map_name, Frozen, Snapshot, SnapshotGroup};
+
+        for (live, sent) in [("6", false), ("5", true)] {
+            let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+            let client = kube::Client::new(service, "default");
+            let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let server = tokio::spawn({
+                let log = log.clone();
+                async move {
+                    while let Some((request, respond)) = handle.next_request().await {
+                        let (parts, _) = request.into_parts();
+                        let path = parts.uri.path().to_string();
+                        let reply = match path.contains("/configmaps/") {
+                            true => json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                                           "metadata": {"resourceVersion": "9"}}),
+                            false => json!({"apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeRun",
+                                            "metadata": {"name": "r", "resourceVersion": live},
+                                            "spec": {"upgradePlanRef": {"name": "p"}}}),
+                        };
+                        log.lock().expect("the log").push(format!("{} {path}", parts.method));
+                        respond.send_response(ok(reply));
+                    }
+                }
+            });
+            let mut run = UpgradeRun::new("r", Default::default());
+            run.metadata.uid = Some("r-uid".into());
+            run.metadata.resource_version = Some("5".into());
+            let plan = serde_json::from_value(json!({
+                "promiseRef": {"name": "redis"}, "upgradePath": {"from": ["v1"], "to": "v2"},
+                "rolloutGroups": [{"name": "dev", "selectors": {"matchLabels": {"env": "dev"}}}]
+            }))
+            .expect("a plan");
+            let snapshot = Snapshot {
+                groups: vec![SnapshotGroup {
+                    name: "dev".into(),
+                    ..Default::default()
+                }],
+            };
+            let frozen = Arc::new(Frozen::new(snapshot, plan).expect("the frozen plan"));
+            let in_progress = UpgradeRunStatus {
+                state: RunState::InProgress,
+                ..Default::default()
+            };
+            let step = Step {
+                own: RunPatch::of("r"),
+                write_snapshot: upgradeplan::engine::lifecycle::snapshot_config_maps("r", &frozen),
+                frozen: Some(frozen),
+                to: "v2".into(),
+                ..Step::new(&run, in_progress)
+            };
+            let ctx = context(client);
+            let action = super::carry_out(&ctx, &run, step).await.expect("the step is sent");
+            let refused = ctx.copy_refused_before(&run);
+            drop(ctx);
+            server.await.expect("the server");
+            let log = log.lock().expect("the log").clone();
+            let runs = "/apis/platform.syntasso.io/v1alpha1/upgraderuns";
+            let snapshot_ns = "/api/v1/namespaces/kratix-platform-system/configmaps";
+            match sent {
+                false => {
+                    assert_eq!(log, [format!("GET {runs}/r")], "nothing written from a stale copy");
+                    assert_eq!(
+                        action,
+                        kube::runtime::controller::Action::requeue(std::time::Duration::from_millis(200))
+                    );
+                    assert!(refused, "the next pass reads the run from the API server");
+                }
+                true => {
+                    assert_eq!(
+                        log,
+                        [
+                            format!("GET {runs}/r"),
+                            format!("PATCH {snapshot_ns}/{}", snapshot_config_map_name("r", 0)),
+                            format!("PATCH {runs}/r/status"),
+                        ],
+                        "the snapshot, then the status"
+                    );
+                    assert!(!refused);
+                }
+            }
+        }
     }
 }

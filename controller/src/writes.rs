@@ -32,6 +32,13 @@ pub(crate) async fn patch_run(client: &kube::Client, patch: &RunPatch) -> Result
     }
 }
 
+/// Whether run `name` is, on the API server, at `version` (false when it moved on or is gone).
+pub(crate) async fn run_is_at(client: &kube::Client, name: &str, version: Option<&str>) -> Result<bool> {
+    let api: Api<UpgradeRun> = Api::all(client.clone());
+    let current = api.get_metadata_opt(name).await?;
+    Ok(version.is_some() && current.and_then(|r| r.metadata.resource_version).as_deref() == version)
+}
+
 /// Creates a run the engine decided on (a revert, spec §13.7). Its name is fixed, so
 /// AlreadyExists means an earlier pass (or another leader) created it: done.
 pub(crate) async fn create_run(client: &kube::Client, run: &UpgradeRun) -> Result<()> {

@@ -19,7 +19,8 @@ pub struct BudgetJson {
     pub in_flight: usize,
     /// The plans it selects.
     pub plans: Vec<String>,
-    /// The active runs of those plans, with their upgrades in flight.
+    /// The runs of those plans that count against it, with their upgrades in flight: every
+    /// active run, and a superseded or ended run while Kratix still works on its upgrades.
     pub runs: Vec<BudgetRunJson>,
     /// The runs it holds now (waiting for a unit), oldest admitted first.
     pub holding: Vec<String>,
@@ -31,6 +32,8 @@ pub struct BudgetRunJson {
     pub name: String,
     pub in_flight: usize,
     pub held: bool,
+    /// Not ended, not superseded: one that stood down only holds units until Kratix is done.
+    pub active: bool,
 }
 
 /// The view of `budgets` over `plans`, `runs` and the bindings of each plan's Promise
@@ -84,6 +87,7 @@ pub fn budgets(
                         name: r.name.clone(),
                         in_flight: r.in_flight,
                         held: r.held_by.as_deref() == Some(name.as_str()),
+                        active: r.active,
                     })
                     .collect(),
                 holding: state.holding,
@@ -103,7 +107,7 @@ pub fn budgets(
                 b.name.clone(),
                 b.in_flight.to_string(),
                 b.max_in_flight.to_string(),
-                b.runs.len().to_string(),
+                b.runs.iter().filter(|r| r.active).count().to_string(),
                 b.holding.len().to_string(),
                 b.plans.len().to_string(),
             ]
@@ -134,7 +138,15 @@ pub fn budgets(
             }
             for r in &b.runs {
                 let held = if r.held { ", waiting for a unit" } else { "" };
-                out.push_str(&format!("  run:     {} ({} in flight{held})\n", r.name, r.in_flight));
+                let stood_down = if r.active {
+                    ""
+                } else {
+                    ", ended or superseded: until Kratix is done"
+                };
+                out.push_str(&format!(
+                    "  run:     {} ({} in flight{held}{stood_down})\n",
+                    r.name, r.in_flight
+                ));
             }
         }
     }
@@ -171,7 +183,7 @@ mod tests {
         );
         let mut plan = UpgradePlan::new("redis-plan", UpgradePlanSpec::default());
         plan.spec.promise_ref.name = "redis".into();
-        let mut runs = Vec::new();
+        let mut runs: Vec<UpgradeRun> = Vec::new();
         for (name, held) in [("redis-plan-1", false), ("redis-plan-2", true)] {
             let mut run: UpgradeRun = serde_json::from_value(serde_json::json!({
                 "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeRun",
@@ -211,6 +223,38 @@ mod tests {
         assert!(
             text.contains("run:     redis-plan-2 (0 in flight, waiting for a unit)"),
             "{text}"
+        );
+        // A cancelled run whose upgrade Kratix still works on holds its unit; it is no active run.
+        let mut cancelled = runs[0].clone();
+        cancelled.metadata.name = Some("redis-plan-0".into());
+        cancelled.status.as_mut().unwrap().state = RunState::Cancelled;
+        runs.push(cancelled);
+        let mut bindings = bindings;
+        bindings
+            .get_mut("redis")
+            .unwrap()
+            .push(binding("d", "v1", "v2", "redis-plan-0"));
+        let budget = UpgradeBudget::new(
+            "saturday",
+            UpgradeBudgetSpec {
+                max_in_flight: 3,
+                ..Default::default()
+            },
+        );
+        let mut plan = UpgradePlan::new("redis-plan", UpgradePlanSpec::default());
+        plan.spec.promise_ref.name = "redis".into();
+        let (json, text) = budgets(&[budget], &[plan], &runs, &bindings, true, &Style::plain());
+        assert_eq!(json[0].in_flight, 3, "{text}");
+        let cancelled = json[0].runs.iter().find(|r| r.name == "redis-plan-0").unwrap();
+        assert_eq!((cancelled.in_flight, cancelled.active), (1, false));
+        assert!(
+            text.contains("run:     redis-plan-0 (1 in flight, ended or superseded: until Kratix is done)"),
+            "{text}"
+        );
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("saturday") && l.split_whitespace().nth(3) == Some("2")),
+            "RUNS counts the active runs: {text}"
         );
         let (_, none) = budgets(&[], &[], &[], &BTreeMap::new(), false, &Style::plain());
         assert!(none.starts_with("No UpgradeBudgets"), "{none}");

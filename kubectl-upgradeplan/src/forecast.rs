@@ -66,7 +66,7 @@ pub struct AssumptionsJson {
     pub approvals: &'static str,
     pub gates: &'static str,
     pub health_checks: &'static str,
-    pub failures: &'static str,
+    pub failures: String,
 }
 
 #[derive(Serialize, Debug)]
@@ -154,7 +154,11 @@ pub struct RevertOf<'a> {
 /// `freezes` (and where they come from) and paced by `budgets`.
 pub fn render(
     plan: &UpgradePlan,
-    (bindings, revisions): (&[ResourceBinding], Option<&[upgradeplan::api::kratix::RevisionFact]>),
+    (bindings, revisions, retry): (
+        &[ResourceBinding],
+        Option<&[upgradeplan::api::kratix::RevisionFact]>,
+        &upgradeplan::engine::retry::RetryInterval,
+    ),
     revert: Option<RevertOf<'_>>,
     (freezes, freezes_from, budgets): (&[Freeze], &str, &[crate::explain::BudgetCapJson]),
     (start, start_words, next_trigger): (DateTime<Utc>, String, Option<DateTime<Utc>>),
@@ -221,7 +225,10 @@ pub fn render(
             approvals: "granted when the group is reached",
             gates: "open",
             health_checks: "pass as soon as the upgrade succeeds",
-            failures: "none: every upgrade succeeds",
+            failures: format!(
+                "none: every upgrade succeeds (a failure would stand; Kratix retries one by itself after {retry}, \
+                 which no run waits for)"
+            ),
         },
         groups,
         finish: f.finish,
@@ -244,7 +251,7 @@ pub fn render(
         false => format!("; budgets: {}", json.assumptions.budgets),
     };
     out.push_str(&format!(
-        "Assumes: each upgrade takes {} ({each_words}); freezes: {freezes_from}{budget_assumption}; approvals granted when reached; signal gates open; health checks pass at once; no failures.\n\n",
+        "Assumes: each upgrade takes {} ({each_words}); freezes: {freezes_from}{budget_assumption}; approvals granted when reached; signal gates open; health checks pass at once; no failures; Kratix retries a failure by itself after {retry}.\n\n",
         duration(each)
     ));
     let rows: Vec<Vec<String>> = json

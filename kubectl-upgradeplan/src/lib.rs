@@ -39,6 +39,9 @@ struct Sources {
     /// The PromiseRevisions of the plan's Promise (from the cluster; unknown offline, or when they
     /// cannot be listed).
     revisions: Option<Vec<upgradeplan::api::kratix::RevisionFact>>,
+    /// When Kratix retries a failure by itself, per version (Kratix's default offline, or when
+    /// the Promise cannot be read).
+    retries: upgradeplan::engine::retry::RetryIntervals,
     /// The connection the sources were read over; `None` offline.
     client: Option<kube::Client>,
 }
@@ -120,6 +123,15 @@ async fn sources_with(
         },
         None => None,
     };
+    let retries = match &client {
+        Some(c) => runs::retry_intervals(c, &plan.spec.promise_ref.name)
+            .await
+            .unwrap_or_else(|e| {
+                eprintln!("note: {e:#}; Kratix's own retries are taken at its default interval");
+                Default::default()
+            }),
+        None => Default::default(),
+    };
     Ok(Sources {
         plan,
         unknown_fields,
@@ -128,6 +140,7 @@ async fn sources_with(
         freezes_from,
         budgets,
         revisions,
+        retries,
         client,
     })
 }
@@ -265,9 +278,16 @@ async fn forecast_revert(
     // Budgets cap a revert as any run (spec §13.7).
     let budgets = budget_caps_of(c, &prepared.plan).await;
     let revisions = runs::revisions_of(c, &prepared.plan.spec.promise_ref.name).await.ok();
+    let retries = runs::retry_intervals(c, &prepared.plan.spec.promise_ref.name)
+        .await
+        .unwrap_or_default();
     forecast::render(
         &revert_plan,
-        (&bindings, revisions.as_deref()),
+        (
+            &bindings,
+            revisions.as_deref(),
+            retries.at(&revert_plan.spec.upgrade_path.to),
+        ),
         Some(forecast::RevertOf {
             run: &run,
             snapshot: &prepared.derived.snapshot,
@@ -436,6 +456,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 freezes_from,
                 budgets,
                 revisions,
+                retries,
                 ..
             } = view_sources(g, source).await?;
             let now = source.now.unwrap_or_else(Utc::now);
@@ -445,7 +466,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             let (json, text) = forecast::render(
                 &plan,
-                (bindings.as_deref().unwrap_or_default(), revisions.as_deref()),
+                (
+                    bindings.as_deref().unwrap_or_default(),
+                    revisions.as_deref(),
+                    retries.at(&plan.spec.upgrade_path.to),
+                ),
                 None,
                 (&freezes, &freezes_from, &budgets),
                 forecast::start_of(&plan, start.as_ref(), now)?,
@@ -488,7 +513,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     };
                     let live = runs::live_state(&c, plan, &frozen.plan).await?;
                     let events = runs::events_of(&c, r).await;
-                    let (json, text) = runs::run_resources(&run, &frozen, &live, &events, &style);
+                    let (json, text) = runs::run_resources(&run, &frozen, &live, &events, Utc::now(), &style);
                     emit(g, &json, &text)?;
                 }
             }

@@ -10,12 +10,13 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event};
 use kube::api::{Api, ListParams};
 use kube::Client;
 use serde::Serialize;
-use upgradeplan::api::kratix::{HealthRecord, PromiseRevision, ResourceBinding, RevisionFact};
+use upgradeplan::api::kratix::{HealthRecord, Promise, PromiseRevision, ResourceBinding, RevisionFact};
 use upgradeplan::api::{find_condition, reasons, GroupStatus, LastRun, RunState, UpgradePlanSpec, UpgradeRun};
 use upgradeplan::engine::admission::waits_as_preview;
 use upgradeplan::engine::freeze::Freeze;
 use upgradeplan::engine::gate::{self, GateCheck};
 use upgradeplan::engine::health::HealthRecords;
+use upgradeplan::engine::retry::RetryIntervals;
 use upgradeplan::engine::revert::Revisions;
 use upgradeplan::engine::run::{evaluate, recorded_failure, texts, Blocked, Evaluation, Outcome, RunContext};
 use upgradeplan::engine::snapshot::{check_shard, read_frozen, ShardCheck};
@@ -84,6 +85,8 @@ pub struct Live {
     pub health: HealthRecords,
     /// The UpgradeFreezes holding the run's plan.
     pub freezes: Vec<Freeze>,
+    /// When Kratix retries a failure by itself, per version of the Promise.
+    pub retries: RetryIntervals,
 }
 
 impl Live {
@@ -103,6 +106,7 @@ impl Live {
                 .collect(),
             health: HealthRecords::default(),
             freezes: Vec::new(),
+            retries: RetryIntervals::default(),
         }
     }
 
@@ -139,23 +143,41 @@ pub async fn live_state(client: &Client, plan_name: &str, plan: &UpgradePlanSpec
             .map_err(|e| crate::client::explain_error(e, "list", "healthrecords", None))?;
         live.health = HealthRecords::index(promise, records.items.into_iter().map(std::sync::Arc::new));
     }
+    live.retries = retry_intervals(client, promise).await?;
     Ok(live)
 }
 
-/// The PromiseRevisions of `promise`, as the engine reads them; a failed lookup is an error,
-/// never taken for "none".
-pub async fn revisions_of(client: &Client, promise: &str) -> anyhow::Result<Vec<RevisionFact>> {
+/// The PromiseRevisions of `promise`; a failed lookup is an error, never taken for "none".
+async fn promise_revisions(client: &Client, promise: &str) -> anyhow::Result<Vec<PromiseRevision>> {
     let api: Api<PromiseRevision> = Api::all(client.clone());
     let revs = api
         .list(&ListParams::default())
         .await
         .map_err(|e| crate::client::explain_error(e, "list", "promiserevisions", None))?;
-    Ok(revs
-        .items
+    Ok(revs.items.into_iter().filter(|r| r.promise() == promise).collect())
+}
+
+/// The PromiseRevisions of `promise`, as the engine reads them.
+pub async fn revisions_of(client: &Client, promise: &str) -> anyhow::Result<Vec<RevisionFact>> {
+    Ok(promise_revisions(client, promise)
+        .await?
         .iter()
-        .filter(|r| r.promise() == promise)
         .map(PromiseRevision::fact)
         .collect())
+}
+
+/// When Kratix retries a failure of `promise`'s resources by itself, per version (spec §2): read
+/// from its PromiseRevisions and the Promise (a Promise not there leaves Kratix's default).
+pub async fn retry_intervals(client: &Client, promise: &str) -> anyhow::Result<RetryIntervals> {
+    let api: Api<Promise> = Api::all(client.clone());
+    let found = api
+        .get_opt(promise)
+        .await
+        .map_err(|e| crate::client::explain_error(e, "get", "promises", None))?;
+    Ok(RetryIntervals::of(
+        found.as_ref(),
+        &promise_revisions(client, promise).await?,
+    ))
 }
 
 /// What the run's evaluation knows of its PromiseRevisions (a revert's: each target's), from one
@@ -476,20 +498,14 @@ pub fn run_resources(
     frozen: &Frozen,
     live: &Live,
     events: &[(String, String, String)],
+    now: DateTime<Utc>,
     style: &Style,
 ) -> (Vec<ResourceRow>, String) {
     let to = &frozen.plan.upgrade_path.to;
     let name = run.metadata.name.clone().unwrap_or_default();
     let recorded = recorded_groups(run);
     let mut rows = Vec::new();
-    for view in resource_views(
-        frozen,
-        run_at(run, &name),
-        recorded,
-        live.lookup(),
-        &live.health,
-        chrono::Utc::now(),
-    ) {
+    for view in resource_views(frozen, run_at(run, &name), recorded, live.lookup(), &live.health, now) {
         let r = view.resource;
         let b = live.binding(&r.namespace, &r.binding);
         let (word, mut detail) = outcome_words(&view.outcome);
@@ -500,6 +516,10 @@ pub fn run_resources(
             detail = format!("{detail} (since: {shown})").trim_start().to_string();
         } else if failure.is_some() && b.is_some_and(|b| b.last_applied_version() == to.as_str()) {
             detail = format!("{detail} (Kratix has since applied {to})");
+        } else if let (Some(f), Some(b)) = (failure, b.filter(|b| b.failed_version() == Some(b.spec_version()))) {
+            // A failure still failing: Kratix may run it again with nobody asking.
+            let retry = live.retries.at(b.spec_version()).words(f.at, now);
+            detail = format!("{detail}; {retry}").trim_start_matches("; ").to_string();
         } else if failure.is_none() && matches!(view.outcome, Outcome::Failed { .. } | Outcome::InFlight) {
             // The event carries the message Kratix gave when the run saw the failure.
             let resource = r.display_name();

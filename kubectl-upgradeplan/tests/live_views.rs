@@ -281,7 +281,7 @@ fn a_recorded_failure_stands_after_kratix_retried_the_resource() {
         text.contains("Failed:\n  team-a/cache-1: workflow failed: helm upgrade timed out"),
         "{text}"
     );
-    let (rows, _) = runs::run_resources(&r, &frozen, &live(&retried), &[], &style());
+    let (rows, _) = runs::run_resources(&r, &frozen, &live(&retried), &[], utc(NOW), &style());
     let cache = rows.iter().find(|row| row.name == "cache-1").unwrap();
     assert_eq!(cache.outcome, "Failed");
     assert_eq!(
@@ -289,6 +289,67 @@ fn a_recorded_failure_stands_after_kratix_retried_the_resource() {
         "workflow failed: helm upgrade timed out (Kratix has since applied v2.0.0)"
     );
     assert_eq!(cache.now.as_deref(), Some("v2.0.0"));
+}
+
+/// A recorded failure Kratix still shows failed: `history RUN` says when Kratix retries it by
+/// itself, by the interval of the revision its binding asks for (spec §2), not a global 10h.
+#[test]
+fn a_failure_still_failing_says_when_kratix_retries_it_by_its_revisions_interval() {
+    let plan = plan();
+    let bindings = bindings();
+    let frozen = frozen(&plan, &bindings);
+    let mut failing = bindings.clone();
+    for b in &mut failing {
+        if b.metadata.name.as_deref() == Some("cache-1-redis") {
+            b.spec.version = "v2.0.0".into();
+            b.status.get_or_insert_with(Default::default).failed_version = Some("v2.0.0".into());
+        }
+    }
+    let r = run(
+        "redis-v1-to-v2-20260327-2100",
+        json!({"state": "Failed", "startedAt": "2026-03-27T21:00:05Z", "finishedAt": "2026-03-27T21:04:10Z",
+               "totalResources": 6, "completedResources": 1,
+               "resourceListRefs": [{"name": "redis-v1-to-v2-20260327-2100-resource-snapshot"}],
+               "rolloutGroups": [{"name": "dev", "total": 3, "succeeded": 1, "failed": 1,
+                                  "failedResources": [{"namespace": "team-a", "name": "cache-1",
+                                                       "at": "2026-03-27T21:04:05Z",
+                                                       "detail": "workflow failed: helm upgrade timed out"}]},
+                                 {"name": "eu", "total": 2}, {"name": "rest", "total": 1}]}),
+    );
+    let revision: upgradeplan::api::kratix::PromiseRevision = serde_json::from_value(json!({
+        "apiVersion": "platform.kratix.io/v1alpha1", "kind": "PromiseRevision",
+        "metadata": {"name": "redis-v2-0-0", "annotations": {"kratix.io/reconciliation-interval": "30m"}},
+        "spec": {"promiseRef": {"name": "redis"}, "version": "v2.0.0", "promiseSpec": {}}
+    }))
+    .unwrap();
+    let mut live = live(&failing);
+    live.retries = upgradeplan::engine::retry::RetryIntervals::of(None, &[revision]);
+    let detail = |now: &str| {
+        let (rows, _) = runs::run_resources(&r, &frozen, &live, &[], utc(now), &style());
+        rows.into_iter().find(|row| row.name == "cache-1").unwrap().detail
+    };
+    assert_eq!(
+        detail("2026-03-27T21:10:00Z"),
+        "workflow failed: helm upgrade timed out; Kratix retries it by itself around 2026-03-27T21:34:05Z \
+         (reconciliation interval 30m (kratix.io/reconciliation-interval on PromiseRevision redis-v2-0-0)), \
+         unless its reconcileAfterFailure is off"
+    );
+    assert!(
+        detail("2026-03-28T09:00:00Z").ends_with(
+            "; Kratix retries it by itself every 30m (kratix.io/reconciliation-interval on PromiseRevision \
+             redis-v2-0-0) while it fails, unless its reconcileAfterFailure is off"
+        ),
+        "past the interval, it says how often"
+    );
+    let (rows, _) = runs::run_resources(&r, &frozen, &self::live(&failing), &[], utc(NOW), &style());
+    let cache = rows.into_iter().find(|row| row.name == "cache-1").unwrap();
+    assert!(
+        cache
+            .detail
+            .contains("around 2026-03-28T07:04:05Z (reconciliation interval 10h (Kratix's default))"),
+        "{}",
+        cache.detail
+    );
 }
 
 #[test]

@@ -506,8 +506,9 @@ impl TestEnv {
     }
 
     /// The usual world of an upgrade test on this environment (see [`World`]): the Promise with
-    /// v1.0.0 and v2.0.0 (latest), a namespace `apps` with `bindings` (name, value of label `env`)
-    /// applied at v1.0.0, and kratix-sim (`sim`, with `sim_args`). Returns the namespace.
+    /// v1.0.0 and v2.0.0 (latest), kratix-sim (`sim`, with `sim_args`), and a namespace `apps`
+    /// with a resource per entry of `bindings` (name, value of label `env`), made at v1.0.0.
+    /// Returns the namespace.
     pub async fn upgrade_world(
         &mut self,
         bindings: &[(&str, &str)],
@@ -516,39 +517,54 @@ impl TestEnv {
     ) -> anyhow::Result<String> {
         self.promise_with_revisions(&["v1.0.0", "v2.0.0"], "v2.0.0").await?;
         let ns = self.namespace("apps").await?;
-        self.bindings_at_v1(&ns, bindings.iter().copied()).await?;
         self.start_sim(sim, sim_args)?;
+        self.resources_at_v1(&ns, bindings.iter().copied()).await?;
         Ok(ns)
     }
 
-    /// Bindings (name, value of label `env`) in `ns`, applied at v1.0.0; their names by
-    /// `namespace/binding`, with their `env`.
-    async fn bindings_at_v1<'b>(
+    /// Resources (name, value of label `env`) in `ns`, made as their users make them: Resource
+    /// Requests created when v1.0.0 was the latest, their bindings made and applied by kratix-sim.
+    /// Their bindings' names by `namespace/binding`, with their `env`.
+    async fn resources_at_v1<'b>(
         &self,
         ns: &str,
         bindings: impl IntoIterator<Item = (&'b str, &'b str)>,
     ) -> anyhow::Result<BTreeMap<String, String>> {
+        let made: Vec<(String, String)> = bindings
+            .into_iter()
+            .map(|(n, e)| (n.to_string(), e.to_string()))
+            .collect();
+        for (name, env) in &made {
+            self.create_request(ns, name, &[("env", env)], "v1.0.0").await?;
+        }
         let mut names = BTreeMap::new();
-        for (name, env) in bindings {
-            let b = self
-                .binding(ns, name, &[("env", env)], "v1.0.0", Some("v1.0.0"))
-                .await?;
-            names.insert(format!("{ns}/{}", b.name_any()), env.to_string());
+        for (name, env) in made {
+            let b = self.wait_resource_applied(ns, &name).await?;
+            names.insert(format!("{ns}/{}", b.name_any()), env);
         }
         Ok(names)
     }
 
     /// The binding of resource `name` in `ns` as the API server has it now.
     pub async fn live_binding(&self, ns: &str, name: &str) -> anyhow::Result<ResourceBinding> {
-        Ok(self.bindings_api(ns).get(&format!("{name}-{}", self.promise)).await?)
+        Ok(self.bindings_api(ns).get(&self.binding_name(name)).await?)
     }
 
-    /// Creates the Promise with a PromiseRevision per version; `latest` is marked latest.
+    /// The name Kratix gives the binding of this Promise's Resource Request `request`.
+    pub fn binding_name(&self, request: &str) -> String {
+        crate::sim::requests::binding_name(request, &self.promise)
+    }
+
+    /// Creates the Promise — with its Resource Request kind in `spec.api`, which kratix-sim
+    /// installs — and a PromiseRevision per version; `latest` is marked latest.
     pub async fn promise_with_revisions(&self, versions: &[&str], latest: &str) -> anyhow::Result<()> {
-        let api: Api<Promise> = Api::all(self.client.clone());
-        let promise: Promise = serde_json::from_value(json!({
+        // Written untyped: upgradeplan's Promise type has no `spec.api`, which it never reads.
+        let resource = kube::api::ApiResource::erase::<Promise>(&());
+        let api: Api<kube::api::DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let promise: kube::api::DynamicObject = serde_json::from_value(json!({
             "apiVersion": "platform.kratix.io/v1alpha1", "kind": "Promise",
-            "metadata": {"name": self.promise, "labels": {PROMISE_VERSION_LABEL: latest}}, "spec": {}
+            "metadata": {"name": self.promise, "labels": {PROMISE_VERSION_LABEL: latest}},
+            "spec": {"api": crate::sim::requests::request_crd(&self.promise)}
         }))?;
         api.create(&PostParams::default(), &promise).await?;
         for v in versions {
@@ -637,49 +653,158 @@ impl TestEnv {
         Ok(())
     }
 
-    /// Creates a binding of this test's Promise for the Resource Request `ns/name`, with
-    /// `spec.version = spec_version` and, when given, `status.lastAppliedVersion = applied`.
-    pub async fn binding(
+    /// A resource as its user makes it: the Resource Request `ns/name` of this test's Promise with
+    /// `labels`, created when `version` was the Promise's latest (kratix-sim's
+    /// `kratix-sim/binding-version`; `latest` floats). Waits until kratix-sim has made its binding
+    /// and applied it, and returns the binding. kratix-sim must be running (it serves the
+    /// Promise's request kind).
+    pub async fn resource(
         &self,
         ns: &str,
         name: &str,
         labels: &[(&str, &str)],
-        spec_version: &str,
-        applied: Option<&str>,
+        version: &str,
     ) -> anyhow::Result<ResourceBinding> {
+        self.create_request(ns, name, labels, version).await?;
+        self.wait_resource_applied(ns, name).await
+    }
+
+    /// Creates the Resource Request of [`TestEnv::resource`] without waiting for its binding.
+    pub async fn create_request(
+        &self,
+        ns: &str,
+        name: &str,
+        labels: &[(&str, &str)],
+        version: &str,
+    ) -> anyhow::Result<()> {
+        let pinned = [(crate::sim::requests::BINDING_VERSION_ANNOTATION, version)];
+        self.post_request(ns, name, labels, &pinned).await
+    }
+
+    /// Creates this Promise's Resource Request `ns/name` with `labels` and `annotations`, once
+    /// kratix-sim serves its kind.
+    async fn post_request(
+        &self,
+        ns: &str,
+        name: &str,
+        labels: &[(&str, &str)],
+        annotations: &[(&str, &str)],
+    ) -> anyhow::Result<()> {
+        self.requests_served().await?;
+        let kind = crate::sim::requests::request_kind(&self.promise);
+        let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+        let annotations: BTreeMap<&str, &str> = annotations.iter().copied().collect();
+        let rr: kube::api::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": kind.api_version, "kind": kind.kind,
+            "metadata": {"name": name, "namespace": ns, "labels": labels, "annotations": annotations},
+            "spec": {"size": "small"}
+        }))?;
+        self.requests_api(ns).create(&PostParams::default(), &rr).await?;
+        Ok(())
+    }
+
+    /// Waits until kratix-sim has made request `ns/name`'s binding and applied a version to it.
+    pub async fn wait_resource_applied(&self, ns: &str, name: &str) -> anyhow::Result<ResourceBinding> {
+        let binding = self.binding_name(name);
+        wait_for(
+            self.bindings_api(ns),
+            &binding,
+            NUDGE_WAIT,
+            "kratix-sim to make and apply the request's binding",
+            |b| !upgradeplan::api::kratix::BindingFacts::last_applied_version(b).is_empty(),
+        )
+        .await
+    }
+
+    /// A binding written directly, as Kratix would have made it for the Resource Request
+    /// `ns/name` (`spec.version` and `status.lastAppliedVersion` = `version`), without a request:
+    /// only for `scale-bench`, whose 100k resources would otherwise be made one by one by
+    /// kratix-sim before the measurement starts. Every test makes [`TestEnv::resource`]s.
+    pub async fn bench_binding(
+        &self,
+        ns: &str,
+        name: &str,
+        labels: &[(&str, &str)],
+        version: &str,
+    ) -> anyhow::Result<()> {
         let mut all: BTreeMap<String, String> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         all.insert(PROMISE_NAME_LABEL.into(), self.promise.clone());
         all.insert(RESOURCE_NAME_LABEL.into(), name.into());
         let api: Api<ResourceBinding> = Api::namespaced(self.client.clone(), ns);
         let b: ResourceBinding = serde_json::from_value(json!({
             "apiVersion": "platform.kratix.io/v1alpha1", "kind": "ResourceBinding",
-            "metadata": {"name": format!("{name}-{}", self.promise), "namespace": ns, "labels": all},
-            "spec": {"version": spec_version, "promiseRef": {"name": self.promise}, "resourceRef": {"name": name, "namespace": ns}}
+            "metadata": {"name": self.binding_name(name), "namespace": ns, "labels": all},
+            "spec": {"version": version, "promiseRef": {"name": self.promise}, "resourceRef": {"name": name, "namespace": ns}}
         }))?;
-        // Written as Kratix, which creates bindings in a real cluster: whoever upgrades them later
-        // (the controller, scale-bench's reference orchestrator) is another field manager.
-        let created = api
-            .create(
-                &PostParams {
-                    field_manager: Some(KRATIX_FIELD_MANAGER.into()),
-                    ..Default::default()
-                },
-                &b,
-            )
-            .await?;
-        match applied {
-            Some(v) => Ok(api
-                .patch_status(
-                    &created.name_any(),
-                    &PatchParams {
-                        field_manager: Some(KRATIX_FIELD_MANAGER.into()),
-                        ..Default::default()
-                    },
-                    &Patch::Merge(json!({"status": {"lastAppliedVersion": v}})),
-                )
-                .await?),
-            None => Ok(created),
-        }
+        // Written as Kratix: whoever upgrades them later (the controller, scale-bench's reference
+        // orchestrator) is another field manager.
+        let kratix = || PatchParams {
+            field_manager: Some(KRATIX_FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let pp = PostParams {
+            field_manager: Some(KRATIX_FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let created = api.create(&pp, &b).await?;
+        let status = Patch::Merge(json!({"status": {"lastAppliedVersion": version}}));
+        api.patch_status(&created.name_any(), &kratix(), &status).await?;
+        Ok(())
+    }
+
+    /// Waits until kratix-sim serves this Promise's Resource Request kind (it installs the CRD
+    /// of the Promise's `spec.api`, as Kratix does, once it runs).
+    pub async fn requests_served(&self) -> anyhow::Result<()> {
+        let api = crate::sim::requests::request_crd(&self.promise);
+        let crd_name = api["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+            Api::all(self.client.clone());
+        wait_for(
+            crds,
+            &crd_name,
+            NUDGE_WAIT,
+            "kratix-sim (is it started?) to install the request kind",
+            |crd| {
+                crd.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"))
+            },
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// This Promise's Resource Requests in `ns`.
+    pub fn requests_api(&self, ns: &str) -> Api<kube::api::DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            ns,
+            &crate::sim::requests::request_kind(&self.promise),
+        )
+    }
+
+    /// Creates the Resource Request `ns/name` of this Promise with `labels` and `annotations`
+    /// (kratix-sim's knobs, e.g. the delete workflows' `kratix-sim/delay`), and waits until
+    /// kratix-sim has made its binding (at the version its `--binding-version` gives), which it
+    /// returns.
+    pub async fn request(
+        &self,
+        ns: &str,
+        name: &str,
+        labels: &[(&str, &str)],
+        annotations: &[(&str, &str)],
+    ) -> anyhow::Result<ResourceBinding> {
+        self.post_request(ns, name, labels, annotations).await?;
+        let binding = self.binding_name(name);
+        wait_for(
+            self.bindings_api(ns),
+            &binding,
+            NUDGE_WAIT,
+            "kratix-sim to make the request's binding",
+            |_| true,
+        )
+        .await
     }
 
     pub fn bindings_api(&self, ns: &str) -> Api<ResourceBinding> {
@@ -733,6 +858,17 @@ impl TestEnv {
         let version = patched.resource_version().unwrap_or_default();
         let needle = format!(" reconciled binding={ns}/{binding} resource_version=");
         wait_logged_version(&log, &needle, &version, NUDGE_WAIT).await
+    }
+
+    /// Waits until kratix-sim has seen the deletion of request `ns/name` (at `resource_version`
+    /// or later): from then on it runs no workflow of its binding.
+    pub async fn wait_request_deletion_seen(&self, ns: &str, name: &str, resource_version: &str) -> anyhow::Result<()> {
+        let log = self
+            .sim_log
+            .clone()
+            .ok_or_else(|| anyhow!("kratix-sim was not started by this test"))?;
+        let needle = format!(" request deletion under way request={ns}/{name} resource_version=");
+        wait_logged_version(&log, &needle, resource_version, NUDGE_WAIT).await
     }
 
     /// Makes `controller` reconcile the run `name` once more and waits until it has: a
@@ -803,6 +939,13 @@ impl TestEnv {
             .with_context(|| format!("starting {exe}"))?;
         self.sim = Some(child);
         Ok(log)
+    }
+
+    /// Stops kratix-sim (until [`TestEnv::start_sim`] starts it again).
+    pub async fn stop_sim(&mut self) {
+        if let Some(mut sim) = self.sim.take() {
+            let _ = sim.kill().await;
+        }
     }
 
     /// The process id of kratix-sim, when [`TestEnv::start_sim`] started it.
@@ -1069,11 +1212,38 @@ async fn remove_world(client: &Client, id: &str, namespaces: &[String], promise:
     for ns in namespaces {
         let _ = ns_api.delete(ns, &dp).await;
     }
+    remove_requests(client, promise).await;
     // kratix-sim --revision-cleanup gives revisions Kratix's finalizer, and it may be gone.
     let of_promise = kube::api::ListParams::default().labels(&format!("{PROMISE_NAME_LABEL}={promise}"));
     remove_where::<PromiseRevision>(client, &of_promise, |_| true).await;
     let promises: Api<Promise> = Api::all(client.clone());
     let _ = promises.delete(promise, &dp).await;
+}
+
+/// Deletes the Resource Requests of `promise` (without waiting for Kratix's finalizers: kratix-sim
+/// may be gone) and their CRD (every test Promise declares one, kratix-sim installs it).
+async fn remove_requests(client: &Client, promise: &str) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crd = crate::sim::requests::request_crd(promise);
+    let crd_name = crd["metadata"]["name"].as_str().unwrap_or_default();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    if !matches!(crds.get_opt(crd_name).await, Ok(Some(_))) {
+        return;
+    }
+    let requests: Api<kube::api::DynamicObject> =
+        Api::all_with(client.clone(), &crate::sim::requests::request_kind(promise));
+    if let Ok(list) = requests.list_metadata(&Default::default()).await {
+        for rr in list.items {
+            let ns = rr.metadata.namespace.clone().unwrap_or_default();
+            let api: Api<kube::api::DynamicObject> =
+                Api::namespaced_with(client.clone(), &ns, &crate::sim::requests::request_kind(promise));
+            let name = rr.metadata.name.clone().unwrap_or_default();
+            let _ = api.delete(&name, &DeleteParams::background()).await;
+            let strip = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+            let _ = api.patch_metadata(&name, &PatchParams::default(), &strip).await;
+        }
+    }
+    let _ = crds.delete(crd_name, &DeleteParams::background()).await;
 }
 
 /// Deletes the objects of kind `K` that `lp` lists and `named` accepts by name, then drops their
@@ -1880,7 +2050,8 @@ pub fn group_counts(groups: &[upgradeplan::api::GroupStatus]) -> Vec<(String, i6
 }
 
 /// The world of an end-to-end test, built in the order every test needs: the Promise and its
-/// revisions, the bindings at v1.0.0, then kratix-sim. A controller the test starts after it
+/// revisions, kratix-sim, then the resources (requests created when v1.0.0 was the latest,
+/// their bindings made and applied by kratix-sim). A controller the test starts after it
 /// ([`TestEnv::start_controller`]) so finds every binding in its first list.
 pub struct World<'a> {
     prefix: &'a str,
@@ -1941,16 +2112,17 @@ impl<'a> World<'a> {
         let mut env = TestEnv::new(self.prefix).await?;
         env.promise_with_revisions(self.versions.0, self.versions.1).await?;
         let ns = env.namespace("apps").await?;
-        let mut bindings = env.bindings_at_v1(&ns, self.bindings.iter().copied()).await?;
+        // kratix-sim first: it makes the resources' bindings from their requests.
+        env.start_sim(self.sim, self.sim_args)?;
+        let mut bindings = env.resources_at_v1(&ns, self.bindings.iter().copied()).await?;
         for (group, n) in self.per_env {
             let group_ns = env.namespace(group).await?;
             let names: Vec<String> = (0..*n).map(|i| format!("{group}-{i}")).collect();
             let made = env
-                .bindings_at_v1(&group_ns, names.iter().map(|name| (name.as_str(), *group)))
+                .resources_at_v1(&group_ns, names.iter().map(|name| (name.as_str(), *group)))
                 .await?;
             bindings.extend(made);
         }
-        env.start_sim(self.sim, self.sim_args)?;
         Ok(Built { env, ns, bindings })
     }
 }

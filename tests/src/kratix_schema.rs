@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use upgradeplan::api::kratix::{
     BindingCondition, HealthRecord, HealthRecordData, NameRef, ObjectRef, Promise, PromiseRevision,
     PromiseRevisionSpec, PromiseRevisionStatus, PromiseSpec, ResourceBinding, ResourceBindingSpec,
-    ResourceBindingStatus,
+    ResourceBindingStatus, WorkflowConfig, Workflows,
 };
 
 fn fixture_schemas() -> Vec<(String, JSONSchemaProps)> {
@@ -74,6 +74,17 @@ fn undeclared(value: &Value, schema: &JSONSchemaProps, path: &str, out: &mut Vec
     }
 }
 
+/// A Promise's spec with the one field upgradeplan reads of it.
+fn workflows() -> PromiseSpec {
+    PromiseSpec {
+        workflows: Some(Workflows {
+            config: Some(WorkflowConfig {
+                reconciliation_interval: Some("1h".into()),
+            }),
+        }),
+    }
+}
+
 /// Each kind as upgradeplan models it, every field it has set, serialized as it writes them.
 fn modelled() -> Vec<(&'static str, Value)> {
     let binding = ResourceBinding {
@@ -105,12 +116,13 @@ fn modelled() -> Vec<(&'static str, Value)> {
         spec: PromiseRevisionSpec {
             promise_ref: NameRef { name: "redis".into() },
             version: "v2".into(),
+            promise_spec: Some(workflows()),
         },
         status: Some(PromiseRevisionStatus { latest: true }),
     };
     let promise = Promise {
         metadata: Default::default(),
-        spec: PromiseSpec {},
+        spec: workflows(),
     };
     let record = HealthRecord {
         metadata: Default::default(),

@@ -40,6 +40,9 @@ pub struct Faults {
     pub lose_response_one_in: u64,
     /// Refuse everything: close connections without an answer.
     pub down: bool,
+    /// Hold every targeted write (not a read) until [`FaultProxy::release_writes`], then forward
+    /// it: a slow API server the test paces.
+    pub hold_writes: bool,
 }
 
 /// One request as the proxy saw it.
@@ -72,6 +75,10 @@ struct Shared {
     holding: AtomicU64,
     /// Bumped to cut every open streaming response.
     cut: watch::Sender<u64>,
+    /// Set to let writes held by [`Faults::hold_writes`] through.
+    released: watch::Sender<bool>,
+    /// Texts looked for in what the proxy streams back (watch events), and whether each passed.
+    looked_for: Mutex<Vec<(String, bool)>>,
 }
 
 pub struct FaultProxy {
@@ -98,6 +105,8 @@ impl FaultProxy {
             counter: AtomicU64::new(0),
             holding: AtomicU64::new(0),
             cut: watch::channel(0).0,
+            released: watch::channel(false).0,
+            looked_for: Mutex::default(),
         });
         let state = shared.clone();
         let task = tokio::spawn(async move {
@@ -138,6 +147,28 @@ impl FaultProxy {
     /// Ends every open streaming response (watches) abruptly.
     pub fn cut_streams(&self) {
         self.shared.cut.send_modify(|g| *g += 1);
+    }
+
+    /// Lets the writes held by [`Faults::hold_writes`] through, and every later one.
+    pub fn release_writes(&self) {
+        self.shared.released.send_replace(true);
+    }
+
+    /// From now on, notes whether `text` passes back to the client in a response body (a watch
+    /// event carrying it, say): [`FaultProxy::passed`] tells. A client reading through the proxy
+    /// has it once it passed.
+    pub fn look_for(&self, text: &str) {
+        if let Ok(mut l) = self.shared.looked_for.lock() {
+            l.push((text.to_string(), false));
+        }
+    }
+
+    /// Whether `text` ([`FaultProxy::look_for`]) has passed back to the client.
+    pub fn passed(&self, text: &str) -> bool {
+        self.shared
+            .looked_for
+            .lock()
+            .is_ok_and(|l| l.iter().any(|(t, seen)| t == text && *seen))
     }
 
     /// How many requests the proxy is holding now: a client waiting in one of them.
@@ -186,6 +217,18 @@ fn full(status: u16, body: String) -> http::Response<ProxyBody> {
         http::HeaderValue::from_static("application/json"),
     );
     resp
+}
+
+/// Marks the texts looked for that `data`, on its way back to the client, carries.
+fn noticed(shared: &Shared, data: Option<&Bytes>) {
+    let Some(data) = data else {
+        return;
+    };
+    if let Ok(mut looked_for) = shared.looked_for.lock() {
+        for (text, seen) in looked_for.iter_mut().filter(|(_, seen)| !*seen) {
+            *seen = data.windows(text.len()).any(|w| w == text.as_bytes());
+        }
+    }
 }
 
 fn status_body(code: u16, reason: &str) -> String {
@@ -240,6 +283,12 @@ async fn handle(shared: Arc<Shared>, req: http::Request<Incoming>) -> Result<htt
 
     let (parts, body) = req.into_parts();
     let bytes = body.collect().await?.to_bytes();
+    if faults.hold_writes && targeted && record.is_write() {
+        let _held = Holding::count(&shared.holding);
+        let mut released = shared.released.subscribe();
+        // Closed only with the proxy.
+        let _ = released.wait_for(|r| *r).await;
+    }
     let mut upstream = http::Request::builder()
         .method(parts.method)
         .uri(parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/"));
@@ -282,14 +331,23 @@ async fn handle(shared: Arc<Shared>, req: http::Request<Incoming>) -> Result<htt
 
     let mut cut = shared.cut.subscribe();
     cut.mark_unchanged();
+    let observer = shared.clone();
     let (parts, body) = resp.into_parts();
     let frames = BodyStream::new(body);
     // Frames until the upstream ends, or an error when the test cuts streams.
-    let stream = futures::stream::unfold((Some(frames), cut), |(frames, mut cut)| async move {
-        let mut frames = frames?;
-        tokio::select! {
-            frame = frames.next() => frame.map(|f| (f.map_err(|e| Box::new(e) as BoxError), (Some(frames), cut))),
-            _ = cut.changed() => Some((Err::<Frame<Bytes>, BoxError>("stream cut by the fault proxy".into()), (None, cut))),
+    let stream = futures::stream::unfold((Some(frames), cut), move |(frames, mut cut)| {
+        let observer = observer.clone();
+        async move {
+            let mut frames = frames?;
+            tokio::select! {
+                frame = frames.next() => frame.map(|f| {
+                    if let Ok(data) = f.as_ref().map(|f| f.data_ref()) {
+                        noticed(&observer, data);
+                    }
+                    (f.map_err(|e| Box::new(e) as BoxError), (Some(frames), cut))
+                }),
+                _ = cut.changed() => Some((Err::<Frame<Bytes>, BoxError>("stream cut by the fault proxy".into()), (None, cut))),
+            }
         }
     });
     Ok(http::Response::from_parts(

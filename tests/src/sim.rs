@@ -25,9 +25,12 @@
 //! Revisions (`revision_cleanup`, as Kratix's PromiseRevision controller): each revision carries
 //! the finalizer `kratix.io/resource-request-cleanup` (unless annotated
 //! `kratix.io/skip-resource-request-cleanup-on-delete: "true"`); deleting one deletes the
-//! resources whose binding's `spec.version` is its version — here their bindings, as Kratix does
-//! when the Resource Request is already gone (the test world has none) — and then lets the
-//! revision go. A floating binding (`spec.version: latest`) is not at any revision's version.
+//! resources whose binding's `spec.version` is its version — their Resource Requests, or the
+//! binding itself where its request is gone (or the Promise declares no request kind) — and then
+//! lets the revision go. A floating binding (`spec.version: latest`) is not at any revision's
+//! version.
+//!
+//! Resource Requests: [`requests`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,12 +68,16 @@ pub const HEALTH_DELAY_ANNOTATION: &str = "kratix-sim/health-delay";
 pub const HEALTH_STATES: [&str; 5] = ["unknown", "ready", "unhealthy", "healthy", "degraded"];
 /// Message of a simulated failure.
 pub const FAILURE_MESSAGE: &str = "workflow failed: simulated";
-const FIELD_MANAGER: &str = "kratix-sim";
+pub(crate) const FIELD_MANAGER: &str = "kratix-sim";
+
+pub mod requests;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// How the simulator is configured.
@@ -85,6 +92,9 @@ pub struct SimConfig {
     pub retry_after_failure: Option<Duration>,
     /// Deleting a PromiseRevision deletes the resources at its version, as Kratix does.
     pub revision_cleanup: bool,
+    /// A new binding starts at the latest revision's version (Kratix's `pinned` strategy), not at
+    /// `latest` (its default, `floating`).
+    pub pinned: bool,
 }
 
 /// Kratix's finalizer on every PromiseRevision (`internal/controller/promise_controller.go`):
@@ -99,9 +109,9 @@ pub const SKIP_CLEANUP_ANNOTATION: &str = "kratix.io/skip-resource-request-clean
 pub enum RevisionStep {
     Idle,
     AddFinalizer,
-    /// Delete these bindings (namespace, name): the resources still at the deleted revision's
-    /// version.
-    DeleteResources(Vec<(String, String)>),
+    /// Delete these resources (namespace, binding, Resource Request): those still at the deleted
+    /// revision's version — their requests, or their bindings where the request is gone.
+    DeleteResources(Vec<(String, String, String)>),
     RemoveFinalizer,
 }
 
@@ -122,10 +132,16 @@ pub fn decide_revision(rev: &PromiseRevision, bindings: &[Arc<ResourceBinding>])
     if !ours {
         return RevisionStep::Idle;
     }
-    let at_version: Vec<(String, String)> = bindings
+    let at_version: Vec<(String, String, String)> = bindings
         .iter()
         .filter(|b| !skip && promise_of(b) == rev.spec.promise_ref.name && b.spec.version == rev.spec.version)
-        .map(|b| (b.namespace().unwrap_or_default(), b.name_any()))
+        .map(|b| {
+            (
+                b.namespace().unwrap_or_default(),
+                b.name_any(),
+                b.spec.resource_ref.name.clone(),
+            )
+        })
         .collect();
     if at_version.is_empty() {
         RevisionStep::RemoveFinalizer
@@ -140,6 +156,8 @@ struct Ctx {
     /// PromiseRevisions from a watch (no list per reconcile), and whether it has listed.
     revisions: kube::runtime::reflector::Store<PromiseRevision>,
     revisions_synced: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Resource Requests being deleted: their bindings' workflows do not run.
+    deleting: requests::Deleting,
 }
 
 /// What the simulator does next for one binding (pure, so it is unit-tested).
@@ -163,6 +181,12 @@ pub enum Step {
     Held { target: String },
     /// Finish now: succeed or fail.
     Finish { target: String, fail: bool },
+    /// A new resource (nothing applied, no upgrade condition): its first workflow ends then.
+    DeployAt { at: DateTime<Utc> },
+    /// A new resource's first workflow is done: Kratix records the version it applied, and no
+    /// `UpgradeSucceeded` condition — only an upgrade writes one
+    /// (`shouldRecordUpgradeSucceededCondition`, `internal/controller/dynamic_resource_request_controller.go`).
+    Deployed { target: String },
 }
 
 /// Kratix's own messages (`syncResourceBindingUpgradeStatus` / `…InProgressStatus`); Kratix reads
@@ -218,6 +242,19 @@ pub fn decide(
             Some(at) if at <= now => Step::RetryAfterFailure { target },
             Some(at) => Step::RetryAt { at },
             None => Step::Idle,
+        };
+    }
+    if revision_exists && cond.is_none() && b.last_applied_version().is_empty() {
+        let made = b
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(now, |t| upgradeplan::time::to_chrono(&t.0));
+        let at = made + chrono::Duration::from_std(delay).unwrap_or_default();
+        return if at <= now {
+            Step::Deployed { target }
+        } else {
+            Step::DeployAt { at }
         };
     }
     if !revision_exists {
@@ -408,7 +445,15 @@ async fn reconcile(b: Arc<ResourceBinding>, ctx: Arc<Ctx>) -> Result<Action, Sim
     let delay = binding_delay(&b, ctx.config.delay);
     let now = Utc::now();
     let name = b.name_any();
-    let result = act(&b, &ctx, &api, target.as_deref(), revision_exists, delay, now).await;
+    // Kratix reconciles a request being deleted only to delete it (`deleteResources`): no
+    // upgrade of its binding starts or finishes meanwhile; the binding goes with the request.
+    let of_request = (&b.spec.resource_ref.namespace, &b.spec.resource_ref.name);
+    let result = if requests::is_deleting(&ctx.deleting, &promise, of_request.0, of_request.1) {
+        tracing::info!(binding = %format!("{ns}/{name}"), "its request is being deleted: no workflow runs");
+        Ok(Action::requeue(Duration::from_secs(1)))
+    } else {
+        act(&b, &ctx, &api, target.as_deref(), revision_exists, delay, now).await
+    };
     // What this reconcile wrote is written: tests wait for this line (with the version they
     // changed the binding to) before they check that nothing else happened.
     tracing::debug!(
@@ -435,7 +480,10 @@ pub fn writes(step: &Step, now: DateTime<Utc>) -> KratixWrites {
                "conditions": condition("Unknown", UPGRADE_IN_PROGRESS, &in_progress_message(target), now)})
     };
     let (remove_retry_label, status) = match step {
-        Step::Idle | Step::RetryAt { .. } | Step::FinishAt { .. } | Step::Held { .. } => (false, None),
+        Step::Idle | Step::RetryAt { .. } | Step::FinishAt { .. } | Step::Held { .. } | Step::DeployAt { .. } => {
+            (false, None)
+        }
+        Step::Deployed { target } => (false, Some(json!({"lastAppliedVersion": target}))),
         Step::Retry { target } => (true, Some(attempt(target))),
         Step::RetryAfterFailure { target } => (false, Some(attempt(target))),
         Step::WaitForRevision { target } => (
@@ -501,7 +549,11 @@ async fn act(
             tracing::info!(%binding, %target, "retry requested: upgrade restarted");
             Ok(Action::requeue(delay))
         }
-        Step::RetryAt { at } | Step::FinishAt { at, .. } => {
+        Step::Deployed { target } => {
+            tracing::info!(%binding, %target, "new resource deployed");
+            Ok(Action::await_change())
+        }
+        Step::RetryAt { at } | Step::FinishAt { at, .. } | Step::DeployAt { at } => {
             Ok(Action::requeue((at - now).to_std().unwrap_or_default()))
         }
         Step::RetryAfterFailure { target } => {
@@ -561,11 +613,36 @@ async fn reconcile_revision(rev: Arc<PromiseRevision>, ctx: Arc<Ctx>) -> Result<
             Ok(Action::await_change())
         }
         RevisionStep::DeleteResources(resources) => {
-            for (ns, binding) in &resources {
+            // Kratix deletes each Resource Request (its kind from the Promise's spec.api, else
+            // the revision's copy of it), and the binding itself where the request is gone.
+            let promises: Api<kube::api::DynamicObject> = Api::all_with(
+                ctx.client.clone(),
+                &kube::api::ApiResource::erase::<upgradeplan::api::kratix::Promise>(&()),
+            );
+            let promise = rev.spec.promise_ref.name.as_str();
+            let kind = match promises.get_opt(promise).await? {
+                Some(p) if p.data.pointer("/spec/api").is_some_and(|a| !a.is_null()) => {
+                    Some(requests::request_kind(promise))
+                }
+                _ => None,
+            };
+            for (ns, binding, request) in &resources {
+                let what = format!("{ns}/{binding}");
+                if let Some(kind) = &kind {
+                    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, kind);
+                    match api.delete(request, &Default::default()).await {
+                        Ok(_) => {
+                            tracing::info!(revision = %name, request = %format!("{ns}/{request}"), "revision deleted: its resource's request deleted");
+                            continue;
+                        }
+                        Err(kube::Error::Api(e)) if e.code == 404 => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
                 let api: Api<ResourceBinding> = Api::namespaced(ctx.client.clone(), ns);
                 match api.delete(binding, &Default::default()).await {
                     Ok(_) => {
-                        tracing::info!(revision = %name, binding = %format!("{ns}/{binding}"), "revision deleted: its resource deleted")
+                        tracing::info!(revision = %name, binding = %what, "revision deleted: its resource deleted")
                     }
                     Err(kube::Error::Api(e)) if e.code == 404 => {}
                     Err(e) => return Err(e.into()),
@@ -648,11 +725,15 @@ pub async fn run(
     })
     .touched_objects();
     let shutdown = futures::FutureExt::shared(shutdown);
+    let shutdown_requests = shutdown.clone();
+    let (promise, delay, pinned) = (config.promise.clone(), config.delay, config.pinned);
+    let deleting = requests::Deleting::default();
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         config,
         revisions: rev_store,
         revisions_synced: synced,
+        deleting: deleting.clone(),
     });
     let revision_controller = Controller::new(revisions, rev_config.clone())
         .graceful_shutdown_on(shutdown.clone())
@@ -675,7 +756,8 @@ pub async fn run(
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|_| futures::future::ready(()));
-    tokio::join!(binding_controller, revision_controller);
+    let requests = requests::run(client, (promise, delay, pinned), deleting, shutdown_requests);
+    tokio::join!(binding_controller, revision_controller, requests);
 }
 
 #[cfg(test)]
@@ -874,6 +956,27 @@ mod tests {
             Step::Idle,
             "latest without a latest revision"
         );
+        // A new resource: nothing applied, no condition: deployed after its workflow, recording
+        // only lastAppliedVersion; timed from its creation.
+        let mut new = b("", None, None);
+        new.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            upgradeplan::time::to_jiff(utc("2026-06-01T10:00:08Z")),
+        ));
+        assert_eq!(
+            decide(&new, Some("v2"), true, (d, None), now),
+            Step::DeployAt {
+                at: utc("2026-06-01T10:00:13Z")
+            }
+        );
+        assert_eq!(
+            decide(&new, Some("v2"), true, (d, None), utc("2026-06-01T10:00:13Z")),
+            Step::Deployed { target: t("v2") }
+        );
+        assert_eq!(
+            writes(&Step::Deployed { target: t("v2") }, now).status,
+            Some(json!({"lastAppliedVersion": "v2"})),
+            "no UpgradeSucceeded condition"
+        );
     }
 
     /// Kratix's `reconcileAfterFailure`: a failed workflow runs again once the reconciliation
@@ -966,7 +1069,7 @@ mod tests {
                 "deleted: only its Promise's resources at its version (not latest)",
                 rev(true, true, false),
                 &world,
-                RevisionStep::DeleteResources(vec![("apps".into(), "at-v1".into())]),
+                RevisionStep::DeleteResources(vec![("apps".into(), "at-v1".into(), String::new())]),
             ),
             (
                 "deleted, none left: it goes",

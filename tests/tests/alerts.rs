@@ -105,13 +105,12 @@ async fn every_alert_fires_and_resolves() {
         .await
         .unwrap();
     let ns = env.namespace("apps").await.unwrap();
+    env.start_sim(SIM, &[]).unwrap();
     for role in ["bad", "slow", "ok", "tolerated"] {
-        env.binding(&ns, role, &[("role", role)], "v1.0.0", Some("v1.0.0"))
-            .await
-            .unwrap();
+        env.resource(&ns, role, &[("role", role)], "v1.0.0").await.unwrap();
     }
     let annotate = |name: &str, k: &str, v: &str| {
-        let binding = format!("{name}-{}", env.promise);
+        let binding = env.binding_name(name);
         let patch = json!({"metadata": {"annotations": {k: v}}});
         let ns = ns.clone();
         let env = &env;
@@ -120,7 +119,6 @@ async fn every_alert_fires_and_resolves() {
     annotate("bad", "kratix-sim/fail-version", "v2.0.0").await;
     annotate("tolerated", "kratix-sim/fail-version", "v2.0.0").await;
     annotate("slow", "kratix-sim/delay", "1h").await;
-    env.start_sim(SIM, &[]).unwrap();
     // Scraped as deploy/ serves it: HTTPS, a ServiceAccount token bound to the reader role.
     let (mut controller, metrics) = env.start_secure_controller(&[]).await.unwrap();
     let dir = std::env::temp_dir().join(format!("{}-alerts", env.id));
@@ -199,7 +197,7 @@ async fn every_alert_fires_and_resolves() {
                 ),
                 "{alert}"
             );
-            let binding = format!("tolerated-{}", env.promise);
+            let binding = env.binding_name("tolerated");
             env.patch_binding(
                 &ns,
                 &binding,

@@ -99,7 +99,7 @@ async fn a_canary_soaks_then_production_waits_for_approval() {
         1,
         "{events:?}"
     );
-    let b = env.bindings_api(&ns).get(&format!("p0-{}", env.promise)).await.unwrap();
+    let b = env.bindings_api(&ns).get(&env.binding_name("p0")).await.unwrap();
     assert_eq!(b.spec.version, "v1.0.0", "nothing in prod started before the approval");
     let status = run_plugin(
         None,

@@ -220,9 +220,12 @@ async fn the_bad_input_corpus_is_refused_with_field_paths_and_stalls_nothing() {
         .await
         .unwrap();
     let ns = env.namespace("res").await.unwrap();
-    env.binding(&ns, "good", &[("resource", "good")], "v1.0.0", Some("v1.0.0"))
+    // kratix-sim makes the good resource, then stops until the corpus has been seen as created.
+    env.start_sim(SIM, &[]).unwrap();
+    env.resource(&ns, "good", &[("resource", "good")], "v1.0.0")
         .await
         .unwrap();
+    env.stop_sim().await;
     let mut controller = env.start_controller(&[]).await.unwrap();
 
     let dir = repo_root().join("tests/fixtures/bad");

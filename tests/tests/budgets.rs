@@ -6,19 +6,21 @@ use std::time::Duration;
 use upgradeplan::api::kratix::BindingFacts;
 
 use serde_json::{json, Value};
-use upgradeplan::api::{find_condition, reasons, ConditionStatus, RunState};
+use upgradeplan::api::{
+    find_condition, reasons, ConditionStatus, RunState, UPGRADED_BY_ANNOTATION, UPGRADE_STARTED_AT_ANNOTATION,
+};
 use upgradeplan_e2e::harness::{run_plugin, started_at, Built, TestEnv, World};
 
 const SIM: &str = env!("CARGO_BIN_EXE_kratix-sim");
 const WAIT: Duration = Duration::from_secs(90);
 
 async fn binding(env: &TestEnv, ns: &str, name: &str, set: &str, group: &str, annotations: Value) {
-    env.binding(ns, name, &[("set", set), ("env", group)], "v1.0.0", Some("v1.0.0"))
+    env.resource(ns, name, &[("set", set), ("env", group)], "v1.0.0")
         .await
         .unwrap();
     env.patch_binding(
         ns,
-        &format!("{name}-{}", env.promise),
+        &env.binding_name(name),
         json!({"metadata": {"annotations": annotations}}),
     )
     .await
@@ -210,7 +212,7 @@ async fn a_failure_stands_when_kratix_retries_the_resource_by_itself() {
     .await
     .unwrap();
     // Fix x: Kratix's next attempt (at most 2 s after its last failure) succeeds.
-    let x = format!("x-{}", env.promise);
+    let x = env.binding_name("x");
     env.patch_binding(
         &ns,
         &x,
@@ -223,7 +225,9 @@ async fn a_failure_stands_when_kratix_retries_the_resource_by_itself() {
     })
     .await
     .unwrap();
-    env.hold([&format!("{ns}/y-{}", env.promise)], false).await.unwrap();
+    env.hold([&format!("{ns}/{}", env.binding_name("y"))], false)
+        .await
+        .unwrap();
 
     let r = env.wait_ended(&run).await.unwrap().status.unwrap();
     assert_eq!(r.state, RunState::Completed, "{}", controller.log_text());
@@ -307,6 +311,48 @@ async fn a_resource_past_its_deadline_counts_as_failed_and_frees_its_slot() {
             .any(|(_, _, m)| m.ends_with("failed to upgrade to v2.0.0: did not finish within 3s")),
         "{events:?}"
     );
+    env.teardown().await.unwrap();
+}
+
+/// A resource Kratix retries by itself (its spec still at the target since last week's run, the
+/// stamp that run wrote) is in flight for the next run, but not its start: the next run's
+/// `progressDeadline` never fails it (spec §13.1), and the run completes once Kratix is done.
+#[tokio::test]
+async fn a_resource_kratix_retries_by_itself_is_not_failed_by_the_next_runs_deadline() {
+    let Built { mut env, ns, .. } = World::new("own-deadline", SIM).build().await.unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
+    binding(&env, &ns, "k-retried", "k", "dev", json!({"kratix-sim/delay": "8s"})).await;
+    // Last week's run moved it to v2.0.0; Kratix works on it again now.
+    env.patch_binding(
+        &ns,
+        &env.binding_name("k-retried"),
+        json!({"metadata": {"annotations": {
+                   UPGRADED_BY_ANNOTATION: "weekly-41",
+                   UPGRADE_STARTED_AT_ANNOTATION: "2026-11-30T23:00:00Z"}},
+               "spec": {"version": "v2.0.0"}}),
+    )
+    .await
+    .unwrap();
+    let plan = env
+        .create_plan(
+            "own-deadline",
+            two_groups("k", json!({"maxFailures": 0, "progressDeadline": "2s"})),
+        )
+        .await
+        .unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    let r = env.wait_ended(&run).await.unwrap().status.unwrap();
+    assert_eq!(
+        r.state,
+        RunState::Completed,
+        "{:?}\n{}",
+        r.conditions,
+        controller.log_text()
+    );
+    assert_eq!(r.rollout_groups[0].failed, 0, "{:?}", r.rollout_groups[0]);
+    assert_eq!(r.total_resources, 1, "the retried resource was in the run's snapshot");
+    let retried = env.live_binding(&ns, "k-retried").await.unwrap();
+    assert_eq!(retried.last_applied_version(), "v2.0.0", "Kratix finished it");
     env.teardown().await.unwrap();
 }
 

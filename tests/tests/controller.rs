@@ -225,7 +225,7 @@ async fn a_failing_resource_fails_the_run_and_later_groups_never_start() {
         .unwrap();
     let controller = env.start_controller(&[]).await.unwrap();
     let dev_ns = format!("{}-dev", env.id);
-    let failing = format!("dev-0-{}", env.promise);
+    let failing = env.binding_name("dev-0");
     env.patch_binding(
         &dev_ns,
         &failing,
@@ -931,8 +931,8 @@ async fn drifted_and_deleted_bindings_are_skipped_and_never_overwritten() {
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
     let ns = format!("{}-dev", env.id);
-    let drifted = format!("dev-0-{}", env.promise);
-    let deleted = format!("dev-1-{}", env.promise);
+    let drifted = env.binding_name("dev-0");
+    let deleted = env.binding_name("dev-1");
     env.patch_binding(&ns, &drifted, json!({"spec": {"version": "v1.5.0"}}))
         .await
         .unwrap();
@@ -984,12 +984,12 @@ async fn a_missing_revision_makes_the_run_wait_and_a_deleted_one_fails_it() {
     let mut env = TestEnv::new("e2e-rev").await.unwrap();
     env.promise_with_revisions(&["v1.0.0"], "v1.0.0").await.unwrap();
     let ns = env.namespace("dev").await.unwrap();
+    env.start_sim(SIM, &["--delay", "0s"]).unwrap();
     for i in 0..3 {
-        env.binding(&ns, &format!("dev-{i}"), &[("env", "dev")], "v1.0.0", Some("v1.0.0"))
+        env.resource(&ns, &format!("dev-{i}"), &[("env", "dev")], "v1.0.0")
             .await
             .unwrap();
     }
-    env.start_sim(SIM, &["--delay", "0s"]).unwrap();
     let metrics_addr = format!("127.0.0.1:{}", upgradeplan_e2e::harness::free_port().unwrap());
     let controller = env.start_controller(&["--metrics-addr", &metrics_addr]).await.unwrap();
     let plan = env.create_plan("plan", two_groups()).await.unwrap();
@@ -1032,7 +1032,7 @@ async fn a_missing_revision_makes_the_run_wait_and_a_deleted_one_fails_it() {
     for i in 0..3 {
         env.patch_binding(
             &ns,
-            &format!("dev-{i}-{}", env.promise),
+            &env.binding_name(&format!("dev-{i}")),
             json!({"metadata": {"annotations": {"kratix-sim/delay": "3s"}}}),
         )
         .await
@@ -1604,12 +1604,12 @@ async fn with_leader_election_only_the_leader_acts_and_a_standby_takes_over() {
         .await
         .unwrap();
     let ns = env.namespace("dev").await.unwrap();
+    env.start_sim(SIM, &[]).unwrap();
     for i in 0..2 {
-        env.binding(&ns, &format!("dev-{i}"), &[("env", "dev")], "v1.0.0", Some("v1.0.0"))
+        env.resource(&ns, &format!("dev-{i}"), &[("env", "dev")], "v1.0.0")
             .await
             .unwrap();
     }
-    env.start_sim(SIM, &[]).unwrap();
     let lease = format!("{}-lease", env.id);
     let addr = || format!("127.0.0.1:{}", upgradeplan_e2e::harness::free_port().unwrap());
     let (a_metrics, b_metrics, c_metrics) = (addr(), addr(), addr());
@@ -1678,9 +1678,7 @@ async fn with_leader_election_only_the_leader_acts_and_a_standby_takes_over() {
         Some(b_holds.as_str()),
         "after the takeover"
     );
-    env.binding(&ns, "dev-2", &[("env", "dev")], "v1.0.0", Some("v1.0.0"))
-        .await
-        .unwrap();
+    env.resource(&ns, "dev-2", &[("env", "dev")], "v1.0.0").await.unwrap();
     let second = env.create_run(&format!("{plan}-2"), &plan, false).await.unwrap();
     let done = env
         .wait_run(&second, WAIT, "terminal", run_ended)
@@ -1862,5 +1860,264 @@ async fn a_lost_snapshot_fails_the_run_once() {
         .filter(|(t, r, _)| t == "Warning" && r == "UpgradeRunFailed")
         .collect();
     assert_eq!(failed.len(), 1, "{events:#?}");
+    env.teardown().await.unwrap();
+}
+
+/// The controller, and a run of a plan of one group, `dev`, `limit` at a time, to v2.0.0; with a
+/// watch on the bindings from before its start.
+async fn one_group_run(
+    env: &mut TestEnv,
+    limit: u32,
+) -> (
+    ControllerProcess,
+    String,
+    std::sync::Arc<std::sync::Mutex<upgradeplan_e2e::harness::Observed>>,
+) {
+    let controller = env.start_controller(&[]).await.unwrap();
+    let mut spec = two_groups();
+    spec["rolloutGroups"] =
+        json!([{"name": "dev", "selectors": {"matchLabels": {"env": "dev"}}, "maxConcurrent": limit}]);
+    let plan = env.create_plan("plan", spec).await.unwrap();
+    let seen = observe_bindings(env, "v2.0.0");
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    (controller, run, seen)
+}
+
+/// Spec §5.5 with Kratix's identities (§2): a resource the run counted Succeeded whose Resource
+/// Request is deleted and created again gets a binding of the same name, at the version a new
+/// binding starts at (here v1.0.0, the latest); the run's outcome stands, and it never upgrades
+/// that resource again. Before outcomes were recorded, the run read the new binding as a resource
+/// not yet upgraded and started it a second time.
+#[tokio::test]
+async fn a_request_created_again_under_the_same_binding_name_is_not_upgraded_again() {
+    let Built { mut env, ns, .. } = World::new("e2e-recreated", SIM)
+        .versions(&["v1.0.0", "v2.0.0"], "v1.0.0")
+        .sim_args(&["--binding-version", "pinned"])
+        .build()
+        .await
+        .unwrap();
+    let mut keys = Vec::new();
+    for name in ["a", "b"] {
+        let b = env.request(&ns, name, &[("env", "dev")], &[]).await.unwrap();
+        env.wait_binding(&ns, &b.name_any(), WAIT, "applied at v1.0.0", |b| {
+            upgradeplan::api::kratix::BindingFacts::last_applied_version(b) == "v1.0.0"
+        })
+        .await
+        .unwrap();
+        keys.push(format!("{ns}/{}", b.name_any()));
+    }
+    let (a, b) = (keys[0].clone(), keys[1].clone());
+    // b's upgrade starts but does not finish until released: the run is still going when a's
+    // request is created again.
+    env.hold([&b], true).await.unwrap();
+    let (controller, run, seen) = one_group_run(&mut env, 2).await;
+    env.wait_run(&run, WAIT, "a counted Succeeded", |r| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| s.rollout_groups.first().is_some_and(|g| g.succeeded == 1))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+
+    let a_name = a.split_once('/').unwrap().1.to_string();
+    let requests = env.requests_api(&ns);
+    requests.delete("a", &Default::default()).await.unwrap();
+    wait_gone(requests.clone(), "a", WAIT).await.unwrap();
+    let again = env.request(&ns, "a", &[("env", "dev")], &[]).await.unwrap();
+    assert_eq!(again.name_any(), a_name, "the same binding name");
+    assert_eq!(again.spec.version, "v1.0.0");
+    env.wait_binding(&ns, &a_name, WAIT, "the new a applied at v1.0.0", |b| {
+        upgradeplan::api::kratix::BindingFacts::last_applied_version(b) == "v1.0.0"
+    })
+    .await
+    .unwrap();
+    // The controller has read the new binding before b completes the run.
+    env.settle_run(&controller, &run).await.unwrap();
+    env.hold([&b], false).await.unwrap();
+    let done = env
+        .wait_run(&run, WAIT, "terminal", run_ended)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    let status = done.status.unwrap();
+    assert_eq!(status.state, RunState::Completed, "{}", controller.log_text());
+    assert_eq!(group_counts(&status.rollout_groups), [("dev".to_string(), 2, 2, 0, 0)]);
+    let now_a = env.bindings_api(&ns).get(&a_name).await.unwrap();
+    assert_eq!(
+        now_a.spec.version, "v1.0.0",
+        "the re-created resource was not upgraded again"
+    );
+    assert_eq!(
+        seen.lock().unwrap().spec_changes.get(&a).copied(),
+        Some(1),
+        "a started once"
+    );
+    env.teardown().await.unwrap();
+}
+
+/// Spec §5.5: a skip stands. Someone moves `c` on by hand (`spec.version: v3.0.0`) — the run
+/// counts it Skipped and says so — then sets it back to v1.0.0 while the run is still going: the
+/// run never upgrades it, and its count does not move back. Before outcomes were recorded, the
+/// set-back binding read as a resource not yet upgraded, and the run started it.
+#[tokio::test]
+async fn a_skip_undone_by_hand_stands_and_the_resource_is_not_upgraded() {
+    let Built { mut env, ns, bindings } = World::new("e2e-undone", SIM)
+        .bindings(&[("a", "dev"), ("c", "dev")])
+        .build()
+        .await
+        .unwrap();
+    let (a, c) = (env.binding_name("a"), env.binding_name("c"));
+    let a_key = format!("{ns}/{a}");
+    let c_key = format!("{ns}/{c}");
+    assert!(bindings.contains_key(&a_key) && bindings.contains_key(&c_key));
+    // a's upgrade starts but does not finish until released: the run is still going when c is
+    // set back.
+    env.hold([&a_key], true).await.unwrap();
+    let (controller, run, seen) = one_group_run(&mut env, 1).await;
+    // a takes the only slot (names in order); c waits for it, and someone moves c on meanwhile.
+    wait_in_flight(&seen, "dev", 1, WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    env.patch_and_settle_binding(&ns, &c, json!({"spec": {"version": "v3.0.0"}}))
+        .await
+        .unwrap();
+    env.wait_run(&run, WAIT, "c counted Skipped", |r| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| s.rollout_groups.first().is_some_and(|g| g.skipped == 1))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    let skipped = env
+        .events_when(&run, |(_, r, m)| r == "ResourceSkipped" && m.contains("/c "))
+        .await
+        .unwrap();
+    assert!(!skipped.is_empty(), "the skip was announced");
+
+    // Undone: c asks for the version it has applied again.
+    env.patch_and_settle_binding(&ns, &c, json!({"spec": {"version": "v1.0.0"}}))
+        .await
+        .unwrap();
+    env.settle_run(&controller, &run).await.unwrap();
+    env.hold([&a_key], false).await.unwrap();
+    let done = env
+        .wait_run(&run, WAIT, "terminal", run_ended)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+    let status = done.status.unwrap();
+    assert_eq!(status.state, RunState::Completed, "{}", controller.log_text());
+    assert_eq!(group_counts(&status.rollout_groups), [("dev".to_string(), 2, 1, 0, 1)]);
+    let now_c = env.bindings_api(&ns).get(&c).await.unwrap();
+    assert_eq!(now_c.spec.version, "v1.0.0", "the skipped resource was never upgraded");
+    assert_eq!(
+        seen.lock().unwrap().spec_changes.get(&c_key),
+        None,
+        "c never moved to v2.0.0"
+    );
+    env.teardown().await.unwrap();
+}
+
+/// How many binding patches the controller sends at once (`run::PATCH_CONCURRENCY`).
+const CONCURRENT_SENDERS: usize = 16;
+
+/// A run cancelled while its pass is still sending a group's starts (spec §14.1): once the cancel
+/// is in the controller's cache, no more of them go out — only the requests already in the air,
+/// at most one per concurrent sender. The API server is slowed to the test's pace: the proxy
+/// holds every binding patch until the cancel has reached the controller's watch.
+#[tokio::test]
+async fn a_cancel_stops_the_starts_a_pass_is_still_sending() {
+    let mut env = TestEnv::new("cancel-sending").await.unwrap();
+    let names: Vec<String> = (0..60).map(|i| format!("r{i}")).collect();
+    let bindings: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "all")).collect();
+    let ns = env.upgrade_world(&bindings, SIM, &[]).await.unwrap();
+    // Kratix takes an hour over each upgrade: nothing ends, only starts are counted.
+    for name in &names {
+        env.patch_binding(
+            &ns,
+            &env.binding_name(name),
+            json!({"metadata": {"annotations": {"kratix-sim/delay": "1h"}}}),
+        )
+        .await
+        .unwrap();
+    }
+    let proxy = FaultProxy::start(env.client.clone()).await.unwrap();
+    let kubeconfig = proxy.kubeconfig(&std::env::temp_dir(), &env.id).unwrap();
+    let controller = env
+        .start_controller(&["--kubeconfig", kubeconfig.to_str().unwrap()])
+        .await
+        .unwrap();
+    proxy.set_faults(Faults {
+        only_paths: Some("/resourcebindings/".into()),
+        hold_writes: true,
+        ..Default::default()
+    });
+    let plan = env
+        .create_plan(
+            "plan",
+            json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"},
+                   "rolloutGroups": [{"name": "all", "selectors": {"matchLabels": {"env": "all"}}, "maxConcurrent": "100%"}]}),
+        )
+        .await
+        .unwrap();
+    let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    // Every sender waits in a start the API server has not answered.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while proxy.holding() < CONCURRENT_SENDERS as u64 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the controller never had {CONCURRENT_SENDERS} starts in the air ({} held)\n{}",
+            proxy.holding(),
+            controller.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The cancel, by the test's own client, marked so that the proxy sees it pass to the
+    // controller's watch of runs.
+    let mark = format!("{}-cancelled", env.id);
+    proxy.look_for(&mark);
+    env.runs()
+        .patch(
+            &run,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {"upgradeplan-test/mark": mark}},
+                                            "spec": {"cancel": true}})),
+        )
+        .await
+        .unwrap();
+    while !proxy.passed(&mark) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the cancel never reached the controller's watch\n{}",
+            controller.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.release_writes();
+    let done = env.wait_ended(&run).await.unwrap();
+    assert_eq!(run_state(&done), RunState::Cancelled, "{:?}", done.status);
+    let started: Vec<String> = env
+        .bindings_api(&ns)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|b| b.annotations().get(upgradeplan::api::UPGRADED_BY_ANNOTATION) == Some(&run))
+        .map(|b| b.name_any())
+        .collect();
+    eprintln!("started once cancelled: {} of {}", started.len(), names.len());
+    assert!(
+        started.len() >= CONCURRENT_SENDERS && started.len() <= 2 * CONCURRENT_SENDERS,
+        "{} of {} started: the {CONCURRENT_SENDERS} in the air, at most one more per sender\n{}",
+        started.len(),
+        names.len(),
+        controller.log_text()
+    );
+    assert!(
+        controller
+            .log_text()
+            .contains("starts withheld: their admission ended while they were being sent"),
+        "{}",
+        controller.log_text()
+    );
     env.teardown().await.unwrap();
 }

@@ -269,19 +269,17 @@ async fn the_shipped_rbac_is_sufficient_and_the_base_applies_server_side() {
         .await
         .unwrap();
     let ns = env.namespace("apps").await.unwrap();
+    env.start_sim(SIM, &[]).unwrap();
     for (name, group) in [("d0", "dev"), ("d1", "dev"), ("p0", "prod"), ("p1", "prod")] {
-        env.binding(&ns, name, &[("env", group)], "v1.0.0", Some("v1.0.0"))
-            .await
-            .unwrap();
+        env.resource(&ns, name, &[("env", group)], "v1.0.0").await.unwrap();
     }
     env.patch_binding(
         &ns,
-        &format!("p1-{}", env.promise),
+        &env.binding_name("p1"),
         json!({"metadata": {"annotations": {"kratix-sim/fail-version": "v2.0.0"}}}),
     )
     .await
     .unwrap();
-    env.start_sim(SIM, &[]).unwrap();
     let (controller, metrics) = env
         .start_secure_controller(&[
             "--kubeconfig",

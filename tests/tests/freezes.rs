@@ -265,7 +265,7 @@ async fn a_freeze_holds_the_plans_it_selects_and_no_other() {
         .await
         .unwrap();
     assert_eq!(run_state(&waiting), RunState::InProgress);
-    let b = env.bindings_api(&ns).get(&format!("c0-{}", env.promise)).await.unwrap();
+    let b = env.bindings_api(&ns).get(&env.binding_name("c0")).await.unwrap();
     assert_eq!(b.spec.version, "v1.0.0");
     let status = run_plugin(
         None,
@@ -378,7 +378,7 @@ async fn retries_of_earlier_failures_wait_for_the_freeze_and_a_slot_like_any_sta
     let bindings: Vec<(&str, &str)> = names.iter().map(|n| (*n, "all")).collect();
     let ns = env.upgrade_world(&bindings, SIM, &[]).await.unwrap();
     let promise = env.promise.clone();
-    let binding = |n: &str| format!("{n}-{promise}");
+    let binding = |n: &str| upgradeplan_e2e::sim::requests::binding_name(n, &promise);
     // The earlier failures: each upgrade to v2.0.0 fails in Kratix, before the run exists.
     for n in names {
         env.patch_binding(
@@ -611,7 +611,7 @@ async fn freezes_create_declares_an_incident_freeze_that_holds_at_once() {
             && message.ends_with(": INC-4711: storage degraded"),
         "{message}"
     );
-    let b = env.bindings_api(&ns).get(&format!("r0-{promise}")).await.unwrap();
+    let b = env.bindings_api(&ns).get(&env.binding_name("r0")).await.unwrap();
     assert_eq!(b.spec.version, "v1.0.0", "nothing starts while it holds");
 
     freezes(&env).delete(&name, &DeleteParams::default()).await.unwrap();

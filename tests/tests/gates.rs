@@ -307,7 +307,7 @@ async fn a_gate_closed_for_fail_after_fails_the_run_and_explain_evaluates_gates_
         (c.status, c.reason.as_str(), c.message.as_str()),
         (ConditionStatus::False, "GateFailed", "gate \"always\" closed for 3s")
     );
-    let b = env.bindings_api(&ns).get(&format!("r0-{}", env.promise)).await.unwrap();
+    let b = env.bindings_api(&ns).get(&env.binding_name("r0")).await.unwrap();
     assert_eq!(b.spec.version, "v1.0.0", "nothing started while the gate was closed");
 }
 

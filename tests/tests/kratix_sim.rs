@@ -34,7 +34,7 @@ async fn upgrade_succeeds_through_in_progress() {
         .build()
         .await
         .unwrap();
-    let b = env.binding(&ns, "cache", &[], "v1.0.0", Some("v1.0.0")).await.unwrap();
+    let b = env.resource(&ns, "cache", &[], "v1.0.0").await.unwrap();
     let name = b.metadata.name.clone().unwrap();
     env.patch_binding(
         &ns,
@@ -71,7 +71,7 @@ async fn failure_is_reported_and_never_retried_until_asked() {
         .build()
         .await
         .unwrap();
-    let b = env.binding(&ns, "db", &[], "v1.0.0", Some("v1.0.0")).await.unwrap();
+    let b = env.resource(&ns, "db", &[], "v1.0.0").await.unwrap();
     let name = b.metadata.name.clone().unwrap();
     env.patch_binding(
         &ns,
@@ -136,7 +136,7 @@ async fn missing_revision_keeps_the_binding_in_progress() {
         .build()
         .await
         .unwrap();
-    let b = env.binding(&ns, "queue", &[], "v1.0.0", Some("v1.0.0")).await.unwrap();
+    let b = env.resource(&ns, "queue", &[], "v1.0.0").await.unwrap();
     let name = b.metadata.name.clone().unwrap();
     env.patch_binding(&ns, &name, json!({"spec": {"version": "v3.0.0"}}))
         .await
@@ -174,7 +174,7 @@ async fn delay_annotation_holds_the_upgrade_in_progress() {
         .build()
         .await
         .unwrap();
-    let b = env.binding(&ns, "slow", &[], "v1.0.0", Some("v1.0.0")).await.unwrap();
+    let b = env.resource(&ns, "slow", &[], "v1.0.0").await.unwrap();
     let name = b.metadata.name.clone().unwrap();
     env.patch_binding(
         &ns,
@@ -209,16 +209,14 @@ async fn floating_latest_binding_follows_the_latest_revision() {
         .build()
         .await
         .unwrap();
-    let b = env
-        .binding(&ns, "floating", &[], "latest", Some("v1.0.0"))
-        .await
-        .unwrap();
+    let b = env.resource(&ns, "floating", &[], "latest").await.unwrap();
     let name = b.metadata.name.clone().unwrap();
-    let done = env
-        .wait_binding(&ns, &name, WAIT, "latest resolves to v2.0.0", completed("v2.0.0"))
-        .await
-        .unwrap();
-    assert_eq!(done.spec.version, "latest", "the simulator never rewrites spec.version");
+    assert_eq!(b.last_applied_version(), "v2.0.0", "latest resolves to v2.0.0");
+    assert!(
+        b.upgrade_condition().is_none(),
+        "deployed, not upgraded: no UpgradeSucceeded"
+    );
+    assert_eq!(b.spec.version, "latest", "the simulator never rewrites spec.version");
     env.create_revision("v3.0.0", false).await.unwrap();
     env.mark_latest("v3.0.0").await.unwrap();
     env.wait_binding(&ns, &name, WAIT, "latest moves to v3.0.0", completed("v3.0.0"))
@@ -264,7 +262,7 @@ async fn health_records_follow_successful_upgrades() {
     let upgrade = |name: &'static str, annotations: serde_json::Value| {
         let (env, ns) = (&env, ns.clone());
         async move {
-            let b = env.binding(&ns, name, &[], "v1.0.0", Some("v1.0.0")).await.unwrap();
+            let b = env.resource(&ns, name, &[], "v1.0.0").await.unwrap();
             let binding = b.metadata.name.clone().unwrap();
             env.patch_binding(
                 &ns,
@@ -372,7 +370,8 @@ async fn deleting_a_revision_deletes_the_resources_at_its_version() {
         ("new", "v2.0.0", "v2.0.0"),
         ("floating", "latest", "v2.0.0"),
     ] {
-        env.binding(&ns, name, &[], version, Some(applied)).await.unwrap();
+        let b = env.resource(&ns, name, &[], version).await.unwrap();
+        assert_eq!(b.last_applied_version(), applied, "{name}");
     }
     env.wait_revision_finalizer("v1.0.0", WAIT).await.unwrap();
     let revisions: kube::Api<PromiseRevision> = kube::Api::all(env.client.clone());
@@ -387,8 +386,197 @@ async fn deleting_a_revision_deletes_the_resources_at_its_version() {
         .unwrap()
         .items
         .iter()
-        .map(|b| b.name_any().trim_end_matches(&format!("-{}", env.promise)).to_string())
+        .map(|b| b.spec.resource_ref.name.clone())
         .collect();
     assert_eq!(remaining, ["floating", "new"]);
+    env.teardown().await.unwrap();
+}
+
+/// Kratix's dynamic resource-request controller (`updateResourceBinding`): a request makes its
+/// binding under Kratix's deterministic name, floating at `latest` by default; the binding's
+/// whole label map follows the request's.
+#[tokio::test]
+async fn a_request_makes_its_binding_and_its_labels_follow_the_request() {
+    let Built { env, ns, .. } = World::new("sim-rr", SIM).build().await.unwrap();
+    let b = env.request(&ns, "cache", &[("env", "dev")], &[]).await.unwrap();
+    assert_eq!(
+        b.name_any(),
+        upgradeplan_e2e::sim::requests::binding_name("cache", &env.promise)
+    );
+    assert!(
+        b.name_any().starts_with(&format!("cache-{}-", env.promise)),
+        "{}",
+        b.name_any()
+    );
+    assert_eq!(b.spec.version, "latest", "Kratix's default strategy floats");
+    assert_eq!(
+        (
+            b.spec.resource_ref.namespace.as_str(),
+            b.spec.resource_ref.name.as_str()
+        ),
+        (ns.as_str(), "cache")
+    );
+    let labels = b.labels();
+    assert_eq!(labels.get("env").map(String::as_str), Some("dev"));
+    assert_eq!(labels.get("kratix.io/promise-name"), Some(&env.promise));
+    assert_eq!(labels.get("kratix.io/resource-name").map(String::as_str), Some("cache"));
+    let name = b.name_any();
+    let deployed = env
+        .wait_binding(&ns, &name, WAIT, "applied at the latest revision", |b| {
+            b.last_applied_version() == "v2.0.0"
+        })
+        .await
+        .unwrap();
+    assert!(
+        deployed.upgrade_condition().is_none(),
+        "a new resource has no UpgradeSucceeded, as in Kratix"
+    );
+    let recorded = env.requests_api(&ns).get("cache").await.unwrap();
+    assert_eq!(recorded.data["status"]["resourceBindingVersion"], "latest");
+
+    // A label someone puts on the binding goes at the next reconcile of the request; the
+    // request's labels are what a rollout group selects.
+    env.patch_binding(&ns, &name, json!({"metadata": {"labels": {"stray": "x"}}}))
+        .await
+        .unwrap();
+    env.requests_api(&ns)
+        .patch(
+            "cache",
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"labels": {"env": "prod"}}})),
+        )
+        .await
+        .unwrap();
+    env.wait_binding(&ns, &name, WAIT, "labels rewritten from the request", |b| {
+        b.labels().get("env").map(String::as_str) == Some("prod") && !b.labels().contains_key("stray")
+    })
+    .await
+    .unwrap();
+    env.teardown().await.unwrap();
+}
+
+/// Deleting a request runs its delete workflows while the binding stays, unmarked; then Kratix
+/// deletes the binding. A request created again under the same name gets a binding of the same
+/// name: another object (uid), at the version a new binding starts at.
+#[tokio::test]
+async fn a_deleted_request_keeps_its_binding_until_its_delete_workflows_end_and_a_new_one_gets_the_same_name() {
+    let Built { env, ns, .. } = World::new("sim-rr-del", SIM)
+        .versions(&["v1.0.0", "v2.0.0"], "v1.0.0")
+        .sim_args(&["--binding-version", "pinned"])
+        .build()
+        .await
+        .unwrap();
+    let first = env
+        .request(&ns, "cache", &[], &[(DELAY_ANNOTATION, "20s")])
+        .await
+        .unwrap();
+    assert_eq!(first.spec.version, "v1.0.0", "pinned: the latest revision's version");
+    let name = first.name_any();
+    env.wait_binding(&ns, &name, WAIT, "deployed", |b| b.last_applied_version() == "v1.0.0")
+        .await
+        .unwrap();
+    env.mark_latest("v2.0.0").await.unwrap();
+
+    let requests = env.requests_api(&ns);
+    requests.delete("cache", &Default::default()).await.unwrap();
+    let terminating =
+        upgradeplan_e2e::harness::wait_for(requests.clone(), "cache", WAIT, "the request terminating", |rr| {
+            rr.metadata.deletion_timestamp.is_some()
+        })
+        .await
+        .unwrap();
+    assert!(
+        terminating
+            .finalizers()
+            .iter()
+            .any(|f| f == upgradeplan_e2e::sim::requests::DELETE_WORKFLOWS_FINALIZER),
+        "its delete workflows still run: {:?}",
+        terminating.finalizers()
+    );
+    let during = env.bindings_api(&ns).get(&name).await.unwrap();
+    assert!(
+        during.metadata.deletion_timestamp.is_none(),
+        "the binding is not marked while they run"
+    );
+    // An upgrade asked meanwhile (a run sees an ordinary binding) does not run: Kratix reconciles
+    // a request being deleted only to delete it.
+    env.wait_request_deletion_seen(
+        &ns,
+        "cache",
+        terminating.resource_version().as_deref().unwrap_or_default(),
+    )
+    .await
+    .unwrap();
+    env.patch_and_settle_binding(&ns, &name, json!({"spec": {"version": "v2.0.0"}}))
+        .await
+        .unwrap();
+    let asked = env.bindings_api(&ns).get(&name).await.unwrap();
+    assert_eq!(asked.last_applied_version(), "v1.0.0");
+    assert!(
+        asked.upgrade_condition().is_none(),
+        "no workflow started: {:?}",
+        asked.status
+    );
+    upgradeplan_e2e::harness::wait_gone(requests.clone(), "cache", Duration::from_secs(90))
+        .await
+        .unwrap();
+    assert!(
+        env.bindings_api(&ns).get_opt(&name).await.unwrap().is_none(),
+        "the binding went with it"
+    );
+
+    let second = env.request(&ns, "cache", &[], &[]).await.unwrap();
+    assert_eq!(second.name_any(), name, "the same binding name");
+    assert_ne!(second.uid(), first.uid(), "another object");
+    assert_eq!(
+        second.spec.version, "v2.0.0",
+        "a new binding starts at the version of now"
+    );
+    env.teardown().await.unwrap();
+}
+
+/// Kratix's PromiseRevision controller deletes the *requests* of the resources at a deleted
+/// revision's version (their bindings go through the requests' deletion).
+#[tokio::test]
+async fn deleting_a_revision_deletes_the_requests_at_its_version() {
+    let Built { env, ns, .. } = World::new("sim-rr-rev", SIM)
+        .versions(&["v1.0.0", "v2.0.0"], "v1.0.0")
+        .sim_args(&["--revision-cleanup", "--binding-version", "pinned"])
+        .build()
+        .await
+        .unwrap();
+    let old = env.request(&ns, "old", &[], &[]).await.unwrap();
+    env.mark_latest("v2.0.0").await.unwrap();
+    let new = env.request(&ns, "new", &[], &[]).await.unwrap();
+    assert_eq!(
+        (old.spec.version.as_str(), new.spec.version.as_str()),
+        ("v1.0.0", "v2.0.0")
+    );
+    env.wait_revision_finalizer("v1.0.0", WAIT).await.unwrap();
+    let revisions: kube::Api<upgradeplan::api::kratix::PromiseRevision> = kube::Api::all(env.client.clone());
+    env.delete_revision("v1.0.0").await.unwrap();
+    upgradeplan_e2e::harness::wait_gone(revisions, &env.revision_name("v1.0.0"), WAIT)
+        .await
+        .unwrap();
+    let requests: Vec<String> = env
+        .requests_api(&ns)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|r| r.name_any())
+        .collect();
+    assert_eq!(requests, ["new"], "the request at v1.0.0 was deleted");
+    let bindings: Vec<String> = env
+        .bindings_api(&ns)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|b| b.name_any())
+        .collect();
+    assert_eq!(bindings, [new.name_any()]);
     env.teardown().await.unwrap();
 }

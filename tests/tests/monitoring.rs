@@ -20,15 +20,15 @@ async fn prometheus_fires_upgrade_run_failed_and_follows_window_open() {
         .await
         .unwrap();
     let ns = env.namespace("apps").await.unwrap();
-    env.binding(&ns, "bad", &[], "v1.0.0", Some("v1.0.0")).await.unwrap();
+    env.start_sim(SIM, &[]).unwrap();
+    env.resource(&ns, "bad", &[], "v1.0.0").await.unwrap();
     env.patch_binding(
         &ns,
-        &format!("bad-{}", env.promise),
+        &env.binding_name("bad"),
         json!({"metadata": {"annotations": {"kratix-sim/fail-version": "v2.0.0"}}}),
     )
     .await
     .unwrap();
-    env.start_sim(SIM, &[]).unwrap();
     // The controller serving /metrics as deploy/ does (HTTPS, self-signed, token reviewed).
     let (controller, metrics) = env.start_secure_controller(&[]).await.unwrap();
 
@@ -178,19 +178,17 @@ async fn every_dashboard_query_returns_data() {
         .await
         .unwrap();
     let ns = env.namespace("apps").await.unwrap();
+    env.start_sim(SIM, &["--delay", "1s"]).unwrap();
     for role in ["ok", "bad", "held", "gated"] {
-        env.binding(&ns, role, &[("role", role)], "v1.0.0", Some("v1.0.0"))
-            .await
-            .unwrap();
+        env.resource(&ns, role, &[("role", role)], "v1.0.0").await.unwrap();
     }
     env.patch_binding(
         &ns,
-        &format!("bad-{}", env.promise),
+        &env.binding_name("bad"),
         json!({"metadata": {"annotations": {"kratix-sim/fail-version": "v2.0.0"}}}),
     )
     .await
     .unwrap();
-    env.start_sim(SIM, &["--delay", "1s"]).unwrap();
     // The controller evaluates signal gates against the Prometheus that scrapes it.
     let (controller, prom, _) =
         Prometheus::with_controller(&mut env, &repo_root().join("deploy/monitoring/rules.yaml"), &[], "1s")

@@ -37,12 +37,10 @@ async fn every_verb_against_a_live_cluster() {
         .await
         .unwrap();
     let ns = env.namespace("apps").await.unwrap();
-    for (name, group) in [("d0", "dev"), ("d1", "dev"), ("p0", "prod"), ("p1", "prod")] {
-        env.binding(&ns, name, &[("env", group)], "v1.0.0", Some("v1.0.0"))
-            .await
-            .unwrap();
-    }
     env.start_sim(SIM, &["--delay", "300ms"]).unwrap();
+    for (name, group) in [("d0", "dev"), ("d1", "dev"), ("p0", "prod"), ("p1", "prod")] {
+        env.resource(&ns, name, &[("env", group)], "v1.0.0").await.unwrap();
+    }
     let controller = env.start_controller(&[]).await.unwrap();
     let snap = env.snapshot_namespace();
     let plan = env.create_plan("to-v2", plan_spec("v2.0.0")).await.unwrap();
@@ -204,7 +202,7 @@ async fn every_verb_against_a_live_cluster() {
     // A failing resource: status -w exits 1; history shows which resource failed and why.
     env.patch_binding(
         &ns,
-        &format!("d0-{}", env.promise),
+        &env.binding_name("d0"),
         json!({"metadata": {"annotations": {"kratix-sim/fail-version": "v3.0.0"}}}),
     )
     .await
@@ -605,12 +603,25 @@ async fn status_names_resources_kratix_will_not_reconcile() {
         .await
         .unwrap();
     let ns = env.namespace("apps").await.unwrap();
-    env.binding(&ns, "d0", &[("env", "dev")], "v1.0.0", Some("v1.0.0"))
+    env.start_sim(SIM, &[]).unwrap();
+    env.resource(&ns, "d0", &[("env", "dev")], "v1.0.0").await.unwrap();
+    env.resource(&ns, "d1", &[("env", "dev")], "v1.0.0").await.unwrap();
+    // d1's user pauses it; Kratix copies the request's label onto the binding.
+    env.requests_api(&ns)
+        .patch(
+            "d1",
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"labels": {upgradeplan::api::kratix::PAUSED_LABEL: "true"}}})),
+        )
         .await
         .unwrap();
-    let paused = [("env", "dev"), (upgradeplan::api::kratix::PAUSED_LABEL, "true")];
-    env.binding(&ns, "d1", &paused, "v1.0.0", Some("v1.0.0")).await.unwrap();
-    env.start_sim(SIM, &[]).unwrap();
+    env.wait_binding(&ns, &env.binding_name("d1"), WAIT, "paused, as its request", |b| {
+        kube::ResourceExt::labels(b)
+            .get(upgradeplan::api::kratix::PAUSED_LABEL)
+            .is_some_and(|v| v == "true")
+    })
+    .await
+    .unwrap();
     let _controller = env.start_controller(&[]).await.unwrap();
     let snap = env.snapshot_namespace();
     let plan = env.create_plan("idle", plan_spec("v2.0.0")).await.unwrap();

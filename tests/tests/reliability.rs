@@ -68,7 +68,7 @@ async fn bindings(
     futures::stream::iter(0..n)
         .map(|i| async move {
             let b = env
-                .binding(ns, &format!("{prefix}-{i}"), labels, version, Some(version))
+                .resource(ns, &format!("{prefix}-{i}"), labels, version)
                 .await
                 .unwrap();
             format!("{ns}/{}", kube::ResourceExt::name_any(&b))
@@ -280,6 +280,7 @@ async fn crash_campaign_controller_sigkilled_at_random_moments() {
     let mut rng = Rng::seeded();
     let mut env = TestEnv::new("rel-crash").await.unwrap();
     env.promise_with_revisions(&["v0.9.0", "v1.0.0", TO], TO).await.unwrap();
+    env.start_sim(SIM, &["--delay", "2s"]).unwrap();
     let dev = env.namespace("dev").await.unwrap();
     let prod = env.namespace("prod").await.unwrap();
     let decoy = env.namespace("decoy").await.unwrap();
@@ -289,7 +290,6 @@ async fn crash_campaign_controller_sigkilled_at_random_moments() {
     let mut others = bindings(&env, &decoy, "old", 20, &[("env", "prod")], "v0.9.0").await;
     others.extend(bindings(&env, &decoy, "other", 10, &[("env", "other")], "v1.0.0").await);
 
-    env.start_sim(SIM, &["--delay", "2s"]).unwrap();
     let proxy = FaultProxy::start(env.client.clone()).await.unwrap();
     let kubeconfig = proxy.kubeconfig(&std::env::temp_dir(), &env.id).unwrap();
     let args = ["--kubeconfig", kubeconfig.to_str().unwrap()];
@@ -429,13 +429,13 @@ async fn failover_the_leader_killed_mid_run_is_replaced_within_the_lease() {
     let lease_seconds = 6;
     let mut env = TestEnv::new("rel-failover").await.unwrap();
     env.promise_with_revisions(&["v1.0.0", TO], TO).await.unwrap();
+    env.start_sim(SIM, &["--delay", "1s"]).unwrap();
     let dev = env.namespace("dev").await.unwrap();
     let prod = env.namespace("prod").await.unwrap();
     let per_round = 40;
     let total = per_round * (rounds + 1);
     let mut members = bindings(&env, &dev, "dev", per_round, &[("env", "dev")], "v1.0.0").await;
     members.extend(bindings(&env, &prod, "prod", total - per_round, &[("env", "prod")], "v1.0.0").await);
-    env.start_sim(SIM, &["--delay", "1s"]).unwrap();
 
     let lease = format!("{}-lease", env.id);
     let lease_duration = format!("{lease_seconds}s");
@@ -570,11 +570,11 @@ async fn api_server_restarts_and_injected_faults_lose_and_repeat_nothing() {
     let plane = OwnControlPlane::start("rel-faults").await.unwrap();
     let mut env = TestEnv::on("rel-faults", &plane).await.unwrap();
     env.promise_with_revisions(&["v1.0.0", TO], TO).await.unwrap();
+    env.start_sim(SIM, &["--delay", "500ms"]).unwrap();
     let dev = env.namespace("dev").await.unwrap();
     let prod = env.namespace("prod").await.unwrap();
     let mut members = bindings(&env, &dev, "dev", 30, &[("env", "dev")], "v1.0.0").await;
     members.extend(bindings(&env, &prod, "prod", 50, &[("env", "prod")], "v1.0.0").await);
-    env.start_sim(SIM, &["--delay", "500ms"]).unwrap();
     let proxy = FaultProxy::start(env.client.clone()).await.unwrap();
     let kubeconfig = proxy.kubeconfig(Path::new(&plane.dir), "controller").unwrap();
     let mut controller = env
@@ -686,9 +686,9 @@ async fn api_server_restarts_and_injected_faults_lose_and_repeat_nothing() {
 async fn announcements_cut_off_by_crashes_are_made_once() {
     let mut env = TestEnv::new("rel-announce").await.unwrap();
     env.promise_with_revisions(&["v1.0.0", TO], TO).await.unwrap();
+    env.start_sim(SIM, &["--delay", "3s"]).unwrap();
     let dev = env.namespace("dev").await.unwrap();
     let members = bindings(&env, &dev, "dev", 6, &[("env", "dev")], "v1.0.0").await;
-    env.start_sim(SIM, &["--delay", "3s"]).unwrap();
     let seen = observe_bindings(&env, TO);
     let plan = env
         .create_plan(

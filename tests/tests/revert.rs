@@ -79,7 +79,7 @@ async fn a_completed_two_group_run_is_reverted_prod_first_by_the_plugin() {
     // Production's upgrades back are held in Kratix, so that what dev does meanwhile is seen.
     let prod: Vec<String> = ["p0", "p1"]
         .iter()
-        .map(|p| format!("{ns}/{p}-{}", env.promise))
+        .map(|p| format!("{ns}/{}", env.binding_name(p)))
         .collect();
     env.hold(&prod, true).await.unwrap();
     let snapshot_ns = env.snapshot_namespace();
@@ -137,13 +137,9 @@ async fn a_completed_two_group_run_is_reverted_prod_first_by_the_plugin() {
 
     // Prod first: both started back, held; dev untouched until prod completes.
     for p in ["p0", "p1"] {
-        env.wait_binding(
-            &ns,
-            &format!("{p}-{}", env.promise),
-            WAIT,
-            "moved back to v1.0.0",
-            |b| b.spec_version() == "v1.0.0",
-        )
+        env.wait_binding(&ns, &env.binding_name(p), WAIT, "moved back to v1.0.0", |b| {
+            b.spec_version() == "v1.0.0"
+        })
         .await
         .unwrap();
     }
@@ -232,7 +228,7 @@ async fn a_failed_group_with_on_failure_revert_is_reverted_once_across_a_control
     // d1's upgrade to v2.0.0 fails, and only once the controller is down (held until then).
     env.patch_binding(
         &ns,
-        &format!("d1-{}", env.promise),
+        &env.binding_name("d1"),
         json!({"metadata": {"annotations": {FAIL_VERSION_ANNOTATION: "v2.0.0", HOLD_ANNOTATION: "true"}}}),
     )
     .await
@@ -247,20 +243,22 @@ async fn a_failed_group_with_on_failure_revert_is_reverted_once_across_a_control
         .await
         .unwrap();
     let run = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
-    env.wait_binding(&ns, &format!("d0-{}", env.promise), WAIT, "d0 upgraded", |b| {
+    env.wait_binding(&ns, &env.binding_name("d0"), WAIT, "d0 upgraded", |b| {
         b.last_applied_version() == "v2.0.0"
     })
     .await
     .unwrap();
-    env.wait_binding(&ns, &format!("d1-{}", env.promise), WAIT, "d1 started", |b| {
+    env.wait_binding(&ns, &env.binding_name("d1"), WAIT, "d1 started", |b| {
         b.spec_version() == "v2.0.0"
     })
     .await
     .unwrap();
     // The controller dies; Kratix fails d1 meanwhile; a new controller finds the failure.
     controller.kill().await;
-    env.hold([&format!("{ns}/d1-{}", env.promise)], false).await.unwrap();
-    env.wait_binding(&ns, &format!("d1-{}", env.promise), WAIT, "d1 failed", |b| {
+    env.hold([&format!("{ns}/{}", env.binding_name("d1"))], false)
+        .await
+        .unwrap();
+    env.wait_binding(&ns, &env.binding_name("d1"), WAIT, "d1 failed", |b| {
         b.failed_version() == Some("v2.0.0")
     })
     .await
@@ -321,9 +319,7 @@ async fn a_revert_whose_target_revision_was_deleted_skips_that_resource() {
         .build()
         .await
         .unwrap();
-    env.binding(&ns, "a0", &[("env", "all")], "v0.9.0", Some("v0.9.0"))
-        .await
-        .unwrap();
+    env.resource(&ns, "a0", &[("env", "all")], "v0.9.0").await.unwrap();
     let controller = env.start_controller(&[]).await.unwrap();
     let plan = env
         .create_plan(

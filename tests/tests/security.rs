@@ -73,7 +73,7 @@ async fn failed(env: &TestEnv, run: &str, controller: &upgradeplan_e2e::harness:
 async fn a_snapshot_edited_mid_run_fails_the_run_and_the_added_binding_is_never_patched() {
     let (env, controller, ns, run, cm) = running("tamper-edit").await;
     // A binding of the Promise outside the run (labelled for no group): the edit smuggles it in.
-    env.binding(&ns, "intruder", &[("env", "none")], "v1.0.0", Some("v1.0.0"))
+    env.resource(&ns, "intruder", &[("env", "none")], "v1.0.0")
         .await
         .unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.snapshot_namespace());
@@ -83,7 +83,7 @@ async fn a_snapshot_edited_mid_run_fails_the_run_and_the_added_binding_is_never_
     let intruder = SnapshotResource {
         namespace: ns.clone(),
         name: "intruder".into(),
-        binding: format!("intruder-{}", env.promise),
+        binding: env.binding_name("intruder"),
         last_applied_version: "v1.0.0".into(),
         spec_version: "v1.0.0".into(),
         target: None,
@@ -163,7 +163,7 @@ async fn a_snapshot_deleted_mid_run_fails_the_run() {
     cms.delete(&cm, &DeleteParams::default()).await.unwrap();
     let done = failed(&env, &run, &controller).await;
     let (reason, message) = succeeded_condition(&done).unwrap();
-    assert_eq!(reason, "SnapshotTampered", "{message}");
+    assert_eq!(reason, "SnapshotTampered", "{message}\n{}", controller.log_text());
     assert!(message.starts_with(&format!(
         "snapshot ConfigMap {cm} does not match the digest recorded at "
     )));

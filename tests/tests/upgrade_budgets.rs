@@ -28,7 +28,8 @@ fn started_by(b: &ResourceBinding, run: &str) -> Option<chrono::DateTime<chrono:
     )
 }
 
-/// Bindings Kratix is working on now for one of `runs`: started by it, not applied yet.
+/// Bindings Kratix is working on now for one of `runs`: started by it, not applied yet, not
+/// failed there (unless a retry is asked).
 async fn in_flight(env: &TestEnv, namespaces: &[&str], runs: &[String]) -> Vec<String> {
     let mut busy = Vec::new();
     for ns in namespaces {
@@ -39,8 +40,16 @@ async fn in_flight(env: &TestEnv, namespaces: &[&str], runs: &[String]) -> Vec<S
                 .annotations
                 .as_ref()
                 .and_then(|a| a.get(UPGRADED_BY_ANNOTATION));
-            let applied = b.status.as_ref().map(|s| s.last_applied_version.as_str());
-            if by.is_some_and(|by| runs.contains(by)) && applied != Some(b.spec.version.as_str()) {
+            let status = b.status.clone().unwrap_or_default();
+            let failed = status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "UpgradeSucceeded" && c.status == "False")
+                && b.metadata
+                    .labels
+                    .as_ref()
+                    .is_none_or(|l| !l.contains_key(upgradeplan::api::kratix::MANUAL_RECONCILIATION_LABEL));
+            if by.is_some_and(|by| runs.contains(by)) && status.last_applied_version != b.spec.version && !failed {
                 busy.push(format!("{ns}/{}", b.metadata.name.clone().unwrap_or_default()));
             }
         }
@@ -211,4 +220,117 @@ async fn two_plans_under_a_budget_of_two_never_exceed_two_in_flight_and_progress
     );
     b.teardown().await.unwrap();
     a.teardown().await.unwrap();
+}
+
+/// A run superseded while Kratix works on its upgrades keeps their units (spec §13.8): under a
+/// budget of 2, run 1 has its two slow `prod` upgrades in flight (its `dev` done); a resource
+/// joins `dev` since, and run 2 supersedes run 1 — its `dev` start of the newcomer waits until
+/// run 1's upgrades end: sampled throughout, never 3 in flight. Before, the superseded run
+/// dropped out of the count and run 2 started at once.
+#[tokio::test]
+async fn a_superseded_runs_upgrades_hold_their_budget_units_until_kratix_is_done() {
+    let mut env = TestEnv::new("budget-supersede").await.unwrap();
+    let bindings = [("d0", "dev"), ("p0", "prod"), ("p1", "prod")];
+    let ns = env.upgrade_world(&bindings, SIM, &["--delay", "1s"]).await.unwrap();
+    for name in ["p0", "p1"] {
+        env.patch_binding(
+            &ns,
+            &env.binding_name(name),
+            json!({"metadata": {"annotations": {"kratix-sim/delay": "12s"}}}),
+        )
+        .await
+        .unwrap();
+    }
+    let group = |name: &str| json!({"name": name, "selectors": {"matchLabels": {"env": name}}, "maxConcurrent": 2});
+    let plan = env
+        .create_plan(
+            "plan",
+            json!({"upgradePath": {"from": ["v1.0.0"], "to": "v2.0.0"}, "rolloutGroups": [group("dev"), group("prod")]}),
+        )
+        .await
+        .unwrap();
+    let (k, v) = env.selector();
+    let budget_name = format!("{}-two", env.id);
+    let budget: UpgradeBudget = serde_json::from_value(json!({
+        "apiVersion": "platform.syntasso.io/v1alpha1", "kind": "UpgradeBudget",
+        "metadata": {"name": budget_name, "labels": {k.clone(): v.clone()}},
+        "spec": {"maxInFlight": 2, "planSelector": {"matchLabels": {k: v}}}
+    }))
+    .unwrap();
+    Api::<UpgradeBudget>::all(env.client.clone())
+        .create(&PostParams::default(), &budget)
+        .await
+        .unwrap();
+    let controller = env.start_controller(&[]).await.unwrap();
+    let first = env.create_run(&format!("{plan}-1"), &plan, false).await.unwrap();
+    let runs = vec![first.clone(), format!("{plan}-2")];
+    let namespaces = [ns.as_str()];
+    let mut prod = vec![
+        format!("{ns}/{}", env.binding_name("p0")),
+        format!("{ns}/{}", env.binding_name("p1")),
+    ];
+    prod.sort();
+    // Run 1's prod upgrades both in flight.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let mut busy = in_flight(&env, &namespaces, &runs).await;
+        busy.sort();
+        if busy == prod {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "run 1 never had prod in flight: {busy:?}\n{}",
+            controller.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A resource joins dev; run 2 (its snapshot holds it, and run 1's prod upgrades in flight).
+    env.resource(&ns, "d-late", &[("env", "dev")], "v1.0.0").await.unwrap();
+    let second = env.create_run(&runs[1], &plan, false).await.unwrap();
+    let (mut samples, mut peak) = (0, 0);
+    loop {
+        let busy = in_flight(&env, &namespaces, &runs).await;
+        assert!(
+            busy.len() <= 2,
+            "more than the budget in flight after the supersede: {busy:?}\n{}",
+            controller.log_text()
+        );
+        peak = peak.max(busy.len());
+        samples += 1;
+        let r = env.runs().get(&second).await.unwrap();
+        if run_ended(&r) {
+            assert_eq!(run_state(&r), RunState::Completed, "{:?}", r.status);
+            assert_eq!(r.status.as_ref().unwrap().total_resources, 3, "{:?}", r.status);
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "run 2 did not end; in flight {busy:?}\n{}",
+            controller.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(samples > 20, "sampled throughout ({samples} samples)");
+    assert_eq!(peak, 2, "run 1's upgrades held the units");
+    // Run 2 started the newcomer only once run 1's upgrades had ended.
+    let api: Api<ResourceBinding> = Api::namespaced(env.client.clone(), &ns);
+    let late = api.get(&env.binding_name("d-late")).await.unwrap();
+    let started = started_by(&late, &second)
+        .unwrap_or_else(|| panic!("run 2 did not start d-late: {:?}", late.metadata.annotations));
+    for p in ["p0", "p1"] {
+        let b = api.get(&env.binding_name(p)).await.unwrap();
+        let done = b
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "UpgradeSucceeded"))
+            .and_then(|c| c.last_transition_time)
+            .expect("Kratix reported the upgrade's end");
+        // To the second: the annotation and the condition both are.
+        assert!(
+            started.timestamp() >= done.timestamp(),
+            "run 2 started d-late at {started} while {p} (run 1's) was in flight until {done}"
+        );
+    }
+    env.teardown().await.unwrap();
 }

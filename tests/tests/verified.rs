@@ -40,20 +40,16 @@ async fn upgrades_count_only_once_their_health_records_say_healthy() {
         ("h2", json!({})), // never reports
     ];
     for (name, annotations) in &health {
-        env.binding(&ns, name, &[("env", "dev")], "v1.0.0", Some("v1.0.0"))
-            .await
-            .unwrap();
+        env.resource(&ns, name, &[("env", "dev")], "v1.0.0").await.unwrap();
         env.patch_binding(
             &ns,
-            &format!("{name}-{}", env.promise),
+            &env.binding_name(name),
             json!({"metadata": {"annotations": annotations}}),
         )
         .await
         .unwrap();
     }
-    env.binding(&ns, "p0", &[("env", "prod")], "v1.0.0", Some("v1.0.0"))
-        .await
-        .unwrap();
+    env.resource(&ns, "p0", &[("env", "prod")], "v1.0.0").await.unwrap();
     let plan = env
         .create_plan(
             "verified",
@@ -100,14 +96,14 @@ async fn upgrades_count_only_once_their_health_records_say_healthy() {
 
     let bindings = env.bindings_api(&ns);
     let get = |name: &'static str| {
-        let (bindings, promise) = (bindings.clone(), env.promise.clone());
-        async move { bindings.get(&format!("{name}-{promise}")).await.unwrap() }
+        let (bindings, binding) = (bindings.clone(), env.binding_name(name));
+        async move { bindings.get(&binding).await.unwrap() }
     };
     let records: Api<HealthRecord> = Api::namespaced(env.client.clone(), &ns);
     let last_run = |r: HealthRecord| DateTime::from_timestamp(r.data.last_run.unwrap(), 0).unwrap();
-    let h0_healthy = last_run(records.get(&format!("h0-{}", env.promise)).await.unwrap());
-    let h1_unhealthy = last_run(records.get(&format!("h1-{}", env.promise)).await.unwrap());
-    let h1_second = records.get(&format!("h1-{}-2", env.promise)).await.unwrap();
+    let h0_healthy = last_run(records.get(&env.binding_name("h0")).await.unwrap());
+    let h1_unhealthy = last_run(records.get(&env.binding_name("h1")).await.unwrap());
+    let h1_second = records.get(&format!("{}-2", env.binding_name("h1"))).await.unwrap();
     assert_eq!(h1_second.data.state, "healthy", "h1's second check disagrees");
     let (h1, h2, p0) = (get("h1").await, get("h2").await, get("p0").await);
     // Each slot was freed only by the health verdict (records are to the second).
@@ -131,9 +127,11 @@ async fn upgrades_count_only_once_their_health_records_say_healthy() {
         .filter(|(_, r, _)| r == "ResourceUpgradeFailed")
         .map(|(_, _, m)| m.as_str())
         .collect();
-    let promise = &env.promise;
     for want in [
-        format!("health check reported unhealthy (HealthRecord {ns}/h1-{promise})"),
+        format!(
+            "health check reported unhealthy (HealthRecord {ns}/{})",
+            env.binding_name("h1")
+        ),
         "no health report within 6s".to_string(),
     ] {
         assert!(
@@ -161,7 +159,11 @@ async fn a_health_checked_run_on_a_cluster_without_health_records_waits_says_why
         .await
         .unwrap();
     let ns = env.namespace("apps").await.unwrap();
-    env.binding(&ns, "r0", &[], "v1.0.0", Some("v1.0.0")).await.unwrap();
+    // kratix-sim makes r0 from its request, then this world has no Kratix: r0's upgrade starts
+    // and stays in flight.
+    env.start_sim(SIM, &[]).unwrap();
+    env.resource(&ns, "r0", &[], "v1.0.0").await.unwrap();
+    env.stop_sim().await;
     let controller = env.start_controller(&[]).await.unwrap();
     let plan = env
         .create_plan(
@@ -198,7 +200,7 @@ async fn a_health_checked_run_on_a_cluster_without_health_records_waits_says_why
         "{events:?}"
     );
     // Nothing was upgraded while it waited.
-    let b = env.bindings_api(&ns).get(&format!("r0-{}", env.promise)).await.unwrap();
+    let b = env.bindings_api(&ns).get(&env.binding_name("r0")).await.unwrap();
     assert_eq!(b.spec.version, "v1.0.0");
 
     env.runs().delete(&run, &Default::default()).await.unwrap();
@@ -223,7 +225,11 @@ async fn a_kind_deleted_under_a_running_controller_holds_its_runs_until_it_retur
         .await
         .unwrap();
     let ns = env.namespace("apps").await.unwrap();
-    env.binding(&ns, "r0", &[], "v1.0.0", Some("v1.0.0")).await.unwrap();
+    // kratix-sim makes r0 from its request, then this world has no Kratix: r0's upgrade starts
+    // and stays in flight.
+    env.start_sim(SIM, &[]).unwrap();
+    env.resource(&ns, "r0", &[], "v1.0.0").await.unwrap();
+    env.stop_sim().await;
     let controller = env.start_controller(&[]).await.unwrap();
     let plan = env
         .create_plan(

@@ -37,7 +37,7 @@ pub const LATEST_VERSION: &str = "latest";
 /// `status.lastAppliedVersion` of an unversioned resource (besides the empty string).
 pub const NOT_SET_VERSION: &str = "not-set";
 
-/// A Kratix Promise (we only read its name and labels).
+/// A Kratix Promise (we read its name, labels, annotations and workflows' reconciliation interval).
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[kube(
     group = "platform.kratix.io",
@@ -45,7 +45,32 @@ pub const NOT_SET_VERSION: &str = "not-set";
     kind = "Promise",
     plural = "promises"
 )]
-pub struct PromiseSpec {}
+pub struct PromiseSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflows: Option<Workflows>,
+}
+
+/// A Promise's `spec.workflows`: only its `config`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub struct Workflows {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<WorkflowConfig>,
+}
+
+/// `spec.workflows.config`: only the interval at which Kratix reconciles the Promise's
+/// workflows — and re-runs a failed one by itself (`reconcileAfterFailure`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowConfig {
+    /// A Go duration (`metav1.Duration`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconciliation_interval: Option<String>,
+}
+
+/// On a PromiseRevision (mirrored from its Promise for the current version), or a Promise: the
+/// interval at which Kratix reconciles its resources, overriding `workflows.config`
+/// (`api/v1alpha1/promiserevision_types.go`, `ReconciliationIntervalAnnotation`; at least 1m).
+pub const RECONCILIATION_INTERVAL_ANNOTATION: &str = "kratix.io/reconciliation-interval";
 
 /// One version of a Promise.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]
@@ -62,6 +87,9 @@ pub struct PromiseRevisionSpec {
     pub promise_ref: NameRef,
     #[serde(default)]
     pub version: String,
+    /// The Promise's spec at this version: only its workflows' config is read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promise_spec: Option<PromiseSpec>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, JsonSchema)]

@@ -54,6 +54,10 @@ pub const RETRY_REQUESTED_BY_ANNOTATION: &str = "platform.syntasso.io/retry-requ
 /// Annotation the controller sets on a binding in the same patch that moves its `spec.version`:
 /// the run that started the upgrade (an audit trail; nothing reads it back).
 pub const UPGRADED_BY_ANNOTATION: &str = "platform.syntasso.io/upgraded-by";
+/// Annotation the start (and retry) patch writes on a binding with the version it moved the
+/// binding to: someone who moves the binding on since (`spec.version` no longer that version)
+/// made it theirs, and the run's upgrade of it is over — it holds no budget unit (spec §13.8).
+pub const UPGRADED_TO_ANNOTATION: &str = "platform.syntasso.io/upgraded-to";
 /// Annotation the start patch writes on a binding with the RFC 3339 instant it started the
 /// upgrade: the clock of `progressDeadline` (spec §13.1).
 pub const UPGRADE_STARTED_AT_ANNOTATION: &str = "platform.syntasso.io/upgrade-started-at";

@@ -355,6 +355,8 @@ pub struct Step {
     /// The binding patches of the evaluation's starts and retries, in the order they are sent,
     /// stamped with the step's `now`. Empty for a run that ends in this step.
     pub binding_patches: Vec<BindingPatch>,
+    /// What admitted `binding_patches`: the sender checks it again before each (spec §14.1).
+    pub admitted: Option<crate::engine::admitted::Admitted>,
     /// The target version of the run's upgrades (the frozen plan's `to`), when known.
     pub to: String,
     pub announce: Vec<Announcement>,
@@ -539,7 +541,8 @@ impl Step {
         w
     }
 
-    fn new(run: &UpgradeRun, status: UpgradeRunStatus) -> Self {
+    /// A step of `run` that writes `status` and nothing else (its own patch aside).
+    pub fn new(run: &UpgradeRun, status: UpgradeRunStatus) -> Self {
         Step {
             own: RunPatch::own(run),
             supersede: Vec::new(),
@@ -548,6 +551,7 @@ impl Step {
             adopt_approvals: Vec::new(),
             evaluation: None,
             binding_patches: Vec::new(),
+            admitted: None,
             to: String::new(),
             announce: Vec::new(),
             results: Vec::new(),
@@ -671,6 +675,7 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
     if let Some(eval) = &out.evaluation {
         out.binding_patches = BindingPatch::of_evaluation(eval, &out.to, run_name(run), facts.now);
     }
+    out.admitted = admitted(run, &out, facts, cluster);
     // Counted once the step's end is known: a run ending here makes its last verdicts final.
     let compiled = match (&out.frozen, &facts.snapshot) {
         (Some(frozen), _) | (None, SnapshotFact::Found { frozen, .. }) => Some(&frozen.compiled),
@@ -684,6 +689,30 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
     let unrecorded = UpgradeRunStatus::default();
     out.result_counts = results_since(run.status.as_ref().unwrap_or(&unrecorded), &out.status, &health_checked);
     out
+}
+
+/// What admitted `step`'s starts, for the sender to check again before each: the run, when the
+/// current group's windows (with the freezes known now) close next, and the freezes selecting the
+/// plan (spec §14.1). `None` when it starts nothing.
+fn admitted(
+    run: &UpgradeRun,
+    step: &Step,
+    facts: &Facts<'_>,
+    cluster: &dyn Cluster,
+) -> Option<crate::engine::admitted::Admitted> {
+    if step.binding_patches.is_empty() {
+        return None;
+    }
+    let frozen = step.frozen.as_ref()?;
+    let windows = step.evaluation.as_ref()?.windows.as_ref()?;
+    let labels = facts.plan.map(|p| p.labels().clone()).unwrap_or_default();
+    Some(crate::engine::admitted::Admitted::new(
+        run,
+        windows.next_close,
+        &cluster.freezes(),
+        &frozen.compiled.promise,
+        &labels,
+    ))
 }
 
 /// The stages of a run's pass, in the order the spec settles them: an ended run, a cancelled one,
@@ -1256,13 +1285,14 @@ fn starts_still_fit(
     current: &[BudgetFacts],
     now: DateTime<Utc>,
 ) -> bool {
-    let own_in_flight = step.evaluation.as_ref().map_or(0, |e| e.in_flight);
+    let nothing = upgrade_budget::OwnInFlight::default();
+    let own = step.evaluation.as_ref().map_or(&nothing, |e| &e.own_in_flight);
     upgrade_budget::still_fits(
         decided,
         current,
         run_name(run),
         counted_from(run, now),
-        own_in_flight,
+        own,
         step.binding_patches.len(),
     )
 }
@@ -1345,7 +1375,7 @@ fn progress(
     approval_transition(out, &eval, &previous, now);
     freeze_transition(out, &eval, now);
     budget_transition(out, &eval, facts.budgets, now);
-    out.wake_runs = upgrade_budget::to_wake(facts.budgets, eval.in_flight, eval.start.len() + eval.retry.len());
+    out.wake_runs = upgrade_budget::to_wake(facts.budgets, &eval.own_in_flight, eval.start.len() + eval.retry.len());
     out.adopt_approvals = ApprovalPatch::adoptions(run, facts.approvals);
     let verdict = eval.verdict.clone();
     out.evaluation = Some(eval);

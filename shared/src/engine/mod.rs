@@ -3,6 +3,7 @@
 //! Nothing here reads a clock or talks to an API server; callers pass `now` and the objects.
 
 pub mod admission;
+pub mod admitted;
 pub mod budget;
 pub mod compile;
 pub mod concurrency;
@@ -17,6 +18,7 @@ pub mod naming;
 pub mod outcome;
 pub mod problem;
 pub mod record;
+pub mod retry;
 pub mod revert;
 pub mod run;
 pub mod schedule;

@@ -82,6 +82,22 @@ pub fn evaluate_resource(
             };
         }
     }
+    // An in-place revert's request (spec §13.7) is its own: a binding asking for the target that
+    // the snapshot saw elsewhere, and that this run did not start — set so by someone else, or
+    // another object under the same name (a Resource Request deleted and created again, deployed
+    // afresh) — waits for no re-run on the revert's behalf. Read as in flight, it would hold the
+    // revert for ever (seed 5008255974840284232).
+    let in_place = resource.target.is_some() && resource.last_applied_version == to;
+    if in_place
+        && spec_version == to
+        && resource.spec_version != to
+        && b.annotation(UPGRADED_BY_ANNOTATION) != Some(run_name)
+    {
+        return Outcome::Skipped(SkipReason::ChangedByOthers {
+            spec_version: spec_version.to_string(),
+            last_applied_version: applied.to_string(),
+        });
+    }
     if spec_version == to {
         let already_asked = b.label(MANUAL_RECONCILIATION_LABEL).is_some()
             || b.annotation(RETRY_REQUESTED_BY_ANNOTATION) == Some(run_name);
@@ -143,9 +159,14 @@ fn reverted(resource: &SnapshotResource, b: &dyn BindingFacts, to: &str) -> bool
     taken && matches!((since, started), (Some(since), Some(started)) if since >= started)
 }
 
-/// When the upgrade of `live` runs out of its group's `progressDeadline`: its start (the
-/// annotation the start patch wrote) plus the deadline. `None` when the start is not recorded.
-pub fn deadline_expires(deadline: &WrittenDuration, live: &dyn BindingFacts) -> Option<DateTime<Utc>> {
+/// When the upgrade of `live` runs out of its group's `progressDeadline` in run `run`: its start
+/// (the annotation the start patch wrote) plus the deadline. `None` when the start is not
+/// recorded, or is not this run's own (`upgraded-by` names another run, or none): a resource
+/// Kratix retried by itself, or another run started, is never timed by this run (spec §13.1).
+pub fn deadline_expires(deadline: &WrittenDuration, live: &dyn BindingFacts, run: &str) -> Option<DateTime<Utc>> {
+    if live.annotation(UPGRADED_BY_ANNOTATION) != Some(run) {
+        return None;
+    }
     let started = live.annotation(UPGRADE_STARTED_AT_ANNOTATION)?;
     let started = DateTime::parse_from_rfc3339(started).ok()?.with_timezone(&Utc);
     started.checked_add_signed(deadline.value)
@@ -159,10 +180,11 @@ pub fn apply_deadline(
     outcome: Outcome,
     live: Option<&dyn BindingFacts>,
     deadline: Option<&WrittenDuration>,
+    run: &str,
     now: DateTime<Utc>,
 ) -> Outcome {
     match (&outcome, live, deadline) {
-        (Outcome::InFlight, Some(b), Some(d)) if deadline_expires(d, b).is_some_and(|at| at <= now) => {
+        (Outcome::InFlight, Some(b), Some(d)) if deadline_expires(d, b, run).is_some_and(|at| at <= now) => {
             Outcome::Failed {
                 message: texts::deadline_passed(&d.written),
             }
@@ -244,7 +266,7 @@ impl GroupRules {
                 last_applied_version: b.last_applied_version().to_string(),
             });
         }
-        let outcome = apply_deadline(outcome, live, self.deadline.as_ref(), now);
+        let outcome = apply_deadline(outcome, live, self.deadline.as_ref(), run_name, now);
         let judged = (resource, resource.target(to));
         apply_health_check(outcome, judged, live, self.health.as_ref(), records, run_created, now)
     }
@@ -468,8 +490,9 @@ pub struct Evaluation {
     /// the run is suspended: the `Frozen` condition says what would hold it).
     pub freeze: Option<Hold>,
     /// What each UpgradeBudget selecting the plan grants the run, when starts were pending
-    /// (spec §13.8).
+    /// (spec §13.8), from its own in flight as the budgets count it.
     pub grants: Vec<Grant>,
+    pub own_in_flight: upgrade_budget::OwnInFlight,
     /// The budget that gave the run fewer starts than it could take otherwise: the run waits for
     /// it (spec §13.8).
     pub rationed_by: Option<Grant>,
@@ -614,6 +637,7 @@ fn evaluate_groups<'b>(
         held_by: Vec::new(),
         freeze: None,
         grants: Vec::new(),
+        own_in_flight: Default::default(),
         rationed_by: None,
         gate_check: GateCheck::NotChecked,
         wake_at: None,
@@ -836,7 +860,9 @@ fn current_group(
     };
     // Starts in snapshot order: the version patch of a resource not started, the retry label
     // of one whose failure predates the run. Both pass the one admission below.
-    let in_flight = outcomes.iter().filter(|o| o.is_in_flight()).count();
+    let in_flight_bindings = outcomes.iter().zip(live).filter(|(o, _)| o.is_in_flight());
+    eval.own_in_flight = upgrade_budget::OwnInFlight::of(ctx.run_name, in_flight_bindings.map(|(_, b)| *b));
+    let in_flight = eval.own_in_flight.total;
     let not_started: Vec<usize> = outcomes
         .iter()
         .enumerate()
@@ -852,7 +878,7 @@ fn current_group(
             gate_recheck = Some(reading.next_check.max(ctx.now));
         }
         eval.freeze = hold_at(ctx.freezes, ctx.now);
-        eval.grants = upgrade_budget::grants(ctx.budgets, ctx.run_name, ctx.run_created, in_flight);
+        eval.grants = upgrade_budget::grants(ctx.budgets, ctx.run_name, ctx.run_created, &eval.own_in_flight);
         let admission = admit_starts(&StartFacts {
             suspended: ctx.suspended,
             entry: None,
@@ -882,7 +908,7 @@ fn current_group(
         };
     }
     // ... and when an upgrade or health check runs out of time, and a closed gate is read again.
-    let expiry = first_expiry(rules, &outcomes, live);
+    let expiry = first_expiry(rules, &outcomes, live, ctx.run_name);
     // Only units other runs hold need a recheck: this run's own upgrades wake it as they end.
     let budget_recheck = eval
         .rationed_by
@@ -904,13 +930,18 @@ fn current_group(
 }
 
 /// When the first in-flight upgrade (its `progressDeadline`) or health check runs out of time.
-fn first_expiry(rules: &GroupRules, outcomes: &[Outcome], live: &[Option<&dyn BindingFacts>]) -> Option<DateTime<Utc>> {
+fn first_expiry(
+    rules: &GroupRules,
+    outcomes: &[Outcome],
+    live: &[Option<&dyn BindingFacts>],
+    run: &str,
+) -> Option<DateTime<Utc>> {
     let upgrade_expiry = rules.deadline.as_ref().and_then(|d| {
         outcomes
             .iter()
             .zip(live)
             .filter(|(o, _)| matches!(o, Outcome::InFlight))
-            .filter_map(|(_, b)| deadline_expires(d, (*b)?))
+            .filter_map(|(_, b)| deadline_expires(d, (*b)?, run))
             .min()
     });
     let health_expiry = outcomes
@@ -2308,12 +2339,12 @@ pub(crate) mod tests {
         assert!(e.start.is_empty(), "group b waits for a2");
     }
 
+    /// `name` started by the world's run (`run-1`) at `at`, as its start patch writes it.
     fn started_at(w: &mut World, name: &str, at: &str) {
         let b = w.live.iter_mut().find(|b| b.spec.resource_ref.name == name).unwrap();
-        b.metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .insert(UPGRADE_STARTED_AT_ANNOTATION.into(), at.into());
+        let annotations = b.metadata.annotations.get_or_insert_with(Default::default);
+        annotations.insert(UPGRADE_STARTED_AT_ANNOTATION.into(), at.into());
+        annotations.insert(UPGRADED_BY_ANNOTATION.into(), "run-1".into());
     }
 
     #[test]
@@ -2702,6 +2733,16 @@ pub(crate) mod tests {
             None,
         );
         assert_eq!(judge(&taken), Outcome::InFlight, "Kratix took it: it is running");
+        // Its Resource Request deleted and created again: a binding of the same name, deployed at
+        // v1 afresh, that this run never started — not waiting for the revert's re-run.
+        let created_again = binding("ns", "r", &[], "v1", "v1");
+        assert_eq!(
+            judge(&created_again),
+            Outcome::Skipped(SkipReason::ChangedByOthers {
+                spec_version: "v1".into(),
+                last_applied_version: "v1".into()
+            })
+        );
     }
 
     /// A success the binding may stop showing is recorded as it is counted, and stands (spec
@@ -2796,20 +2837,23 @@ pub(crate) mod tests {
         let deadline = WrittenDuration::parse("30m").unwrap();
         let mut b = binding("ns", "r", &[], "v1", "v2");
         b.metadata.annotations = Some(
-            [(
-                UPGRADE_STARTED_AT_ANNOTATION.to_string(),
-                "2026-06-01T09:00:00Z".to_string(),
-            )]
+            [
+                (
+                    UPGRADE_STARTED_AT_ANNOTATION.to_string(),
+                    "2026-06-01T09:00:00Z".to_string(),
+                ),
+                (UPGRADED_BY_ANNOTATION.to_string(), "run-1".to_string()),
+            ]
             .into(),
         );
         let now = utc("2026-06-01T10:00:00Z");
         // The first attempt is an hour old: about to be retried, it is not failed on that clock.
         assert_eq!(
-            apply_deadline(Outcome::NeedsRetry, Some(&b), Some(&deadline), now),
+            apply_deadline(Outcome::NeedsRetry, Some(&b), Some(&deadline), "run-1", now),
             Outcome::NeedsRetry
         );
         assert_eq!(
-            apply_deadline(Outcome::InFlight, Some(&b), Some(&deadline), now),
+            apply_deadline(Outcome::InFlight, Some(&b), Some(&deadline), "run-1", now),
             Outcome::Failed {
                 message: "did not finish within 30m".into()
             }
@@ -2817,8 +2861,77 @@ pub(crate) mod tests {
         // No start recorded (started before this controller wrote the annotation): no deadline.
         b.metadata.annotations = None;
         assert_eq!(
-            apply_deadline(Outcome::InFlight, Some(&b), Some(&deadline), now),
+            apply_deadline(Outcome::InFlight, Some(&b), Some(&deadline), "run-1", now),
             Outcome::InFlight
         );
+    }
+
+    /// `progressDeadline` times only this run's own starts (spec §13.1): an in-flight resource
+    /// another run started, or one Kratix retried by itself under an old start, is never failed
+    /// by this run's deadline, and does not wake it.
+    #[test]
+    fn the_deadline_times_only_this_runs_own_starts() {
+        let deadline = WrittenDuration::parse("30m").unwrap();
+        let now = utc("2026-06-01T10:00:00Z");
+        let failed = Outcome::Failed {
+            message: "did not finish within 30m".into(),
+        };
+        // (case, upgraded-by, upgrade-started-at, outcome, expires at)
+        type Case<'a> = (&'a str, Option<&'a str>, &'a str, Outcome, Option<&'a str>);
+        let cases: &[Case] = &[
+            (
+                "this run's start, past",
+                Some("run-1"),
+                "2026-06-01T09:00:00Z",
+                failed.clone(),
+                Some("2026-06-01T09:30:00Z"),
+            ),
+            (
+                "this run's start, within",
+                Some("run-1"),
+                "2026-06-01T09:45:00Z",
+                Outcome::InFlight,
+                Some("2026-06-01T10:15:00Z"),
+            ),
+            (
+                "another run's start (a superseded run)",
+                Some("run-0"),
+                "2026-06-01T09:00:00Z",
+                Outcome::InFlight,
+                None,
+            ),
+            (
+                "last week's run, retried by Kratix itself",
+                Some("weekly-41"),
+                "2026-05-25T23:00:00Z",
+                Outcome::InFlight,
+                None,
+            ),
+            ("no upgraded-by", None, "2026-06-01T09:00:00Z", Outcome::InFlight, None),
+        ];
+        for (case, by, started, want, expires) in cases {
+            let mut b = binding("ns", "r", &[], "v1", "v2");
+            let mut annotations: std::collections::BTreeMap<String, String> =
+                [(UPGRADE_STARTED_AT_ANNOTATION.to_string(), started.to_string())].into();
+            if let Some(by) = by {
+                annotations.insert(UPGRADED_BY_ANNOTATION.to_string(), by.to_string());
+            }
+            b.metadata.annotations = Some(annotations);
+            assert_eq!(
+                &apply_deadline(Outcome::InFlight, Some(&b), Some(&deadline), "run-1", now),
+                want,
+                "{case}"
+            );
+            let live: Vec<Option<&dyn BindingFacts>> = vec![Some(&b)];
+            let rules = GroupRules {
+                deadline: Some(deadline.clone()),
+                health: None,
+            };
+            assert_eq!(
+                first_expiry(&rules, &[Outcome::InFlight], &live, "run-1"),
+                expires.map(utc),
+                "{case}: when the run looks again"
+            );
+        }
     }
 }

@@ -2,8 +2,8 @@
 //! budget selects, shared fairly between the runs waiting for it.
 //!
 //! Nothing is remembered: a budget's in flight is derived, each pass, from the live bindings of
-//! the active runs of the plans it selects (verifying and retries included), so the cap holds
-//! across restarts and leader changes. A run's share is decided by this one function for the
+//! the runs of the plans it selects — active, superseded or ended — (verifying and retries
+//! included), so the cap holds across restarts and leader changes. A run's share is decided by this one function for the
 //! controller, `status`, `explain` and the forecast.
 
 use std::collections::BTreeMap;
@@ -15,7 +15,7 @@ use super::freeze::selects_plan;
 use crate::api::kratix::{BindingFacts, MANUAL_RECONCILIATION_LABEL, UPGRADE_FAILED};
 use crate::api::{
     find_condition, reasons, ConditionStatus, UpgradeBudget, UpgradePlan, UpgradeRun, UPGRADED_BY_ANNOTATION,
-    UPGRADE_STARTED_AT_ANNOTATION,
+    UPGRADED_TO_ANNOTATION, UPGRADE_STARTED_AT_ANNOTATION,
 };
 
 /// How soon a run a budget holds looks again: the unit it waits for is freed by another plan's
@@ -66,6 +66,14 @@ pub fn kratix_working_run(b: &dyn BindingFacts) -> Option<&str> {
     if b.being_deleted() {
         return None;
     }
+    // Moved on by someone else since the run's patch: no longer the run's upgrade (a binding
+    // pinned to a version Kratix cannot run would otherwise hold a unit for ever). A binding
+    // patched before the annotation existed is judged as before.
+    if b.annotation(UPGRADED_TO_ANNOTATION)
+        .is_some_and(|to| to != b.spec_version())
+    {
+        return None;
+    }
     // Asked to run again (a retry, or a revert to the version it had applied): in flight from the
     // moment the label is added until Kratix takes the request (spec §8).
     if b.label(MANUAL_RECONCILIATION_LABEL).is_some() {
@@ -101,17 +109,22 @@ pub fn in_flight_by_run<'b>(bindings: impl IntoIterator<Item = &'b dyn BindingFa
     by_run
 }
 
-/// A run whose resources count against the budgets: not ended, not dormant. One not shown
-/// admitted yet counts too: its first starts may be out before its status is seen.
+/// An active run under the budgets: not ended, not dormant — it may wait for units, and its
+/// verifying resources count too. One not shown admitted yet is active: its first starts may be
+/// out before its status is seen. (A run that stood down counts only what Kratix still works on
+/// for it: [`runs_under`].)
 pub fn counts_against_budgets(run: &UpgradeRun) -> bool {
     !run.status.as_ref().is_some_and(|s| s.state.is_terminal()) && !super::admission::is_dormant(run)
 }
 
-/// The active runs of the plans any of `budgets` selects, each with which of `budgets` select its
-/// plan (by index) and its resources in flight: `working_of` it (its bindings Kratix works on for
-/// it, [`kratix_working_run`]), the verifying its status records, and `sent_of` it (starts sent
-/// and not yet in the caller's view). One walk over the plans serves every budget: the controller's pass and status, and the
-/// plugin's `budgets`.
+/// The runs of the plans any of `budgets` selects that count against them, each with which of
+/// `budgets` select its plan (by index) and its resources in flight: `working_of` it (its
+/// bindings Kratix works on for it, [`kratix_working_run`]), the verifying its status records,
+/// and `sent_of` it (starts sent and not yet in the caller's view). Every active run counts; a
+/// superseded or ended run counts while Kratix still works on upgrades it started (spec §13.8:
+/// a supersede or a cancel never frees units Kratix is still working on), and never waits. One
+/// walk over the plans serves every budget: the controller's pass and status, and the plugin's
+/// `budgets`.
 pub fn runs_under(
     budgets: &[&UpgradeBudget],
     plans: &[&UpgradePlan],
@@ -128,25 +141,65 @@ pub fn runs_under(
             continue;
         }
         let plan_name = plan.metadata.name.as_deref().unwrap_or_default();
-        let active: Vec<&&UpgradeRun> = runs
-            .iter()
-            .filter(|r| r.spec.upgrade_plan_ref.name == plan_name && counts_against_budgets(r))
-            .collect();
-        if active.is_empty() {
-            continue;
-        }
-        for run in active {
+        for run in runs.iter().filter(|r| r.spec.upgrade_plan_ref.name == plan_name) {
             let name = run.metadata.name.as_deref().unwrap_or_default();
-            under.push((selected.clone(), BudgetRun::of(run, working_of(name) + sent_of(name))));
+            let working = working_of(name) + sent_of(name);
+            if counts_against_budgets(run) {
+                under.push((selected.clone(), BudgetRun::of(run, working)));
+            } else if working > 0 {
+                under.push((selected.clone(), BudgetRun::stood_down(run, working)));
+            }
         }
     }
     under
 }
 
-/// Another active run under a budget, as a run's step sees it.
+/// A run's resources in flight as its own evaluation counts them (`total`), and how many of those
+/// Kratix works on for another run (`of_others`, by that run's name: the upgrades a superseded
+/// run started that this run's snapshot caught in flight). A budget counts those under the run
+/// that started them when it counts that run, and under this run otherwise: each once.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnInFlight {
+    pub total: usize,
+    pub of_others: BTreeMap<String, usize>,
+}
+
+impl OwnInFlight {
+    /// `total` in flight, none of them started by another run.
+    pub fn all_own(total: usize) -> OwnInFlight {
+        OwnInFlight {
+            total,
+            of_others: BTreeMap::new(),
+        }
+    }
+
+    /// Run `run`'s `in_flight` bindings (as the run judges them), by the run Kratix works on each
+    /// for ([`kratix_working_run`]).
+    pub fn of<'b>(run: &str, in_flight: impl IntoIterator<Item = Option<&'b dyn BindingFacts>>) -> OwnInFlight {
+        let mut own = OwnInFlight::default();
+        for b in in_flight {
+            own.total += 1;
+            if let Some(other) = b.and_then(kratix_working_run).filter(|r| *r != run) {
+                *own.of_others.entry(other.to_string()).or_insert(0) += 1;
+            }
+        }
+        own
+    }
+
+    /// The run's own part under `budget`: those counted under another run of its list left out.
+    pub fn under(&self, budget: &BudgetFacts) -> usize {
+        let elsewhere: usize = budget.others.iter().filter_map(|o| self.of_others.get(&o.name)).sum();
+        self.total.saturating_sub(elsewhere)
+    }
+}
+
+/// Another run under a budget, as a run's step sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BudgetRun {
     pub name: String,
+    /// Not ended, not superseded (spec §13.8's active runs): it may wait for units. A run that
+    /// stood down counts only its upgrades Kratix still works on.
+    pub active: bool,
     /// Its admission: the oldest admitted is served first (spec §13.8).
     pub admitted: DateTime<Utc>,
     /// Its resources in flight.
@@ -170,9 +223,22 @@ impl BudgetRun {
             .unwrap_or(0);
         BudgetRun {
             name: run.metadata.name.clone().unwrap_or_default(),
+            active: true,
             admitted: super::admission::admitted_at(run),
             in_flight: working + verifying,
             held_by: held_by(run).map(str::to_string),
+        }
+    }
+
+    /// `run`, superseded or ended, with `working` of its upgrades still in Kratix's hands: they
+    /// hold units; it waits for none (whatever its last status said).
+    pub fn stood_down(run: &UpgradeRun, working: usize) -> BudgetRun {
+        BudgetRun {
+            name: run.metadata.name.clone().unwrap_or_default(),
+            active: false,
+            admitted: super::admission::admitted_at(run),
+            in_flight: working,
+            held_by: None,
         }
     }
 
@@ -192,12 +258,13 @@ pub fn held_by(run: &UpgradeRun) -> Option<&str> {
         .flatten()
 }
 
-/// One budget that selects a run's plan, with the other active runs it caps.
+/// One budget that selects a run's plan, with the other runs it caps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BudgetFacts {
     pub name: String,
     pub max: usize,
-    /// The active runs of the plans it selects, other than the run deciding.
+    /// The runs of the plans it selects that count against it ([`runs_under`]), other than the
+    /// run deciding.
     pub others: Vec<BudgetRun>,
     /// The deciding run's own starts sent and not yet in the caller's view of the bindings: in
     /// flight, though the run's evaluation cannot see them yet.
@@ -264,8 +331,8 @@ fn shares<'a>(free: usize, waiting: impl Iterator<Item = (DateTime<Utc>, &'a str
 }
 
 /// Every budget's grant, by budget name; the run may start at most the least of their units.
-pub fn grants(budgets: &[BudgetFacts], run: &str, admitted: DateTime<Utc>, own_in_flight: usize) -> Vec<Grant> {
-    budgets.iter().map(|b| grant(b, run, admitted, own_in_flight)).collect()
+pub fn grants(budgets: &[BudgetFacts], run: &str, admitted: DateTime<Utc>, own: &OwnInFlight) -> Vec<Grant> {
+    budgets.iter().map(|b| grant(b, run, admitted, own.under(b))).collect()
 }
 
 /// The units a run may take from all its budgets (`None`: no budget selects its plan).
@@ -285,11 +352,11 @@ pub fn rationing(grants: &[Grant], wanted: usize) -> Option<&Grant> {
 /// those units would go to ([`shares`]), and no others — fifty runs waiting for one freed unit
 /// are one pass, not fifty. A waiting run takes what is free when it looks, so the wakes end
 /// once nothing is free or nobody waits.
-pub fn to_wake(budgets: &[BudgetFacts], own_in_flight: usize, starts: usize) -> Vec<String> {
+pub fn to_wake(budgets: &[BudgetFacts], own: &OwnInFlight, starts: usize) -> Vec<String> {
     let mut wake: Vec<String> = budgets
         .iter()
         .flat_map(|b| {
-            let in_flight = own_in_flight + starts + b.sent + b.others.iter().map(|o| o.in_flight).sum::<usize>();
+            let in_flight = own.under(b) + starts + b.sent + b.others.iter().map(|o| o.in_flight).sum::<usize>();
             let waiting = b
                 .others
                 .iter()
@@ -317,7 +384,7 @@ pub fn still_fits(
     now: &[BudgetFacts],
     run: &str,
     admitted: DateTime<Utc>,
-    own_in_flight: usize,
+    own: &OwnInFlight,
     starts: usize,
 ) -> bool {
     if starts == 0 {
@@ -334,11 +401,11 @@ pub fn still_fits(
             ..n.clone()
         })
         .collect();
-    units(&grants(&now, run, admitted, own_in_flight)).is_none_or(|units| units >= starts)
+    units(&grants(&now, run, admitted, own)).is_none_or(|units| units >= starts)
 }
 
-/// A budget's status fields from the active runs of the plans it selects (the budget's own
-/// reconcile writes them).
+/// A budget's status fields from the runs of the plans it selects that count against it (the
+/// budget's own reconcile writes them).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct BudgetState {
     pub in_flight: usize,
@@ -347,13 +414,14 @@ pub struct BudgetState {
     pub holding: Vec<String>,
 }
 
-/// `runs`: the active runs of the plans budget `budget` selects; it holds those that wait for it.
+/// `runs`: the runs of the plans budget `budget` selects that count against it ([`runs_under`]);
+/// `runs` counts the active ones, and it holds those that wait for it.
 pub fn state(runs: &[BudgetRun], budget: &str) -> BudgetState {
     let mut holding: Vec<&BudgetRun> = runs.iter().filter(|r| r.held_by.as_deref() == Some(budget)).collect();
     holding.sort_by(|a, b| (a.admitted, &a.name).cmp(&(b.admitted, &b.name)));
     BudgetState {
         in_flight: runs.iter().map(|r| r.in_flight).sum(),
-        runs: runs.len(),
+        runs: runs.iter().filter(|r| r.active).count(),
         holding: holding.into_iter().map(|r| r.name.clone()).collect(),
     }
 }
@@ -390,6 +458,7 @@ mod tests {
 
     fn other(name: &str, minute: u32, in_flight: usize, waiting: bool) -> BudgetRun {
         BudgetRun {
+            active: true,
             name: name.into(),
             admitted: at(minute),
             in_flight,
@@ -602,11 +671,19 @@ mod tests {
             ),
         ];
         for (case, max, own, starts, woken) in cases {
-            assert_eq!(to_wake(&[budget(max, others.clone())], own, starts), woken, "{case}");
+            assert_eq!(
+                to_wake(&[budget(max, others.clone())], &OwnInFlight::all_own(own), starts),
+                woken,
+                "{case}"
+            );
         }
         let overlapping = vec![budget(9, others.clone()), budget(9, vec![other("b", 5, 0, true)])];
-        assert_eq!(to_wake(&overlapping, 0, 0), vec!["b", "d"], "each run once");
-        assert!(to_wake(&[], 0, 0).is_empty(), "no budget: nobody");
+        assert_eq!(
+            to_wake(&overlapping, &OwnInFlight::default(), 0),
+            vec!["b", "d"],
+            "each run once"
+        );
+        assert!(to_wake(&[], &OwnInFlight::default(), 0).is_empty(), "no budget: nobody");
     }
 
     #[test]
@@ -698,7 +775,11 @@ mod tests {
             ("no budget then or now", vec![], vec![], 0, 5, true),
         ];
         for (case, decided, now, own, starts, fits) in cases {
-            assert_eq!(still_fits(&decided, &now, "a", at(10), own, starts), fits, "{case}");
+            assert_eq!(
+                still_fits(&decided, &now, "a", at(10), &OwnInFlight::all_own(own), starts),
+                fits,
+                "{case}"
+            );
         }
     }
 
@@ -766,16 +847,47 @@ mod tests {
         let plans = [plan("pg", "postgres", "db"), plan("rd", "redis", "cache")];
         let mut superseded = run("rd-old", "rd", Some(RunState::InProgress));
         superseded.status.as_mut().unwrap().superseded_by = Some("rd-1".into());
+        // Its last status said a budget held it: a run that stood down waits for nothing.
+        superseded
+            .status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .push(crate::api::Condition {
+                type_: reasons::BUDGETED.into(),
+                status: ConditionStatus::True,
+                reason: "BudgetExhausted".into(),
+                message: texts::budgeted("redis", 2, 2),
+                last_transition_time: at(0),
+                observed_generation: None,
+            });
         let runs = [
             run("pg-1", "pg", Some(RunState::InProgress)),
             run("pg-0", "pg", Some(RunState::Completed)),
+            run("pg-cancelled", "pg", Some(RunState::Cancelled)),
             run("rd-1", "rd", None),
             superseded,
         ];
-        let working = started(binding("ns", "a", &[], "v1", "v2"), "pg-1", "2026-06-01T10:00:00Z");
-        let done = started(binding("ns", "b", &[], "v2", "v2"), "pg-1", "2026-06-01T10:00:00Z");
-        let working = in_flight_by_run([&working as &dyn BindingFacts, &done]);
-        assert_eq!(working, BTreeMap::from([("pg-1".to_string(), 1)]));
+        let bindings = [
+            started(binding("ns", "a", &[], "v1", "v2"), "pg-1", "2026-06-01T10:00:00Z"),
+            started(binding("ns", "b", &[], "v2", "v2"), "pg-1", "2026-06-01T10:00:00Z"),
+            started(
+                binding("ns", "c", &[], "v1", "v2"),
+                "pg-cancelled",
+                "2026-06-01T09:00:00Z",
+            ),
+            started(binding("ns", "d", &[], "v1", "v2"), "rd-old", "2026-06-01T09:00:00Z"),
+            started(binding("ns", "e", &[], "v1", "v2"), "rd-old", "2026-06-01T09:00:00Z"),
+        ];
+        let working = in_flight_by_run(bindings.iter().map(|b| b as &dyn BindingFacts));
+        assert_eq!(
+            working,
+            BTreeMap::from([
+                ("pg-1".to_string(), 1),
+                ("pg-cancelled".to_string(), 1),
+                ("rd-old".to_string(), 2)
+            ])
+        );
         let under = runs_under(
             &[&every, &redis_only],
             &plans.iter().collect::<Vec<_>>(),
@@ -783,19 +895,84 @@ mod tests {
             |run| working.get(run).copied().unwrap_or(0),
             |run| usize::from(run == "rd-1") * 2,
         );
-        let seen: Vec<(Vec<bool>, &str, usize)> = under
+        let seen: Vec<(Vec<bool>, &str, bool, usize, bool)> = under
             .iter()
-            .map(|(selected, r)| (selected.clone(), r.name.as_str(), r.in_flight))
+            .map(|(selected, r)| (selected.clone(), r.name.as_str(), r.active, r.in_flight, r.waiting()))
             .collect();
         assert_eq!(
             seen,
             vec![
-                (vec![true, false], "pg-1", 1),
+                (vec![true, false], "pg-1", true, 1, false),
+                // A cancel never frees the units Kratix still works on; an ended run with none
+                // in flight is not listed.
+                (vec![true, false], "pg-cancelled", false, 1, false),
                 // Not shown admitted yet: its starts just sent count.
-                (vec![true, true], "rd-1", 2),
+                (vec![true, true], "rd-1", true, 2, false),
+                // A supersede neither.
+                (vec![true, true], "rd-old", false, 2, false),
             ],
-            "ended and superseded runs count nothing"
+            "every run whose upgrades Kratix works on counts; only the active ones may wait"
         );
+        let redis: Vec<BudgetRun> = under
+            .iter()
+            .filter(|(selected, _)| selected[1])
+            .map(|(_, r)| r.clone())
+            .collect();
+        assert_eq!(
+            state(&redis, "redis"),
+            BudgetState {
+                in_flight: 4,
+                runs: 1,
+                holding: vec![]
+            },
+            "the budget's status: all in flight, its active runs"
+        );
+    }
+
+    /// A run superseded with 10 upgrades in flight under a budget of 10: the new run's snapshot
+    /// caught them in flight and counts them as its own, and the budget counts them under the
+    /// superseded run (their `upgraded-by`): once, so the new run starts nothing until they end
+    /// (a budget of 10 once ended with 20 in flight).
+    #[test]
+    fn upgrades_of_a_superseded_run_hold_units_once() {
+        let bindings: Vec<ResourceBinding> = (0..10)
+            .map(|i| {
+                started(
+                    binding("ns", &format!("r{i}"), &[], "v1", "v2"),
+                    "old",
+                    "2026-06-01T10:00:00Z",
+                )
+            })
+            .collect();
+        let own = OwnInFlight::of("new", bindings.iter().map(|b| Some(b as &dyn BindingFacts)));
+        assert_eq!(
+            own,
+            OwnInFlight {
+                total: 10,
+                of_others: BTreeMap::from([("old".to_string(), 10)])
+            }
+        );
+        let mut stood_down = other("old", 0, 10, false);
+        stood_down.active = false;
+        let with_old = budget(10, vec![stood_down]);
+        assert_eq!(own.under(&with_old), 0, "counted under the run that started them");
+        assert_eq!(grant(&with_old, "new", at(5), own.under(&with_old)).in_flight, 10);
+        assert_eq!(
+            units(&grants(std::slice::from_ref(&with_old), "new", at(5), &own)),
+            Some(0)
+        );
+        // The run that started them is gone (deleted by its history limit): counted here.
+        let without = budget(10, vec![]);
+        assert_eq!(
+            units(&grants(std::slice::from_ref(&without), "new", at(5), &own)),
+            Some(0)
+        );
+    }
+
+    fn upgraded_to(mut b: ResourceBinding, to: &str) -> ResourceBinding {
+        let a = b.metadata.annotations.get_or_insert_with(Default::default);
+        a.insert(UPGRADED_TO_ANNOTATION.into(), to.into());
+        b
     }
 
     fn started(mut b: ResourceBinding, run: &str, at: &str) -> ResourceBinding {
@@ -838,6 +1015,16 @@ mod tests {
                 false,
             ),
             ("never started", binding("ns", "r", &[], "v1", "v2"), false),
+            (
+                "moved to v2 by the run, at v2",
+                upgraded_to(started(binding("ns", "r", &[], "v1", "v2"), "up", start), "v2"),
+                true,
+            ),
+            (
+                "moved to v2 by the run, pinned to v3 by someone since: theirs",
+                upgraded_to(started(binding("ns", "r", &[], "v1", "v3"), "up", start), "v2"),
+                false,
+            ),
             (
                 "failed since the start",
                 with_condition(

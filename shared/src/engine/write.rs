@@ -23,7 +23,7 @@ use kube::{Resource, ResourceExt};
 
 use crate::api::{
     UpgradeApproval, UpgradeRun, RETRY_REQUESTED_BY_ANNOTATION, RUN_FINALIZER, SUPERSEDED_BY_ANNOTATION,
-    UPGRADED_BY_ANNOTATION, UPGRADE_STARTED_AT_ANNOTATION,
+    UPGRADED_BY_ANNOTATION, UPGRADED_TO_ANNOTATION, UPGRADE_STARTED_AT_ANNOTATION,
 };
 use crate::engine::run::{BindingAction, Evaluation};
 use crate::engine::snapshot::SnapshotResource;
@@ -80,9 +80,12 @@ impl Conflict {
 }
 
 impl BindingPatch {
-    fn new(action: &BindingAction, attempt: Attempt, run: &str, now: DateTime<Utc>) -> Self {
+    /// The patch of `action`'s binding for `attempt`, whose target is `to` (the version the
+    /// binding is moved to, or for a retry is at).
+    fn new(action: &BindingAction, attempt: Attempt, to: &str, run: &str, now: DateTime<Utc>) -> Self {
         let mut annotations = BTreeMap::from([
             (UPGRADED_BY_ANNOTATION.to_string(), run.to_string()),
+            (UPGRADED_TO_ANNOTATION.to_string(), to.to_string()),
             (UPGRADE_STARTED_AT_ANNOTATION.to_string(), crate::time::rfc3339(now)),
         ]);
         let mut labels = BTreeMap::new();
@@ -112,7 +115,7 @@ impl BindingPatch {
             from: action.from.clone(),
             to: to.to_string(),
         };
-        let mut patch = Self::new(action, attempt, run, now);
+        let mut patch = Self::new(action, attempt, to, run, now);
         if action.resource.target.is_some() && action.from == to {
             patch
                 .labels
@@ -121,9 +124,10 @@ impl BindingPatch {
         patch
     }
 
-    /// Asks Kratix to retry `action`'s binding, for `run` at `now`.
-    pub fn retry(action: &BindingAction, run: &str, now: DateTime<Utc>) -> Self {
-        Self::new(action, Attempt::Retry, run, now)
+    /// Asks Kratix to retry `action`'s binding (at the run's target `to`, or the resource's
+    /// own in a revert), for `run` at `now`.
+    pub fn retry(action: &BindingAction, to: &str, run: &str, now: DateTime<Utc>) -> Self {
+        Self::new(action, Attempt::Retry, action.resource.target(to), run, now)
     }
 
     /// An evaluation's writes in the order they are sent: retries, then starts (both admitted by
@@ -139,7 +143,7 @@ impl BindingPatch {
         run: &str,
         now: DateTime<Utc>,
     ) -> Vec<Self> {
-        let retries = retry.iter().map(|a| Self::retry(a, run, now));
+        let retries = retry.iter().map(|a| Self::retry(a, to, run, now));
         let starts = start.iter().map(|a| Self::start(a, to, run, now));
         retries.chain(starts).collect()
     }
@@ -448,21 +452,24 @@ mod tests {
 
     #[test]
     fn the_merge_patch_of_each_attempt_is_what_the_api_server_receives() {
-        let audit = json!({
-            UPGRADED_BY_ANNOTATION: "run-1",
-            UPGRADE_STARTED_AT_ANNOTATION: "2026-06-01T10:00:00Z",
-        });
-        let mut retry_annotations = audit.clone();
+        let audit = |to: &str| {
+            json!({
+                UPGRADED_BY_ANNOTATION: "run-1",
+                UPGRADED_TO_ANNOTATION: to,
+                UPGRADE_STARTED_AT_ANNOTATION: "2026-06-01T10:00:00Z",
+            })
+        };
+        let mut retry_annotations = audit("v2");
         retry_annotations[RETRY_REQUESTED_BY_ANNOTATION] = json!("run-1");
         for (what, patch, want) in [
             (
-                "a start sets the version, with its author and start time",
+                "a start sets the version, with its author, the version it moved to and its start time",
                 BindingPatch::start(&action(Some("7")), "v2", "run-1", now()),
-                json!({"metadata": {"annotations": audit, "resourceVersion": "7"}, "spec": {"version": "v2"}}),
+                json!({"metadata": {"annotations": audit("v2"), "resourceVersion": "7"}, "spec": {"version": "v2"}}),
             ),
             (
                 "a retry labels the binding for Kratix and leaves its version",
-                BindingPatch::retry(&action(Some("7")), "run-1", now()),
+                BindingPatch::retry(&action(Some("7")), "v2", "run-1", now()),
                 json!({"metadata": {
                     "labels": {MANUAL_RECONCILIATION_LABEL: "true"},
                     "annotations": retry_annotations,
@@ -472,7 +479,7 @@ mod tests {
             (
                 "a binding read without a resourceVersion is patched without a precondition",
                 BindingPatch::start(&action(None), "v2", "run-1", now()),
-                json!({"metadata": {"annotations": audit}, "spec": {"version": "v2"}}),
+                json!({"metadata": {"annotations": audit("v2")}, "spec": {"version": "v2"}}),
             ),
             (
                 "a revert sets each resource's own target, not the plan's",
@@ -482,14 +489,14 @@ mod tests {
                     "run-1",
                     now(),
                 ),
-                json!({"metadata": {"annotations": audit, "resourceVersion": "7"}, "spec": {"version": "v1"}}),
+                json!({"metadata": {"annotations": audit("v1"), "resourceVersion": "7"}, "spec": {"version": "v1"}}),
             ),
             (
                 "a revert to the version Kratix applied (its upgrade failed) also asks Kratix to reconcile",
                 BindingPatch::start(&reverting(action(Some("7")), "v1"), "v1", "run-1", now()),
                 json!({"metadata": {
                     "labels": {MANUAL_RECONCILIATION_LABEL: "true"},
-                    "annotations": audit,
+                    "annotations": audit("v1"),
                     "resourceVersion": "7",
                 }, "spec": {"version": "v1"}}),
             ),
@@ -502,7 +509,7 @@ mod tests {
     fn apply_changes_the_binding_as_the_merge_patch_says() {
         for patch in [
             BindingPatch::start(&action(Some("7")), "v2", "run-1", now()),
-            BindingPatch::retry(&action(Some("7")), "run-1", now()),
+            BindingPatch::retry(&action(Some("7")), "v2", "run-1", now()),
         ] {
             let mut applied = binding("7");
             patch.apply(&mut applied).unwrap();

@@ -27,6 +27,13 @@ use upgradeplan_e2e::sim::{self, SimConfig};
 /// N` writes N records (`<binding>`, `<binding>-2`, …), the first with that state, the others
 /// healthy; a changed annotation rewrites them.
 ///
+/// Resource Requests, as Kratix handles them: for each Promise whose spec.api holds a CRD, it
+/// installs that CRD and makes each request's binding (Kratix's deterministic name, the request's
+/// labels, version per --binding-version, or the request's status.resourceBindingVersion); a
+/// request's labels are copied onto its binding whenever it changes; deleting a request runs its
+/// delete workflows (its `kratix-sim/delay`, else --delay) while the binding stays, then deletes
+/// the binding.
+///
 /// Per-binding knobs (annotations): `kratix-sim/delay: 30s` (Go duration), `kratix-sim/fail-version: v2.0.0`,
 /// `kratix-sim/health: healthy`, `kratix-sim/health-delay: 10s`, `kratix-sim/health-records: 2`,
 /// `kratix-sim/hold` (while present, an upgrade in progress does not finish: remove it to let the
@@ -53,6 +60,11 @@ struct Cli {
     /// bindings.
     #[arg(long)]
     revision_cleanup: bool,
+    /// Kratix's resourceBindingVersionStrategy for a new Resource Request's binding: `floating`
+    /// (Kratix's default: spec.version `latest`) or `pinned` (the latest PromiseRevision's version
+    /// when the request is first reconciled).
+    #[arg(long, value_name = "STRATEGY", default_value = "floating", value_parser = ["floating", "pinned"])]
+    binding_version: String,
     /// Path to a kubeconfig. Default: $KUBECONFIG, ~/.kube/config, or in-cluster.
     #[arg(long, value_name = "FILE")]
     kubeconfig: Option<std::path::PathBuf>,
@@ -108,6 +120,7 @@ async fn main() -> anyhow::Result<()> {
             promise: cli.promise,
             retry_after_failure: cli.retry_after_failure.0,
             revision_cleanup: cli.revision_cleanup,
+            pinned: cli.binding_version == "pinned",
         },
         shutdown,
     )

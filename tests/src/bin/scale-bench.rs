@@ -65,10 +65,9 @@ async fn create_bindings_in(env: &mut TestEnv, n: usize, namespaces: usize) -> a
         .map(|i| {
             let ns = namespaces[i % namespaces.len()].clone();
             async move {
-                let b = envref
-                    .binding(&ns, &format!("r{i:05}"), &[("env", "all")], "v1.0.0", Some("v1.0.0"))
-                    .await?;
-                Ok::<_, anyhow::Error>((ns, b.name_any()))
+                let name = format!("r{i:05}");
+                envref.bench_binding(&ns, &name, &[("env", "all")], "v1.0.0").await?;
+                Ok::<_, anyhow::Error>((ns, envref.binding_name(&name)))
             }
         })
         .buffer_unordered(CONCURRENCY)

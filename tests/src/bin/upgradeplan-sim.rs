@@ -71,8 +71,13 @@ fn main() -> anyhow::Result<()> {
         t.reverts_asked, t.reverts_created, t.revert_snapshots, t.revert_starts, t.reverts_completed, t.reverts_failed
     );
     println!(
-        "(budgets: {} steps of runs under an UpgradeBudget, {} held by it, {} decided again as admitted; {} status writes of progress alone put off)",
-        t.budgeted_steps, t.budget_holds, t.budget_decided_again, t.progress_deferred
+        "(budgets: {} steps of runs under an UpgradeBudget, {} held by it, {} decided again as admitted; {} status writes of progress alone put off; {} resources failed on a progressDeadline; {} sends interrupted by a watch event, {} starts withheld)",
+        t.budgeted_steps, t.budget_holds, t.budget_decided_again, t.progress_deferred, t.deadline_failures,
+        t.interrupted_sends, t.starts_withheld
+    );
+    println!(
+        "(Resource Requests: {} created, {} deleted, {} bindings deleted after their delete workflows, {} created again under their name, {} of them while a run was under way)",
+        t.requests_created, t.requests_deleted, t.bindings_deleted, t.requests_recreated, t.recreated_mid_run
     );
     let elapsed = started.elapsed().as_secs_f64();
     println!(

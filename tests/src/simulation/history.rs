@@ -27,6 +27,21 @@ pub enum Fault {
     WriteFails(usize),
     /// The step is taken by the deposed leader, from its lagging caches and with its own memory.
     Deposed,
+    /// A watch event lands between two of the step's binding patches (after this many): the run
+    /// is cancelled, suspended or superseded, or a freeze begins, while the sender is at work.
+    Interrupted {
+        after: usize,
+        by: Interrupt,
+    },
+}
+
+/// What lands in the middle of a step's sending ([`Fault::Interrupted`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Interrupt {
+    Cancel,
+    Suspend,
+    Supersede,
+    Freeze,
 }
 
 /// People and the platform.
@@ -65,6 +80,21 @@ pub enum UserAction {
     RequestReconciled {
         binding: usize,
         relabel: bool,
+    },
+    /// The resource's Resource Request is deleted: Kratix runs its delete workflows while the
+    /// binding stays, unmarked, then deletes the binding (spec §2).
+    DeleteRequest {
+        binding: usize,
+    },
+    /// A new Resource Request (in the dev or prod environment): Kratix makes its binding at v1 and
+    /// deploys it; a run whose snapshot predates it never touches it.
+    CreateRequest {
+        env: usize,
+    },
+    /// A deleted request is created again under its name: a binding of the same name, another
+    /// object, at v1 and not yet applied — a run's recorded outcome of it stands (spec §5.5).
+    RecreateRequest {
+        request: usize,
     },
     /// The resource's next upgrade to v2 fails.
     FailNext {
@@ -200,6 +230,11 @@ impl History {
                 let mut own = Rng(seed ^ 0x4255_4447_4554);
                 own.chance(35).then(|| 1 + own.below(3) as usize)
             },
+            progress_deadline: {
+                // Drawn apart too, for the same reason.
+                let mut own = Rng(seed ^ 0x4445_4144_4c4e);
+                [(); 2].map(|_| own.chance(30).then(|| 1 + own.below(20) as u32))
+            },
         };
         let actions = (0..steps).map(|_| action(&mut rng)).collect();
         History { shape, actions }
@@ -242,15 +277,31 @@ fn action(rng: &mut Rng) -> Action {
                 2 | 3 => Fault::StaleCache,
                 4 => Fault::WriteFails(rng.below(6) as usize),
                 5 => Fault::Deposed,
+                6 => Fault::Interrupted {
+                    after: rng.below(3) as usize,
+                    by: [
+                        Interrupt::Cancel,
+                        Interrupt::Suspend,
+                        Interrupt::Supersede,
+                        Interrupt::Freeze,
+                    ][rng.below(4) as usize],
+                },
                 _ => Fault::None,
             },
         },
         40..=47 => Action::ReconcilePlan,
         48..=69 => Action::Kratix { binding: target(rng) },
         70..=71 => Action::KratixRevisions,
-        72..=84 => Action::Advance {
+        72..=83 => Action::Advance {
             seconds: 1 + rng.below(600) as u32,
         },
+        // Resource Requests come and go: often enough that one deleted is created again while a
+        // run that counted it is still going.
+        84..=85 => Action::User(match rng.below(5) {
+            0 | 1 => UserAction::DeleteRequest { binding: target(rng) },
+            2 | 3 => UserAction::RecreateRequest { request: target(rng) },
+            _ => UserAction::CreateRequest { env: target(rng) },
+        }),
         _ => Action::User(user(rng)),
     }
 }

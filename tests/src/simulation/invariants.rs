@@ -26,7 +26,8 @@ pub enum Invariant {
     NoStartWhileHeld,
     /// In flight never above a group's limit, as the run's frozen plan sets it.
     InFlightWithinLimit,
-    /// In flight across the active runs never above an UpgradeBudget's `maxInFlight` (spec §13.8).
+    /// The upgrades in flight that the plan's runs started — active, superseded or ended — never
+    /// above an UpgradeBudget's `maxInFlight` (spec §13.8).
     InFlightWithinBudget,
     /// No binding outside the run's snapshot is ever patched.
     OnlySnapshotPatched,
@@ -77,6 +78,14 @@ pub enum Invariant {
     /// and health checks, and its windows, soak, approvals and gates only when the revert
     /// respects policy; and each start of a revert sets its resource's own target (spec §13.7).
     RevertFromRecord,
+    /// A run fails a resource on its `progressDeadline` only when it started it itself (the
+    /// binding's `upgraded-by` names the run): never one Kratix retried by itself under an older
+    /// run's start, nor one another run started (spec §13.1).
+    DeadlineTimesOwnStarts,
+    /// A binding patch reaches the API server only while the run is still admitted: not
+    /// cancelled, suspended, superseded or deleted, and no freeze holds its plan, as the world
+    /// is when the patch lands — not only as the step read it (spec §14.1).
+    NoStartAfterAdmissionEnded,
 }
 
 impl std::fmt::Display for Invariant {
@@ -84,7 +93,7 @@ impl std::fmt::Display for Invariant {
         let text = match self {
             Invariant::NoStartWhileHeld => "no start or retry while the run is held (spec §14.1)",
             Invariant::InFlightWithinLimit => "in flight never above the group's limit",
-            Invariant::InFlightWithinBudget => "in flight across the active runs never above the budget",
+            Invariant::InFlightWithinBudget => "in flight across the plan's runs never above the budget",
             Invariant::OnlySnapshotPatched => "no binding outside the run's snapshot is patched",
             Invariant::NoMoveIntoCleanup => "no resource is moved to a revision being deleted",
             Invariant::StartedOnce => "each resource is started at most once per run",
@@ -100,6 +109,8 @@ impl std::fmt::Display for Invariant {
             Invariant::StaleCopyWritesNothing => "a step from a stale copy of its run writes nothing of it",
             Invariant::PluginShowsRecorded => "the plugin's run view equals what the controller recorded",
             Invariant::RevertCreatedOnce => "a run failing with onFailure: Revert creates its revert, once",
+            Invariant::DeadlineTimesOwnStarts => "a progressDeadline fails only the run's own starts",
+            Invariant::NoStartAfterAdmissionEnded => "no start is sent after its admission ended",
             Invariant::RevertFromRecord => {
                 "a revert moves back what the reverted run's record says, to what it recorded"
             }
@@ -224,6 +235,55 @@ fn naive_limit(written: Option<&k8s_openapi::apimachinery::pkg::util::intstr::In
 
 /// Whether a condition of this type and status says the run waits (and why): "Suspended=False,
 /// Not suspended" does not.
+/// Whether binding `b`, started in group `group` of the frozen plan `frozen`, is past that
+/// group's `progressDeadline` at `now` (spec §13.1: it then counts as failed, no longer in
+/// flight — recorded by the status write that follows, which a crash may cut off). The
+/// simulation writes deadlines in whole minutes.
+fn past_deadline(
+    frozen: &Frozen,
+    group: &str,
+    b: &upgradeplan::api::kratix::ResourceBinding,
+    now: chrono::DateTime<chrono::Utc>,
+) -> bool {
+    let deadline = frozen
+        .plan
+        .rollout_groups
+        .iter()
+        .find(|g| g.name == group)
+        .and_then(|g| g.progress_deadline.as_deref())
+        .and_then(|d| d.strip_suffix('m')?.parse::<i64>().ok())
+        .map(chrono::Duration::minutes);
+    let started = b
+        .annotations()
+        .get(upgradeplan::api::UPGRADE_STARTED_AT_ANNOTATION)
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+    matches!((deadline, started), (Some(d), Some(t)) if t.with_timezone(&chrono::Utc) + d <= now)
+}
+
+/// How `run` stood down, read from the run itself (spec §14.1): suspended, cancelled, deleted
+/// or superseded; `None` while it may start upgrades.
+fn stood_down(run: &UpgradeRun) -> Option<&'static str> {
+    [
+        (run.spec.suspend, "suspended"),
+        (run.spec.cancel, "cancelled"),
+        (run.metadata.deletion_timestamp.is_some(), "deleted"),
+        (run.annotations().contains_key(SUPERSEDED_BY_ANNOTATION), "superseded"),
+    ]
+    .into_iter()
+    .find_map(|(holds, how)| holds.then_some(how))
+}
+
+/// The freezes that hold `run`: every run of the plan, a revert only when it respects policy
+/// (spec §14.1, §13.7).
+fn freezes_holding(world: &World, run: &UpgradeRun) -> Vec<upgradeplan::engine::freeze::Freeze> {
+    let policy_holds = run.spec.revert_of.is_none() || run.spec.respect_policy;
+    if policy_holds {
+        holding(&world.freezes, PROMISE, world.plan.labels())
+    } else {
+        Vec::new()
+    }
+}
+
 fn holds(type_: &str, status: ConditionStatus) -> bool {
     let while_true = [
         reasons::SUSPENDED,
@@ -407,6 +467,10 @@ pub struct Checker {
     reverted: std::collections::BTreeSet<String>,
     /// (run, `<namespace>/<binding>`) of each resource a run announced skipped.
     announced_skipped: std::collections::BTreeSet<(String, String)>,
+    /// Upgrades seen failed in Kratix, by (run, `<namespace>/<binding>`, start): a retry someone
+    /// asks of Kratix later puts the binding back in flight, but not as that start (its Failed
+    /// outcome stands, spec §13.1), and it took no unit from any budget.
+    failed_upgrades: std::collections::BTreeSet<(String, String, String)>,
 }
 
 /// Whether `b`'s upgrade to `to` is verified by `records`, read literally from spec §13.2: its
@@ -455,28 +519,17 @@ impl Checker {
         if step.binding_patches.is_empty() {
             return Ok(());
         }
-        // Freezes hold every run of the plan, a revert only when it respects policy (§14.1).
-        let policy_holds = run.spec.revert_of.is_none() || run.spec.respect_policy;
-        let frozen = if policy_holds {
-            holding(&world.freezes, PROMISE, world.plan.labels())
-        } else {
-            Vec::new()
-        };
+        let frozen = freezes_holding(world, run);
         // Each start's own target (a revert's resources each have theirs) needs its revision.
         let revision_gone = step
             .binding_patches
             .iter()
             .map(|p| p.resource.target(&step.to))
             .find(|v| !world.revisions.iter().any(|r| r == v));
+        let stood_down = stood_down(run);
         let held = [
-            (run.spec.suspend, "suspended".to_string()),
-            (run.spec.cancel, "cancelled".to_string()),
-            (run.metadata.deletion_timestamp.is_some(), "deleted".to_string()),
-            (
-                run.annotations().contains_key(SUPERSEDED_BY_ANNOTATION),
-                "superseded".to_string(),
-            ),
-            // A preview waits suspended (covered above); resumed, it starts like any run.
+            // A preview waits suspended; resumed, it starts like any run.
+            (stood_down.is_some(), stood_down.unwrap_or_default().to_string()),
             (
                 revision_gone.is_some(),
                 format!("without the PromiseRevision of {}", revision_gone.unwrap_or_default()),
@@ -499,6 +552,30 @@ impl Checker {
                 Invariant::NoStartWhileHeld,
                 format!("run {} is {why} and patched {}", run.name_any(), what.join(", ")),
             );
+        }
+        Ok(())
+    }
+
+    /// A binding patch of run `name` the API server just accepted: the run, as the world has it
+    /// now, still admitted — and no freeze holds its plan now.
+    pub fn sent_while_admitted(&self, world: &World, name: &str, patch: &BindingPatch) -> Result<(), Violation> {
+        let ended = |why: String| {
+            violation(
+                Invariant::NoStartAfterAdmissionEnded,
+                format!(
+                    "run {name} patched {} ({:?}) when {why}",
+                    patch.resource.binding, patch.attempt
+                ),
+            )
+        };
+        let Some(run) = world.runs.iter().find(|r| r.name_any() == name) else {
+            return ended("the run was gone".into());
+        };
+        if let Some(how) = stood_down(run) {
+            return ended(format!("it was {how}"));
+        }
+        if hold_at(&freezes_holding(world, run), world.now).is_some() {
+            return ended(format!("a freeze held it at {}", world.now));
         }
         Ok(())
     }
@@ -827,12 +904,45 @@ impl Checker {
     }
 
     /// A run's snapshot written (again).
+    /// Run `run`'s snapshot about to be written as `shards` (`existing`: what an earlier pass
+    /// wrote), for the snapshot its step took (`taken`): read back, every resource of every group
+    /// is there, in order — nothing lost to the sharding — and an earlier write is never changed.
     pub fn snapshot_written(
         &mut self,
         run: &str,
         existing: Option<&Vec<SnapshotConfigMap>>,
         shards: &[SnapshotConfigMap],
+        taken: &Frozen,
     ) -> Result<(), Violation> {
+        let read = upgradeplan::engine::snapshot::read_frozen(shards.iter().map(|(n, d)| (n.as_str(), d)));
+        let keys = |s: &upgradeplan::engine::snapshot::Snapshot| -> Vec<(String, Vec<String>)> {
+            s.groups
+                .iter()
+                .map(|g| {
+                    let resources = g.resources.iter().map(|r| format!("{}/{}", r.namespace, r.binding));
+                    (g.name.clone(), resources.collect())
+                })
+                .collect()
+        };
+        match read {
+            Ok(written) if keys(&written.snapshot) != keys(&taken.snapshot) => {
+                return violation(
+                    Invariant::SnapshotImmutable,
+                    format!(
+                        "run {run}'s snapshot is written as {:?}, taken as {:?}",
+                        keys(&written.snapshot),
+                        keys(&taken.snapshot)
+                    ),
+                )
+            }
+            Err(e) => {
+                return violation(
+                    Invariant::SnapshotImmutable,
+                    format!("run {run}'s snapshot as written does not read back: {e}"),
+                )
+            }
+            Ok(_) => {}
+        }
         match existing {
             Some(existing) if existing.as_slice() != shards => violation(
                 Invariant::SnapshotImmutable,
@@ -1056,6 +1166,31 @@ impl Checker {
         Ok(())
     }
 
+    /// Every upgrade Kratix reports failed now, by the run that started it and its start.
+    fn learn_failures(&mut self, world: &World) {
+        use upgradeplan::api::kratix::BindingFacts;
+        for b in world.resources.iter().map(|r| &r.binding) {
+            let a = b.annotations();
+            let (Some(run), Some(started)) = (
+                a.get(upgradeplan::api::UPGRADED_BY_ANNOTATION),
+                a.get(upgradeplan::api::UPGRADE_STARTED_AT_ANNOTATION),
+            ) else {
+                continue;
+            };
+            if b.last_applied_version() != b.spec.version && !in_flight(b, &b.spec.version) {
+                let key = format!("{}/{}", b.namespace().unwrap_or_default(), b.name_any());
+                self.failed_upgrades.insert((run.clone(), key, started.clone()));
+            }
+        }
+    }
+
+    /// Whether `b`'s current upgrade, started by `run`, was seen failed (see `failed_upgrades`).
+    fn seen_failed(&self, run: &str, b: &upgradeplan::api::kratix::ResourceBinding) -> bool {
+        let started = b.annotations().get(upgradeplan::api::UPGRADE_STARTED_AT_ANNOTATION);
+        let key = format!("{}/{}", b.namespace().unwrap_or_default(), b.name_any());
+        started.is_some_and(|t| self.failed_upgrades.contains(&(run.to_string(), key, t.clone())))
+    }
+
     /// Every resource whose records verify its upgrade now (once verified, it may be counted).
     fn learn_verifications(&mut self, world: &World) {
         use upgradeplan::api::kratix::BindingFacts;
@@ -1108,6 +1243,52 @@ impl Checker {
         Ok(())
     }
 
+    /// A step of run `name` (read with status `before`) that decides `status`, from the bindings
+    /// it saw (`seen`): each failure it adds on a `progressDeadline` is of a resource whose
+    /// binding named the run in `upgraded-by`. Returns how many it adds.
+    pub fn deadline_failures(
+        &self,
+        name: &str,
+        before: Option<&UpgradeRunStatus>,
+        status: &UpgradeRunStatus,
+        seen: &[upgradeplan::api::kratix::ResourceBinding],
+    ) -> Result<u64, Violation> {
+        let deadline_prefix = upgradeplan::engine::texts::deadline_passed("");
+        let mut added = 0;
+        for group in &status.rollout_groups {
+            let recorded = before.and_then(|b| b.rollout_groups.iter().find(|g| g.name == group.name));
+            for failure in &group.failed_resources {
+                let known = recorded.is_some_and(|g| {
+                    g.failed_resources
+                        .iter()
+                        .any(|f| (&f.namespace, &f.name) == (&failure.namespace, &failure.name))
+                });
+                if known || !failure.detail.starts_with(&deadline_prefix) {
+                    continue;
+                }
+                let own = seen.iter().any(|b| {
+                    b.namespace().as_deref() == Some(failure.namespace.as_str())
+                        && b.spec.resource_ref.name == failure.name
+                        && b.annotations()
+                            .get(upgradeplan::api::UPGRADED_BY_ANNOTATION)
+                            .map(String::as_str)
+                            == Some(name)
+                });
+                if !own {
+                    return Err(Violation {
+                        invariant: Invariant::DeadlineTimesOwnStarts,
+                        detail: format!(
+                            "run {name} group {}: {}/{} failed on its deadline ({}), started by another run",
+                            group.name, failure.namespace, failure.name, failure.detail
+                        ),
+                    });
+                }
+                added += 1;
+            }
+        }
+        Ok(added)
+    }
+
     /// Right after run `name`'s status was written from live facts: `kubectl upgradeplan status`
     /// shows each group's counts as recorded.
     pub fn viewed(&self, world: &World, name: &str) -> Result<(), Violation> {
@@ -1148,17 +1329,70 @@ impl Checker {
         Ok(())
     }
 
-    /// After every action: each active run's groups within their limits, and the active runs
-    /// within the budget.
+    /// After every action: each active run's groups within their limits, and every run's
+    /// upgrades Kratix works on within the budget.
     pub fn after_action(&mut self, world: &World) -> Result<(), Violation> {
         self.learn_verifications(world);
+        self.learn_failures(world);
         let (mut under_budget, mut budget_in_flight) = (Vec::new(), 0);
         for run in &world.runs {
             let status = run.status.clone().unwrap_or_default();
-            if status.state.is_terminal() {
-                continue;
-            }
             let name = run.name_any();
+            if status.state.is_terminal() || upgradeplan::engine::admission::is_dormant(run) {
+                // Spec §13.8: a run that ended or was superseded holds units for the upgrades
+                // it started that Kratix still works on (those it counted failed aside).
+                let failed: Vec<(&str, &str)> = status
+                    .rollout_groups
+                    .iter()
+                    .flat_map(|g| {
+                        g.failed_resources
+                            .iter()
+                            .map(|f| (f.namespace.as_str(), f.name.as_str()))
+                    })
+                    .collect();
+                let frozen = world.frozen_of(&name);
+                // The group of the run's snapshot that holds `b` first.
+                let group_of = |b: &upgradeplan::api::kratix::ResourceBinding| {
+                    frozen.as_deref().and_then(|f| {
+                        f.snapshot
+                            .groups
+                            .iter()
+                            .find(|g| {
+                                g.resources.iter().any(|r| {
+                                    Some(r.namespace.as_str()) == b.namespace().as_deref() && r.binding == b.name_any()
+                                })
+                            })
+                            .map(|g| (f, g.name.as_str()))
+                    })
+                };
+                let working = world
+                    .resources
+                    .iter()
+                    .map(|r| &r.binding)
+                    .filter(|b| {
+                        // The version the run moved it to, not moved on since by someone else.
+                        let moved_to = b.annotations().get(upgradeplan::api::UPGRADED_TO_ANNOTATION);
+                        b.annotations().get(upgradeplan::api::UPGRADED_BY_ANNOTATION) == Some(&name)
+                            && moved_to == Some(&b.spec.version)
+                            && b.metadata.deletion_timestamp.is_none()
+                            && in_flight(b, &b.spec.version)
+                            && !failed.contains(&(
+                                b.namespace().as_deref().unwrap_or_default(),
+                                b.spec.resource_ref.name.as_str(),
+                            ))
+                            && !group_of(b).is_some_and(|(f, g)| past_deadline(f, g, b, world.now))
+                            && !self.seen_failed(&name, b)
+                    })
+                    .map(|b| b.name_any())
+                    .collect::<Vec<_>>();
+                if !working.is_empty() {
+                    under_budget.push(format!("{name} (stood down): {} {working:?}", working.len()));
+                    budget_in_flight += working.len();
+                }
+                if status.state.is_terminal() {
+                    continue;
+                }
+            }
             let Some(frozen) = world.frozen_of(&name) else {
                 continue;
             };
@@ -1191,6 +1425,7 @@ impl Checker {
                                 && b.annotations().get(upgradeplan::api::UPGRADED_BY_ANNOTATION) == Some(&name)
                                 && b.spec.version == target
                                 && (in_flight(b, target) || reverting_in_place(r, b))
+                                && !past_deadline(&frozen, &group.name, b, world.now)
                         })
                     })
                     .count();
@@ -1201,7 +1436,7 @@ impl Checker {
                         format!("run {name} group {}: {in_flight} in flight, limit {limit}", group.name),
                     );
                 }
-                // Spec §13.8's "active runs": not ended, not superseded, not a waiting preview.
+                // An active run's own starts (a dormant one's were counted above).
                 if in_flight > 0 && !upgradeplan::engine::admission::is_dormant(run) {
                     under_budget.push(format!("{name}/{}: {in_flight}", group.name));
                     budget_in_flight += in_flight;
@@ -1216,7 +1451,7 @@ impl Checker {
             if budget_in_flight > max {
                 return violation(
                     Invariant::InFlightWithinBudget,
-                    format!("{budget_in_flight} in flight across the active runs, budget {max}: {under_budget:?}"),
+                    format!("{budget_in_flight} in flight across the plan's runs, budget {max}: {under_budget:?}"),
                 );
             }
         }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::DynamicObject;
 use kube::ResourceExt;
 use serde_json::{json, Value};
 use upgradeplan::api::kratix::{BindingFacts, CachedBinding, HealthRecord, Interner, ResourceBinding};
@@ -31,15 +32,36 @@ pub const NAMESPACE: &str = "apps";
 pub const PLAN: &str = "p";
 pub const GATE: &str = "alerts";
 
-/// One binding of the world and how Kratix treats it.
+/// One resource of the world — its Resource Request and the binding Kratix made from it — and
+/// how Kratix treats it.
 #[derive(Clone, Debug)]
 pub struct Resource {
     pub binding: ResourceBinding,
-    /// The Resource Request's labels: Kratix rewrites the binding's whole label map from them.
-    pub request_labels: BTreeMap<String, String>,
-    /// How long Kratix's workflow takes for it.
+    /// The Resource Request (spec §2): Kratix made the binding from it, rewrites the binding's
+    /// whole label map from its labels, and deletes the binding once its deletion's workflows are
+    /// done (kratix-sim's own rules, [`crate::sim::requests`]).
+    pub request: DynamicObject,
+    /// How long Kratix's workflows take for it.
     pub workflow: std::time::Duration,
 }
+
+/// A Resource Request of the world's Promise as a user creates it: its labels, and Kratix's
+/// finalizers (which it adds at its first reconcile).
+fn new_request(name: &str, labels: BTreeMap<String, String>, uid: String) -> DynamicObject {
+    use crate::sim::requests::{request_kind, BINDING_CLEANUP_FINALIZER, DELETE_WORKFLOWS_FINALIZER};
+    let mut rr = DynamicObject::new(name, &request_kind(PROMISE)).within(NAMESPACE);
+    rr.metadata.labels = Some(labels);
+    rr.metadata.uid = Some(uid);
+    rr.metadata.finalizers = Some(vec![
+        DELETE_WORKFLOWS_FINALIZER.into(),
+        BINDING_CLEANUP_FINALIZER.into(),
+    ]);
+    rr
+}
+
+/// The version a new binding starts at in this world: v1, the latest revision (the plan upgrades
+/// to v2 ahead of it), as Kratix's `pinned` strategy does.
+const NEW_BINDING_VERSION: &str = "v1";
 
 /// The API server's objects and the simulated clock.
 #[derive(Clone, Debug)]
@@ -51,6 +73,9 @@ pub struct World {
     /// In creation order; a run whose finalizer is released is gone.
     pub runs: Vec<UpgradeRun>,
     pub resources: Vec<Resource>,
+    /// Resource Requests deleted, with their resource's workflow time: someone may create one
+    /// again under its name.
+    pub deleted_requests: Vec<(DynamicObject, std::time::Duration)>,
     /// The bindings as a lagging cache still holds them: before the last controller step's writes.
     pub lagging: Vec<ResourceBinding>,
     /// The runs as a lagging cache still holds them: before the last controller step.
@@ -95,6 +120,11 @@ pub struct World {
     lagging_step: bool,
     /// Whether the current step's copy of its run is older than the API server's.
     stale_copy: bool,
+    /// What lands between the current step's binding patches, and after how many.
+    interrupt: Option<(usize, crate::simulation::history::Interrupt)>,
+    /// The current step's sender withheld starts whose admission ended (the controller's
+    /// `patch_bindings`): its other writes go on, and the run is looked at again at once.
+    withheld: bool,
     /// The Events published about each run, in order.
     pub events: Vec<Published>,
     pub metrics: Metrics,
@@ -172,6 +202,11 @@ pub struct Tally {
     pub leader_changes: u64,
     /// Run writes (its own patch, its status) refused: the run changed since the step read it.
     pub stale_run_writes: u64,
+    /// Resources failed on a `progressDeadline`.
+    pub deadline_failures: u64,
+    /// Steps whose sending a watch event interrupted, and the starts their sender then withheld.
+    pub interrupted_sends: u64,
+    pub starts_withheld: u64,
     /// HealthRecords Kratix's checks wrote.
     pub health_reports: u64,
     /// Statuses the plugin's run view was compared with.
@@ -182,6 +217,15 @@ pub struct Tally {
     pub completed: u64,
     pub failed: u64,
     pub cancelled: u64,
+    /// Resource Requests whose deletion began (by a person, or a revision's clean-up), and the
+    /// bindings Kratix then deleted.
+    pub requests_deleted: u64,
+    pub bindings_deleted: u64,
+    /// New requests created, requests created again under their name, and of those, while a run
+    /// was under way.
+    pub requests_created: u64,
+    pub requests_recreated: u64,
+    pub recreated_mid_run: u64,
 }
 
 impl Tally {
@@ -204,12 +248,20 @@ impl Tally {
         self.deposed += other.deposed;
         self.leader_changes += other.leader_changes;
         self.stale_run_writes += other.stale_run_writes;
+        self.deadline_failures += other.deadline_failures;
+        self.interrupted_sends += other.interrupted_sends;
+        self.starts_withheld += other.starts_withheld;
         self.health_reports += other.health_reports;
         self.plugin_views += other.plugin_views;
         self.edited_plan_steps += other.edited_plan_steps;
         self.completed += other.completed;
         self.failed += other.failed;
         self.cancelled += other.cancelled;
+        self.requests_deleted += other.requests_deleted;
+        self.bindings_deleted += other.bindings_deleted;
+        self.requests_created += other.requests_created;
+        self.requests_recreated += other.requests_recreated;
+        self.recreated_mid_run += other.recreated_mid_run;
     }
 }
 
@@ -301,6 +353,8 @@ pub struct Shape {
     pub on_failure_revert: [bool; 2],
     /// An UpgradeBudget's `maxInFlight` over the plan (spec §13.8).
     pub budget: Option<usize>,
+    /// Each group's `progressDeadline`, in minutes (spec §13.1).
+    pub progress_deadline: [Option<u32>; 2],
 }
 
 /// A group's upgrade window: hourly cron openings in a zone, a duration.
@@ -380,6 +434,9 @@ impl World {
             if shape.on_failure_revert[i] {
                 g["onFailure"] = json!("Revert");
             }
+            if let Some(minutes) = shape.progress_deadline[i] {
+                g["progressDeadline"] = json!(format!("{minutes}m"));
+            }
             g
         };
         let gates = if shape.gate {
@@ -408,22 +465,27 @@ impl World {
         for (g, env) in ["dev", "prod"].iter().enumerate() {
             for i in 0..shape.sizes[g] {
                 let n = resources.len();
-                let binding: ResourceBinding = serde_json::from_value(json!({
-                    "apiVersion": "platform.kratix.io/v1alpha1", "kind": "ResourceBinding",
-                    "metadata": {"name": format!("{env}-{i}"), "namespace": NAMESPACE, "resourceVersion": "1",
-                                 "labels": {"env": env, "kratix.io/promise-name": PROMISE}},
-                    "spec": {"version": "v1", "promiseRef": {"name": PROMISE},
-                             "resourceRef": {"name": format!("{env}-{i}"), "namespace": NAMESPACE}},
-                    "status": {"lastAppliedVersion": "v1"}
-                }))
-                .unwrap_or_else(|e| panic!("the simulation's binding: {e}"));
+                let name = format!("{env}-{i}");
+                let request = new_request(
+                    &name,
+                    [("env".to_string(), env.to_string())].into(),
+                    format!("{name}-uid"),
+                );
+                // Kratix made the binding from the request, and applied v1.
+                let mut binding = crate::sim::requests::desired_binding(&request, PROMISE, None, NEW_BINDING_VERSION)
+                    .unwrap_or_else(|| panic!("Kratix makes a binding for request {name}"));
+                binding.metadata.resource_version = Some("1".into());
+                binding.metadata.uid = Some(format!("{}-uid", binding.name_any()));
+                binding.status = Some(upgradeplan::api::kratix::ResourceBindingStatus {
+                    last_applied_version: "v1".into(),
+                    ..Default::default()
+                });
                 let seconds = shape.workflows.get(n).copied().unwrap_or(0);
-                let mut binding = binding;
                 if let Some(Some(health)) = shape.health.get(n) {
                     health.annotate(&mut binding);
                 }
                 resources.push(Resource {
-                    request_labels: [("env".to_string(), env.to_string())].into(),
+                    request,
                     binding,
                     workflow: std::time::Duration::from_secs(u64::from(seconds)),
                 });
@@ -436,6 +498,7 @@ impl World {
             plan_deleted: false,
             runs: Vec::new(),
             resources,
+            deleted_requests: Vec::new(),
             lagging,
             lagging_runs: Vec::new(),
             progress_due: BTreeSet::new(),
@@ -470,6 +533,8 @@ impl World {
             acting: 0,
             lagging_step: false,
             stale_copy: false,
+            interrupt: None,
+            withheld: false,
             events: Vec::new(),
             metrics: Metrics::default(),
             next_version: 2,
@@ -490,7 +555,7 @@ impl World {
         let runs: Vec<&UpgradeRun> = self.runs.iter().collect();
         let name = run.name_any();
         let working = upgrade_budget::in_flight_by_run(bindings.iter().map(|b| b as &dyn BindingFacts));
-        let others = upgrade_budget::runs_under(
+        let others: Vec<upgradeplan::engine::upgrade_budget::BudgetRun> = upgrade_budget::runs_under(
             &[budget],
             &[&self.plan],
             &runs,
@@ -501,6 +566,9 @@ impl World {
         .map(|(_, r)| r)
         .filter(|r| r.name != name)
         .collect();
+        if trace() {
+            eprintln!("    budget facts for {name}: {others:?}");
+        }
         vec![BudgetFacts {
             name: budget.name_any(),
             max: upgrade_budget::max_in_flight(budget),
@@ -642,6 +710,33 @@ impl World {
         (!self.runs.is_empty()).then(|| pick % self.runs.len())
     }
 
+    /// A watch event that lands while run `name`'s step is sending its binding patches.
+    fn interrupt_sending(&mut self, name: &str, by: crate::simulation::history::Interrupt) {
+        use crate::simulation::history::Interrupt;
+        let Some(i) = self.runs.iter().position(|r| r.name_any() == name) else {
+            return;
+        };
+        self.tally.interrupted_sends += 1;
+        match by {
+            Interrupt::Cancel => self.user(&UserAction::Cancel { run: i }),
+            Interrupt::Suspend => self.user(&UserAction::Suspend { run: i, suspend: true }),
+            Interrupt::Freeze => self.user(&UserAction::Freeze { minutes: 30 }),
+            Interrupt::Supersede => {
+                // A new run, and what its first pass asks of this one (spec §5.2).
+                self.create_run(false);
+                let newer = format!("{PLAN}-{}", self.runs_made);
+                let version = self.version();
+                let r = &mut self.runs[i];
+                if upgradeplan::engine::write::RunPatch::supersede(name, &newer)
+                    .apply(r)
+                    .is_ok()
+                {
+                    r.metadata.resource_version = version;
+                }
+            }
+        }
+    }
+
     /// A person's or the platform's action.
     pub fn user(&mut self, action: &UserAction) {
         match *action {
@@ -728,21 +823,49 @@ impl World {
                 let version = self.version();
                 if let Some(r) = self.resource_mut(binding) {
                     if relabel {
-                        let env = r.request_labels.get("env").map(String::as_str);
-                        let other = if env == Some("dev") { "prod" } else { "dev" };
-                        r.request_labels.insert("env".into(), other.into());
+                        let labels = r.request.labels_mut();
+                        let other = if labels.get("env").map(String::as_str) == Some("dev") {
+                            "prod"
+                        } else {
+                            "dev"
+                        };
+                        labels.insert("env".into(), other.into());
                     }
-                    // Kratix rewrites the whole map: a label set only on the binding (a retry
-                    // asked and not yet acted on) is gone.
-                    let mut labels = r.request_labels.clone();
-                    labels.insert("kratix.io/promise-name".into(), PROMISE.into());
-                    labels.insert(
-                        "kratix.io/resource-name".into(),
-                        r.binding.spec.resource_ref.name.clone(),
-                    );
-                    r.binding.metadata.labels = Some(labels);
-                    r.binding.metadata.resource_version = version;
+                    // Kratix rewrites the binding from the request (kratix-sim's rule): the whole
+                    // label map, less its one-shot labels; a retry asked on the binding is kept.
+                    if r.request.metadata.deletion_timestamp.is_none() {
+                        if let Some(b) = crate::sim::requests::desired_binding(
+                            &r.request,
+                            PROMISE,
+                            Some(&r.binding),
+                            NEW_BINDING_VERSION,
+                        ) {
+                            r.binding = b;
+                            r.binding.metadata.resource_version = version;
+                        }
+                    }
                 }
+            }
+            UserAction::DeleteRequest { binding } => {
+                let now = Time(to_jiff(self.now));
+                if let Some(r) = self.resource_mut(binding) {
+                    if r.request.metadata.deletion_timestamp.is_none() {
+                        r.request.metadata.deletion_timestamp = Some(now);
+                        self.tally.requests_deleted += 1;
+                    }
+                }
+            }
+            UserAction::RecreateRequest { request } => self.recreate_request(request),
+            UserAction::CreateRequest { env } => {
+                let env = ["dev", "prod"][env % 2];
+                let name = format!("new-{env}-{}", self.next_version);
+                let request = new_request(
+                    &name,
+                    [("env".to_string(), env.to_string())].into(),
+                    format!("{name}-uid"),
+                );
+                self.tally.requests_created += 1;
+                self.create_resource(request, std::time::Duration::from_secs(60));
             }
             UserAction::FailNext { binding } => self.annotate(binding, Some("v2")),
             UserAction::Fix { binding } => self.annotate(binding, None),
@@ -894,12 +1017,19 @@ impl World {
             let bindings: Vec<Arc<ResourceBinding>> =
                 self.resources.iter().map(|r| Arc::new(r.binding.clone())).collect();
             match crate::sim::decide_revision(&revision, &bindings) {
-                crate::sim::RevisionStep::DeleteResources(gone) => {
-                    self.resources.retain(|r| {
-                        let key = (r.binding.namespace().unwrap_or_default(), r.binding.name_any());
-                        !gone.contains(&key)
-                    });
-                    self.version();
+                crate::sim::RevisionStep::DeleteResources(at_version) => {
+                    // Kratix deletes their requests; the bindings go once the requests' delete
+                    // workflows are done ([`World::kratix`]).
+                    let now = Time(to_jiff(self.now));
+                    for r in &mut self.resources {
+                        let at = |(ns, name, _): &(String, String, String)| {
+                            r.binding.namespace().as_deref() == Some(ns.as_str()) && r.binding.name_any() == *name
+                        };
+                        if at_version.iter().any(at) && r.request.metadata.deletion_timestamp.is_none() {
+                            r.request.metadata.deletion_timestamp = Some(now.clone());
+                            self.tally.requests_deleted += 1;
+                        }
+                    }
                 }
                 crate::sim::RevisionStep::RemoveFinalizer => {
                     self.terminating.retain(|v| *v != version);
@@ -951,13 +1081,18 @@ impl World {
         )
     }
 
-    /// Kratix reconciles one binding.
+    /// Kratix reconciles one resource: its request's deletion, while one is under way (the
+    /// binding stays, unmarked, and no workflow of it runs), else its binding.
     pub fn kratix(&mut self, pick: usize) {
         let n = self.resources.len();
         if n == 0 {
             return;
         }
         let now = self.now;
+        if self.resources[pick % n].request.metadata.deletion_timestamp.is_some() {
+            self.request_deletion(pick % n);
+            return;
+        }
         let step = self.kratix_step(&self.resources[pick % n]);
         let w = crate::sim::writes(&step, now);
         if !w.remove_retry_label && w.status.is_none() {
@@ -979,6 +1114,64 @@ impl World {
             }
         }
         b.metadata.resource_version = version;
+    }
+
+    /// Kratix's reconcile of resource `i`'s request being deleted ([`crate::sim::requests::decide_deletion`]):
+    /// its delete workflows run for the resource's workflow time; then the binding is deleted and
+    /// the request goes (kept aside: someone may create it again).
+    fn request_deletion(&mut self, i: usize) {
+        use crate::sim::requests::{decide_deletion, DeletionStep, DELETE_WORKFLOWS_FINALIZER};
+        let r = &mut self.resources[i];
+        match decide_deletion(&r.request, r.workflow, self.now) {
+            DeletionStep::WorkflowsUntil(_) => {}
+            DeletionStep::WorkflowsDone => {
+                r.request.finalizers_mut().retain(|f| f != DELETE_WORKFLOWS_FINALIZER);
+            }
+            DeletionStep::DeleteBinding | DeletionStep::Gone => {
+                let gone = self.resources.remove(i);
+                self.deleted_requests.push((gone.request, gone.workflow));
+                self.tally.bindings_deleted += 1;
+                self.version();
+            }
+        }
+    }
+
+    /// A request deleted earlier (the `pick`th) is created again under its name: another object,
+    /// whose binding Kratix makes under the same name, at the version a new binding starts at,
+    /// not yet applied.
+    fn recreate_request(&mut self, pick: usize) {
+        if self.deleted_requests.is_empty() {
+            return;
+        }
+        let (old, workflow) = self.deleted_requests.remove(pick % self.deleted_requests.len());
+        let name = old.name_any();
+        let uid = format!("{name}-uid-{}", self.next_version);
+        let request = new_request(&name, old.labels().clone(), uid);
+        self.tally.requests_recreated += 1;
+        let under_way = |r: &UpgradeRun| r.status.as_ref().is_some_and(|s| !s.state.is_terminal());
+        if self.runs.iter().any(under_way) {
+            self.tally.recreated_mid_run += 1;
+        }
+        self.create_resource(request, workflow);
+    }
+
+    /// Kratix makes the binding of a request just created (kratix-sim's rules): its name, its
+    /// labels, at the version a new binding starts at, nothing applied yet; another object than
+    /// any binding of that name before it.
+    fn create_resource(&mut self, request: DynamicObject, workflow: std::time::Duration) {
+        let version = self.version();
+        let Some(mut binding) = crate::sim::requests::desired_binding(&request, PROMISE, None, NEW_BINDING_VERSION)
+        else {
+            return;
+        };
+        binding.metadata.uid = request.metadata.uid.clone();
+        binding.metadata.resource_version = version;
+        binding.metadata.creation_timestamp = Some(Time(to_jiff(self.now)));
+        self.resources.push(Resource {
+            binding,
+            request,
+            workflow,
+        });
     }
 
     /// Kratix's health checks of resource `i` report, when kratix-sim's [`crate::sim::decide_health`]
@@ -1020,7 +1213,9 @@ impl World {
     /// a run's wake-up, a freeze's end.
     pub fn next_due(&self) -> Option<DateTime<Utc>> {
         let kratix = self.resources.iter().filter_map(|r| match self.kratix_step(r) {
-            crate::sim::Step::FinishAt { at, .. } | crate::sim::Step::RetryAt { at } => Some(at),
+            crate::sim::Step::FinishAt { at, .. }
+            | crate::sim::Step::RetryAt { at }
+            | crate::sim::Step::DeployAt { at } => Some(at),
             _ => None,
         });
         let health = self.resources.iter().filter_map(|r| {
@@ -1034,6 +1229,16 @@ impl World {
                 _ => None,
             }
         });
+        let deletions = self.resources.iter().filter_map(|r| {
+            match crate::sim::requests::decide_deletion(&r.request, r.workflow, self.now) {
+                crate::sim::requests::DeletionStep::WorkflowsUntil(at)
+                    if r.request.metadata.deletion_timestamp.is_some() =>
+                {
+                    Some(at)
+                }
+                _ => None,
+            }
+        });
         let plans = [Arc::new(self.plan.clone())];
         let freezes = self
             .freezes
@@ -1041,6 +1246,7 @@ impl World {
             .filter_map(|f| upgradeplan::engine::freeze::step(f, &plans, self.now).wake_at);
         kratix
             .chain(health)
+            .chain(deletions)
             .chain(self.wakes.values().copied())
             .chain(self.plan_wake)
             .chain(freezes)
@@ -1162,25 +1368,9 @@ impl World {
             now: self.now,
         };
         let mut step = lifecycle::step(&run, &facts, &view);
-        // Admitted as the controller admits a budgeted step: against the budget as the caches
-        // have it by then (here: caught up), decided again when its starts no longer fit.
-        if !budgets.is_empty() && !step.binding_patches.is_empty() {
-            let current = self.budget_facts(&run, &before);
-            let decided_again;
-            (step, decided_again) = lifecycle::admit_within_budgets(step, &run, &facts, &current, &view);
-            self.tally.budget_decided_again += u64::from(decided_again);
-        }
-        checker.revert_derived(self, &run, &step, view.bindings, reverted_run.as_ref())?;
-        let derived = run.spec.revert_of.is_some() && !step.write_snapshot.is_empty();
-        self.tally.revert_snapshots += u64::from(derived);
-        self.tally.budgeted_steps += u64::from(!budgets.is_empty());
-        let held = step
-            .evaluation
-            .as_ref()
-            .is_some_and(|e| e.held_by.contains(&upgradeplan::engine::run::Blocked::BudgetExhausted));
-        self.tally.budget_holds += u64::from(held);
         // A plan edited since the run's snapshot: the same step from the plan as it was must be
-        // this step (spec §14.2: a plan edit mid-run changes nothing of the run).
+        // this step (spec §14.2: a plan edit mid-run changes nothing of the run) — as decided from
+        // the same facts, before the budget admission below looks at the budgets again.
         if let (false, SnapshotFact::Found { frozen, .. }) = (self.plan_deleted, &facts.snapshot) {
             if frozen.plan != self.plan.spec {
                 let unedited = UpgradePlan {
@@ -1190,12 +1380,31 @@ impl World {
                 let facts = Facts {
                     plan: Some(&unedited),
                     snapshot: facts.snapshot.clone(),
-                    ..facts
+                    ..facts.clone()
                 };
                 self.tally.edited_plan_steps += 1;
                 checker.edit_changed_nothing(&name, &step, &lifecycle::step(&run, &facts, &view))?;
             }
         }
+        // Admitted as the controller admits a budgeted step: against the budget as the caches
+        // have it by then (here: caught up), decided again when its starts no longer fit.
+        if !budgets.is_empty() && !step.binding_patches.is_empty() {
+            let current = self.budget_facts(&run, &before);
+            let decided_again;
+            (step, decided_again) = lifecycle::admit_within_budgets(step, &run, &facts, &current, &view);
+            self.tally.budget_decided_again += u64::from(decided_again);
+        }
+        checker.revert_derived(self, &run, &step, view.bindings, reverted_run.as_ref())?;
+        self.tally.deadline_failures +=
+            checker.deadline_failures(&name, run.status.as_ref(), &step.status, view.bindings)?;
+        let derived = run.spec.revert_of.is_some() && !step.write_snapshot.is_empty();
+        self.tally.revert_snapshots += u64::from(derived);
+        self.tally.budgeted_steps += u64::from(!budgets.is_empty());
+        let held = step
+            .evaluation
+            .as_ref()
+            .is_some_and(|e| e.held_by.contains(&upgradeplan::engine::run::Blocked::BudgetExhausted));
+        self.tally.budget_holds += u64::from(held);
         checker.before_writes(self, &run, &step)?;
         // Progress alone waits for its turn (`Write::ProgressLater`), as in the controller's
         // carry_out; the step is looked at again then (its wake below).
@@ -1225,6 +1434,10 @@ impl World {
                 self.metrics.cut_off.insert(name.clone());
             }
         }
+        self.interrupt = match fault {
+            Fault::Interrupted { after, by } => Some((after, by)),
+            _ => None,
+        };
         let mut read_version = run.resource_version();
         // A crash ends the process; a failed write (500, timeout) ends the step: the controller
         // requeues with backoff, its memory intact.
@@ -1248,7 +1461,8 @@ impl World {
         }
         // A failed request fails the pass (the error policy requeues it with backoff); a refused
         // one requeues it at once (after 200 ms).
-        let requeue = (failed.is_some() || refused).then(|| self.now + Duration::seconds(1));
+        let withheld = std::mem::take(&mut self.withheld);
+        let requeue = (failed.is_some() || refused || withheld).then(|| self.now + Duration::seconds(1));
         let progress = self.progress_due.remove(&name).then(|| {
             let every = lifecycle::progress_every(self.runs_in_progress());
             self.now + Duration::from_std(every).unwrap_or_default()
@@ -1297,14 +1511,37 @@ impl World {
                     }
                 }
             }
-            Write::Snapshot(shards, _) => {
-                checker.snapshot_written(name, self.snapshots.get(name), shards)?;
+            Write::Snapshot(shards, taken) => {
+                // Only from the run as it is (the controller reads it first: `run_is_at`).
+                let current = self.runs.iter().find(|r| r.name_any() == name);
+                if current.map(|r| r.resource_version()) != Some(read_version.clone()) {
+                    self.tally.stale_run_writes += 1;
+                    return Ok(false);
+                }
+                checker.run_written(name, self.stale_copy, "its snapshot")?;
+                checker.snapshot_written(name, self.snapshots.get(name), shards, taken)?;
                 self.snapshots.insert(name.to_string(), shards.to_vec());
                 self.read_back.insert(name.to_string(), Self::read(shards));
             }
             Write::Bindings(patches, frozen) => {
                 self.repair_announcements(run, frozen, &step.to, checker)?;
-                for patch in patches {
+                for (k, patch) in patches.iter().enumerate() {
+                    if let Some((_, by)) = self.interrupt.filter(|(after, _)| *after == k) {
+                        self.interrupt = None;
+                        self.interrupt_sending(name, by);
+                    }
+                    // The controller's sender: a start leaves only while its admission holds.
+                    let current = self.runs.iter().find(|r| r.name_any() == name);
+                    if let Some(Err(_)) = step
+                        .admitted
+                        .as_ref()
+                        .map(|a| a.check(current, &self.freezes, self.now))
+                    {
+                        // The rest of the step's writes go on; the pass looks again at once.
+                        self.tally.starts_withheld += (patches.len() - k) as u64;
+                        self.withheld = true;
+                        break;
+                    }
                     let Some(i) = self.resources.iter().position(|r| {
                         r.binding.name_any() == patch.resource.binding
                             && r.binding.namespace().as_deref() == Some(patch.resource.namespace.as_str())
@@ -1319,6 +1556,7 @@ impl World {
                     // Judged by the snapshot as written (read back), not the step's own copy.
                     let written = self.frozen_of(name);
                     checker.patched(name, written.as_deref().unwrap_or(frozen), patch)?;
+                    checker.sent_while_admitted(self, name, patch)?;
                     checker.not_into_cleanup(name, patch, &self.terminating)?;
                     match &patch.attempt {
                         upgradeplan::engine::write::Attempt::Start { from, to } => {

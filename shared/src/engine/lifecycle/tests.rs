@@ -2848,6 +2848,7 @@ fn a_budgeted_step_whose_units_were_taken_meanwhile_is_decided_again() {
         "saturday",
         3,
         vec![BudgetRun {
+            active: true,
             name: "other-plan-run".into(),
             admitted: t(-10),
             in_flight: 2,
@@ -2871,6 +2872,7 @@ fn a_budget_shares_its_free_units_holds_the_rest_and_says_which() {
     let mut run = a_pending_run("r", t(0));
     // Another plan's run, admitted earlier, has one upgrade in flight and waits for more.
     let other = |in_flight: usize, waiting: bool| BudgetRun {
+        active: true,
         name: "other-plan-run".into(),
         admitted: t(-10),
         in_flight,
@@ -2963,6 +2965,7 @@ fn a_run_held_by_other_runs_units_looks_again_and_by_its_own_does_not() {
     // Another plan's run holds it: looked at again, as that run's upgrade does not wake this one.
     world.kratix_applies();
     let other = BudgetRun {
+        active: true,
         name: "elsewhere".into(),
         admitted: t(-5),
         in_flight: 1,

@@ -36,12 +36,22 @@ fn asked(mut b: ResourceBinding) -> ResourceBinding {
     b
 }
 
-/// `b` as a start at `at` left it (its `upgrade-started-at`).
-fn started_at(mut b: ResourceBinding, at: &str) -> ResourceBinding {
+/// `b` as the revert's start at `at` left it (its `upgraded-by` and `upgrade-started-at`).
+fn started_at(b: ResourceBinding, at: &str) -> ResourceBinding {
+    let mut b = patched(b);
     b.metadata
         .annotations
         .get_or_insert_with(Default::default)
         .insert(crate::api::UPGRADE_STARTED_AT_ANNOTATION.into(), at.into());
+    b
+}
+
+/// `b` as patched by the revert `redis-v2-revert` (its start writes `upgraded-by` with the version).
+fn patched(mut b: ResourceBinding) -> ResourceBinding {
+    b.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(crate::api::UPGRADED_BY_ANNOTATION.into(), "redis-v2-revert".into());
     b
 }
 
@@ -389,20 +399,29 @@ fn a_reverted_resource_is_judged_against_its_own_target_table() {
         (
             "failed, patched, Kratix not there yet",
             &failed,
-            old_failure(binding("ns", "b", &[], "v1", "v1")),
+            patched(old_failure(binding("ns", "b", &[], "v1", "v1"))),
             Outcome::InFlight,
         ),
         (
             "failed, Kratix running the old version again",
             &failed,
-            with_condition(
+            patched(with_condition(
                 binding("ns", "b", &[], "v1", "v1"),
                 "Unknown",
                 UPGRADE_IN_PROGRESS,
                 later,
                 None,
-            ),
+            )),
             Outcome::InFlight,
+        ),
+        (
+            "failed, set to v1 by someone else (or its request made again): no re-run is the revert's",
+            &failed,
+            binding("ns", "b", &[], "v1", "v1"),
+            Outcome::Skipped(SkipReason::ChangedByOthers {
+                spec_version: "v1".into(),
+                last_applied_version: "v1".into(),
+            }),
         ),
         (
             "failed, reverted: Kratix ran v1 again after the revert started it",
@@ -422,7 +441,7 @@ fn a_reverted_resource_is_judged_against_its_own_target_table() {
         (
             "failed, patched: an older success of v1 is not this revert's",
             &failed,
-            started_at(
+            asked(started_at(
                 with_condition(
                     binding("ns", "b", &[], "v1", "v1"),
                     "True",
@@ -431,13 +450,13 @@ fn a_reverted_resource_is_judged_against_its_own_target_table() {
                     None,
                 ),
                 "2026-06-01T10:30:00Z",
-            ),
+            )),
             Outcome::InFlight,
         ),
         (
             "failed, patched, no condition yet: Kratix has not run it again",
             &failed,
-            started_at(binding("ns", "b", &[], "v1", "v1"), "2026-06-01T10:30:00Z"),
+            asked(started_at(binding("ns", "b", &[], "v1", "v1"), "2026-06-01T10:30:00Z")),
             Outcome::InFlight,
         ),
         (
@@ -472,13 +491,13 @@ fn a_reverted_resource_is_judged_against_its_own_target_table() {
         (
             "overtaken mid-upgrade: Kratix lands at the version reverted from first",
             &upgrading_one,
-            with_condition(
+            patched(with_condition(
                 binding("ns", "g", &[], "v2", "v1"),
                 "True",
                 "UpgradeComplete",
                 later,
                 None,
-            ),
+            )),
             Outcome::InFlight,
         ),
         (
