@@ -124,6 +124,62 @@ fn the_cluster_role_has_no_wildcards_and_no_secrets() {
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
 }
 
+/// A memory or CPU quantity as a number of MiB or millicores (the suffixes deploy/ uses).
+fn quantity(q: &Value) -> f64 {
+    let q = q.as_str().unwrap_or_else(|| panic!("not a quantity: {q}"));
+    let (number, scale) = match q {
+        _ if q.ends_with("Gi") => (&q[..q.len() - 2], 1024.0),
+        _ if q.ends_with("Mi") => (&q[..q.len() - 2], 1.0),
+        _ if q.ends_with('m') => (&q[..q.len() - 1], 1.0),
+        _ => (q, 1000.0),
+    };
+    number.parse::<f64>().unwrap_or_else(|_| panic!("not a quantity: {q}")) * scale
+}
+
+/// The controller's container as `kubectl kustomize <dir>` renders it.
+fn rendered_container(dir: &str) -> Value {
+    let (ok, out) = kubectl(&["kustomize", repo_root().join(dir).to_str().unwrap()], None);
+    assert!(ok, "kubectl kustomize {dir}: {out}");
+    let deployment: Value = out
+        .split("\n---")
+        .map(|d| serde_saphyr::from_str::<Value>(d).unwrap())
+        .find(|d| d["kind"] == "Deployment")
+        .unwrap();
+    deployment["spec"]["template"]["spec"]["containers"][0].clone()
+}
+
+/// deploy/ requests what docs/performance.md measured 10,000 resources need, and the example
+/// overlay what 100,000 need: the peak resident memory within the request, the limit with room
+/// above it, and the average CPU of a contended budget within the CPU request.
+#[test]
+fn the_deployment_requests_what_10k_and_100k_resources_were_measured_to_need() {
+    // (directory, peak resident MiB, average millicores) from docs/performance.md's bench-scale
+    // runs: 50 plans of 200 and of 2,000 resources, the worse of with and without a budget.
+    for (dir, peak_mib, cpu_millis) in [
+        ("deploy", 44.9, 110.0),
+        ("examples/overlays/100k-resources", 268.2, 220.0),
+    ] {
+        let resources = &rendered_container(dir)["resources"];
+        let (request, limit) = (
+            quantity(&resources["requests"]["memory"]),
+            quantity(&resources["limits"]["memory"]),
+        );
+        assert!(
+            request >= peak_mib,
+            "{dir}: memory request {request} MiB below the measured peak {peak_mib}"
+        );
+        assert!(
+            limit >= 1.5 * peak_mib,
+            "{dir}: memory limit {limit} MiB leaves the peak {peak_mib} no room"
+        );
+        let cpu = quantity(&resources["requests"]["cpu"]);
+        assert!(
+            cpu >= cpu_millis,
+            "{dir}: CPU request {cpu}m below the measured {cpu_millis}m"
+        );
+    }
+}
+
 fn kubectl(args: &[&str], stdin: Option<&str>) -> (bool, String) {
     use std::io::Write;
     let mut child = Command::new("kubectl")
