@@ -10,9 +10,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use upgradeplan::api::kratix::{CachedBinding, HealthRecord, RevisionFact};
 use upgradeplan::api::{RunState, UpgradeFreeze, UpgradePlan, UpgradeRun, FIELD_MANAGER};
-use upgradeplan::engine::admission::TriggerKind;
-use upgradeplan::engine::lifecycle::Step;
-use upgradeplan::engine::outcome::Finished;
+use upgradeplan::engine::lifecycle::Counts;
 use upgradeplan::engine::snapshot::SnapshotResource;
 use upgradeplan::engine::stage::ApprovalFact;
 
@@ -471,24 +469,24 @@ pub const UNSEEN_FOR: std::time::Duration = std::time::Duration::from_secs(5);
 /// run's record), how long the upgrades it started took, runs superseded and ended.
 impl Ctx {
     /// Counts what `step` of `run` finished.
-    pub fn count(&self, run: &UpgradeRun, step: &Step) {
+    pub fn count(&self, run: &UpgradeRun, counts: &Counts<'_>) {
         let plan = run.plan_name();
-        self.count_results(run, step);
-        if step.newly_superseded {
+        self.count_results(run, counts);
+        if counts.superseded {
             self.metrics.runs_superseded_total.with_label_values(&[plan]).inc();
-            tracing::info!(run = %run.name_any(), by = ?step.status.superseded_by, "run superseded");
+            tracing::info!(run = %run.name_any(), "run superseded");
         }
-        if let Some(state) = step.finished {
-            let result = state.as_str();
+        if let Some(end) = counts.ended {
+            let result = end.result.as_str();
             self.metrics
                 .runs_total
-                .with_label_values(&[plan, TriggerKind::of(run).metric_label(), result])
+                .with_label_values(&[plan, end.trigger.metric_label(), result])
                 .inc();
-            if let (Some(start), Some(end)) = (step.status.started_at, step.status.finished_at) {
+            if let Some(seconds) = end.seconds {
                 self.metrics
                     .run_duration
                     .with_label_values(&[plan, result])
-                    .observe((end - start).num_milliseconds() as f64 / 1000.0);
+                    .observe(seconds);
             }
             tracing::info!(run = %run.name_any(), state = result, "run finished");
             self.forget_run(&run.uid().unwrap_or_default());
@@ -497,32 +495,28 @@ impl Ctx {
 
     /// Counts the results the step's status records (once, whichever process wrote it), and how
     /// long the upgrades this process started took.
-    fn count_results(&self, run: &UpgradeRun, step: &Step) {
+    fn count_results(&self, run: &UpgradeRun, counts: &Counts<'_>) {
         let plan = run.plan_name();
-        for c in &step.result_counts {
+        for c in counts.results {
             self.metrics
                 .resource_upgrades_total
                 .with_label_values(&[plan, &c.group, c.result.as_str()])
                 .inc_by(c.count);
         }
-        let Some(frozen) = &step.frozen else {
-            return;
-        };
-        let group = |i: usize| frozen.snapshot.groups.get(i).map_or("", |g| g.name.as_str());
         let Ok(mut runs) = self.resources.lock() else {
             return;
         };
         let ours = runs.entry(run.uid().unwrap_or_default()).or_default();
-        for r in &step.results {
-            // Taken out when it finishes: a duration is observed once.
-            let Some(began) = ours.started.remove(&r.resource) else {
-                continue;
-            };
-            if r.result == Finished::Succeeded {
+        // Taken out when it finishes: a duration is observed once.
+        for resource in &counts.ended_otherwise {
+            ours.started.remove(*resource);
+        }
+        for (resource, group) in &counts.succeeded {
+            if let Some(began) = ours.started.remove(*resource) {
                 let secs = (crate::clock::now() - began).num_milliseconds() as f64 / 1000.0;
                 self.metrics
                     .resource_upgrade_duration
-                    .with_label_values(&[plan, group(r.group)])
+                    .with_label_values(&[plan, group])
                     .observe(secs);
             }
         }

@@ -166,12 +166,16 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         true => Vec::new(),
         false => upgradeplan::engine::upgrade_budget::selecting(&all_budgets, promise, &labels),
     };
-    // Budgeted runs decide at the same time, each from the budgets as its pass began (with the
-    // starts the others sent); only their admission, below, is one at a time, so that fifty runs'
-    // evaluations of thousands of resources do not wait on one another.
-    let budgets = match selecting.is_empty() {
-        true => Vec::new(),
-        false => crate::ledger::facts_for(&ctx.caches, &mut *ctx.budget_ledger.lock().await, run, &selecting),
+    // A budgeted run decides once, holding the ledger from the budgets' facts until its starts are
+    // recorded: no unit is handed out twice, and no decision is taken again (spec §13.8). Only
+    // budgeted runs wait for one another here; the wait is one evaluation each, not a second.
+    let mut ledger = match selecting.is_empty() {
+        true => None,
+        false => Some(ctx.budget_ledger.lock().await),
+    };
+    let budgets = match ledger.as_deref_mut() {
+        Some(ledger) => crate::ledger::facts_for(&ctx.caches, ledger, run, &selecting),
+        None => Vec::new(),
     };
     let facts = lifecycle::Facts {
         plan: plan.as_deref(),
@@ -186,17 +190,7 @@ async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
         now,
     };
     let mut step = lifecycle::step(run, &facts, ctx);
-    if !step.binding_patches.is_empty() && !selecting.is_empty() {
-        // Admission: starts that no longer fit (another run took the units meanwhile) are decided
-        // again from the budgets as they are now, still holding the ledger, so that no unit is
-        // handed out twice.
-        let mut ledger = ctx.budget_ledger.lock().await;
-        let current = crate::ledger::facts_for(&ctx.caches, &mut ledger, run, &selecting);
-        let decided_again;
-        (step, decided_again) = lifecycle::admit_within_budgets(step, run, &facts, &current, ctx);
-        if decided_again {
-            tracing::debug!(run = %run.name_any(), "budget units taken meanwhile; decided again");
-        }
+    if let Some(mut ledger) = ledger {
         ledger.record(&run.name_any(), &step);
     }
     let wake_runs = std::mem::take(&mut step.wake_runs);
@@ -316,7 +310,7 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
                     tracing::info!(run = %run_name, plan = %plan_name, resources = status.total_resources, "snapshot taken; run in progress");
                 }
             }
-            Write::Count => ctx.count(run, &step),
+            Write::Count(counts) => ctx.count(run, &counts),
             Write::Release(release) => {
                 release_run(ctx, run, release).await?;
                 return Ok(Action::await_change());

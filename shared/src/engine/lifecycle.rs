@@ -23,7 +23,7 @@ use kube::{Resource, ResourceExt};
 
 use super::admission::{
     admit, admitted_at, created_suspended, is_dormant, is_preview, last_run_of, new_run, superseded_by, Admission,
-    NewRun, RunFacts,
+    NewRun, RunFacts, TriggerKind,
 };
 use super::compile::CompiledPlan;
 use super::freeze::holding;
@@ -369,6 +369,8 @@ pub struct Step {
     pub newly_superseded: bool,
     /// The run became terminal in this step (`upgradeplan_runs_total`, duration).
     pub finished: Option<RunState>,
+    /// How the run came to be (`upgradeplan_runs_total`'s `trigger`).
+    pub trigger: TriggerKind,
     /// Deleted and done: delete the snapshot and remove the finalizer.
     pub release: Option<Release>,
     /// The revert this run creates as it fails in a group with `onFailure: Revert` (spec §13.7):
@@ -456,7 +458,7 @@ pub fn only_progress(before: &UpgradeRunStatus, after: &UpgradeRunStatus) -> boo
 }
 
 /// One write of a [`Step`], as [`Step::writes`] orders them.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Write<'s> {
     /// The run's own labels, annotations, plan ownership or self-suspension: first, so that
     /// everything after it is found by them.
@@ -480,8 +482,8 @@ pub enum Write<'s> {
     /// and the next pass takes the same step again (asking for nothing already done).
     Status(&'s UpgradeRunStatus),
     /// Results, supersession and the run's end counted, once the status that records them is
-    /// written (spec §14.2: counters once).
-    Count,
+    /// written (spec §14.2: counters once): resolved, the shell adds each to its counter as it is.
+    Count(Counts<'s>),
     /// In place of the status, its count and its progress events: the status differs only in
     /// progress ([`only_progress`]) and this process wrote it less than [`progress_every`] ago.
     /// The run is looked at again once its turn comes.
@@ -490,7 +492,60 @@ pub enum Write<'s> {
     Release(&'s Release),
 }
 
+/// What a step counts (spec §14.2), resolved: the shell adds each to its counter as it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Counts<'s> {
+    /// What each group's counts gained in the status written
+    /// (`upgradeplan_resource_upgrades_total`).
+    pub results: &'s [ResultCount],
+    /// The resources that succeeded, with their groups' names: a process observes the durations
+    /// of those it started (`upgradeplan_resource_upgrade_duration_seconds`).
+    pub succeeded: Vec<(&'s Arc<SnapshotResource>, &'s str)>,
+    /// The resources that finished otherwise: their starts are no longer timed.
+    pub ended_otherwise: Vec<&'s Arc<SnapshotResource>>,
+    /// The run was superseded in this step (`upgradeplan_runs_superseded_total`).
+    pub superseded: bool,
+    /// The run ended in this step (`upgradeplan_runs_total`, `upgradeplan_run_duration_seconds`).
+    pub ended: Option<RunEnd>,
+}
+
+/// A run's end as counted: its result, how it came to be, and how long it ran (from its status's
+/// `startedAt` to `finishedAt`, when it started).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunEnd {
+    pub result: RunState,
+    pub trigger: TriggerKind,
+    pub seconds: Option<f64>,
+}
+
 impl Step {
+    /// What the step counts once its status is written ([`Write::Count`]).
+    pub fn counts(&self) -> Counts<'_> {
+        let seconds = match (self.status.started_at, self.status.finished_at) {
+            (Some(start), Some(end)) => Some((end - start).num_milliseconds() as f64 / 1000.0),
+            _ => None,
+        };
+        let group = |i: usize| {
+            let groups = self.frozen.as_ref().map(|f| f.snapshot.groups.as_slice());
+            groups.and_then(|g| g.get(i)).map_or("", |g| g.name.as_str())
+        };
+        let (succeeded, ended_otherwise) = self
+            .results
+            .iter()
+            .partition::<Vec<_>, _>(|r| r.result == Finished::Succeeded);
+        Counts {
+            results: &self.result_counts,
+            succeeded: succeeded.into_iter().map(|r| (&r.resource, group(r.group))).collect(),
+            ended_otherwise: ended_otherwise.into_iter().map(|r| &r.resource).collect(),
+            superseded: self.newly_superseded,
+            ended: self.finished.map(|result| RunEnd {
+                result,
+                trigger: self.trigger,
+                seconds,
+            }),
+        }
+    }
+
     /// Every write of the step, in the order they must be applied; `current` is the run's status
     /// as read (an unchanged status is not written again). `status_written_recently`: this
     /// process wrote the run's status less than [`progress_every`] ago, so progress alone waits
@@ -533,7 +588,7 @@ impl Step {
             if current != Some(&self.status) {
                 w.push(Write::Status(&self.status));
             }
-            w.push(Write::Count);
+            w.push(Write::Count(self.counts()));
         }
         if let Some(release) = &self.release {
             w.push(Write::Release(release));
@@ -559,6 +614,7 @@ impl Step {
             gauges: Gauges::Keep,
             newly_superseded: false,
             finished: None,
+            trigger: TriggerKind::of(run),
             release: None,
             create_revert: None,
             status,
@@ -1252,49 +1308,6 @@ fn counted_from(run: &UpgradeRun, now: DateTime<Utc>) -> DateTime<Utc> {
     } else {
         admitted_at(run)
     }
-}
-
-/// A budgeted step's admission (spec §13.8). Runs under budgets decide at the same time, each
-/// from the budgets as its pass began (`facts.budgets`), and are admitted one at a time against
-/// the budgets as they are by then (`current`). Returns the step to carry out — `step` while its
-/// starts still fit, otherwise the step decided again from `current` — and whether it was
-/// decided again.
-pub fn admit_within_budgets(
-    step: Step,
-    run: &UpgradeRun,
-    facts: &Facts<'_>,
-    current: &[BudgetFacts],
-    cluster: &dyn Cluster,
-) -> (Step, bool) {
-    if starts_still_fit(&step, run, facts.budgets, current, facts.now) {
-        return (step, false);
-    }
-    let again = Facts {
-        budgets: current,
-        ..facts.clone()
-    };
-    (self::step(run, &again, cluster), true)
-}
-
-/// Whether `step`'s starts, decided from `decided`, still fit the budgets as `current` has them
-/// ([`upgrade_budget::still_fits`]).
-fn starts_still_fit(
-    step: &Step,
-    run: &UpgradeRun,
-    decided: &[BudgetFacts],
-    current: &[BudgetFacts],
-    now: DateTime<Utc>,
-) -> bool {
-    let nothing = upgrade_budget::OwnInFlight::default();
-    let own = step.evaluation.as_ref().map_or(&nothing, |e| &e.own_in_flight);
-    upgrade_budget::still_fits(
-        decided,
-        current,
-        run_name(run),
-        counted_from(run, now),
-        own,
-        step.binding_patches.len(),
-    )
 }
 
 /// Evaluates an InProgress run against live bindings and decides what follows.

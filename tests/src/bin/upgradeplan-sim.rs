@@ -71,8 +71,8 @@ fn main() -> anyhow::Result<()> {
         t.reverts_asked, t.reverts_created, t.revert_snapshots, t.revert_starts, t.reverts_completed, t.reverts_failed
     );
     println!(
-        "(budgets: {} steps of runs under an UpgradeBudget, {} held by it, {} decided again as admitted; {} status writes of progress alone put off; {} resources failed on a progressDeadline; {} sends interrupted by a watch event, {} starts withheld)",
-        t.budgeted_steps, t.budget_holds, t.budget_decided_again, t.progress_deferred, t.deadline_failures,
+        "(budgets: {} steps of runs under an UpgradeBudget, {} held by it; {} status writes of progress alone put off; {} resources failed on a progressDeadline; {} sends interrupted by a watch event, {} starts withheld)",
+        t.budgeted_steps, t.budget_holds, t.progress_deferred, t.deadline_failures,
         t.interrupted_sends, t.starts_withheld
     );
     println!(

@@ -15,7 +15,7 @@ use upgradeplan::api::{RunState, UpgradeBudget, UpgradeFreeze, UpgradePlan, Upgr
 use upgradeplan::engine::admission::{new_run, NewRun, RunFacts};
 use upgradeplan::engine::gate::{GateReading, Reading};
 use upgradeplan::engine::lifecycle::{
-    self, events, Announced, Cluster, Facts, SnapshotConfigMap, SnapshotFact, Step, Write,
+    self, events, Announced, Cluster, Counts, Facts, SnapshotConfigMap, SnapshotFact, Step, Write,
 };
 use upgradeplan::engine::revert::RevertedFact;
 use upgradeplan::engine::run::texts;
@@ -187,8 +187,6 @@ pub struct Tally {
     /// Steps of runs under a budget, and those the budget held (`BudgetExhausted`).
     pub budgeted_steps: u64,
     pub budget_holds: u64,
-    /// Budgeted steps whose starts no longer fit as they were admitted, decided again.
-    pub budget_decided_again: u64,
     /// Status writes of progress alone put off (`lifecycle::only_progress`).
     pub progress_deferred: u64,
     pub retries: u64,
@@ -236,7 +234,6 @@ impl Tally {
         self.revert_snapshots += other.revert_snapshots;
         self.budgeted_steps += other.budgeted_steps;
         self.budget_holds += other.budget_holds;
-        self.budget_decided_again += other.budget_decided_again;
         self.progress_deferred += other.progress_deferred;
         self.revert_starts += other.revert_starts;
         self.reverts_completed += other.reverts_completed;
@@ -1354,7 +1351,9 @@ impl World {
         let snapshot = self.snapshot_of(&run);
         let reverted_run = self.reverted_of(&run, &snapshot);
         let reverted = RevertedFact::of(reverted_run.as_ref().map(|r| r.as_ref().map(|(run, s)| (run, s))));
-        let budgets = self.budget_facts(&run, view.bindings);
+        // Decided once from the budgets as the controller's ledger has them: the caches and the
+        // starts this process sent that they do not show yet (here: caught up).
+        let budgets = self.budget_facts(&run, &before);
         let facts = Facts {
             plan: (!self.plan_deleted).then_some(&self.plan),
             others: &others,
@@ -1367,7 +1366,7 @@ impl World {
             selector: None,
             now: self.now,
         };
-        let mut step = lifecycle::step(&run, &facts, &view);
+        let step = lifecycle::step(&run, &facts, &view);
         // A plan edited since the run's snapshot: the same step from the plan as it was must be
         // this step (spec §14.2: a plan edit mid-run changes nothing of the run) — as decided from
         // the same facts, before the budget admission below looks at the budgets again.
@@ -1385,14 +1384,6 @@ impl World {
                 self.tally.edited_plan_steps += 1;
                 checker.edit_changed_nothing(&name, &step, &lifecycle::step(&run, &facts, &view))?;
             }
-        }
-        // Admitted as the controller admits a budgeted step: against the budget as the caches
-        // have it by then (here: caught up), decided again when its starts no longer fit.
-        if !budgets.is_empty() && !step.binding_patches.is_empty() {
-            let current = self.budget_facts(&run, &before);
-            let decided_again;
-            (step, decided_again) = lifecycle::admit_within_budgets(step, &run, &facts, &current, &view);
-            self.tally.budget_decided_again += u64::from(decided_again);
         }
         checker.revert_derived(self, &run, &step, view.bindings, reverted_run.as_ref())?;
         self.tally.deadline_failures +=
@@ -1428,7 +1419,7 @@ impl World {
         }
         if let Some(k) = crash {
             self.tally.crashes += 1;
-            if matches!(writes.get(k), Some(Write::Count))
+            if matches!(writes.get(k), Some(Write::Count(_)))
                 && matches!(writes.get(k.wrapping_sub(1)), Some(Write::Status(_)))
             {
                 self.metrics.cut_off.insert(name.clone());
@@ -1678,8 +1669,8 @@ impl World {
                 self.tally.progress_deferred += 1;
                 self.progress_due.insert(name.to_string());
             }
-            Write::Count => {
-                self.count(run, step);
+            Write::Count(counts) => {
+                self.count(run, &counts);
                 checker.counted(self, run)?;
             }
             Write::AdoptApprovals(patches) => {
@@ -1800,16 +1791,16 @@ impl World {
     }
 
     /// `Ctx::count`: the results the step's status records, the run's end once.
-    fn count(&mut self, run: &UpgradeRun, step: &Step) {
+    fn count(&mut self, run: &UpgradeRun, counts: &Counts<'_>) {
         let name = run.name_any();
-        for c in &step.result_counts {
+        for c in counts.results {
             *self
                 .metrics
                 .upgrades
                 .entry((name.clone(), c.group.clone(), c.result.as_str()))
                 .or_default() += c.count;
         }
-        if step.finished.is_some() {
+        if counts.ended.is_some() {
             *self.metrics.runs.entry(name.clone()).or_default() += 1;
             // `Ctx::forget_run`: a finished run's memory goes.
             self.process().reported.retain(|(r, ..)| *r != name);
@@ -1822,7 +1813,7 @@ impl World {
 fn fallible(write: &Write<'_>) -> bool {
     !matches!(
         write,
-        Write::Announce(_) | Write::FlushCounts | Write::Gauges(_) | Write::Count
+        Write::Announce(_) | Write::FlushCounts | Write::Gauges(_) | Write::Count(_)
     )
 }
 

@@ -2008,7 +2008,7 @@ fn write_names_of(writes: &[Write]) -> Vec<&'static str> {
             Write::Announce(_) => "event",
             Write::Gauges(_) => "gauges",
             Write::Status(_) => "status",
-            Write::Count => "count",
+            Write::Count(_) => "count",
             Write::ProgressLater => "later",
             Write::Release(_) => "release",
         })
@@ -2823,45 +2823,6 @@ fn step_under(
         },
         world,
     )
-}
-
-#[test]
-fn a_budgeted_step_whose_units_were_taken_meanwhile_is_decided_again() {
-    use crate::engine::upgrade_budget::BudgetRun;
-    let plan = valid_plan(5);
-    let world = World::with(4);
-    let run = a_pending_run("r", t(0));
-    let decided = one_budget("saturday", 3, vec![]);
-    let facts = Facts {
-        budgets: &decided,
-        ..facts(Some(&plan), &[], &world, &run, t(1))
-    };
-    let s = step(&run, &facts, &world);
-    assert_eq!(started(&s), 3, "three free units when the pass began");
-    let (same, again) = admit_within_budgets(s.clone(), &run, &facts, &decided, &world);
-    assert_eq!(
-        (started(&same), again),
-        (3, false),
-        "nothing moved: admitted as decided"
-    );
-    let taken = one_budget(
-        "saturday",
-        3,
-        vec![BudgetRun {
-            active: true,
-            name: "other-plan-run".into(),
-            admitted: t(-10),
-            in_flight: 2,
-            held_by: None,
-        }],
-    );
-    let (s, again) = admit_within_budgets(s, &run, &facts, &taken, &world);
-    assert_eq!(
-        (started(&s), again),
-        (1, true),
-        "another run took two: decided again, one start"
-    );
-    assert_eq!(s.binding_patches.len(), 1);
 }
 
 #[test]
