@@ -530,17 +530,27 @@ async fn act(
     };
     let step = decide(b, target, revision_exists, (delay, ctx.config.retry_after_failure), now);
     let w = writes(&step, now);
+    // Each write is conditional on the binding as this reconcile read it, as Kratix's updates
+    // are (controller-runtime's Update sends the resourceVersion): a copy older than the
+    // simulator's own last write (a requeue that outran the watch) decides nothing. Without it,
+    // every such requeue started the upgrade again, each write woke another stale reconcile,
+    // and 10,000 bindings made 430,000 status writes before the bench's first phase ended.
+    let mut version = b.resource_version();
     if w.remove_retry_label {
-        api.patch(
-            &name,
-            &pp,
-            &Patch::Merge(json!({"metadata": {"labels": {MANUAL_RECONCILIATION_LABEL: null}}})),
-        )
-        .await?;
+        let patch = json!({"metadata": {"labels": {MANUAL_RECONCILIATION_LABEL: null}, "resourceVersion": version}});
+        match api.patch(&name, &pp, &Patch::Merge(patch)).await {
+            Ok(patched) => version = patched.resource_version(),
+            Err(e) if is_conflict(&e) => return Ok(Action::requeue(STALE_COPY_WAIT)),
+            Err(e) => return Err(e.into()),
+        }
     }
     if let Some(status) = w.status {
-        api.patch_status(&name, &pp, &Patch::Merge(json!({ "status": status })))
-            .await?;
+        let patch = json!({"metadata": {"resourceVersion": version}, "status": status});
+        match api.patch_status(&name, &pp, &Patch::Merge(patch)).await {
+            Ok(_) => {}
+            Err(e) if is_conflict(&e) => return Ok(Action::requeue(STALE_COPY_WAIT)),
+            Err(e) => return Err(e.into()),
+        }
     }
     let binding = format!("{ns}/{name}");
     match step {
@@ -668,6 +678,15 @@ async fn reconcile_revision(rev: Arc<PromiseRevision>, ctx: Arc<Ctx>) -> Result<
 fn revision_error_policy(rev: Arc<PromiseRevision>, err: &SimError, _: Arc<Ctx>) -> Action {
     tracing::warn!(revision = %rev.name_any(), error = %err, "revision reconcile failed; retrying");
     Action::requeue(Duration::from_millis(500))
+}
+
+/// How long a reconcile that read a stale copy waits before it reads again (the watch brings
+/// the newer one first, usually).
+const STALE_COPY_WAIT: Duration = Duration::from_secs(1);
+
+/// The API server refused a write conditional on a resourceVersion that is no longer current.
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(status) if status.code == 409)
 }
 
 fn error_policy(b: Arc<ResourceBinding>, err: &SimError, _: Arc<Ctx>) -> Action {
