@@ -2284,6 +2284,63 @@ fn run_to_end(run: &mut UpgradeRun, plan: &UpgradePlan, world: &mut World, from:
     panic!("run did not end");
 }
 
+/// What a step counts leaves it resolved (`Write::Count`): the groups' gains, each success with
+/// its group's name, the run's end with its trigger and duration; a step that moved nothing
+/// counts nothing.
+#[test]
+fn a_step_counts_its_results_and_its_end_as_data() {
+    let plan = two_group_plan(None);
+    let mut world = two_group_world();
+    let mut up = a_run("up", t(0), false);
+    let end = run_to_end(&mut up, &plan, &mut world, 1);
+    let counted = |s: &Step| {
+        s.writes(None, false).into_iter().find_map(|w| match w {
+            Write::Count(c) => Some((
+                c.results
+                    .iter()
+                    .map(|r| (r.group.clone(), r.result, r.count))
+                    .collect::<Vec<_>>(),
+                c.succeeded
+                    .iter()
+                    .map(|(r, g)| (r.name.clone(), g.to_string()))
+                    .collect::<Vec<_>>(),
+                c.ended,
+            )),
+            _ => None,
+        })
+    };
+    let (results, succeeded, ended) = counted(&end).expect("the last step counts");
+    assert_eq!(
+        results,
+        [("prod".to_string(), Finished::Succeeded, 2)],
+        "prod's two successes, once"
+    );
+    assert_eq!(
+        succeeded,
+        [
+            ("r2".to_string(), "prod".to_string()),
+            ("r3".to_string(), "prod".to_string())
+        ]
+    );
+    let started = end.status.started_at.expect("started");
+    let finished = end.status.finished_at.expect("finished");
+    assert_eq!(
+        ended,
+        Some(RunEnd {
+            result: RunState::Completed,
+            trigger: crate::engine::admission::TriggerKind::Manual,
+            seconds: Some((finished - started).num_seconds() as f64),
+        })
+    );
+    // The run as that step left it: nothing moves, nothing counts.
+    let again = pass(&up, Some(&plan), &[], &world, t(40));
+    let (results, succeeded, ended) = counted(&again).unwrap_or_default();
+    assert!(
+        results.is_empty() && succeeded.is_empty() && ended.is_none(),
+        "{results:?} {succeeded:?} {ended:?}"
+    );
+}
+
 fn patched(step: &Step) -> Vec<(String, String, bool)> {
     step.binding_patches
         .iter()
