@@ -153,6 +153,11 @@ impl Overlaps {
         )
     }
 
+    /// Whether no resource sits in more than one group (most snapshots).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// The places of `resource` in other groups than `group`.
     fn elsewhere<'o>(&'o self, resource: &SnapshotResource, group: usize) -> impl Iterator<Item = (usize, usize)> + 'o {
         let at = if self.0.is_empty() {

@@ -653,11 +653,31 @@ fn evaluate_groups<'b>(
     }
     // The snapshot's groups are the frozen plan's, in its order ([`super::snapshot::Frozen::new`]).
     let records = Records::read(ctx.recorded, ctx.snapshot, ctx.overlaps);
+    // A resource in several groups that fails in an earlier group in this very pass is failed in
+    // the later ones too (failures are kept by name): those are judged by the records as this
+    // pass leaves them, as the next pass will read them, so that the status it writes is the one
+    // it would write again (the plugin, reading it, shows the same counts).
+    let mut left: Option<Vec<GroupStatus>> = None;
     let mut first = 0;
     for (index, (group, rules)) in ctx.snapshot.groups.iter().zip(&ctx.plan.groups).enumerate() {
         let group_lookup = |i: usize, r: &SnapshotResource| lookup(first + i, r);
-        if evaluate_group(ctx, &records, &group_lookup, &mut eval, index, (group, rules)).is_break() {
+        let read_again;
+        let records = match &left {
+            Some(statuses) => {
+                read_again = Records::read(statuses, ctx.snapshot, ctx.overlaps);
+                &read_again
+            }
+            None => &records,
+        };
+        if evaluate_group(ctx, records, &group_lookup, &mut eval, index, (group, rules)).is_break() {
             return eval;
+        }
+        let had = ctx.recorded.get(index).filter(|g| g.name == group.name);
+        let failed_now = eval.groups[index].failed_resources.len() > had.map_or(0, |g| g.failed_resources.len());
+        if failed_now && !ctx.overlaps.is_empty() {
+            let mut statuses = eval.groups[..=index].to_vec();
+            statuses.extend(ctx.recorded.iter().skip(index + 1).cloned());
+            left = Some(statuses);
         }
         first += group.resources.len();
     }
@@ -2393,6 +2413,40 @@ pub(crate) mod tests {
         w.set("slow", "v2", "v2");
         let e = w.eval(&recorded, false, "2026-06-01T10:31:00Z");
         assert_eq!((e.groups[0].succeeded, e.groups[0].failed, e.in_flight), (0, 1, 1));
+    }
+
+    /// A resource in two groups that fails in the first on its deadline, in this very pass, is
+    /// failed in the later group in the same pass (failures are kept by name): the status the pass
+    /// writes is the one the next pass — and the plugin, reading it — computes again. Found by the
+    /// simulation (seed 5002654182747461712): the later group counted it only a pass later.
+    #[test]
+    fn a_failure_found_in_an_earlier_group_counts_in_a_later_group_in_the_same_pass() {
+        let mut dev = group("dev", &[("env", "dev")]);
+        dev.max_failures = Some(IntOrString::Int(1));
+        dev.progress_deadline = Some("2m".into());
+        let mut prod = group("prod", &[("tier", "prod")]);
+        prod.max_failures = Some(IntOrString::Int(1));
+        let mut w = World::new(
+            plan(&["v1"], "v2", vec![dev, prod]),
+            vec![
+                binding("a", "shared", &[("env", "dev"), ("tier", "prod")], "v1", "v1"),
+                binding("a", "p1", &[("tier", "prod")], "v1", "v1"),
+            ],
+        );
+        let e = w.eval(&[], false, "2026-06-01T10:01:00Z");
+        assert_eq!(started(&e), vec!["shared"]);
+        w.set("shared", "v1", "v2");
+        started_at(&mut w, "shared", "2026-06-01T10:01:00Z");
+        // Still in flight for Kratix; past dev's deadline.
+        let found = w.eval(&e.groups, false, "2026-06-01T10:03:00Z");
+        assert_eq!(found.groups[0].phase, Some(GroupPhase::Completed), "dev tolerates it");
+        assert_eq!(
+            (found.groups[1].failed, found.groups[1].failed_resources.len()),
+            (1, 1),
+            "shared counts failed in prod in the pass that found it"
+        );
+        let again = w.eval(&found.groups, false, "2026-06-01T10:03:00Z");
+        assert_eq!(again.groups, found.groups, "the next pass computes the same status");
     }
 
     #[test]
