@@ -1368,8 +1368,8 @@ impl World {
         };
         let step = lifecycle::step(&run, &facts, &view);
         // A plan edited since the run's snapshot: the same step from the plan as it was must be
-        // this step (spec §14.2: a plan edit mid-run changes nothing of the run) — as decided from
-        // the same facts, before the budget admission below looks at the budgets again.
+        // this step (spec §14.2: a plan edit mid-run changes nothing of the run), decided from the
+        // same facts.
         if let (false, SnapshotFact::Found { frozen, .. }) = (self.plan_deleted, &facts.snapshot) {
             if frozen.plan != self.plan.spec {
                 let unedited = UpgradePlan {
