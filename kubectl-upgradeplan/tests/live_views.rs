@@ -87,22 +87,27 @@ fn run(name: &str, status: serde_json::Value) -> UpgradeRun {
     .unwrap()
 }
 
+/// cache-1's binding, the resource most cases change.
+fn cache_1(bindings: &mut [ResourceBinding]) -> &mut ResourceBinding {
+    bindings
+        .iter_mut()
+        .find(|b| b.metadata.name.as_deref() == Some("cache-1-redis"))
+        .expect("the fixture has cache-1")
+}
+
 /// Kratix reports cache-1's upgrade to v2.0.0 failed at `at`.
 fn fail_cache_1(bindings: &mut [ResourceBinding], message: &str, at: &str) {
-    for b in bindings {
-        if b.metadata.name.as_deref() == Some("cache-1-redis") {
-            b.spec.version = "v2.0.0".into();
-            let s = b.status.get_or_insert_with(Default::default);
-            s.failed_version = Some("v2.0.0".into());
-            s.conditions = vec![upgradeplan::api::kratix::BindingCondition {
-                type_: upgradeplan::api::kratix::UPGRADE_SUCCEEDED.into(),
-                status: "False".into(),
-                reason: upgradeplan::api::kratix::UPGRADE_FAILED.into(),
-                message: message.into(),
-                last_transition_time: Some(utc(at)),
-            }];
-        }
-    }
+    let b = cache_1(bindings);
+    b.spec.version = "v2.0.0".into();
+    let s = b.status.get_or_insert_with(Default::default);
+    s.failed_version = Some("v2.0.0".into());
+    s.conditions = vec![upgradeplan::api::kratix::BindingCondition {
+        type_: upgradeplan::api::kratix::UPGRADE_SUCCEEDED.into(),
+        status: "False".into(),
+        reason: upgradeplan::api::kratix::UPGRADE_FAILED.into(),
+        message: message.into(),
+        last_transition_time: Some(utc(at)),
+    }];
 }
 
 fn live(bindings: &[ResourceBinding]) -> runs::Live {
@@ -249,12 +254,9 @@ fn a_recorded_failure_stands_after_kratix_retried_the_resource() {
     let bindings = bindings();
     let frozen = frozen(&plan, &bindings);
     let mut retried = bindings.clone();
-    for b in &mut retried {
-        if b.metadata.name.as_deref() == Some("cache-1-redis") {
-            b.spec.version = "v2.0.0".into();
-            b.status.get_or_insert_with(Default::default).last_applied_version = "v2.0.0".into();
-        }
-    }
+    let cache = cache_1(&mut retried);
+    cache.spec.version = "v2.0.0".into();
+    cache.status.get_or_insert_with(Default::default).last_applied_version = "v2.0.0".into();
     let r = run(
         "redis-v1-to-v2-20260327-2100",
         json!({"state": "Failed", "startedAt": "2026-03-27T21:00:05Z", "finishedAt": "2026-03-27T21:04:10Z",
@@ -299,12 +301,9 @@ fn a_failure_still_failing_says_when_kratix_retries_it_by_its_revisions_interval
     let bindings = bindings();
     let frozen = frozen(&plan, &bindings);
     let mut failing = bindings.clone();
-    for b in &mut failing {
-        if b.metadata.name.as_deref() == Some("cache-1-redis") {
-            b.spec.version = "v2.0.0".into();
-            b.status.get_or_insert_with(Default::default).failed_version = Some("v2.0.0".into());
-        }
-    }
+    let cache = cache_1(&mut failing);
+    cache.spec.version = "v2.0.0".into();
+    cache.status.get_or_insert_with(Default::default).failed_version = Some("v2.0.0".into());
     let r = run(
         "redis-v1-to-v2-20260327-2100",
         json!({"state": "Failed", "startedAt": "2026-03-27T21:00:05Z", "finishedAt": "2026-03-27T21:04:10Z",
@@ -587,11 +586,10 @@ fn a_dormant_runs_view_shows_what_it_recorded() {
     let plan = plan();
     let (mut bindings, frozen, _) = dev_done(&plan);
     // A dev resource fails after the dormant run stopped acting.
-    for b in &mut bindings {
-        if b.metadata.name.as_deref() == Some("cache-1-redis") {
-            b.status.get_or_insert_with(Default::default).last_applied_version = "v1.0.0".into();
-        }
-    }
+    cache_1(&mut bindings)
+        .status
+        .get_or_insert_with(Default::default)
+        .last_applied_version = "v1.0.0".into();
     fail_cache_1(&mut bindings, "workflow failed", "2026-03-27T21:20:00Z");
     let recorded = json!([{"name": "dev", "total": 3}, {"name": "eu", "total": 2}, {"name": "rest", "total": 1}]);
     let superseded = {
