@@ -35,6 +35,14 @@ pub enum EventType {
 }
 
 impl EventType {
+    /// The type of an event the engine marks a warning or not.
+    pub fn of(warning: bool) -> Self {
+        match warning {
+            true => EventType::Warning,
+            false => EventType::Normal,
+        }
+    }
+
     fn as_str(self) -> &'static str {
         match self {
             EventType::Normal => "Normal",

@@ -78,12 +78,7 @@ pub async fn reconcile(plan: Arc<UpgradePlan>, ctx: Arc<Ctx>) -> Result<Action> 
 }
 
 async fn publish(ctx: &Ctx, plan: &UpgradePlan, e: PlanEvent) {
-    let type_ = if e.warning {
-        EventType::Warning
-    } else {
-        EventType::Normal
-    };
-    ctx.event(plan, type_, e.reason, e.note).await;
+    ctx.event(plan, EventType::of(e.warning), e.reason, e.note).await;
 }
 
 /// Creates the run for trigger `at`; an existing run of that name means it was serviced already.

@@ -6,18 +6,21 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::{Resource, ResourceExt};
 use upgradeplan::api::kratix::{BindingFacts, HealthRecord, RevisionFact};
-use upgradeplan::api::{RunState, UpgradeFreeze, UpgradeRun, RUN_FINALIZER};
+use upgradeplan::api::{RunState, UpgradeFreeze, UpgradeRun, UpgradeRunStatus, RUN_FINALIZER};
 use upgradeplan::engine::admission::{reads_gates, RunFacts};
-use upgradeplan::engine::lifecycle::{self, events, KindsNeeded, SnapshotFact, Step, Write};
+use upgradeplan::engine::admitted::{Admitted, Ended};
+use upgradeplan::engine::lifecycle::{
+    self, Announced, Announcement, Counts, Gauges, KindsNeeded, SnapshotConfigMap, SnapshotFact, Step,
+};
 use upgradeplan::engine::revert::RevertedFact;
-use upgradeplan::engine::run::texts;
-use upgradeplan::engine::write::{Attempt, BindingPatch};
+use upgradeplan::engine::snapshot::{Frozen, Snapshot, SnapshotResource};
+use upgradeplan::engine::write::{ApprovalPatch, BindingPatch, Release, RunPatch};
+use upgradeplan::send::{RunWrite, Sent, Shell};
 
 use crate::context::Ctx;
 use crate::error::{Error, Result};
@@ -28,7 +31,7 @@ use crate::writes::{adopt_approvals, create_run, patch_binding, patch_run, relea
 const OWN_WRITES_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// How many binding patches (and their events) are in flight at once, across every run.
-pub const PATCH_CONCURRENCY: usize = 16;
+pub const PATCH_CONCURRENCY: usize = upgradeplan::send::PATCH_CONCURRENCY;
 
 pub async fn reconcile(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
     // Caches must be complete before a decision: a binding missing from a half-filled cache
@@ -213,226 +216,182 @@ async fn deleted(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
     pass(&run, &ctx).await
 }
 
-/// Applies a step's writes in the order the engine gives them ([`Step::writes`]): everything
-/// else first, the status last.
+/// Sends a step's writes through the send loop every shell shares ([`upgradeplan::send`]) and
+/// turns how it ended into the controller's next look.
 async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
-    let run_name = run.name_any();
-    let plan_name = run.plan_name().to_string();
-    // The run as this pass saw it; this pass's own writes to it move the version on. The status
-    // write is conditional on it (see `apply_status_at`).
-    let mut version = run.resource_version();
-    let mut conflict = false;
-    let uid = run.uid().unwrap_or_default();
-    // Progress alone waits for its turn (`lifecycle::progress_every`): this pass looks again then.
-    let progress_wait = ctx.progress_wait(&uid);
-    let mut progress_due = None;
-    for write in step.writes(run.status.as_ref(), progress_wait.is_some()) {
-        match write {
-            Write::Own(own) => match patch_run(&ctx.client, own).await {
-                Ok(Some(patched)) => version = patched.resource_version(),
-                Ok(None) => {}
-                // Decided from a copy older than the run (the patch carries its version): nothing
-                // of the step goes out; the next pass, from the current run, decides again.
-                Err(Error::Kube(kube::Error::Api(e))) if e.code == 409 => {
-                    tracing::debug!(run = %run_name, "step decided from a stale copy of the run; looking again");
-                    ctx.refused_copy(run);
-                    return Ok(Action::requeue(std::time::Duration::from_millis(200)));
-                }
-                Err(e) => return Err(e),
-            },
-            Write::AdoptApprovals(patches) => adopt_approvals(&ctx.client, patches).await?,
-            Write::Supersede(older) => {
-                if patch_run(&ctx.client, older).await?.is_some() {
-                    tracing::info!(run = %older.run, by = %run_name, "asked the older run to stand down");
-                }
-            }
-            Write::Snapshot(shards, frozen) => {
-                // Only from the run as it is: a copy the cache has not caught up on (its status
-                // already InProgress) would write again a snapshot someone deleted since, with
-                // data its recorded digest still matches, and the deletion would go unseen. The
-                // API server has no precondition across objects; one read per run taken.
-                if !crate::writes::run_is_at(&ctx.client, &run_name, version.as_deref()).await? {
-                    tracing::debug!(run = %run_name, "snapshot decided from a stale copy of the run; looking again");
-                    ctx.refused_copy(run);
-                    return Ok(Action::requeue(std::time::Duration::from_millis(200)));
-                }
-                let versions = crate::snapshots::write_snapshot(ctx, run, shards).await?;
-                if let (Some(uid), Ok(mut cache)) = (run.uid(), ctx.frozen.lock()) {
-                    let verified = crate::context::Verified {
-                        frozen: frozen.clone(),
-                        versions,
-                    };
-                    cache.insert(uid, Arc::new(verified));
-                }
-            }
-            Write::Bindings(patches, frozen) => {
-                if !patches.is_empty() {
-                    tracing::debug!(run = %run_name, patches = patches.len(), "patching bindings");
-                }
-                repair_announcements(ctx, run, &frozen.snapshot, &step.to).await;
-                conflict = patch_bindings(ctx, run, patches, step.admitted.as_ref()).await?;
-            }
-            Write::CreateRevert(revert) => create_run(&ctx.client, &revert.0).await?,
-            Write::FlushCounts => ctx.recorder.flush_counts(&run.uid().unwrap_or_default()).await,
-            Write::Announce(a) => {
-                let type_ = if a.warning {
-                    EventType::Warning
-                } else {
-                    EventType::Normal
-                };
-                if a.key.is_empty() {
-                    ctx.announce_once(run, type_, a.reason, a.note.clone()).await;
-                } else {
-                    ctx.event_once(run, type_, a.reason, a.key.clone(), a.note.clone())
-                        .await;
-                }
-            }
-            Write::Gauges(gauges) => ctx.metrics.set_run_gauges(&plan_name, gauges),
-            Write::ProgressLater => progress_due = progress_wait,
-            Write::Status(status) => {
-                let written =
-                    crate::context::apply_status_at::<UpgradeRun>(&ctx.client, &run_name, status, version.as_deref())
-                        .await;
-                match written {
-                    // Computed from a copy older than the run: nothing of it is counted; the
-                    // next pass, from the current run, decides again.
-                    Err(Error::Kube(kube::Error::Api(e))) if e.code == 409 => {
-                        tracing::debug!(run = %run_name, "status computed from a stale copy of the run; looking again");
-                        ctx.refused_copy(run);
-                        return Ok(Action::requeue(std::time::Duration::from_millis(200)));
-                    }
-                    other => other?,
-                }
-                ctx.status_written(&uid);
-                if status.state == RunState::InProgress
-                    && run.status.as_ref().map(|s| s.state) != Some(RunState::InProgress)
-                {
-                    tracing::info!(run = %run_name, plan = %plan_name, resources = status.total_resources, "snapshot taken; run in progress");
-                }
-            }
-            Write::Count(counts) => ctx.count(run, &counts),
-            Write::Release(release) => {
-                release_run(ctx, run, release).await?;
-                return Ok(Action::await_change());
-            }
-        }
-    }
-    let wake = step.wake_at.map(crate::clock::until);
-    Ok(match (conflict, wake.into_iter().chain(progress_due).min()) {
-        (true, _) => Action::requeue(std::time::Duration::from_millis(200)),
-        (false, Some(after)) => Action::requeue(after),
-        (false, None) => Action::await_change(),
+    Ok(match upgradeplan::send::carry_out(ctx, run, &step).await? {
+        Sent::Again => Action::requeue(std::time::Duration::from_millis(200)),
+        Sent::Released => Action::await_change(),
+        Sent::Done {
+            wake_at,
+            progress_after,
+        } => match wake_at.map(crate::clock::until).into_iter().chain(progress_after).min() {
+            Some(after) => Action::requeue(after),
+            None => Action::await_change(),
+        },
     })
 }
 
-/// Sends the step's binding patches, concurrently (bounded): a group of thousands starts at the
-/// API server's pace, not one round trip at a time. Each carries its own precondition, and goes
-/// only while what admitted it still holds (`admitted`, checked against the caches and the clock
-/// as each takes its slot: after a cancel, a supersede or a freeze shows in the cache, at most
-/// one request per concurrent sender is still in the air). Returns whether any conflicted or was
-/// withheld (the next pass re-evaluates; nothing is overwritten).
-async fn patch_bindings(
-    ctx: &Ctx,
-    run: &UpgradeRun,
-    patches: &[BindingPatch],
-    admitted: Option<&upgradeplan::engine::admitted::Admitted>,
-) -> Result<bool> {
-    // One pipeline for every patch, PATCH_CONCURRENCY in flight: no batch waits for its slowest
-    // request before the next begins. Streams by index (a closure over borrowed items is not
-    // provably Send across the await): only the futures in flight exist, however many thousands.
-    let send = |i: usize| {
-        let patch = &patches[i];
-        async move {
-            // Never closed; a closed semaphore would only lift the bound.
-            let _slot = ctx.binding_writes.acquire().await.ok();
-            if let Some(Err(ended)) = admitted.map(|a| ctx.still_admitted(a)) {
-                return (patch, Err(ended));
+/// The controller's shell: each write a request to the API server, each memory this process's.
+impl Shell for Ctx {
+    type Error = Error;
+    type Slot<'a> = Option<tokio::sync::SemaphorePermit<'a>>;
+
+    async fn patch_own(&self, patch: &RunPatch) -> Result<RunWrite> {
+        match patch_run(&self.client, patch).await {
+            Ok(patched) => Ok(RunWrite::Taken(patched.and_then(|p| p.resource_version()))),
+            Err(Error::Kube(kube::Error::Api(e))) if e.code == 409 => {
+                tracing::debug!(run = %patch.run, "step decided from a stale copy of the run; looking again");
+                Ok(RunWrite::Refused)
             }
-            (patch, Ok(patch_binding(&ctx.client, patch).await))
+            Err(e) => Err(e),
         }
-    };
-    let mut sent = futures::stream::iter(0..patches.len())
-        .map(send)
-        .buffer_unordered(PATCH_CONCURRENCY);
-    // An error does not abandon the patches in flight: they finish and are announced; the first
-    // error is returned at the end.
-    let mut conflict = false;
-    let mut failed = None;
-    let mut withheld: Vec<&BindingPatch> = Vec::new();
-    let mut ended = None;
-    while let Some((patch, result)) = sent.next().await {
-        let result = match result {
-            Ok(sent) => sent,
-            Err(why) => {
-                withheld.push(patch);
-                ended.get_or_insert(why);
-                continue;
-            }
-        };
-        match result {
-            Ok(true) => conflict = true,
-            Ok(false) => {
-                ctx.wrote_binding(run, patch);
-                let Attempt::Start { from, to } = &patch.attempt else {
-                    continue;
-                };
-                ctx.started(run, &patch.resource);
-                let note = texts::resource_started(&patch.resource.display_name(), from, to);
-                ctx.event(run, EventType::Normal, events::RESOURCE_UPGRADE_STARTED, note)
-                    .await;
-            }
+    }
+
+    async fn adopt_approvals(&self, patches: &[ApprovalPatch]) -> Result<()> {
+        adopt_approvals(&self.client, patches).await
+    }
+
+    async fn supersede(&self, patch: &RunPatch) -> Result<bool> {
+        let patched = patch_run(&self.client, patch).await?.is_some();
+        if patched {
+            tracing::info!(run = %patch.run, "asked the older run to stand down");
+        }
+        Ok(patched)
+    }
+
+    async fn run_is_at(&self, name: &str, version: Option<&str>) -> Result<bool> {
+        let at = crate::writes::run_is_at(&self.client, name, version).await?;
+        if !at {
+            tracing::debug!(run = %name, "snapshot decided from a stale copy of the run; looking again");
+        }
+        Ok(at)
+    }
+
+    async fn write_snapshot(&self, run: &UpgradeRun, shards: &[SnapshotConfigMap], frozen: &Arc<Frozen>) -> Result<()> {
+        let versions = crate::snapshots::write_snapshot(self, run, shards).await?;
+        if let (Some(uid), Ok(mut cache)) = (run.uid(), self.frozen.lock()) {
+            let verified = crate::context::Verified {
+                frozen: frozen.clone(),
+                versions,
+            };
+            cache.insert(uid, Arc::new(verified));
+        }
+        Ok(())
+    }
+
+    async fn recall_first(&self, run: &UpgradeRun) -> Result<Option<Arc<Announced>>> {
+        match self.recall_announcements(run).await {
+            Ok(recalled) => Ok(recalled.first.then_some(recalled.announced)),
             Err(e) => {
-                failed.get_or_insert(e);
+                // Announcements are best effort; the run must not wait on them. Retried next reconcile.
+                tracing::warn!(run = %run.name_any(), error = %e, "listing the run's events failed; lost announcements are not repaired yet");
+                Ok(None)
             }
         }
     }
-    if let Some(why) = ended {
-        tracing::info!(run = %run.name_any(), withheld = withheld.len(), reason = %why, "starts withheld: their admission ended while they were being sent");
-        ctx.budget_ledger.lock().await.forget(&run.name_any(), &withheld);
-    }
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    Ok(conflict || !withheld.is_empty())
-}
 
-/// After a restart, announces the upgrades an earlier process started but whose
-/// `ResourceUpgradeStarted` event a crash cut off (it came between the patch and the event).
-/// Runs once per run per process, before this process starts anything for the run.
-async fn repair_announcements(
-    ctx: &Ctx,
-    run: &UpgradeRun,
-    snapshot: &upgradeplan::engine::snapshot::Snapshot,
-    to: &str,
-) {
-    let recalled = match ctx.recall_announcements(run).await {
-        Ok(r) => r,
-        Err(e) => {
-            // Announcements are best effort; the run must not wait on them. Retried next reconcile.
-            tracing::warn!(run = %run.name_any(), error = %e, "listing the run's events failed; lost announcements are not repaired yet");
-            return;
+    fn lost_starts(&self, run: &UpgradeRun, snapshot: &Snapshot, to: &str, announced: &Announced) -> Vec<String> {
+        let missing = lifecycle::lost_start_announcements(run, snapshot, to, announced, self);
+        if !missing.is_empty() {
+            tracing::info!(run = %run.name_any(), count = missing.len(), "announcing upgrades whose events a restart lost");
         }
-    };
-    if !recalled.first {
-        return;
+        missing
     }
-    let missing = lifecycle::lost_start_announcements(run, snapshot, to, &recalled.announced, ctx);
-    if !missing.is_empty() {
-        tracing::info!(run = %run.name_any(), count = missing.len(), "announcing upgrades whose events a restart lost");
-    }
-    announce_starts(ctx, run, missing).await;
-}
 
-/// Publishes `ResourceUpgradeStarted` events, as many at once as patches go out.
-async fn announce_starts(ctx: &Ctx, run: &UpgradeRun, notes: Vec<String>) {
-    let events: Vec<_> = notes
-        .into_iter()
-        .map(|note| ctx.event(run, EventType::Normal, events::RESOURCE_UPGRADE_STARTED, note))
-        .collect();
-    futures::stream::iter(events)
-        .buffer_unordered(PATCH_CONCURRENCY)
-        .collect::<Vec<()>>()
-        .await;
+    async fn slot(&self) -> Self::Slot<'_> {
+        // Never closed; a closed semaphore would only lift the bound.
+        self.binding_writes.acquire().await.ok()
+    }
+
+    fn still_admitted(&self, admitted: &Admitted) -> std::result::Result<(), Ended> {
+        Ctx::still_admitted(self, admitted)
+    }
+
+    async fn patch_binding(&self, patch: &BindingPatch) -> Result<bool> {
+        patch_binding(&self.client, patch).await
+    }
+
+    fn wrote_binding(&self, run: &UpgradeRun, patch: &BindingPatch) {
+        Ctx::wrote_binding(self, run, patch)
+    }
+
+    fn started(&self, run: &UpgradeRun, resource: &Arc<SnapshotResource>) {
+        Ctx::started(self, run, resource)
+    }
+
+    async fn withheld(&self, run: &UpgradeRun, patches: &[&BindingPatch], why: &Ended) {
+        tracing::info!(run = %run.name_any(), withheld = patches.len(), reason = %why, "starts withheld: their admission ended while they were being sent");
+        self.budget_ledger.lock().await.forget(&run.name_any(), patches);
+    }
+
+    async fn event(&self, run: &UpgradeRun, warning: bool, reason: &'static str, note: String) -> Result<()> {
+        Ctx::event(self, run, EventType::of(warning), reason, note).await;
+        Ok(())
+    }
+
+    async fn announce(&self, run: &UpgradeRun, a: &Announcement) -> Result<()> {
+        let type_ = EventType::of(a.warning);
+        match a.key.is_empty() {
+            true => self.announce_once(run, type_, a.reason, a.note.clone()).await,
+            false => {
+                self.event_once(run, type_, a.reason, a.key.clone(), a.note.clone())
+                    .await
+            }
+        }
+        Ok(())
+    }
+
+    async fn create_run(&self, run: &UpgradeRun) -> Result<()> {
+        create_run(&self.client, run).await
+    }
+
+    async fn flush_counts(&self, run: &UpgradeRun) {
+        self.recorder.flush_counts(&run.uid().unwrap_or_default()).await
+    }
+
+    fn gauges(&self, run: &UpgradeRun, gauges: &Gauges) {
+        self.metrics.set_run_gauges(run.plan_name(), gauges)
+    }
+
+    fn progress_wait(&self, run: &UpgradeRun) -> Option<std::time::Duration> {
+        Ctx::progress_wait(self, &run.uid().unwrap_or_default())
+    }
+
+    async fn write_status(
+        &self,
+        run: &UpgradeRun,
+        status: &UpgradeRunStatus,
+        version: Option<&str>,
+    ) -> Result<RunWrite> {
+        let name = run.name_any();
+        match crate::context::apply_status_at::<UpgradeRun>(&self.client, &name, status, version).await {
+            Err(Error::Kube(kube::Error::Api(e))) if e.code == 409 => {
+                tracing::debug!(run = %name, "status computed from a stale copy of the run; looking again");
+                return Ok(RunWrite::Refused);
+            }
+            other => other?,
+        }
+        self.status_written(&run.uid().unwrap_or_default());
+        if status.state == RunState::InProgress && run.status.as_ref().map(|s| s.state) != Some(RunState::InProgress) {
+            tracing::info!(run = %name, plan = %run.plan_name(), resources = status.total_resources, "snapshot taken; run in progress");
+        }
+        Ok(RunWrite::Taken(None))
+    }
+
+    fn count(&self, run: &UpgradeRun, counts: &Counts<'_>) -> Result<()> {
+        Ctx::count(self, run, counts);
+        Ok(())
+    }
+
+    async fn release(&self, run: &UpgradeRun, release: &Release) -> Result<bool> {
+        release_run(self, run, release).await?;
+        Ok(true)
+    }
+
+    fn refused(&self, run: &UpgradeRun) {
+        self.refused_copy(run)
+    }
 }
 
 /// The whole of a step's writes, in order, against a mocked API server (each write's own

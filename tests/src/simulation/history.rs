@@ -17,13 +17,14 @@ fn target(rng: &mut Rng) -> usize {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
     None,
-    /// The process dies after this many of the step's writes; the next one starts from the API.
+    /// The process dies after this many of the step's requests (a binding patch, an event, a
+    /// status write each count); the next one starts from the API.
     CrashAfter(usize),
     /// The caches lag: the step sees the bindings, and its run, as they were before the last
     /// step's writes.
     StaleCache,
-    /// The write after this many of the step's writes fails (a 500, a timeout): the step ends
-    /// there, the process lives on with its memory.
+    /// The request after this many of the step's requests fails (a 500, a timeout) when its
+    /// error fails the pass: the step ends there, the process lives on with its memory.
     WriteFails(usize),
     /// The step is taken by the deposed leader, from its lagging caches and with its own memory.
     Deposed,
@@ -273,9 +274,9 @@ fn action(rng: &mut Rng) -> Action {
         0..=39 => Action::ReconcileRun {
             run: target(rng),
             fault: match rng.below(20) {
-                0 | 1 => Fault::CrashAfter(rng.below(6) as usize),
+                0 | 1 => Fault::CrashAfter(rng.below(5) as usize),
                 2 | 3 => Fault::StaleCache,
-                4 => Fault::WriteFails(rng.below(6) as usize),
+                4 => Fault::WriteFails(rng.below(5) as usize),
                 5 => Fault::Deposed,
                 6 => Fault::Interrupted {
                     after: rng.below(3) as usize,

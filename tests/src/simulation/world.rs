@@ -2,6 +2,7 @@
 //! the real server checks), the engine's run and plan steps applied write by write, and Kratix as
 //! kratix-sim plays it ([`crate::sim::decide`], [`crate::sim::writes`]).
 
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -11,17 +12,21 @@ use kube::api::DynamicObject;
 use kube::ResourceExt;
 use serde_json::{json, Value};
 use upgradeplan::api::kratix::{BindingFacts, CachedBinding, HealthRecord, Interner, ResourceBinding};
-use upgradeplan::api::{RunState, UpgradeBudget, UpgradeFreeze, UpgradePlan, UpgradeRun, RUN_FINALIZER};
+use upgradeplan::api::{
+    RunState, UpgradeBudget, UpgradeFreeze, UpgradePlan, UpgradeRun, UpgradeRunStatus, RUN_FINALIZER,
+};
 use upgradeplan::engine::admission::{new_run, NewRun, RunFacts};
+use upgradeplan::engine::admitted::{Admitted, Ended};
 use upgradeplan::engine::gate::{GateReading, Reading};
 use upgradeplan::engine::lifecycle::{
-    self, events, Announced, Cluster, Counts, Facts, SnapshotConfigMap, SnapshotFact, Step, Write,
+    self, Announced, Announcement, Cluster, Counts, Facts, Gauges, SnapshotConfigMap, SnapshotFact, Step,
 };
 use upgradeplan::engine::revert::RevertedFact;
-use upgradeplan::engine::run::texts;
-use upgradeplan::engine::snapshot::{digest, read_frozen, Frozen};
+use upgradeplan::engine::snapshot::{digest, read_frozen, Frozen, Snapshot, SnapshotResource};
 use upgradeplan::engine::stage::ApprovalFact;
 use upgradeplan::engine::upgrade_budget::{self, BudgetFacts};
+use upgradeplan::engine::write::{ApprovalPatch, Attempt, BindingPatch, Release, RunPatch};
+use upgradeplan::send::{RunWrite, Sent};
 use upgradeplan::time::to_jiff;
 
 use super::history::{Fault, UserAction};
@@ -80,8 +85,6 @@ pub struct World {
     pub lagging: Vec<ResourceBinding>,
     /// The runs as a lagging cache still holds them: before the last controller step.
     lagging_runs: Vec<UpgradeRun>,
-    /// Runs whose last step put off a status of progress alone: looked at again when it is due.
-    progress_due: BTreeSet<String>,
     pub revisions: Vec<String>,
     /// Versions (of `revisions`) whose PromiseRevision is being deleted: Kratix's finalizer deletes
     /// the resources at them on each of its passes, and the revision goes once none is left.
@@ -122,6 +125,8 @@ pub struct World {
     stale_copy: bool,
     /// What lands between the current step's binding patches, and after how many.
     interrupt: Option<(usize, crate::simulation::history::Interrupt)>,
+    /// The current step's binding patches that took their turn so far.
+    sends: usize,
     /// The current step's sender withheld starts whose admission ended (the controller's
     /// `patch_bindings`): its other writes go on, and the run is looked at again at once.
     withheld: bool,
@@ -498,7 +503,7 @@ impl World {
             deleted_requests: Vec::new(),
             lagging,
             lagging_runs: Vec::new(),
-            progress_due: BTreeSet::new(),
+            sends: 0,
             revisions: vec!["v1".into(), "v2".into()],
             terminating: Vec::new(),
             freezes: Vec::new(),
@@ -701,6 +706,17 @@ impl World {
         run.metadata.resource_version = self.version();
         self.runs.push(run);
         self.tally.reverts_asked += 1;
+    }
+
+    /// The controller's view of the caches, with `bindings` as they show them.
+    fn view<'v>(&'v self, bindings: &'v [ResourceBinding]) -> View<'v> {
+        View {
+            bindings,
+            revisions: &self.revisions,
+            terminating: &self.terminating,
+            freezes: &self.freezes,
+            health: &self.health,
+        }
     }
 
     fn run_index(&self, pick: usize) -> Option<usize> {
@@ -1256,13 +1272,7 @@ impl World {
         if self.plan_deleted {
             return;
         }
-        let view = View {
-            bindings: &self.lagging,
-            revisions: &self.revisions,
-            terminating: &self.terminating,
-            freezes: &self.freezes,
-            health: &self.health,
-        };
+        let view = self.view(&self.lagging);
         let runs: Vec<&UpgradeRun> = self.runs.iter().collect();
         let step = lifecycle::plan::step(&self.plan, &runs, true, &view, self.now);
         let deleted = step.delete_runs.clone();
@@ -1339,6 +1349,7 @@ impl World {
         let before = self.bindings();
         // Replaced by `before` once the step is done.
         let stale = std::mem::take(&mut self.lagging);
+        // Field by field: the step's tallies are written while the view is held.
         let view = View {
             bindings: if lagging { &stale } else { &before },
             revisions: &self.revisions,
@@ -1397,49 +1408,33 @@ impl World {
             .is_some_and(|e| e.held_by.contains(&upgradeplan::engine::run::Blocked::BudgetExhausted));
         self.tally.budget_holds += u64::from(held);
         checker.before_writes(self, &run, &step)?;
-        // Progress alone waits for its turn (`Write::ProgressLater`), as in the controller's
-        // carry_out; the step is looked at again then (its wake below).
-        let (now, in_progress) = (self.now, self.runs_in_progress());
-        let since_written = self
-            .process()
-            .status_written
-            .get(&name)
-            .map(|at| (now - *at).to_std().unwrap_or_default());
-        let recent = lifecycle::progress_wait(since_written, in_progress).is_some();
-        let writes = step.writes(run.status.as_ref(), recent);
-        let (crash, failed) = match fault {
-            Fault::CrashAfter(k) if k < writes.len() => (Some(k), None),
-            // Only a request whose error fails the pass: events, counts and gauges are best
-            // effort or local.
-            Fault::WriteFails(k) if writes.get(k).is_some_and(fallible) => (None, Some(k)),
-            _ => (None, None),
-        };
-        if failed.is_some() {
-            self.tally.write_errors += 1;
-        }
-        if let Some(k) = crash {
-            self.tally.crashes += 1;
-            if matches!(writes.get(k), Some(Write::Count(_)))
-                && matches!(writes.get(k.wrapping_sub(1)), Some(Write::Status(_)))
-            {
-                self.metrics.cut_off.insert(name.clone());
-            }
-        }
+        // The controller's own send loop (`upgradeplan::send::carry_out`), each request applied
+        // to this world as the API server would, each memory the acting process's.
         self.interrupt = match fault {
             Fault::Interrupted { after, by } => Some((after, by)),
             _ => None,
         };
-        let mut read_version = run.resource_version();
-        // A crash ends the process; a failed write (500, timeout) ends the step: the controller
-        // requeues with backoff, its memory intact.
-        let mut refused = false;
-        for write in writes.into_iter().take(crash.or(failed).unwrap_or(usize::MAX)) {
-            if !self.apply(&run, &step, &mut read_version, write, checker)? {
-                refused = true;
-                break;
-            }
-        }
-        if crash.is_some() {
+        self.sends = 0;
+        let sending = Sending {
+            world: RefCell::new(self),
+            checker: RefCell::new(checker),
+            step: &step,
+            run: name.clone(),
+            fault,
+            requests: Cell::new(0),
+            crashed: Cell::new(false),
+            failed: Cell::new(false),
+            status_uncounted: Cell::new(false),
+        };
+        let sent = futures::executor::block_on(upgradeplan::send::carry_out(&sending, &run, &step));
+        let (crashed, failed) = (sending.crashed.get(), sending.failed.get());
+        let sent = match sent {
+            Ok(sent) => Some(sent),
+            Err(Stop::Violation(v)) => return Err(v),
+            Err(Stop::Crashed | Stop::Failed) => None,
+        };
+        if crashed {
+            self.tally.crashes += 1;
             *self.process() = Process::default();
             // The next process lists every object and reconciles each (`reconcile_all_on`).
             self.last_read.clear();
@@ -1450,239 +1445,28 @@ impl World {
                 self.wakes.insert(other.clone(), self.now);
             }
         }
+        self.tally.write_errors += u64::from(failed && !crashed);
         // A failed request fails the pass (the error policy requeues it with backoff); a refused
         // one requeues it at once (after 200 ms).
-        let withheld = std::mem::take(&mut self.withheld);
-        let requeue = (failed.is_some() || refused || withheld).then(|| self.now + Duration::seconds(1));
-        let progress = self.progress_due.remove(&name).then(|| {
-            let every = lifecycle::progress_every(self.runs_in_progress());
-            self.now + Duration::from_std(every).unwrap_or_default()
-        });
-        match requeue.or(step.wake_at.into_iter().chain(progress).min()) {
-            Some(at) => self.wakes.insert(name, at),
-            None => self.wakes.remove(&name),
+        let next = match sent {
+            None | Some(Sent::Again) => Some(self.now + Duration::seconds(1)),
+            Some(Sent::Released) => None,
+            Some(Sent::Done {
+                wake_at,
+                progress_after,
+            }) => {
+                self.tally.progress_deferred += u64::from(progress_after.is_some());
+                let progress = progress_after.map(|after| self.now + Duration::from_std(after).unwrap_or_default());
+                wake_at.into_iter().chain(progress).min()
+            }
+        };
+        match next {
+            Some(at) if self.runs.iter().any(|r| r.name_any() == name) => self.wakes.insert(name, at),
+            _ => self.wakes.remove(&name),
         };
         self.lagging = before;
         self.lagging_runs = runs_before;
         Ok(())
-    }
-
-    /// Applies one write of run `name`'s step as the API server would; false: refused (the
-    /// controller requeues, sending nothing more of the step).
-    fn apply(
-        &mut self,
-        run: &UpgradeRun,
-        step: &Step,
-        read_version: &mut Option<String>,
-        write: Write<'_>,
-        checker: &mut Checker,
-    ) -> Result<bool, Violation> {
-        let name = run.name_any();
-        let name = name.as_str();
-        match write {
-            Write::Own(patch) => {
-                let Some(i) = self.runs.iter().position(|r| r.name_any() == name) else {
-                    return Ok(true); // gone: 404, and nothing owed to it
-                };
-                if patch.apply(&mut self.runs[i]).is_err() {
-                    // Decided from a stale copy of the run: the controller looks again.
-                    self.tally.stale_run_writes += 1;
-                    return Ok(false);
-                }
-                checker.run_written(name, self.stale_copy, "its own patch")?;
-                let version = self.version();
-                self.runs[i].metadata.resource_version = version.clone();
-                *read_version = version;
-            }
-            Write::Supersede(patch) => {
-                let version = self.version();
-                if let Some(r) = self.runs.iter_mut().find(|r| r.name_any() == patch.run) {
-                    if patch.apply(r).is_ok() {
-                        r.metadata.resource_version = version;
-                    }
-                }
-            }
-            Write::Snapshot(shards, taken) => {
-                // Only from the run as it is (the controller reads it first: `run_is_at`).
-                let current = self.runs.iter().find(|r| r.name_any() == name);
-                if current.map(|r| r.resource_version()) != Some(read_version.clone()) {
-                    self.tally.stale_run_writes += 1;
-                    return Ok(false);
-                }
-                checker.run_written(name, self.stale_copy, "its snapshot")?;
-                checker.snapshot_written(name, self.snapshots.get(name), shards, taken)?;
-                self.snapshots.insert(name.to_string(), shards.to_vec());
-                self.read_back.insert(name.to_string(), Self::read(shards));
-            }
-            Write::Bindings(patches, frozen) => {
-                self.repair_announcements(run, frozen, &step.to, checker)?;
-                for (k, patch) in patches.iter().enumerate() {
-                    if let Some((_, by)) = self.interrupt.filter(|(after, _)| *after == k) {
-                        self.interrupt = None;
-                        self.interrupt_sending(name, by);
-                    }
-                    // The controller's sender: a start leaves only while its admission holds.
-                    let current = self.runs.iter().find(|r| r.name_any() == name);
-                    if let Some(Err(_)) = step
-                        .admitted
-                        .as_ref()
-                        .map(|a| a.check(current, &self.freezes, self.now))
-                    {
-                        // The rest of the step's writes go on; the pass looks again at once.
-                        self.tally.starts_withheld += (patches.len() - k) as u64;
-                        self.withheld = true;
-                        break;
-                    }
-                    let Some(i) = self.resources.iter().position(|r| {
-                        r.binding.name_any() == patch.resource.binding
-                            && r.binding.namespace().as_deref() == Some(patch.resource.namespace.as_str())
-                    }) else {
-                        continue; // deleted since: the API server answers 404
-                    };
-                    if patch.apply(&mut self.resources[i].binding).is_err() {
-                        self.tally.conflicts += 1;
-                        continue;
-                    }
-                    self.resources[i].binding.metadata.resource_version = self.version();
-                    // Judged by the snapshot as written (read back), not the step's own copy.
-                    let written = self.frozen_of(name);
-                    checker.patched(name, written.as_deref().unwrap_or(frozen), patch)?;
-                    checker.sent_while_admitted(self, name, patch)?;
-                    checker.not_into_cleanup(name, patch, &self.terminating)?;
-                    match &patch.attempt {
-                        upgradeplan::engine::write::Attempt::Start { from, to } => {
-                            self.tally.starts += 1;
-                            self.tally.revert_starts += u64::from(patch.resource.target.is_some());
-                            let note = texts::resource_started(&patch.resource.display_name(), from, to);
-                            self.publish(name, events::RESOURCE_UPGRADE_STARTED, "", note, checker)?;
-                        }
-                        upgradeplan::engine::write::Attempt::Retry => self.tally.retries += 1,
-                    }
-                }
-            }
-            Write::CreateRevert(revert) => {
-                let revert_name = revert.0.name_any();
-                // The name is fixed: an existing run of that name answers AlreadyExists (409).
-                if self.runs.iter().any(|r| r.name_any() == revert_name) {
-                    return Ok(true);
-                }
-                checker.revert_created(self, name, &step.status, &revert.0)?;
-                self.tally.reverts_created += 1;
-                let mut created = revert.0.clone();
-                created.metadata.uid = Some(format!("{revert_name}-uid"));
-                created.metadata.generation = Some(1);
-                created.metadata.creation_timestamp = Some(Time(to_jiff(self.now)));
-                created.metadata.resource_version = self.version();
-                self.runs.push(created);
-            }
-            Write::Status(status) => {
-                let Some(i) = self.runs.iter().position(|r| r.name_any() == name) else {
-                    return Ok(false);
-                };
-                checker.health_counted(self, name, status)?;
-                let unchanged = self.runs[i].resource_version() == *read_version;
-                let version = if unchanged { self.version() } else { None };
-                let r = &mut self.runs[i];
-                // Conditional on the run as the step read it (the controller's apply_status_at).
-                if !unchanged {
-                    self.tally.stale_run_writes += 1;
-                    return Ok(false);
-                }
-                if trace() {
-                    let groups: Vec<_> = status
-                        .rollout_groups
-                        .iter()
-                        .map(|g| (&g.name, g.succeeded, g.failed, g.skipped))
-                        .collect();
-                    eprintln!("    status {name} {:?} {groups:?}", status.state);
-                }
-                checker.run_written(name, self.stale_copy, "its status")?;
-                let frozen = self.read_back.get(name).and_then(|f| match f {
-                    SnapshotFact::Found { frozen, .. } => Some(frozen.clone()),
-                    _ => None,
-                });
-                let checked: Vec<&str> = frozen
-                    .iter()
-                    .flat_map(|f| f.plan.rollout_groups.iter())
-                    .filter(|g| g.health_check.is_some())
-                    .map(|g| g.name.as_str())
-                    .collect();
-                checker.status_written(name, r.status.as_ref(), status, &checked)?;
-                let was_terminal = r.status.as_ref().is_some_and(|s| s.state.is_terminal());
-                if status.state.is_terminal() && !was_terminal {
-                    match status.state {
-                        RunState::Completed => self.tally.completed += 1,
-                        RunState::Failed => self.tally.failed += 1,
-                        _ => self.tally.cancelled += 1,
-                    }
-                    if run.spec.revert_of.is_some() {
-                        match status.state {
-                            RunState::Completed => self.tally.reverts_completed += 1,
-                            RunState::Failed => self.tally.reverts_failed += 1,
-                            _ => {}
-                        }
-                    }
-                }
-                r.status = Some(status.clone());
-                r.metadata.resource_version = version;
-                let now = self.now;
-                self.process().status_written.insert(name.to_string(), now);
-                if !self.lagging_step {
-                    self.tally.plugin_views += 1;
-                    checker.viewed(self, name)?;
-                }
-            }
-            Write::Release(release) => {
-                let Some(i) = self.runs.iter().position(|r| r.name_any() == name) else {
-                    return Ok(false);
-                };
-                if release.apply(&mut self.runs[i]).is_err() {
-                    return Ok(false);
-                }
-                self.runs[i].metadata.resource_version = self.version();
-                if self.runs[i].finalizers().is_empty() && self.runs[i].metadata.deletion_timestamp.is_some() {
-                    self.runs.remove(i);
-                    self.snapshots.remove(name);
-                    self.read_back.remove(name);
-                    self.wakes.remove(name);
-                }
-            }
-            Write::Announce(a) => {
-                if a.key.is_empty() {
-                    self.recall(name);
-                }
-                // `Ctx::event_once`: not again in this process, nor when an earlier one published it.
-                let first = self
-                    .process()
-                    .reported
-                    .insert((name.to_string(), a.reason, a.key.clone()));
-                let before = self
-                    .process()
-                    .recalled
-                    .get(name)
-                    .is_some_and(|r| r.contains(a.reason, &a.note));
-                if first && !before {
-                    self.publish(name, a.reason, &a.key, a.note.clone(), checker)?;
-                }
-            }
-            Write::ProgressLater => {
-                self.tally.progress_deferred += 1;
-                self.progress_due.insert(name.to_string());
-            }
-            Write::Count(counts) => {
-                self.count(run, &counts);
-                checker.counted(self, run)?;
-            }
-            Write::AdoptApprovals(patches) => {
-                for patch in patches {
-                    if let Some((_, a)) = self.approvals.iter_mut().find(|(_, a)| a.name == patch.approval) {
-                        a.owners = patch.owner_references.clone();
-                    }
-                }
-            }
-            Write::FlushCounts | Write::Gauges(_) => {}
-        }
-        Ok(true)
     }
 }
 
@@ -1735,34 +1519,6 @@ impl World {
         true
     }
 
-    /// The controller's `repair_announcements`: once per run per process, the start events an
-    /// earlier process owed.
-    fn repair_announcements(
-        &mut self,
-        run: &UpgradeRun,
-        frozen: &Frozen,
-        to: &str,
-        checker: &mut Checker,
-    ) -> Result<(), Violation> {
-        let name = run.name_any();
-        if !self.recall(&name) {
-            return Ok(());
-        }
-        let announced = self.process().recalled.get(&name).cloned().unwrap_or_default();
-        let bindings = self.bindings();
-        let view = View {
-            bindings: &bindings,
-            revisions: &self.revisions,
-            terminating: &self.terminating,
-            freezes: &self.freezes,
-            health: &self.health,
-        };
-        for note in lifecycle::lost_start_announcements(run, &frozen.snapshot, to, &announced, &view) {
-            self.publish(&name, events::RESOURCE_UPGRADE_STARTED, "", note, checker)?;
-        }
-        Ok(())
-    }
-
     /// An Event about `run` published.
     fn publish(
         &mut self,
@@ -1809,12 +1565,400 @@ impl World {
     }
 }
 
-/// Whether a failed request for `write` fails the controller's pass (`?` in `carry_out`).
-fn fallible(write: &Write<'_>) -> bool {
-    !matches!(
-        write,
-        Write::Announce(_) | Write::FlushCounts | Write::Gauges(_) | Write::Count(_)
-    )
+/// Why the simulated process stopped sending a step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// An invariant failed (the history's finding).
+    Violation(Violation),
+    /// The process died ([`Fault::CrashAfter`]): nothing more of it reaches the API server.
+    Crashed,
+    /// A request failed ([`Fault::WriteFails`]): the pass ends, the process lives on.
+    Failed,
+}
+
+impl From<Violation> for Stop {
+    fn from(v: Violation) -> Self {
+        Stop::Violation(v)
+    }
+}
+
+/// The simulation's shell for one step: the controller's send loop runs over it, each request
+/// applied to the world as the API server would (its preconditions, 404s and AlreadyExists),
+/// each memory the acting process's, and the invariants checked as each write lands.
+struct Sending<'w> {
+    world: RefCell<&'w mut World>,
+    checker: RefCell<&'w mut Checker>,
+    step: &'w Step,
+    /// The run whose step it is.
+    run: String,
+    fault: Fault,
+    /// Requests made so far: a fault strikes at the one its count names.
+    requests: Cell<usize>,
+    /// The process died: every request after fails, and none lands.
+    crashed: Cell<bool>,
+    /// A request failed: the pass ends there.
+    failed: Cell<bool>,
+    /// The step's status is written and its counts not yet: a crash now loses them.
+    status_uncounted: Cell<bool>,
+}
+
+impl Sending<'_> {
+    /// One request of the step: the fault, if it strikes here. `fallible`: its error fails the
+    /// pass (events and counters are best effort and local).
+    fn request(&self, fallible: bool) -> Result<(), Stop> {
+        if self.crashed.get() {
+            return Err(Stop::Crashed);
+        }
+        let k = self.requests.get();
+        self.requests.set(k + 1);
+        match self.fault {
+            Fault::CrashAfter(at) if at == k => {
+                self.crashed.set(true);
+                if self.status_uncounted.get() {
+                    self.world.borrow_mut().metrics.cut_off.insert(self.run.clone());
+                }
+                Err(Stop::Crashed)
+            }
+            Fault::WriteFails(at) if at == k && fallible => {
+                self.failed.set(true);
+                Err(Stop::Failed)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn publish(&self, run: &str, reason: &'static str, key: &str, note: String) -> Result<(), Stop> {
+        let mut checker = self.checker.borrow_mut();
+        Ok(self.world.borrow_mut().publish(run, reason, key, note, &mut checker)?)
+    }
+}
+
+impl upgradeplan::send::Shell for Sending<'_> {
+    type Error = Stop;
+    type Slot<'a>
+        = ()
+    where
+        Self: 'a;
+
+    async fn patch_own(&self, patch: &RunPatch) -> Result<RunWrite, Stop> {
+        self.request(true)?;
+        let mut world = self.world.borrow_mut();
+        let Some(i) = world.runs.iter().position(|r| r.name_any() == patch.run) else {
+            return Ok(RunWrite::Taken(None)); // gone: 404, and nothing owed to it
+        };
+        if patch.apply(&mut world.runs[i]).is_err() {
+            world.tally.stale_run_writes += 1;
+            return Ok(RunWrite::Refused);
+        }
+        let stale = world.stale_copy;
+        self.checker
+            .borrow_mut()
+            .run_written(&patch.run, stale, "its own patch")?;
+        let version = world.version();
+        world.runs[i].metadata.resource_version = version.clone();
+        Ok(RunWrite::Taken(version))
+    }
+
+    async fn adopt_approvals(&self, patches: &[ApprovalPatch]) -> Result<(), Stop> {
+        self.request(true)?;
+        let mut world = self.world.borrow_mut();
+        for patch in patches {
+            if let Some((_, a)) = world.approvals.iter_mut().find(|(_, a)| a.name == patch.approval) {
+                a.owners = patch.owner_references.clone();
+            }
+        }
+        Ok(())
+    }
+
+    async fn supersede(&self, patch: &RunPatch) -> Result<bool, Stop> {
+        self.request(true)?;
+        let mut world = self.world.borrow_mut();
+        let version = world.version();
+        let Some(r) = world.runs.iter_mut().find(|r| r.name_any() == patch.run) else {
+            return Ok(false);
+        };
+        let patched = patch.apply(r).is_ok();
+        if patched {
+            r.metadata.resource_version = version;
+        }
+        Ok(patched)
+    }
+
+    async fn run_is_at(&self, name: &str, version: Option<&str>) -> Result<bool, Stop> {
+        self.request(true)?;
+        let mut world = self.world.borrow_mut();
+        let current = world.runs.iter().find(|r| r.name_any() == name);
+        let at = version.is_some() && current.and_then(|r| r.metadata.resource_version.as_deref()) == version;
+        world.tally.stale_run_writes += u64::from(!at);
+        Ok(at)
+    }
+
+    async fn write_snapshot(
+        &self,
+        run: &UpgradeRun,
+        shards: &[SnapshotConfigMap],
+        taken: &Arc<Frozen>,
+    ) -> Result<(), Stop> {
+        self.request(true)?;
+        let name = run.name_any();
+        let mut world = self.world.borrow_mut();
+        let mut checker = self.checker.borrow_mut();
+        checker.run_written(&name, world.stale_copy, "its snapshot")?;
+        checker.snapshot_written(&name, world.snapshots.get(&name), shards, taken)?;
+        world.snapshots.insert(name.clone(), shards.to_vec());
+        world.read_back.insert(name, World::read(shards));
+        Ok(())
+    }
+
+    async fn recall_first(&self, run: &UpgradeRun) -> Result<Option<Arc<Announced>>, Stop> {
+        self.request(false)?;
+        let name = run.name_any();
+        let mut world = self.world.borrow_mut();
+        Ok(match world.recall(&name) {
+            true => world.process().recalled.get(&name).cloned().map(Arc::new),
+            false => None,
+        })
+    }
+
+    fn lost_starts(&self, run: &UpgradeRun, snapshot: &Snapshot, to: &str, announced: &Announced) -> Vec<String> {
+        let world = self.world.borrow();
+        let bindings = world.bindings();
+        lifecycle::lost_start_announcements(run, snapshot, to, announced, &world.view(&bindings))
+    }
+
+    async fn slot(&self) -> Self::Slot<'_> {
+        // A watch event lands between two sends: after this many patches.
+        let mut world = self.world.borrow_mut();
+        let sent = world.sends;
+        world.sends += 1;
+        if let Some((_, by)) = world.interrupt.filter(|(after, _)| *after == sent) {
+            world.interrupt = None;
+            world.interrupt_sending(&self.run, by);
+        }
+    }
+
+    fn still_admitted(&self, admitted: &Admitted) -> Result<(), Ended> {
+        let world = self.world.borrow();
+        let current = world.runs.iter().find(|r| r.name_any() == admitted.run);
+        admitted.check(current, &world.freezes, world.now)
+    }
+
+    async fn patch_binding(&self, patch: &BindingPatch) -> Result<bool, Stop> {
+        self.request(true)?;
+        let name = self.run.as_str();
+        let mut world = self.world.borrow_mut();
+        let world = &mut **world;
+        let Some(i) = world.resources.iter().position(|r| {
+            r.binding.name_any() == patch.resource.binding
+                && r.binding.namespace().as_deref() == Some(patch.resource.namespace.as_str())
+        }) else {
+            return Ok(false); // deleted since: the API server answers 404
+        };
+        if patch.apply(&mut world.resources[i].binding).is_err() {
+            world.tally.conflicts += 1;
+            return Ok(true);
+        }
+        world.resources[i].binding.metadata.resource_version = world.version();
+        let mut checker = self.checker.borrow_mut();
+        // Judged by the snapshot as written (read back), not the step's own copy.
+        let written = world.frozen_of(name);
+        let frozen = self
+            .step
+            .frozen
+            .as_ref()
+            .expect("a step that patches bindings has its snapshot");
+        checker.patched(name, written.as_deref().unwrap_or(frozen), patch)?;
+        checker.sent_while_admitted(world, name, patch)?;
+        checker.not_into_cleanup(name, patch, &world.terminating)?;
+        match &patch.attempt {
+            Attempt::Start { .. } => {
+                world.tally.starts += 1;
+                world.tally.revert_starts += u64::from(patch.resource.target.is_some());
+            }
+            Attempt::Retry => world.tally.retries += 1,
+        }
+        Ok(false)
+    }
+
+    fn wrote_binding(&self, _run: &UpgradeRun, _patch: &BindingPatch) {
+        // The world's caches catch up at once (a lagging cache is a fault of its own).
+    }
+
+    fn started(&self, _run: &UpgradeRun, _resource: &Arc<SnapshotResource>) {
+        // Durations are not simulated.
+    }
+
+    async fn withheld(&self, _run: &UpgradeRun, patches: &[&BindingPatch], _why: &Ended) {
+        if self.crashed.get() {
+            return;
+        }
+        let mut world = self.world.borrow_mut();
+        world.tally.starts_withheld += patches.len() as u64;
+        world.withheld = true;
+    }
+
+    async fn event(&self, run: &UpgradeRun, _warning: bool, reason: &'static str, note: String) -> Result<(), Stop> {
+        self.request(false)?;
+        self.publish(&run.name_any(), reason, "", note)
+    }
+
+    async fn announce(&self, run: &UpgradeRun, a: &Announcement) -> Result<(), Stop> {
+        self.request(false)?;
+        let name = run.name_any();
+        let mut world = self.world.borrow_mut();
+        if a.key.is_empty() {
+            world.recall(&name);
+        }
+        // `Ctx::event_once`: not again in this process, nor when an earlier one published it.
+        let first = world.process().reported.insert((name.clone(), a.reason, a.key.clone()));
+        let before = world
+            .process()
+            .recalled
+            .get(&name)
+            .is_some_and(|r| r.contains(a.reason, &a.note));
+        drop(world);
+        if first && !before {
+            self.publish(&name, a.reason, &a.key, a.note.clone())?;
+        }
+        Ok(())
+    }
+
+    async fn create_run(&self, revert: &UpgradeRun) -> Result<(), Stop> {
+        self.request(true)?;
+        let mut world = self.world.borrow_mut();
+        let revert_name = revert.name_any();
+        // The name is fixed: an existing run of that name answers AlreadyExists (409).
+        if world.runs.iter().any(|r| r.name_any() == revert_name) {
+            return Ok(());
+        }
+        let name = self.run.as_str();
+        self.checker
+            .borrow_mut()
+            .revert_created(&world, name, &self.step.status, revert)?;
+        world.tally.reverts_created += 1;
+        let mut created = revert.clone();
+        created.metadata.uid = Some(format!("{revert_name}-uid"));
+        created.metadata.generation = Some(1);
+        created.metadata.creation_timestamp = Some(Time(to_jiff(world.now)));
+        created.metadata.resource_version = world.version();
+        world.runs.push(created);
+        Ok(())
+    }
+
+    async fn flush_counts(&self, _run: &UpgradeRun) {}
+
+    fn gauges(&self, _run: &UpgradeRun, _gauges: &Gauges) {}
+
+    fn progress_wait(&self, run: &UpgradeRun) -> Option<std::time::Duration> {
+        let mut world = self.world.borrow_mut();
+        let (now, in_progress) = (world.now, world.runs_in_progress());
+        let since_written = world
+            .process()
+            .status_written
+            .get(&run.name_any())
+            .map(|at| (now - *at).to_std().unwrap_or_default());
+        lifecycle::progress_wait(since_written, in_progress)
+    }
+
+    async fn write_status(
+        &self,
+        run: &UpgradeRun,
+        status: &UpgradeRunStatus,
+        read: Option<&str>,
+    ) -> Result<RunWrite, Stop> {
+        self.request(true)?;
+        let name = run.name_any();
+        let mut world = self.world.borrow_mut();
+        let world = &mut **world;
+        let Some(i) = world.runs.iter().position(|r| r.name_any() == name) else {
+            return Ok(RunWrite::Refused);
+        };
+        let mut checker = self.checker.borrow_mut();
+        checker.health_counted(world, &name, status)?;
+        // Conditional on the run as the step read it (the controller's apply_status_at).
+        if world.runs[i].metadata.resource_version.as_deref() != read {
+            world.tally.stale_run_writes += 1;
+            return Ok(RunWrite::Refused);
+        }
+        let version = world.version();
+        if trace() {
+            let groups: Vec<_> = status
+                .rollout_groups
+                .iter()
+                .map(|g| (&g.name, g.succeeded, g.failed, g.skipped))
+                .collect();
+            eprintln!("    status {name} {:?} {groups:?}", status.state);
+        }
+        checker.run_written(&name, world.stale_copy, "its status")?;
+        let frozen = world.read_back.get(&name).and_then(|f| match f {
+            SnapshotFact::Found { frozen, .. } => Some(frozen.clone()),
+            _ => None,
+        });
+        let checked: Vec<&str> = frozen
+            .iter()
+            .flat_map(|f| f.plan.rollout_groups.iter())
+            .filter(|g| g.health_check.is_some())
+            .map(|g| g.name.as_str())
+            .collect();
+        let r = &mut world.runs[i];
+        checker.status_written(&name, r.status.as_ref(), status, &checked)?;
+        let was_terminal = r.status.as_ref().is_some_and(|s| s.state.is_terminal());
+        r.status = Some(status.clone());
+        r.metadata.resource_version = version.clone();
+        if status.state.is_terminal() && !was_terminal {
+            match status.state {
+                RunState::Completed => world.tally.completed += 1,
+                RunState::Failed => world.tally.failed += 1,
+                _ => world.tally.cancelled += 1,
+            }
+            if run.spec.revert_of.is_some() {
+                match status.state {
+                    RunState::Completed => world.tally.reverts_completed += 1,
+                    RunState::Failed => world.tally.reverts_failed += 1,
+                    _ => {}
+                }
+            }
+        }
+        let now = world.now;
+        world.process().status_written.insert(name.clone(), now);
+        self.status_uncounted.set(true);
+        if !world.lagging_step {
+            world.tally.plugin_views += 1;
+            checker.viewed(world, &name)?;
+        }
+        Ok(RunWrite::Taken(version))
+    }
+
+    fn count(&self, run: &UpgradeRun, counts: &Counts<'_>) -> Result<(), Stop> {
+        self.request(false)?;
+        self.status_uncounted.set(false);
+        let mut world = self.world.borrow_mut();
+        world.count(run, counts);
+        Ok(self.checker.borrow_mut().counted(&world, run)?)
+    }
+
+    async fn release(&self, run: &UpgradeRun, release: &Release) -> Result<bool, Stop> {
+        self.request(true)?;
+        let name = run.name_any();
+        let mut world = self.world.borrow_mut();
+        let Some(i) = world.runs.iter().position(|r| r.name_any() == name) else {
+            return Ok(false);
+        };
+        if release.apply(&mut world.runs[i]).is_err() {
+            return Ok(false);
+        }
+        world.runs[i].metadata.resource_version = world.version();
+        if world.runs[i].finalizers().is_empty() && world.runs[i].metadata.deletion_timestamp.is_some() {
+            world.runs.remove(i);
+            world.snapshots.remove(&name);
+            world.read_back.remove(&name);
+        }
+        Ok(true)
+    }
+
+    fn refused(&self, _run: &UpgradeRun) {
+        // The world's caches hold the current run at the next pass (a lagging one is a fault).
+    }
 }
 
 /// `SIM_TRACE=1`: print each action and each Event as a replay goes (to read a violation's

@@ -3073,3 +3073,231 @@ fn only_progress_is_the_succeeded_counts_and_a_held_runs_budget_count() {
         assert_eq!(only_progress(&base, &after), want, "{case}");
     }
 }
+
+/// A shell for the send loop ([`crate::send`]) that records each request and answers as told:
+/// the loop's order, its stops and its withholding, without an API server.
+#[derive(Default)]
+struct Recording {
+    log: std::cell::RefCell<Vec<String>>,
+    /// The run's own patch (or its status) refused as decided from a stale copy.
+    refuse_own: bool,
+    refuse_status: bool,
+    /// The admission of the pass's starts ends once this many were sent.
+    admission_ends_after: Option<usize>,
+    sent: std::cell::Cell<usize>,
+}
+
+impl Recording {
+    fn note(&self, what: impl Into<String>) {
+        self.log.borrow_mut().push(what.into());
+    }
+    fn log(&self) -> Vec<String> {
+        self.log.borrow().clone()
+    }
+}
+
+impl crate::send::Shell for Recording {
+    type Error = std::convert::Infallible;
+    type Slot<'a> = ();
+    async fn patch_own(&self, _: &RunPatch) -> Result<crate::send::RunWrite, Self::Error> {
+        self.note("own");
+        Ok(match self.refuse_own {
+            true => crate::send::RunWrite::Refused,
+            false => crate::send::RunWrite::Taken(Some("2".into())),
+        })
+    }
+    async fn adopt_approvals(&self, _: &[crate::engine::write::ApprovalPatch]) -> Result<(), Self::Error> {
+        self.note("approvals");
+        Ok(())
+    }
+    async fn supersede(&self, p: &RunPatch) -> Result<bool, Self::Error> {
+        self.note(format!("supersede {}", p.run));
+        Ok(true)
+    }
+    async fn run_is_at(&self, _: &str, version: Option<&str>) -> Result<bool, Self::Error> {
+        self.note(format!("read run at {version:?}"));
+        Ok(true)
+    }
+    async fn write_snapshot(
+        &self,
+        _: &UpgradeRun,
+        _: &[SnapshotConfigMap],
+        _: &Arc<Frozen>,
+    ) -> Result<(), Self::Error> {
+        self.note("snapshot");
+        Ok(())
+    }
+    async fn recall_first(&self, _: &UpgradeRun) -> Result<Option<Arc<Announced>>, Self::Error> {
+        Ok(None)
+    }
+    fn lost_starts(
+        &self,
+        _: &UpgradeRun,
+        _: &crate::engine::snapshot::Snapshot,
+        _: &str,
+        _: &Announced,
+    ) -> Vec<String> {
+        Vec::new()
+    }
+    async fn slot(&self) -> Self::Slot<'_> {}
+    fn still_admitted(&self, _: &crate::engine::admitted::Admitted) -> Result<(), crate::engine::admitted::Ended> {
+        match self.admission_ends_after {
+            Some(n) if self.sent.get() >= n => Err(crate::engine::admitted::Ended::RunStoodDown("cancelled")),
+            _ => Ok(()),
+        }
+    }
+    async fn patch_binding(&self, p: &BindingPatch) -> Result<bool, Self::Error> {
+        self.sent.set(self.sent.get() + 1);
+        self.note(format!("patch {}", p.resource.binding));
+        Ok(false)
+    }
+    fn wrote_binding(&self, _: &UpgradeRun, _: &BindingPatch) {}
+    fn started(&self, _: &UpgradeRun, _: &Arc<crate::engine::snapshot::SnapshotResource>) {}
+    async fn withheld(&self, _: &UpgradeRun, patches: &[&BindingPatch], why: &crate::engine::admitted::Ended) {
+        self.note(format!("withheld {} ({why})", patches.len()));
+    }
+    async fn event(&self, _: &UpgradeRun, _: bool, reason: &'static str, _: String) -> Result<(), Self::Error> {
+        self.note(format!("event {reason}"));
+        Ok(())
+    }
+    async fn announce(&self, _: &UpgradeRun, a: &Announcement) -> Result<(), Self::Error> {
+        self.note(format!("announce {}", a.reason));
+        Ok(())
+    }
+    async fn create_run(&self, r: &UpgradeRun) -> Result<(), Self::Error> {
+        self.note(format!("create {}", r.metadata.name.clone().unwrap_or_default()));
+        Ok(())
+    }
+    async fn flush_counts(&self, _: &UpgradeRun) {}
+    fn gauges(&self, _: &UpgradeRun, _: &Gauges) {}
+    fn progress_wait(&self, _: &UpgradeRun) -> Option<std::time::Duration> {
+        None
+    }
+    async fn write_status(
+        &self,
+        _: &UpgradeRun,
+        s: &UpgradeRunStatus,
+        version: Option<&str>,
+    ) -> Result<crate::send::RunWrite, Self::Error> {
+        self.note(format!("status {:?} at {version:?}", s.state));
+        Ok(match self.refuse_status {
+            true => crate::send::RunWrite::Refused,
+            false => crate::send::RunWrite::Taken(None),
+        })
+    }
+    fn count(&self, _: &UpgradeRun, _: &Counts<'_>) -> Result<(), Self::Error> {
+        self.note("count");
+        Ok(())
+    }
+    async fn release(&self, _: &UpgradeRun, _: &crate::engine::write::Release) -> Result<bool, Self::Error> {
+        self.note("release");
+        Ok(true)
+    }
+    fn refused(&self, _: &UpgradeRun) {
+        self.note("refused");
+    }
+}
+
+/// The first pass of a run of three resources at `maxConcurrent: 3`: its metadata, snapshot,
+/// three starts and status (the run at resourceVersion 1).
+fn first_pass() -> (UpgradeRun, Step) {
+    let world = World::with(3);
+    let mut run = a_run("r", t(0), false);
+    run.metadata.resource_version = Some("1".into());
+    let step = pass(&run, Some(&valid_plan(3)), &[], &world, t(1));
+    assert_eq!(started(&step), 3);
+    (run, step)
+}
+
+fn send(shell: &Recording, run: &UpgradeRun, step: &Step) -> crate::send::Sent {
+    futures::executor::block_on(crate::send::carry_out(shell, run, step)).expect("infallible")
+}
+
+#[test]
+fn the_send_loop_sends_a_step_in_order_the_status_last_conditional_on_the_run_as_its_own_patch_left_it() {
+    let (run, step) = first_pass();
+    let shell = Recording::default();
+    let sent = send(&shell, &run, &step);
+    assert!(matches!(sent, crate::send::Sent::Done { .. }), "{sent:?}");
+    let log = shell.log();
+    let starts = "event ResourceUpgradeStarted";
+    assert_eq!(
+        log.iter()
+            .filter(|l| l.as_str() != starts && !l.starts_with("announce"))
+            .collect::<Vec<_>>(),
+        [
+            "own",
+            "read run at Some(\"2\")",
+            "snapshot",
+            "patch r0-binding",
+            "patch r1-binding",
+            "patch r2-binding",
+            "status InProgress at Some(\"2\")",
+            "count"
+        ],
+        "{log:#?}"
+    );
+    assert_eq!(
+        log.iter().filter(|l| l.as_str() == starts).count(),
+        3,
+        "one start event per patch taken"
+    );
+}
+
+#[test]
+fn the_send_loop_withholds_the_starts_left_once_their_admission_ends_and_writes_the_rest() {
+    let (run, step) = first_pass();
+    let shell = Recording {
+        admission_ends_after: Some(1),
+        ..Default::default()
+    };
+    let sent = send(&shell, &run, &step);
+    assert_eq!(sent, crate::send::Sent::Again, "the next pass decides again, at once");
+    let log = shell.log();
+    let patches: Vec<_> = log.iter().filter(|l| l.starts_with("patch")).collect();
+    assert_eq!(
+        patches,
+        ["patch r0-binding"],
+        "nothing leaves after the cancel: {log:#?}"
+    );
+    assert!(
+        log.contains(&"withheld 2 (the run was cancelled)".to_string()),
+        "{log:#?}"
+    );
+    assert_eq!(
+        log.iter().filter(|l| l.starts_with("event")).count(),
+        1,
+        "only the sent start is announced"
+    );
+    assert!(
+        log.iter().any(|l| l.starts_with("status")),
+        "the status still records what was sent"
+    );
+}
+
+#[test]
+fn the_send_loop_sends_nothing_after_a_refused_own_patch_and_counts_nothing_after_a_refused_status() {
+    let (run, step) = first_pass();
+    let shell = Recording {
+        refuse_own: true,
+        ..Default::default()
+    };
+    assert_eq!(send(&shell, &run, &step), crate::send::Sent::Again);
+    assert_eq!(
+        shell.log(),
+        ["own", "refused"],
+        "decided from a stale copy: nothing more goes out"
+    );
+
+    let shell = Recording {
+        refuse_status: true,
+        ..Default::default()
+    };
+    assert_eq!(send(&shell, &run, &step), crate::send::Sent::Again);
+    let log = shell.log();
+    assert_eq!(log.last().map(String::as_str), Some("refused"), "{log:#?}");
+    assert!(
+        !log.iter().any(|l| l == "count"),
+        "a status refused is not counted: {log:#?}"
+    );
+}

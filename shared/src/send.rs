@@ -1,0 +1,284 @@
+//! How a step's writes are sent: the one send loop the controller runs against the API server
+//! and the simulation (spec §14.3) runs against its world. The engine decides every write
+//! ([`Step::writes`]); this loop only sends them in order through a [`Shell`], stops where the API
+//! server refuses a precondition, and withholds a start whose admission ended while it waited
+//! for its turn (spec §14.1). It performs no I/O of its own and takes no decision: what a write
+//! does is the shell's request, what to do when it is refused is here, once.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+
+use crate::api::{UpgradeRun, UpgradeRunStatus};
+use crate::engine::admitted::{Admitted, Ended};
+use crate::engine::lifecycle::{events, Announced, Announcement, Counts, Gauges, SnapshotConfigMap, Step, Write};
+use crate::engine::run::texts;
+use crate::engine::snapshot::{Frozen, Snapshot, SnapshotResource};
+use crate::engine::write::{ApprovalPatch, Attempt, BindingPatch, Release, RunPatch};
+
+/// How many binding patches one pass has in flight at once (the shell may bound them further,
+/// across runs, with its [`Shell::slot`]).
+pub const PATCH_CONCURRENCY: usize = 16;
+
+/// What the API server answered a conditional write of the run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunWrite {
+    /// Taken; the run's resourceVersion now (`None` when the write changed nothing).
+    Taken(Option<String>),
+    /// Refused (409): decided from a copy older than the run.
+    Refused,
+}
+
+/// The requests a step's writes make, and the process memory they touch. The controller's
+/// implementation talks to the API server and its caches; the simulation's applies them to its
+/// world. Every method that may fail returns the shell's error, which ends the pass (the caller's
+/// error policy retries it); best-effort requests (events, counters) report their own failures
+/// and return `Ok`.
+#[allow(async_fn_in_trait)]
+pub trait Shell {
+    type Error;
+    /// A turn to send one binding patch (the controller's is a permit shared by every run).
+    type Slot<'a>
+    where
+        Self: 'a;
+
+    /// The run's own labels, annotations or suspension, conditional on the copy decided from.
+    async fn patch_own(&self, patch: &RunPatch) -> Result<RunWrite, Self::Error>;
+    async fn adopt_approvals(&self, patches: &[ApprovalPatch]) -> Result<(), Self::Error>;
+    /// An older run asked to stand down; whether it was patched.
+    async fn supersede(&self, patch: &RunPatch) -> Result<bool, Self::Error>;
+    /// Whether run `name` is at `version` on the API server now (read there, not from a cache).
+    async fn run_is_at(&self, name: &str, version: Option<&str>) -> Result<bool, Self::Error>;
+    async fn write_snapshot(
+        &self,
+        run: &UpgradeRun,
+        shards: &[SnapshotConfigMap],
+        frozen: &Arc<Frozen>,
+    ) -> Result<(), Self::Error>;
+    /// What earlier processes announced about `run`, read once per run per process: `Some` the
+    /// first time this process asks, `None` after (or when it cannot be read).
+    async fn recall_first(&self, run: &UpgradeRun) -> Result<Option<Arc<Announced>>, Self::Error>;
+    /// The start events `announced` lacks for upgrades already under way, as the shell's
+    /// cluster view shows them (`lifecycle::lost_start_announcements`).
+    fn lost_starts(&self, run: &UpgradeRun, snapshot: &Snapshot, to: &str, announced: &Announced) -> Vec<String>;
+    /// Waits for a turn to send a binding patch.
+    async fn slot(&self) -> Self::Slot<'_>;
+    /// Whether what admitted a pass's starts still holds now (spec §14.1).
+    fn still_admitted(&self, admitted: &Admitted) -> Result<(), Ended>;
+    /// One binding patch with its precondition; whether it conflicted (409: changed since).
+    async fn patch_binding(&self, patch: &BindingPatch) -> Result<bool, Self::Error>;
+    /// The API server took `patch` of `run`'s binding (until the cache shows it, passes wait).
+    fn wrote_binding(&self, run: &UpgradeRun, patch: &BindingPatch);
+    /// This process started `resource`'s upgrade now (the start of its duration).
+    fn started(&self, run: &UpgradeRun, resource: &Arc<SnapshotResource>);
+    /// Starts a pass decided and did not send (their admission ended, `why`): a ledger holding
+    /// them lets their units go.
+    async fn withheld(&self, run: &UpgradeRun, patches: &[&BindingPatch], why: &Ended);
+    /// An Event about `run`, published as it is (best effort).
+    async fn event(
+        &self,
+        run: &UpgradeRun,
+        warning: bool,
+        reason: &'static str,
+        note: String,
+    ) -> Result<(), Self::Error>;
+    /// An announcement of the step, published once: not again by this process, nor when an
+    /// earlier process published it (best effort).
+    async fn announce(&self, run: &UpgradeRun, announcement: &Announcement) -> Result<(), Self::Error>;
+    async fn create_run(&self, run: &UpgradeRun) -> Result<(), Self::Error>;
+    /// The run's counters written out before its end is announced.
+    async fn flush_counts(&self, run: &UpgradeRun);
+    fn gauges(&self, run: &UpgradeRun, gauges: &Gauges);
+    /// How long a status that is only progress must still wait (`None`: it may go now).
+    fn progress_wait(&self, run: &UpgradeRun) -> Option<std::time::Duration>;
+    /// The run's status, conditional on `version`.
+    async fn write_status(
+        &self,
+        run: &UpgradeRun,
+        status: &UpgradeRunStatus,
+        version: Option<&str>,
+    ) -> Result<RunWrite, Self::Error>;
+    /// The step's results and end counted, its status written.
+    fn count(&self, run: &UpgradeRun, counts: &Counts<'_>) -> Result<(), Self::Error>;
+    /// The snapshot deleted and the finalizer removed; whether the run let go.
+    async fn release(&self, run: &UpgradeRun, release: &Release) -> Result<bool, Self::Error>;
+    /// A write decided from this copy of `run` was refused: the next pass reads it afresh.
+    fn refused(&self, run: &UpgradeRun);
+}
+
+/// How a pass's sending ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Sent {
+    /// Every write went out; look again at the earlier of these (neither: on a change).
+    Done {
+        wake_at: Option<DateTime<Utc>>,
+        progress_after: Option<std::time::Duration>,
+    },
+    /// A write was refused, a binding patch conflicted or starts were withheld: nothing is
+    /// overwritten, the next pass (soon) decides again from the current objects.
+    Again,
+    /// The run let go of its finalizer: nothing more to do for it.
+    Released,
+}
+
+/// Sends `step`'s writes in the order the engine gives them ([`Step::writes`]): everything else
+/// first, the status last. `run` is the copy the step was decided from.
+pub async fn carry_out<S: Shell>(shell: &S, run: &UpgradeRun, step: &Step) -> Result<Sent, S::Error> {
+    // The run as this pass saw it; this pass's own writes to it move the version on. The status
+    // write is conditional on it.
+    let mut version = run.metadata.resource_version.clone();
+    let mut again = false;
+    // Progress alone waits for its turn (`lifecycle::progress_every`): this pass looks again then.
+    let progress_wait = shell.progress_wait(run);
+    let mut progress_after = None;
+    for write in step.writes(run.status.as_ref(), progress_wait.is_some()) {
+        match write {
+            Write::Own(own) => match shell.patch_own(own).await? {
+                RunWrite::Taken(Some(now)) => version = Some(now),
+                RunWrite::Taken(None) => {}
+                // Decided from a copy older than the run (the patch carries its version): nothing
+                // of the step goes out; the next pass, from the current run, decides again.
+                RunWrite::Refused => return Ok(refused(shell, run)),
+            },
+            Write::AdoptApprovals(patches) => shell.adopt_approvals(patches).await?,
+            Write::Supersede(older) => {
+                shell.supersede(older).await?;
+            }
+            Write::Snapshot(shards, frozen) => {
+                // Only from the run as it is: a copy the cache has not caught up on (its status
+                // already InProgress) would write again a snapshot someone deleted since, with
+                // data its recorded digest still matches, and the deletion would go unseen. The
+                // API server has no precondition across objects; one read per run taken.
+                if !shell
+                    .run_is_at(&run.metadata.name.clone().unwrap_or_default(), version.as_deref())
+                    .await?
+                {
+                    return Ok(refused(shell, run));
+                }
+                shell.write_snapshot(run, shards, frozen).await?;
+            }
+            Write::Bindings(patches, frozen) => {
+                repair_announcements(shell, run, &frozen.snapshot, &step.to).await?;
+                again |= send_bindings(shell, run, patches, step.admitted.as_ref()).await?;
+            }
+            Write::CreateRevert(revert) => shell.create_run(&revert.0).await?,
+            Write::FlushCounts => shell.flush_counts(run).await,
+            Write::Announce(a) => shell.announce(run, a).await?,
+            Write::Gauges(gauges) => shell.gauges(run, gauges),
+            Write::ProgressLater => progress_after = progress_wait,
+            Write::Status(status) => {
+                // Computed from a copy older than the run: nothing of it is counted; the next
+                // pass, from the current run, decides again.
+                if shell.write_status(run, status, version.as_deref()).await? == RunWrite::Refused {
+                    return Ok(refused(shell, run));
+                }
+            }
+            Write::Count(counts) => shell.count(run, &counts)?,
+            Write::Release(release) => {
+                return Ok(match shell.release(run, release).await? {
+                    true => Sent::Released,
+                    false => Sent::Again,
+                })
+            }
+        }
+    }
+    Ok(match again {
+        true => Sent::Again,
+        false => Sent::Done {
+            wake_at: step.wake_at,
+            progress_after,
+        },
+    })
+}
+
+fn refused<S: Shell>(shell: &S, run: &UpgradeRun) -> Sent {
+    shell.refused(run);
+    Sent::Again
+}
+
+/// Sends a pass's binding patches, concurrently (bounded): a group of thousands starts at the
+/// API server's pace, not one round trip at a time. Each carries its own precondition, and goes
+/// only while what admitted it still holds (`admitted`, checked as each takes its turn: after a
+/// cancel, a supersede or a freeze shows, at most one request per concurrent sender is still in
+/// the air). Returns whether any conflicted or was withheld. An error does not abandon the
+/// patches in flight: they finish and are announced; the first error is returned at the end.
+async fn send_bindings<S: Shell>(
+    shell: &S,
+    run: &UpgradeRun,
+    patches: &[BindingPatch],
+    admitted: Option<&Admitted>,
+) -> Result<bool, S::Error> {
+    // Streams by index (a closure over borrowed items is not provably Send across the await):
+    // only the futures in flight exist, however many thousands.
+    let send = |i: usize| {
+        let patch = &patches[i];
+        async move {
+            let _turn = shell.slot().await;
+            if let Some(Err(ended)) = admitted.map(|a| shell.still_admitted(a)) {
+                return (patch, Err(ended));
+            }
+            (patch, Ok(shell.patch_binding(patch).await))
+        }
+    };
+    let mut sent = futures::stream::iter(0..patches.len())
+        .map(send)
+        .buffer_unordered(PATCH_CONCURRENCY);
+    let mut conflict = false;
+    let mut failed = None;
+    let mut withheld: Vec<&BindingPatch> = Vec::new();
+    let mut ended = None;
+    while let Some((patch, result)) = sent.next().await {
+        match result {
+            Err(why) => {
+                withheld.push(patch);
+                ended.get_or_insert(why);
+            }
+            Ok(Ok(true)) => conflict = true,
+            Ok(Ok(false)) => {
+                shell.wrote_binding(run, patch);
+                let Attempt::Start { from, to } = &patch.attempt else {
+                    continue;
+                };
+                shell.started(run, &patch.resource);
+                let note = texts::resource_started(&patch.resource.display_name(), from, to);
+                if let Err(e) = shell.event(run, false, events::RESOURCE_UPGRADE_STARTED, note).await {
+                    failed.get_or_insert(e);
+                }
+            }
+            Ok(Err(e)) => {
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(why) = ended {
+        shell.withheld(run, &withheld, &why).await;
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(conflict || !withheld.is_empty()),
+    }
+}
+
+/// After a restart, announces the upgrades an earlier process started but whose
+/// `ResourceUpgradeStarted` event a crash cut off (it came between the patch and the event).
+/// Runs once per run per process, before this process starts anything for the run.
+async fn repair_announcements<S: Shell>(
+    shell: &S,
+    run: &UpgradeRun,
+    snapshot: &Snapshot,
+    to: &str,
+) -> Result<(), S::Error> {
+    let Some(announced) = shell.recall_first(run).await? else {
+        return Ok(());
+    };
+    let missing = shell.lost_starts(run, snapshot, to, &announced);
+    let events = missing
+        .into_iter()
+        .map(|note| shell.event(run, false, events::RESOURCE_UPGRADE_STARTED, note));
+    let published: Vec<Result<(), S::Error>> = futures::stream::iter(events)
+        .buffer_unordered(PATCH_CONCURRENCY)
+        .collect()
+        .await;
+    published.into_iter().collect()
+}
