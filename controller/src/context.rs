@@ -1,6 +1,6 @@
 //! What both reconcilers share: the client, caches, the event recorder, and status writes.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Event;
@@ -10,7 +10,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use upgradeplan::api::kratix::{CachedBinding, HealthRecord, RevisionFact};
 use upgradeplan::api::{RunState, UpgradeFreeze, UpgradePlan, UpgradeRun, FIELD_MANAGER};
-use upgradeplan::engine::lifecycle::Counts;
+use upgradeplan::engine::lifecycle::{Announced, Counts};
 use upgradeplan::engine::snapshot::SnapshotResource;
 use upgradeplan::engine::stage::ApprovalFact;
 
@@ -97,13 +97,10 @@ pub struct Ctx {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// What this process recorded of each run's resources, by run UID.
     pub resources: Mutex<HashMap<String, RunResources>>,
-    /// (run UID, event reason, binding) already reported, so per-resource events are not repeated
-    /// on every reconcile.
-    pub reported: Mutex<HashSet<(String, &'static str, String)>>,
-    /// What earlier processes announced about each run, read from its Events once per run per
-    /// process: (reason, message). A restarted controller neither repeats those nor loses an
-    /// announcement that a crash cut off between a patch and its event.
-    pub announced: Mutex<HashMap<String, Arc<Announcements>>>,
+    /// What this process remembers of its runs between passes: the announcements it published,
+    /// what earlier processes announced (read from each run's Events once per process), when it
+    /// last wrote each status. The simulation's processes keep the same (spec §14.3).
+    pub memory: Mutex<upgradeplan::send::RunMemory>,
     /// Retry delays of objects whose reconcile failed.
     pub retries: RetryBackoff,
     /// Starts sent under an UpgradeBudget and not in the binding cache yet; its lock makes the
@@ -114,9 +111,6 @@ pub struct Ctx {
     pub budget_wakes: futures::channel::mpsc::UnboundedSender<kube::runtime::reflector::ObjectRef<UpgradeRun>>,
     /// The plans' signal gates, read through Prometheus.
     pub gates: Arc<crate::gates::GateReader>,
-    /// When this process last wrote each run's status, by run UID: its progress alone is written
-    /// at most every `lifecycle::progress_every`.
-    pub status_written: Mutex<HashMap<String, std::time::Instant>>,
     /// The resourceVersion of each run's cached copy the API server refused a write from (409),
     /// by run UID: the next pass reads the run from the API server instead of deciding from that
     /// copy again (a watch the API server holds while its cache starts kept it for 10 s).
@@ -131,16 +125,6 @@ pub struct Ctx {
 pub struct Verified {
     pub frozen: Arc<Frozen>,
     pub versions: Vec<(String, String)>,
-}
-
-/// What a run's published events announced.
-pub type Announcements = upgradeplan::engine::lifecycle::Announced;
-
-/// What [`Ctx::recall_announcements`] found.
-pub struct Recalled {
-    pub announced: Arc<Announcements>,
-    /// True the first time in this process: the moment to repair lost announcements.
-    pub first: bool,
 }
 
 impl Ctx {
@@ -295,71 +279,21 @@ impl Ctx {
         }
     }
 
-    /// The events already published about `run` (by any process), listed once per run per process.
-    pub async fn recall_announcements(&self, run: &UpgradeRun) -> std::result::Result<Recalled, kube::Error> {
+    /// What the events published about `run` (by any process) announced, listed from the API
+    /// server; correlation of this process's Events goes on where the earlier process left off
+    /// (the combined Event keeps counting).
+    pub async fn list_announced(&self, run: &UpgradeRun) -> std::result::Result<Announced, kube::Error> {
         let uid = run.uid().unwrap_or_default();
-        if let Some(announced) = self.announced.lock().ok().and_then(|m| m.get(&uid).cloned()) {
-            return Ok(Recalled {
-                announced,
-                first: false,
-            });
-        }
         let api: Api<Event> = Api::namespaced(self.client.clone(), CLUSTER_SCOPED_EVENTS_NAMESPACE);
         let events = api
             .list(&ListParams::default().fields(&format!("involvedObject.uid={uid}")))
             .await?;
         let recorded: Vec<crate::events::Recorded> =
             events.items.iter().filter_map(crate::events::Recorded::of).collect();
-        // Correlation goes on where the earlier process left off (the combined Event keeps counting).
         self.recorder.remember(&uid, CLUSTER_SCOPED_EVENTS_NAMESPACE, &recorded);
-        let announced: Arc<Announcements> = Arc::new(Announcements::from_events(
+        Ok(Announced::from_events(
             recorded.into_iter().map(|e| (e.reason, e.message, e.count)),
-        ));
-        if let Ok(mut m) = self.announced.lock() {
-            m.insert(uid, announced.clone());
-        }
-        Ok(Recalled { announced, first: true })
-    }
-
-    /// Whether an earlier process already published (reason, note) about `run`.
-    fn announced_before(&self, run: &UpgradeRun, reason: &str, note: &str) -> bool {
-        let uid = run.uid().unwrap_or_default();
-        self.announced
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&uid).cloned())
-            .is_some_and(|a| a.contains(reason, note))
-    }
-
-    /// True the first time `(run, kind, key)` is seen (per process).
-    pub fn first_time(&self, run: &UpgradeRun, kind: &'static str, key: String) -> bool {
-        self.reported
-            .lock()
-            .map(|mut seen| seen.insert((run.uid().unwrap_or_default(), kind, key)))
-            .unwrap_or(true)
-    }
-
-    /// Reports a per-resource event once per run.
-    pub async fn event_once(
-        &self,
-        run: &UpgradeRun,
-        type_: EventType,
-        reason: &'static str,
-        binding: String,
-        note: String,
-    ) {
-        if self.first_time(run, reason, binding) && !self.announced_before(run, reason, &note) {
-            self.event(run, type_, reason, note).await;
-        }
-    }
-
-    /// Publishes a run-level event once: not again in this process, nor when an earlier process
-    /// already published it.
-    pub async fn announce_once(&self, run: &UpgradeRun, type_: EventType, reason: &'static str, note: String) {
-        if let Err(e) = self.recall_announcements(run).await {
-            tracing::warn!(run = %run.name_any(), error = %e, "listing the run's events failed; an announcement may repeat");
-        }
-        self.event_once(run, type_, reason, String::new(), note).await;
+        ))
     }
 
     /// Forgets what was cached for a run that is finished or gone.
@@ -367,39 +301,26 @@ impl Ctx {
         if let Ok(mut f) = self.frozen.lock() {
             f.remove(uid);
         }
-        if let Ok(mut r) = self.reported.lock() {
-            r.retain(|(u, _, _)| u != uid);
+        if let Ok(mut m) = self.memory.lock() {
+            m.forget(uid);
         }
         if let Ok(mut r) = self.resources.lock() {
             r.remove(uid);
-        }
-        if let Ok(mut a) = self.announced.lock() {
-            a.remove(uid);
-        }
-        if let Ok(mut w) = self.status_written.lock() {
-            w.remove(uid);
         }
         if let Ok(mut r) = self.refused_copies.lock() {
             r.remove(uid);
         }
     }
 
-    /// How long a status of run `uid` that is [`only_progress`] must wait before it is written:
-    /// `None` when it may go now. The wait grows with the runs in progress here
-    /// ([`progress_every`]).
-    ///
-    /// [`only_progress`]: upgradeplan::engine::lifecycle::only_progress
-    /// [`progress_every`]: upgradeplan::engine::lifecycle::progress_every
-    pub fn progress_wait(&self, uid: &str) -> Option<std::time::Duration> {
-        let written = *self.status_written.lock().ok()?.get(uid)?;
-        let in_progress = self
-            .caches
+    /// The runs in progress that this controller handles: they share the progress writes
+    /// (`lifecycle::progress_every`).
+    pub fn runs_in_progress(&self) -> usize {
+        self.caches
             .runs
             .state()
             .iter()
             .filter(|r| r.status.as_ref().is_some_and(|s| s.state == RunState::InProgress) && self.handles(r))
-            .count();
-        upgradeplan::engine::lifecycle::progress_wait(Some(written.elapsed()), in_progress)
+            .count()
     }
 
     /// Records that the API server refused a write decided from `run` as cached (409 Conflict).
@@ -429,12 +350,6 @@ impl Ctx {
     ) -> std::result::Result<(), upgradeplan::engine::admitted::Ended> {
         let run = self.run(&admitted.run);
         admitted.check(run.as_deref(), &self.caches.freezes.state(), crate::clock::now())
-    }
-
-    pub fn status_written(&self, uid: &str) {
-        if let Ok(mut w) = self.status_written.lock() {
-            w.insert(uid.to_string(), std::time::Instant::now());
-        }
     }
 }
 

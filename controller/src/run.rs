@@ -15,12 +15,12 @@ use upgradeplan::api::{RunState, UpgradeFreeze, UpgradeRun, UpgradeRunStatus, RU
 use upgradeplan::engine::admission::{reads_gates, RunFacts};
 use upgradeplan::engine::admitted::{Admitted, Ended};
 use upgradeplan::engine::lifecycle::{
-    self, Announced, Announcement, Counts, Gauges, KindsNeeded, SnapshotConfigMap, SnapshotFact, Step,
+    self, Announced, Counts, Gauges, KindsNeeded, SnapshotConfigMap, SnapshotFact, Step,
 };
 use upgradeplan::engine::revert::RevertedFact;
 use upgradeplan::engine::snapshot::{Frozen, Snapshot, SnapshotResource};
 use upgradeplan::engine::write::{ApprovalPatch, BindingPatch, Release, RunPatch};
-use upgradeplan::send::{RunWrite, Sent, Shell};
+use upgradeplan::send::{RunMemory, RunWrite, Sent, Shell};
 
 use crate::context::Ctx;
 use crate::error::{Error, Result};
@@ -280,12 +280,25 @@ impl Shell for Ctx {
         Ok(())
     }
 
-    async fn recall_first(&self, run: &UpgradeRun) -> Result<Option<Arc<Announced>>> {
-        match self.recall_announcements(run).await {
-            Ok(recalled) => Ok(recalled.first.then_some(recalled.announced)),
+    fn memory<R>(&self, f: impl FnOnce(&mut RunMemory) -> R) -> R {
+        // A poisoned lock only means a panic elsewhere mid-update; the memory is still usable.
+        f(&mut self.memory.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+    }
+
+    fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        crate::clock::now()
+    }
+
+    fn runs_in_progress(&self) -> usize {
+        Ctx::runs_in_progress(self)
+    }
+
+    async fn list_announced(&self, run: &UpgradeRun) -> Result<Option<Announced>> {
+        match Ctx::list_announced(self, run).await {
+            Ok(announced) => Ok(Some(announced)),
             Err(e) => {
                 // Announcements are best effort; the run must not wait on them. Retried next reconcile.
-                tracing::warn!(run = %run.name_any(), error = %e, "listing the run's events failed; lost announcements are not repaired yet");
+                tracing::warn!(run = %run.name_any(), error = %e, "listing the run's events failed; announcements may repeat and lost ones are not repaired yet");
                 Ok(None)
             }
         }
@@ -330,18 +343,6 @@ impl Shell for Ctx {
         Ok(())
     }
 
-    async fn announce(&self, run: &UpgradeRun, a: &Announcement) -> Result<()> {
-        let type_ = EventType::of(a.warning);
-        match a.key.is_empty() {
-            true => self.announce_once(run, type_, a.reason, a.note.clone()).await,
-            false => {
-                self.event_once(run, type_, a.reason, a.key.clone(), a.note.clone())
-                    .await
-            }
-        }
-        Ok(())
-    }
-
     async fn create_run(&self, run: &UpgradeRun) -> Result<()> {
         create_run(&self.client, run).await
     }
@@ -352,10 +353,6 @@ impl Shell for Ctx {
 
     fn gauges(&self, run: &UpgradeRun, gauges: &Gauges) {
         self.metrics.set_run_gauges(run.plan_name(), gauges)
-    }
-
-    fn progress_wait(&self, run: &UpgradeRun) -> Option<std::time::Duration> {
-        Ctx::progress_wait(self, &run.uid().unwrap_or_default())
     }
 
     async fn write_status(
@@ -372,7 +369,6 @@ impl Shell for Ctx {
             }
             other => other?,
         }
-        self.status_written(&run.uid().unwrap_or_default());
         if status.state == RunState::InProgress && run.status.as_ref().map(|s| s.state) != Some(RunState::InProgress) {
             tracing::info!(run = %name, plan = %run.plan_name(), resources = status.total_resources, "snapshot taken; run in progress");
         }
@@ -421,11 +417,9 @@ mod tests {
             frozen: Default::default(),
             metrics: Arc::new(crate::metrics::Metrics::new()),
             resources: Default::default(),
-            reported: Default::default(),
-            announced: Default::default(),
+            memory: Default::default(),
             retries: Default::default(),
             budget_ledger: Default::default(),
-            status_written: Default::default(),
             refused_copies: Default::default(),
             binding_writes: tokio::sync::Semaphore::new(super::PATCH_CONCURRENCY),
             budget_wakes: futures::channel::mpsc::unbounded().0,

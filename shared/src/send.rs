@@ -5,6 +5,7 @@
 //! for its turn (spec §14.1). It performs no I/O of its own and takes no decision: what a write
 //! does is the shell's request, what to do when it is refused is here, once.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -12,7 +13,7 @@ use futures::StreamExt;
 
 use crate::api::{UpgradeRun, UpgradeRunStatus};
 use crate::engine::admitted::{Admitted, Ended};
-use crate::engine::lifecycle::{events, Announced, Announcement, Counts, Gauges, SnapshotConfigMap, Step, Write};
+use crate::engine::lifecycle::{self, events, Announced, Announcement, Counts, Gauges, SnapshotConfigMap, Step, Write};
 use crate::engine::run::texts;
 use crate::engine::snapshot::{Frozen, Snapshot, SnapshotResource};
 use crate::engine::write::{ApprovalPatch, Attempt, BindingPatch, Release, RunPatch};
@@ -56,9 +57,16 @@ pub trait Shell {
         shards: &[SnapshotConfigMap],
         frozen: &Arc<Frozen>,
     ) -> Result<(), Self::Error>;
-    /// What earlier processes announced about `run`, read once per run per process: `Some` the
-    /// first time this process asks, `None` after (or when it cannot be read).
-    async fn recall_first(&self, run: &UpgradeRun) -> Result<Option<Arc<Announced>>, Self::Error>;
+    /// This process's memory of its runs (held by the shell: the controller's for its life,
+    /// the simulation's until it crashes the process).
+    fn memory<R>(&self, f: impl FnOnce(&mut RunMemory) -> R) -> R;
+    /// The decision clock.
+    fn now(&self) -> DateTime<Utc>;
+    /// The runs in progress in this controller, which share the progress writes.
+    fn runs_in_progress(&self) -> usize;
+    /// What `run`'s Events (by any process) announced; `None` when they cannot be listed now
+    /// (announcements are best effort: the run does not wait on them).
+    async fn list_announced(&self, run: &UpgradeRun) -> Result<Option<Announced>, Self::Error>;
     /// The start events `announced` lacks for upgrades already under way, as the shell's
     /// cluster view shows them (`lifecycle::lost_start_announcements`).
     fn lost_starts(&self, run: &UpgradeRun, snapshot: &Snapshot, to: &str, announced: &Announced) -> Vec<String>;
@@ -83,15 +91,10 @@ pub trait Shell {
         reason: &'static str,
         note: String,
     ) -> Result<(), Self::Error>;
-    /// An announcement of the step, published once: not again by this process, nor when an
-    /// earlier process published it (best effort).
-    async fn announce(&self, run: &UpgradeRun, announcement: &Announcement) -> Result<(), Self::Error>;
     async fn create_run(&self, run: &UpgradeRun) -> Result<(), Self::Error>;
     /// The run's counters written out before its end is announced.
     async fn flush_counts(&self, run: &UpgradeRun);
     fn gauges(&self, run: &UpgradeRun, gauges: &Gauges);
-    /// How long a status that is only progress must still wait (`None`: it may go now).
-    fn progress_wait(&self, run: &UpgradeRun) -> Option<std::time::Duration>;
     /// The run's status, conditional on `version`.
     async fn write_status(
         &self,
@@ -130,7 +133,8 @@ pub async fn carry_out<S: Shell>(shell: &S, run: &UpgradeRun, step: &Step) -> Re
     let mut version = run.metadata.resource_version.clone();
     let mut again = false;
     // Progress alone waits for its turn (`lifecycle::progress_every`): this pass looks again then.
-    let progress_wait = shell.progress_wait(run);
+    let (now, in_progress) = (shell.now(), shell.runs_in_progress());
+    let progress_wait = shell.memory(|m| m.progress_wait(run, now, in_progress));
     let mut progress_after = None;
     for write in step.writes(run.status.as_ref(), progress_wait.is_some()) {
         match write {
@@ -164,7 +168,7 @@ pub async fn carry_out<S: Shell>(shell: &S, run: &UpgradeRun, step: &Step) -> Re
             }
             Write::CreateRevert(revert) => shell.create_run(&revert.0).await?,
             Write::FlushCounts => shell.flush_counts(run).await,
-            Write::Announce(a) => shell.announce(run, a).await?,
+            Write::Announce(a) => announce(shell, run, a).await?,
             Write::Gauges(gauges) => shell.gauges(run, gauges),
             Write::ProgressLater => progress_after = progress_wait,
             Write::Status(status) => {
@@ -173,8 +177,15 @@ pub async fn carry_out<S: Shell>(shell: &S, run: &UpgradeRun, step: &Step) -> Re
                 if shell.write_status(run, status, version.as_deref()).await? == RunWrite::Refused {
                     return Ok(refused(shell, run));
                 }
+                shell.memory(|m| m.status_written(run, now));
             }
-            Write::Count(counts) => shell.count(run, &counts)?,
+            Write::Count(counts) => {
+                shell.count(run, &counts)?;
+                if counts.ended.is_some() {
+                    // A finished run's memory goes.
+                    shell.memory(|m| m.forget(&RunMemory::key(run)));
+                }
+            }
             Write::Release(release) => {
                 return Ok(match shell.release(run, release).await? {
                     true => Sent::Released,
@@ -269,7 +280,7 @@ async fn repair_announcements<S: Shell>(
     snapshot: &Snapshot,
     to: &str,
 ) -> Result<(), S::Error> {
-    let Some(announced) = shell.recall_first(run).await? else {
+    let Some(announced) = recall_first(shell, run).await? else {
         return Ok(());
     };
     let missing = shell.lost_starts(run, snapshot, to, &announced);
@@ -281,4 +292,165 @@ async fn repair_announcements<S: Shell>(
         .collect()
         .await;
     published.into_iter().collect()
+}
+
+/// What earlier processes announced about `run`, read once per run per process: `Some` the first
+/// time this process asks (and can list them), `None` after.
+async fn recall_first<S: Shell>(shell: &S, run: &UpgradeRun) -> Result<Option<Arc<Announced>>, S::Error> {
+    if shell.memory(|m| m.recalled(run).is_some()) {
+        return Ok(None);
+    }
+    let listed = shell.list_announced(run).await?;
+    Ok(listed.map(|announced| shell.memory(|m| m.recall(run, announced))))
+}
+
+/// Publishes a step's announcement once: not again by this process, nor when an earlier process
+/// published it (a run-level one reads the run's Events first, once per process).
+async fn announce<S: Shell>(shell: &S, run: &UpgradeRun, a: &Announcement) -> Result<(), S::Error> {
+    if a.key.is_empty() {
+        recall_first(shell, run).await?;
+    }
+    if shell.memory(|m| m.first_announcement(run, a)) {
+        shell.event(run, a.warning, a.reason, a.note.clone()).await?;
+    }
+    Ok(())
+}
+
+/// What a controller process remembers of its runs between passes, lost when it stops: the next
+/// process starts from the API server's objects (and the runs' Events) alone.
+#[derive(Clone, Debug, Default)]
+pub struct RunMemory {
+    /// (run, reason, key) this process published.
+    reported: HashSet<(String, &'static str, String)>,
+    /// Each run's Events as this process read them, once per run.
+    recalled: HashMap<String, Arc<Announced>>,
+    /// When this process last wrote each run's status: its progress alone waits
+    /// [`lifecycle::progress_every`] after it.
+    status_written: HashMap<String, DateTime<Utc>>,
+}
+
+impl RunMemory {
+    /// The key a run is remembered by: its UID (a run deleted and created again under its name
+    /// is another run), else its name.
+    pub fn key(run: &UpgradeRun) -> String {
+        run.metadata
+            .uid
+            .clone()
+            .or_else(|| run.metadata.name.clone())
+            .unwrap_or_default()
+    }
+
+    /// What this process read of `run`'s Events, if it did.
+    pub fn recalled(&self, run: &UpgradeRun) -> Option<Arc<Announced>> {
+        self.recalled.get(&Self::key(run)).cloned()
+    }
+
+    /// Remembers what `run`'s Events announced.
+    pub fn recall(&mut self, run: &UpgradeRun, announced: Announced) -> Arc<Announced> {
+        let announced = Arc::new(announced);
+        self.recalled.insert(Self::key(run), announced.clone());
+        announced
+    }
+
+    /// Whether `a` is to be published now: this process has not, and no earlier process's Event
+    /// (as recalled) says it. Remembers it as published.
+    pub fn first_announcement(&mut self, run: &UpgradeRun, a: &Announcement) -> bool {
+        let key = Self::key(run);
+        let earlier = self.recalled.get(&key).is_some_and(|r| r.contains(a.reason, &a.note));
+        self.reported.insert((key, a.reason, a.key.clone())) && !earlier
+    }
+
+    pub fn status_written(&mut self, run: &UpgradeRun, at: DateTime<Utc>) {
+        self.status_written.insert(Self::key(run), at);
+    }
+
+    /// How long a status of `run` that is only progress must still wait at `now`, with
+    /// `in_progress` runs sharing the progress writes: `None` when it may go now.
+    pub fn progress_wait(
+        &self,
+        run: &UpgradeRun,
+        now: DateTime<Utc>,
+        in_progress: usize,
+    ) -> Option<std::time::Duration> {
+        let since = self
+            .status_written
+            .get(&Self::key(run))
+            .map(|at| (now - *at).to_std().unwrap_or_default());
+        lifecycle::progress_wait(since, in_progress)
+    }
+
+    /// Forgets run `key` (finished or gone).
+    pub fn forget(&mut self, key: &str) {
+        self.reported.retain(|(run, ..)| run != key);
+        self.recalled.remove(key);
+        self.status_written.remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(uid: &str) -> UpgradeRun {
+        let mut r = UpgradeRun::new("r", Default::default());
+        r.metadata.uid = Some(uid.into());
+        r
+    }
+
+    fn said(reason: &'static str, note: &str, key: &str) -> Announcement {
+        Announcement {
+            warning: false,
+            reason,
+            note: note.into(),
+            key: key.into(),
+        }
+    }
+
+    #[test]
+    fn an_announcement_is_published_once_per_process_and_not_when_an_earlier_process_did() {
+        let mut m = RunMemory::default();
+        let (a, b) = (run("u1"), run("u2"));
+        let started = said("UpgradeRunStarted", "started", "");
+        assert!(m.first_announcement(&a, &started), "first time");
+        assert!(!m.first_announcement(&a, &started), "not again in this process");
+        assert!(m.first_announcement(&b, &started), "another run (by UID) is its own");
+        let per_resource = |key: &str| said("ResourceUpgradeFailed", "db failed", key);
+        assert!(m.first_announcement(&a, &per_resource("ns/db")));
+        assert!(
+            m.first_announcement(&a, &per_resource("ns/cache")),
+            "its key tells occurrences apart"
+        );
+        m.forget("u1");
+        assert!(m.first_announcement(&a, &started), "a forgotten run starts afresh");
+
+        let mut m = RunMemory::default();
+        m.recall(
+            &a,
+            Announced::from_events([("UpgradeRunStarted".to_string(), "started".to_string(), 1)]),
+        );
+        assert!(
+            !m.first_announcement(&a, &started),
+            "an earlier process's Event already says it"
+        );
+        assert!(
+            !m.first_announcement(&a, &said("UpgradeRunStarted", "another note", "")),
+            "a reason without a key is announced once per run: the key tells occurrences apart"
+        );
+        assert!(m.first_announcement(&a, &said("UpgradeRunStarted", "another note", "2")));
+    }
+
+    #[test]
+    fn progress_alone_waits_after_this_processs_last_status_write() {
+        let mut m = RunMemory::default();
+        let r = run("u1");
+        let t0: DateTime<Utc> = "2026-06-01T10:00:00Z".parse().expect("a time");
+        assert_eq!(m.progress_wait(&r, t0, 1), None, "never written by this process");
+        m.status_written(&r, t0);
+        let later = t0 + chrono::Duration::milliseconds(400);
+        assert_eq!(
+            m.progress_wait(&r, later, 1),
+            Some(std::time::Duration::from_millis(600))
+        );
+        assert_eq!(m.progress_wait(&r, t0 + chrono::Duration::seconds(1), 1), None);
+    }
 }

@@ -19,14 +19,14 @@ use upgradeplan::engine::admission::{new_run, NewRun, RunFacts};
 use upgradeplan::engine::admitted::{Admitted, Ended};
 use upgradeplan::engine::gate::{GateReading, Reading};
 use upgradeplan::engine::lifecycle::{
-    self, Announced, Announcement, Cluster, Counts, Facts, Gauges, SnapshotConfigMap, SnapshotFact, Step,
+    self, Announced, Cluster, Counts, Facts, Gauges, SnapshotConfigMap, SnapshotFact, Step,
 };
 use upgradeplan::engine::revert::RevertedFact;
 use upgradeplan::engine::snapshot::{digest, read_frozen, Frozen, Snapshot, SnapshotResource};
 use upgradeplan::engine::stage::ApprovalFact;
 use upgradeplan::engine::upgrade_budget::{self, BudgetFacts};
 use upgradeplan::engine::write::{ApprovalPatch, Attempt, BindingPatch, Release, RunPatch};
-use upgradeplan::send::{RunWrite, Sent};
+use upgradeplan::send::{RunMemory, RunWrite, Sent};
 use upgradeplan::time::to_jiff;
 
 use super::history::{Fault, UserAction};
@@ -150,18 +150,9 @@ pub struct Published {
     pub by: usize,
 }
 
-/// What the controller process remembers (its `Ctx`), lost when it crashes: the next process
-/// starts from the API server's objects alone.
-#[derive(Clone, Debug, Default)]
-struct Process {
-    /// (run, reason, key) published by this process (`Ctx::first_time`).
-    reported: BTreeSet<(String, &'static str, String)>,
-    /// Each run's Events as this process recalled them (`Ctx::recall_announcements`).
-    recalled: BTreeMap<String, Announced>,
-    /// When this process last wrote each run's status (`Ctx::status_written`): a status that is
-    /// only progress waits `lifecycle::progress_every` after it.
-    status_written: BTreeMap<String, DateTime<Utc>>,
-}
+/// What the controller process remembers (its `Ctx`'s [`RunMemory`]), lost when it crashes:
+/// the next process starts from the API server's objects alone.
+type Process = RunMemory;
 
 /// The controller's counters, summed over every process (as `increase()` sums across restarts).
 #[derive(Clone, Debug, Default)]
@@ -1504,21 +1495,6 @@ impl World {
         of_run.map(|(_, a)| a.clone()).collect()
     }
 
-    /// `Ctx::recall_announcements`: the run's Events, read once per process.
-    fn recall(&mut self, run: &str) -> bool {
-        if self.process().recalled.contains_key(run) {
-            return false;
-        }
-        let found = self
-            .events
-            .iter()
-            .filter(|e| e.run == run)
-            .map(|e| (e.reason.to_string(), e.note.clone(), 1));
-        let announced = Announced::from_events(found);
-        self.process().recalled.insert(run.to_string(), announced);
-        true
-    }
-
     /// An Event about `run` published.
     fn publish(
         &mut self,
@@ -1558,9 +1534,6 @@ impl World {
         }
         if counts.ended.is_some() {
             *self.metrics.runs.entry(name.clone()).or_default() += 1;
-            // `Ctx::forget_run`: a finished run's memory goes.
-            self.process().reported.retain(|(r, ..)| *r != name);
-            self.process().recalled.remove(&name);
         }
     }
 }
@@ -1710,14 +1683,28 @@ impl upgradeplan::send::Shell for Sending<'_> {
         Ok(())
     }
 
-    async fn recall_first(&self, run: &UpgradeRun) -> Result<Option<Arc<Announced>>, Stop> {
+    fn memory<R>(&self, f: impl FnOnce(&mut RunMemory) -> R) -> R {
+        f(self.world.borrow_mut().process())
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        self.world.borrow().now
+    }
+
+    fn runs_in_progress(&self) -> usize {
+        self.world.borrow().runs_in_progress()
+    }
+
+    async fn list_announced(&self, run: &UpgradeRun) -> Result<Option<Announced>, Stop> {
         self.request(false)?;
         let name = run.name_any();
-        let mut world = self.world.borrow_mut();
-        Ok(match world.recall(&name) {
-            true => world.process().recalled.get(&name).cloned().map(Arc::new),
-            false => None,
-        })
+        let world = self.world.borrow();
+        let found = world
+            .events
+            .iter()
+            .filter(|e| e.run == name)
+            .map(|e| (e.reason.to_string(), e.note.clone(), 1));
+        Ok(Some(Announced::from_events(found)))
     }
 
     fn lost_starts(&self, run: &UpgradeRun, snapshot: &Snapshot, to: &str, announced: &Announced) -> Vec<String> {
@@ -1802,27 +1789,6 @@ impl upgradeplan::send::Shell for Sending<'_> {
         self.publish(&run.name_any(), reason, "", note)
     }
 
-    async fn announce(&self, run: &UpgradeRun, a: &Announcement) -> Result<(), Stop> {
-        self.request(false)?;
-        let name = run.name_any();
-        let mut world = self.world.borrow_mut();
-        if a.key.is_empty() {
-            world.recall(&name);
-        }
-        // `Ctx::event_once`: not again in this process, nor when an earlier one published it.
-        let first = world.process().reported.insert((name.clone(), a.reason, a.key.clone()));
-        let before = world
-            .process()
-            .recalled
-            .get(&name)
-            .is_some_and(|r| r.contains(a.reason, &a.note));
-        drop(world);
-        if first && !before {
-            self.publish(&name, a.reason, &a.key, a.note.clone())?;
-        }
-        Ok(())
-    }
-
     async fn create_run(&self, revert: &UpgradeRun) -> Result<(), Stop> {
         self.request(true)?;
         let mut world = self.world.borrow_mut();
@@ -1848,17 +1814,6 @@ impl upgradeplan::send::Shell for Sending<'_> {
     async fn flush_counts(&self, _run: &UpgradeRun) {}
 
     fn gauges(&self, _run: &UpgradeRun, _gauges: &Gauges) {}
-
-    fn progress_wait(&self, run: &UpgradeRun) -> Option<std::time::Duration> {
-        let mut world = self.world.borrow_mut();
-        let (now, in_progress) = (world.now, world.runs_in_progress());
-        let since_written = world
-            .process()
-            .status_written
-            .get(&run.name_any())
-            .map(|at| (now - *at).to_std().unwrap_or_default());
-        lifecycle::progress_wait(since_written, in_progress)
-    }
 
     async fn write_status(
         &self,
@@ -1919,8 +1874,6 @@ impl upgradeplan::send::Shell for Sending<'_> {
                 }
             }
         }
-        let now = world.now;
-        world.process().status_written.insert(name.clone(), now);
         self.status_uncounted.set(true);
         if !world.lagging_step {
             world.tally.plugin_views += 1;

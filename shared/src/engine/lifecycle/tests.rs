@@ -3085,6 +3085,7 @@ struct Recording {
     /// The admission of the pass's starts ends once this many were sent.
     admission_ends_after: Option<usize>,
     sent: std::cell::Cell<usize>,
+    memory: std::cell::RefCell<crate::send::RunMemory>,
 }
 
 impl Recording {
@@ -3127,8 +3128,18 @@ impl crate::send::Shell for Recording {
         self.note("snapshot");
         Ok(())
     }
-    async fn recall_first(&self, _: &UpgradeRun) -> Result<Option<Arc<Announced>>, Self::Error> {
-        Ok(None)
+    fn memory<R>(&self, f: impl FnOnce(&mut crate::send::RunMemory) -> R) -> R {
+        f(&mut self.memory.borrow_mut())
+    }
+    fn now(&self) -> DateTime<Utc> {
+        t(1)
+    }
+    fn runs_in_progress(&self) -> usize {
+        1
+    }
+    async fn list_announced(&self, _: &UpgradeRun) -> Result<Option<Announced>, Self::Error> {
+        self.note("list events");
+        Ok(Some(Announced::default()))
     }
     fn lost_starts(
         &self,
@@ -3160,19 +3171,12 @@ impl crate::send::Shell for Recording {
         self.note(format!("event {reason}"));
         Ok(())
     }
-    async fn announce(&self, _: &UpgradeRun, a: &Announcement) -> Result<(), Self::Error> {
-        self.note(format!("announce {}", a.reason));
-        Ok(())
-    }
     async fn create_run(&self, r: &UpgradeRun) -> Result<(), Self::Error> {
         self.note(format!("create {}", r.metadata.name.clone().unwrap_or_default()));
         Ok(())
     }
     async fn flush_counts(&self, _: &UpgradeRun) {}
     fn gauges(&self, _: &UpgradeRun, _: &Gauges) {}
-    fn progress_wait(&self, _: &UpgradeRun) -> Option<std::time::Duration> {
-        None
-    }
     async fn write_status(
         &self,
         _: &UpgradeRun,
@@ -3223,12 +3227,13 @@ fn the_send_loop_sends_a_step_in_order_the_status_last_conditional_on_the_run_as
     let starts = "event ResourceUpgradeStarted";
     assert_eq!(
         log.iter()
-            .filter(|l| l.as_str() != starts && !l.starts_with("announce"))
+            .filter(|l| l.as_str() != starts && !l.starts_with("event"))
             .collect::<Vec<_>>(),
         [
             "own",
             "read run at Some(\"2\")",
             "snapshot",
+            "list events",
             "patch r0-binding",
             "patch r1-binding",
             "patch r2-binding",
@@ -3265,7 +3270,9 @@ fn the_send_loop_withholds_the_starts_left_once_their_admission_ends_and_writes_
         "{log:#?}"
     );
     assert_eq!(
-        log.iter().filter(|l| l.starts_with("event")).count(),
+        log.iter()
+            .filter(|l| l.as_str() == "event ResourceUpgradeStarted")
+            .count(),
         1,
         "only the sent start is announced"
     );
