@@ -105,7 +105,7 @@ pub struct Ctx {
     pub retries: RetryBackoff,
     /// Starts sent under an UpgradeBudget and not in the binding cache yet; its lock makes the
     /// budgeted runs' decisions one at a time (spec §13.8).
-    pub budget_ledger: tokio::sync::Mutex<crate::ledger::Ledger>,
+    pub budget_ledger: Arc<tokio::sync::Mutex<crate::ledger::Ledger>>,
     /// Runs to reconcile now because a budget unit they wait for is free (the run controller
     /// reads the other end).
     pub budget_wakes: futures::channel::mpsc::UnboundedSender<kube::runtime::reflector::ObjectRef<UpgradeRun>>,

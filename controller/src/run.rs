@@ -9,26 +9,29 @@ use std::sync::Arc;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use upgradeplan::api::kratix::{BindingFacts, HealthRecord, RevisionFact};
-use upgradeplan::api::{RunState, UpgradeFreeze, UpgradeRun, UpgradeRunStatus, RUN_FINALIZER};
-use upgradeplan::engine::admission::{reads_gates, RunFacts};
-use upgradeplan::engine::admitted::{Admitted, Ended};
-use upgradeplan::engine::lifecycle::{
-    self, Announced, Counts, Gauges, KindsNeeded, SnapshotConfigMap, SnapshotFact, Step,
+use upgradeplan::api::{
+    Gate, RunState, UpgradeBudget, UpgradeFreeze, UpgradePlan, UpgradePlanSpec, UpgradeRun, UpgradeRunStatus,
+    RUN_FINALIZER,
 };
-use upgradeplan::engine::revert::RevertedFact;
+use upgradeplan::engine::admission::RunFacts;
+use upgradeplan::engine::admitted::{Admitted, Ended};
+use upgradeplan::engine::gate::GateReading;
+use upgradeplan::engine::lifecycle::{
+    self, Announced, Announcement, Counts, Gauges, KindsNeeded, SnapshotConfigMap, SnapshotFact, Step,
+};
 use upgradeplan::engine::snapshot::{Frozen, Snapshot, SnapshotResource};
+use upgradeplan::engine::stage::ApprovalFact;
+use upgradeplan::engine::upgrade_budget::BudgetFacts;
 use upgradeplan::engine::write::{ApprovalPatch, BindingPatch, Release, RunPatch};
-use upgradeplan::send::{RunMemory, RunWrite, Sent, Shell};
+use upgradeplan::send::{Gather, Passed, RunMemory, RunWrite, Sent, Shell};
 
 use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::events::EventType;
 use crate::writes::{adopt_approvals, create_run, patch_binding, patch_run, release_run};
-
-/// How soon a pass waiting for the cache to show its run's own binding patches looks again.
-const OWN_WRITES_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// How many binding patches (and their events) are in flight at once, across every run.
 pub const PATCH_CONCURRENCY: usize = upgradeplan::send::PATCH_CONCURRENCY;
@@ -98,113 +101,127 @@ impl lifecycle::Cluster for Ctx {
     }
 }
 
-/// Gathers the facts, takes the engine's step and applies it.
-async fn pass(run: &UpgradeRun, ctx: &Ctx) -> Result<Action> {
-    // Its own binding patches not in the cache yet: decided now, the pass would start them again.
-    if ctx.awaits_own_writes(run) {
-        return Ok(Action::requeue(OWN_WRITES_WAIT));
-    }
+/// One pass of the run: the shared pass (`upgradeplan::send::pass`) over this process's caches
+/// and the API server.
+async fn pass(run: &UpgradeRun, ctx: &Arc<Ctx>) -> Result<Action> {
+    let shell = RunPass::new(ctx);
     // The pass's one reading of the decision clock: every timestamp of its step is this instant.
-    let now = crate::clock::now();
-    let status = run.status.clone().unwrap_or_default();
-    let plan = ctx.plan(run.plan_name());
-    let others: Vec<RunFacts> = ctx
-        .runs_of(run.plan_name())
-        .iter()
-        .filter(|r| r.name_any() != run.name_any())
-        .map(|r| RunFacts::of(r))
-        .collect();
-    let snapshot = crate::snapshots::gather_snapshot(ctx, run, &status).await?;
-    // The plan the run follows: frozen once the snapshot exists, else the live one.
-    let run_plan = match &snapshot {
-        SnapshotFact::Found { frozen, .. } => Some(&frozen.plan),
-        _ => plan.as_deref().map(|p| &p.spec),
-    };
-    // A kind the API server does not serve is a fact for the step (KindsServed, spec §14.2); a
-    // list still to come is a short wait.
-    let missing_kinds = match lifecycle::kinds_needed(
-        run,
-        run_plan,
-        ctx.caches.health_kind.cache(),
-        ctx.caches.approvals_kind.cache(),
-    ) {
-        KindsNeeded::Known(missing) => missing,
-        KindsNeeded::ListPending { resource } => {
-            tracing::debug!(run = %run.name_any(), "waiting for the {resource} cache");
-            return Ok(Action::requeue(std::time::Duration::from_secs(5)));
+    Ok(match upgradeplan::send::pass(&shell, run, crate::clock::now()).await? {
+        Passed::Waits(wait) => {
+            tracing::debug!(run = %run.name_any(), ?wait, "waiting before deciding");
+            Action::requeue(wait.after())
         }
-    };
-    // A freeze must hold before anything starts; its list comes moments after the start (a
-    // watch that cannot list freezes logs why).
-    if !ctx.freezes_known() && !status.state.is_terminal() {
-        tracing::debug!(run = %run.name_any(), "waiting for the UpgradeFreeze cache");
-        return Ok(Action::requeue(crate::context::CACHE_WAIT));
-    }
-    // As freezes: a budget must hold before anything starts.
-    if !ctx.budgets_known() && !status.state.is_terminal() {
-        tracing::debug!(run = %run.name_any(), "waiting for the UpgradeBudget cache");
-        return Ok(Action::requeue(crate::context::CACHE_WAIT));
-    }
-    // Signal gates of the run's plan, read by the plan's active run only (see `reads_gates`).
-    let gates = match run_plan.and_then(|p| p.gates.as_deref()) {
-        Some(gates) if !gates.is_empty() && reads_gates(run) => {
-            ctx.gates.read(run.plan_name(), gates, now, &ctx.metrics).await
+        Passed::Sent(sent) => action_after(sent),
+    })
+}
+
+/// A pass of one run in this process: the caches, the API server, and the budget ledger while
+/// the pass holds it.
+pub struct RunPass {
+    ctx: Arc<Ctx>,
+    /// Held from the budgets' facts until the step's starts are recorded (`Gather::decided`).
+    ledger: std::sync::Mutex<Option<tokio::sync::OwnedMutexGuard<crate::ledger::Ledger>>>,
+}
+
+impl RunPass {
+    pub fn new(ctx: &Arc<Ctx>) -> Self {
+        RunPass {
+            ctx: ctx.clone(),
+            ledger: std::sync::Mutex::new(None),
         }
-        _ => Vec::new(),
-    };
-    let approvals = ctx.approvals_of(run);
-    // A revert before its snapshot derives it from the run it reverts (spec §13.7).
-    let reverted_run = match (&run.spec.revert_of, &snapshot) {
-        (Some(of), SnapshotFact::Absent) if !status.state.is_terminal() => {
-            Some(crate::snapshots::gather_reverted(ctx, &of.name).await?)
+    }
+}
+
+impl std::ops::Deref for RunPass {
+    type Target = Ctx;
+    fn deref(&self) -> &Ctx {
+        &self.ctx
+    }
+}
+
+impl Gather for RunPass {
+    fn cluster(&self) -> &dyn lifecycle::Cluster {
+        &*self.ctx
+    }
+
+    fn awaits_own_writes(&self, run: &UpgradeRun) -> bool {
+        self.ctx.awaits_own_writes(run)
+    }
+
+    fn plan(&self, name: &str) -> Option<Arc<UpgradePlan>> {
+        self.ctx.plan(name)
+    }
+
+    fn others(&self, run: &UpgradeRun) -> Vec<RunFacts> {
+        let runs = self.ctx.runs_of(run.plan_name());
+        let others = runs.iter().filter(|r| r.name_any() != run.name_any());
+        others.map(|r| RunFacts::of(r)).collect()
+    }
+
+    async fn snapshot(&self, run: &UpgradeRun) -> Result<SnapshotFact> {
+        let status = run.status.clone().unwrap_or_default();
+        crate::snapshots::gather_snapshot(&self.ctx, run, &status).await
+    }
+
+    fn kinds_needed(&self, run: &UpgradeRun, plan: Option<&UpgradePlanSpec>) -> KindsNeeded {
+        let caches = &self.ctx.caches;
+        lifecycle::kinds_needed(run, plan, caches.health_kind.cache(), caches.approvals_kind.cache())
+    }
+
+    fn freezes_known(&self) -> bool {
+        self.ctx.freezes_known()
+    }
+
+    fn budgets_known(&self) -> bool {
+        self.ctx.budgets_known()
+    }
+
+    async fn gates(&self, run: &UpgradeRun, gates: &[Gate], now: chrono::DateTime<chrono::Utc>) -> Vec<GateReading> {
+        self.ctx
+            .gates
+            .read(run.plan_name(), gates, now, &self.ctx.metrics)
+            .await
+    }
+
+    fn approvals(&self, run: &UpgradeRun) -> Vec<ApprovalFact> {
+        self.ctx.approvals_of(run)
+    }
+
+    async fn reverted(&self, name: &str) -> Result<Option<(Arc<UpgradeRun>, SnapshotFact)>> {
+        crate::snapshots::gather_reverted(&self.ctx, name).await
+    }
+
+    fn budgets(&self) -> Vec<Arc<UpgradeBudget>> {
+        self.ctx.caches.budgets.state()
+    }
+
+    async fn budget_facts(&self, run: &UpgradeRun, selecting: &[&UpgradeBudget]) -> Vec<BudgetFacts> {
+        let mut ledger = self.ctx.budget_ledger.clone().lock_owned().await;
+        let facts = crate::ledger::facts_for(&self.ctx.caches, &mut ledger, run, selecting);
+        if let Ok(mut held) = self.ledger.lock() {
+            *held = Some(ledger);
         }
-        _ => None,
-    };
-    let reverted = RevertedFact::of(reverted_run.as_ref().map(|r| r.as_ref().map(|(run, s)| (&**run, s))));
-    // Budgets select by the run's Promise and its live plan's labels, as freezes do (spec §13.8).
-    let promise = run_plan.map(|p| p.promise_ref.name.as_str()).unwrap_or_default();
-    let labels = plan.as_deref().map(|p| p.labels().clone()).unwrap_or_default();
-    let all_budgets = ctx.caches.budgets.state();
-    let selecting = match status.state.is_terminal() {
-        true => Vec::new(),
-        false => upgradeplan::engine::upgrade_budget::selecting(&all_budgets, promise, &labels),
-    };
-    // A budgeted run decides once, holding the ledger from the budgets' facts until its starts are
-    // recorded: no unit is handed out twice, and no decision is taken again (spec §13.8). Only
-    // budgeted runs wait for one another here; the wait is one evaluation each, not a second.
-    let mut ledger = match selecting.is_empty() {
-        true => None,
-        false => Some(ctx.budget_ledger.lock().await),
-    };
-    let budgets = match ledger.as_deref_mut() {
-        Some(ledger) => crate::ledger::facts_for(&ctx.caches, ledger, run, &selecting),
-        None => Vec::new(),
-    };
-    let facts = lifecycle::Facts {
-        plan: plan.as_deref(),
-        others: &others,
-        snapshot,
-        gates: &gates,
-        approvals: &approvals,
-        missing_kinds: &missing_kinds,
-        reverted,
-        budgets: &budgets,
-        selector: ctx.selector.as_deref(),
-        now,
-    };
-    let mut step = lifecycle::step(run, &facts, ctx);
-    if let Some(mut ledger) = ledger {
-        ledger.record(&run.name_any(), &step);
+        facts
     }
-    let wake_runs = std::mem::take(&mut step.wake_runs);
-    let action = carry_out(ctx, run, step).await;
-    for name in wake_runs {
-        // Closed only as the process stops.
-        let _ = ctx
-            .budget_wakes
-            .unbounded_send(kube::runtime::reflector::ObjectRef::new(&name));
+
+    fn selector(&self) -> Option<&str> {
+        self.ctx.selector.as_deref()
     }
-    action
+
+    fn decided(&self, run: &UpgradeRun, _facts: &lifecycle::Facts<'_>, step: &Step) -> Result<()> {
+        // Recorded, the ledger lets go: the next budgeted run decides with these starts counted.
+        if let Some(mut ledger) = self.ledger.lock().ok().and_then(|mut held| held.take()) {
+            ledger.record(&run.name_any(), step);
+        }
+        Ok(())
+    }
+
+    fn wake(&self, runs: &[String]) {
+        for name in runs {
+            // Closed only as the process stops.
+            let _ = self.ctx.budget_wakes.unbounded_send(ObjectRef::new(name));
+        }
+    }
 }
 
 /// A deleted run: cancelled by its own step, then, once its plan recorded it, its snapshot goes
@@ -216,10 +233,9 @@ async fn deleted(run: Arc<UpgradeRun>, ctx: Arc<Ctx>) -> Result<Action> {
     pass(&run, &ctx).await
 }
 
-/// Sends a step's writes through the send loop every shell shares ([`upgradeplan::send`]) and
-/// turns how it ended into the controller's next look.
-async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
-    Ok(match upgradeplan::send::carry_out(ctx, run, &step).await? {
+/// The controller's next look after a pass's sending ended.
+fn action_after(sent: Sent) -> Action {
+    match sent {
         Sent::Again => Action::requeue(std::time::Duration::from_millis(200)),
         Sent::Released => Action::await_change(),
         Sent::Done {
@@ -229,13 +245,16 @@ async fn carry_out(ctx: &Ctx, run: &UpgradeRun, step: Step) -> Result<Action> {
             Some(after) => Action::requeue(after),
             None => Action::await_change(),
         },
-    })
+    }
 }
 
 /// The controller's shell: each write a request to the API server, each memory this process's.
-impl Shell for Ctx {
+impl Shell for RunPass {
     type Error = Error;
-    type Slot<'a> = Option<tokio::sync::SemaphorePermit<'a>>;
+    type Slot<'a>
+        = Option<tokio::sync::SemaphorePermit<'a>>
+    where
+        Self: 'a;
 
     async fn patch_own(&self, patch: &RunPatch) -> Result<RunWrite> {
         match patch_run(&self.client, patch).await {
@@ -305,7 +324,7 @@ impl Shell for Ctx {
     }
 
     fn lost_starts(&self, run: &UpgradeRun, snapshot: &Snapshot, to: &str, announced: &Announced) -> Vec<String> {
-        let missing = lifecycle::lost_start_announcements(run, snapshot, to, announced, self);
+        let missing = lifecycle::lost_start_announcements(run, snapshot, to, announced, &*self.ctx);
         if !missing.is_empty() {
             tracing::info!(run = %run.name_any(), count = missing.len(), "announcing upgrades whose events a restart lost");
         }
@@ -338,8 +357,8 @@ impl Shell for Ctx {
         self.budget_ledger.lock().await.forget(&run.name_any(), patches);
     }
 
-    async fn event(&self, run: &UpgradeRun, warning: bool, reason: &'static str, note: String) -> Result<()> {
-        Ctx::event(self, run, EventType::of(warning), reason, note).await;
+    async fn event(&self, run: &UpgradeRun, a: &Announcement) -> Result<()> {
+        Ctx::event(self, run, EventType::of(a.warning), a.reason, a.note.clone()).await;
         Ok(())
     }
 
@@ -399,11 +418,21 @@ mod tests {
     use http::{Request, Response};
     use http_body_util::BodyExt;
     use kube::client::Body;
+    use kube::runtime::controller::Action;
     use serde_json::{json, Value};
     use upgradeplan::api::UpgradeRun;
+    use upgradeplan::engine::lifecycle::Step;
     use upgradeplan::engine::write::{ApprovalPatch, RunPatch};
 
     use crate::writes::tests::ok;
+
+    /// A step sent as a pass of the controller sends it, and the controller's next look.
+    async fn carry_out(ctx: &Arc<super::Ctx>, run: &UpgradeRun, step: Step) -> crate::error::Result<Action> {
+        let shell = super::RunPass::new(ctx);
+        Ok(super::action_after(
+            upgradeplan::send::carry_out(&shell, run, &step).await?,
+        ))
+    }
 
     /// A controller context whose API server is `service`, with empty caches.
     fn context(client: kube::Client) -> super::Ctx {
@@ -580,8 +609,8 @@ mod tests {
             }],
             ..Step::new(&run, pending)
         };
-        let ctx = context(client);
-        super::carry_out(&ctx, &run, step).await.expect("the step is sent");
+        let ctx = Arc::new(context(client));
+        carry_out(&ctx, &run, step).await.expect("the step is sent");
         drop(ctx);
         server.await.expect("the server");
 
@@ -676,8 +705,8 @@ mod tests {
                 to: "v2".into(),
                 ..Step::new(&run, in_progress)
             };
-            let ctx = context(client);
-            let action = super::carry_out(&ctx, &run, step).await.expect("the step is sent");
+            let ctx = Arc::new(context(client));
+            let action = carry_out(&ctx, &run, step).await.expect("the step is sent");
             let refused = ctx.copy_refused_before(&run);
             drop(ctx);
             server.await.expect("the server");

@@ -10,12 +10,21 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+use kube::ResourceExt;
 
-use crate::api::{UpgradeRun, UpgradeRunStatus};
+use crate::api::{Gate, UpgradeBudget, UpgradePlan, UpgradePlanSpec, UpgradeRun, UpgradeRunStatus};
+use crate::engine::admission::{reads_gates, RunFacts};
 use crate::engine::admitted::{Admitted, Ended};
-use crate::engine::lifecycle::{self, events, Announced, Announcement, Counts, Gauges, SnapshotConfigMap, Step, Write};
+use crate::engine::gate::GateReading;
+use crate::engine::lifecycle::{
+    self, events, Announced, Announcement, Cluster, Counts, Facts, Gauges, KindsNeeded, SnapshotConfigMap,
+    SnapshotFact, Step, Write,
+};
+use crate::engine::revert::RevertedFact;
 use crate::engine::run::texts;
 use crate::engine::snapshot::{Frozen, Snapshot, SnapshotResource};
+use crate::engine::stage::ApprovalFact;
+use crate::engine::upgrade_budget::{self, BudgetFacts};
 use crate::engine::write::{ApprovalPatch, Attempt, BindingPatch, Release, RunPatch};
 
 /// How many binding patches one pass has in flight at once (the shell may bound them further,
@@ -83,14 +92,9 @@ pub trait Shell {
     /// Starts a pass decided and did not send (their admission ended, `why`): a ledger holding
     /// them lets their units go.
     async fn withheld(&self, run: &UpgradeRun, patches: &[&BindingPatch], why: &Ended);
-    /// An Event about `run`, published as it is (best effort).
-    async fn event(
-        &self,
-        run: &UpgradeRun,
-        warning: bool,
-        reason: &'static str,
-        note: String,
-    ) -> Result<(), Self::Error>;
+    /// An Event about `run`, published as it is (best effort). Its key is the engine's name for
+    /// the occurrence it announces; the Event itself says only its reason and note.
+    async fn event(&self, run: &UpgradeRun, announcement: &Announcement) -> Result<(), Self::Error>;
     async fn create_run(&self, run: &UpgradeRun) -> Result<(), Self::Error>;
     /// The run's counters written out before its end is announced.
     async fn flush_counts(&self, run: &UpgradeRun);
@@ -108,6 +112,153 @@ pub trait Shell {
     async fn release(&self, run: &UpgradeRun, release: &Release) -> Result<bool, Self::Error>;
     /// A write decided from this copy of `run` was refused: the next pass reads it afresh.
     fn refused(&self, run: &UpgradeRun);
+}
+
+/// What a run's pass gathers, and from where: the shell's caches (the controller's) or objects
+/// (the simulation's). Which facts a pass needs, when it waits for them and which budgets select
+/// the run are decided in [`pass`], once.
+#[allow(async_fn_in_trait)]
+pub trait Gather: Shell {
+    /// The cluster as the shell shows it now: bindings, revisions, HealthRecords, freezes.
+    fn cluster(&self) -> &dyn Cluster;
+    /// Whether the shell's view still misses a binding patch this process sent for `run`.
+    fn awaits_own_writes(&self, run: &UpgradeRun) -> bool;
+    /// The live plan named `name`.
+    fn plan(&self, name: &str) -> Option<Arc<UpgradePlan>>;
+    /// The admission facts of the other runs of `run`'s plan.
+    fn others(&self, run: &UpgradeRun) -> Vec<RunFacts>;
+    /// `run`'s snapshot, read back and verified against the digests its status records.
+    async fn snapshot(&self, run: &UpgradeRun) -> Result<SnapshotFact, Self::Error>;
+    /// The kinds `plan` needs that the API server does not serve, or that their list is to come.
+    fn kinds_needed(&self, run: &UpgradeRun, plan: Option<&UpgradePlanSpec>) -> KindsNeeded;
+    /// Whether the UpgradeFreezes, and the UpgradeBudgets, are listed.
+    fn freezes_known(&self) -> bool;
+    fn budgets_known(&self) -> bool;
+    /// The latest reading of each of `gates` of `run`'s plan.
+    async fn gates(&self, run: &UpgradeRun, gates: &[Gate], now: DateTime<Utc>) -> Vec<GateReading>;
+    fn approvals(&self, run: &UpgradeRun) -> Vec<ApprovalFact>;
+    /// The run a revert undoes, and its snapshot as read back (`None`: no run of that name).
+    async fn reverted(&self, name: &str) -> Result<Option<(Arc<UpgradeRun>, SnapshotFact)>, Self::Error>;
+    fn budgets(&self) -> Vec<Arc<UpgradeBudget>>;
+    /// The facts of the budgets `selecting` (each selects `run`'s plan), taken under the shell's
+    /// ledger of starts it sent: held until [`Gather::decided`], so that no unit is handed out
+    /// twice and nothing is decided again (spec §13.8).
+    async fn budget_facts(&self, run: &UpgradeRun, selecting: &[&UpgradeBudget]) -> Vec<BudgetFacts>;
+    /// The controller's `--selector`.
+    fn selector(&self) -> Option<&str>;
+    /// The step decided from `facts`, before any of it is sent: a ledger records its starts and
+    /// lets go; the simulation checks it.
+    fn decided(&self, run: &UpgradeRun, facts: &Facts<'_>, step: &Step) -> Result<(), Self::Error>;
+    /// Other runs to look at now: budget units this pass left free.
+    fn wake(&self, runs: &[String]);
+}
+
+/// Why a pass waits instead of deciding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Its own binding patches are not in the shell's view yet: decided now, it would start
+    /// them again.
+    OwnWrites,
+    /// The list of a kind the run's plan needs (`<plural>.<group>`) is still to come.
+    KindList(&'static str),
+    /// The UpgradeFreezes or UpgradeBudgets are not listed yet: one must hold before anything
+    /// starts.
+    Freezes,
+    Budgets,
+}
+
+impl Wait {
+    /// How soon the pass looks again.
+    pub fn after(self) -> std::time::Duration {
+        match self {
+            Wait::OwnWrites => std::time::Duration::from_millis(100),
+            Wait::KindList(_) => std::time::Duration::from_secs(5),
+            Wait::Freezes | Wait::Budgets => std::time::Duration::from_millis(200),
+        }
+    }
+}
+
+/// How a run's pass ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Passed {
+    Waits(Wait),
+    Sent(Sent),
+}
+
+/// One pass of a run: gathers the facts through `shell`, takes the engine's step at `now` (the
+/// pass's one reading of the decision clock) and sends it ([`carry_out`]). The controller's
+/// reconcile and the simulation's run this same function.
+pub async fn pass<S: Gather>(shell: &S, run: &UpgradeRun, now: DateTime<Utc>) -> Result<Passed, S::Error> {
+    if shell.awaits_own_writes(run) {
+        return Ok(Passed::Waits(Wait::OwnWrites));
+    }
+    let ended = run.status.as_ref().is_some_and(|s| s.state.is_terminal());
+    let plan = shell.plan(run.plan_name());
+    let others = shell.others(run);
+    let snapshot = shell.snapshot(run).await?;
+    // The plan the run follows: frozen once the snapshot exists, else the live one.
+    let run_plan = match &snapshot {
+        SnapshotFact::Found { frozen, .. } => Some(&frozen.plan),
+        _ => plan.as_deref().map(|p| &p.spec),
+    };
+    // A kind the API server does not serve is a fact for the step (KindsServed, spec §14.2); a
+    // list still to come is a short wait.
+    let missing_kinds = match shell.kinds_needed(run, run_plan) {
+        KindsNeeded::Known(missing) => missing,
+        KindsNeeded::ListPending { resource } => return Ok(Passed::Waits(Wait::KindList(resource))),
+    };
+    // A freeze, and a budget, must hold before anything starts; their lists come moments after
+    // the start.
+    if !ended && !shell.freezes_known() {
+        return Ok(Passed::Waits(Wait::Freezes));
+    }
+    if !ended && !shell.budgets_known() {
+        return Ok(Passed::Waits(Wait::Budgets));
+    }
+    // Signal gates of the run's plan, read by the plan's active run only (see `reads_gates`).
+    let gates = match run_plan.and_then(|p| p.gates.as_deref()) {
+        Some(gates) if !gates.is_empty() && reads_gates(run) => shell.gates(run, gates, now).await,
+        _ => Vec::new(),
+    };
+    let approvals = shell.approvals(run);
+    // A revert before its snapshot derives it from the run it reverts (spec §13.7).
+    let reverted_run = match (&run.spec.revert_of, &snapshot) {
+        (Some(of), SnapshotFact::Absent) if !ended => Some(shell.reverted(&of.name).await?),
+        _ => None,
+    };
+    let reverted = RevertedFact::of(reverted_run.as_ref().map(|r| r.as_ref().map(|(run, s)| (&**run, s))));
+    // Budgets select by the run's Promise and its live plan's labels, as freezes do (spec §13.8).
+    let promise = run_plan.map(|p| p.promise_ref.name.as_str()).unwrap_or_default();
+    let labels = plan.as_deref().map(|p| p.labels().clone()).unwrap_or_default();
+    let all_budgets = shell.budgets();
+    let selecting = match ended {
+        true => Vec::new(),
+        false => upgrade_budget::selecting(&all_budgets, promise, &labels),
+    };
+    // A budgeted run decides once, holding the ledger from the budgets' facts until its starts are
+    // recorded; only budgeted runs wait for one another there.
+    let budgets = match selecting.is_empty() {
+        true => Vec::new(),
+        false => shell.budget_facts(run, &selecting).await,
+    };
+    let facts = Facts {
+        plan: plan.as_deref(),
+        others: &others,
+        snapshot,
+        gates: &gates,
+        approvals: &approvals,
+        missing_kinds: &missing_kinds,
+        reverted,
+        budgets: &budgets,
+        selector: shell.selector(),
+        now,
+    };
+    let mut step = lifecycle::step(run, &facts, shell.cluster());
+    shell.decided(run, &facts, &step)?;
+    let wake_runs = std::mem::take(&mut step.wake_runs);
+    let sent = carry_out(shell, run, &step).await;
+    shell.wake(&wake_runs);
+    Ok(Passed::Sent(sent?))
 }
 
 /// How a pass's sending ended.
@@ -253,7 +404,7 @@ async fn send_bindings<S: Shell>(
                 };
                 shell.started(run, &patch.resource);
                 let note = texts::resource_started(&patch.resource.display_name(), from, to);
-                if let Err(e) = shell.event(run, false, events::RESOURCE_UPGRADE_STARTED, note).await {
+                if let Err(e) = shell.event(run, &started(note)).await {
                     failed.get_or_insert(e);
                 }
             }
@@ -284,14 +435,25 @@ async fn repair_announcements<S: Shell>(
         return Ok(());
     };
     let missing = shell.lost_starts(run, snapshot, to, &announced);
-    let events = missing
-        .into_iter()
-        .map(|note| shell.event(run, false, events::RESOURCE_UPGRADE_STARTED, note));
-    let published: Vec<Result<(), S::Error>> = futures::stream::iter(events)
+    let events: Vec<Announcement> = missing.into_iter().map(started).collect();
+    // By index, as the binding patches (a closure over borrowed items is not provably Send).
+    let publish = |i: usize| shell.event(run, &events[i]);
+    let published: Vec<Result<(), S::Error>> = futures::stream::iter(0..events.len())
+        .map(publish)
         .buffer_unordered(PATCH_CONCURRENCY)
         .collect()
         .await;
     published.into_iter().collect()
+}
+
+/// A `ResourceUpgradeStarted` event.
+fn started(note: String) -> Announcement {
+    Announcement {
+        warning: false,
+        reason: events::RESOURCE_UPGRADE_STARTED,
+        note,
+        key: String::new(),
+    }
 }
 
 /// What earlier processes announced about `run`, read once per run per process: `Some` the first
@@ -311,7 +473,7 @@ async fn announce<S: Shell>(shell: &S, run: &UpgradeRun, a: &Announcement) -> Re
         recall_first(shell, run).await?;
     }
     if shell.memory(|m| m.first_announcement(run, a)) {
-        shell.event(run, a.warning, a.reason, a.note.clone()).await?;
+        shell.event(run, a).await?;
     }
     Ok(())
 }

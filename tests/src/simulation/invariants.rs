@@ -621,7 +621,7 @@ impl Checker {
         run: &UpgradeRun,
         step: &Step,
         seen: &[upgradeplan::api::kratix::ResourceBinding],
-        gathered: Option<&Option<(UpgradeRun, upgradeplan::engine::snapshot::SnapshotFact)>>,
+        gathered: &upgradeplan::engine::revert::RevertedFact<'_>,
     ) -> Result<(), Violation> {
         use upgradeplan::api::kratix::BindingFacts;
         use upgradeplan::api::RevertResources;
@@ -660,7 +660,9 @@ impl Checker {
         let decided_now = |c: &upgradeplan::api::Condition| {
             recorded.is_none_or(|r| (r.status, &r.reason, &r.message) != (c.status, &c.reason, &c.message))
         };
-        if let (Some(c), None, Some(Some((given, snapshot)))) = (refusal, &step.frozen, gathered) {
+        if let (Some(c), None, upgradeplan::engine::revert::RevertedFact::Found { run: given, snapshot }) =
+            (refusal, &step.frozen, gathered)
+        {
             let readable = matches!(snapshot, upgradeplan::engine::snapshot::SnapshotFact::Found { .. });
             if given.plan_name() == run.plan_name() && readable && decided_now(c) {
                 return wrong(format!(

@@ -13,20 +13,20 @@ use kube::ResourceExt;
 use serde_json::{json, Value};
 use upgradeplan::api::kratix::{BindingFacts, CachedBinding, HealthRecord, Interner, ResourceBinding};
 use upgradeplan::api::{
-    RunState, UpgradeBudget, UpgradeFreeze, UpgradePlan, UpgradeRun, UpgradeRunStatus, RUN_FINALIZER,
+    Gate, RunState, UpgradeBudget, UpgradeFreeze, UpgradePlan, UpgradePlanSpec, UpgradeRun, UpgradeRunStatus,
+    RUN_FINALIZER,
 };
 use upgradeplan::engine::admission::{new_run, NewRun, RunFacts};
 use upgradeplan::engine::admitted::{Admitted, Ended};
 use upgradeplan::engine::gate::{GateReading, Reading};
 use upgradeplan::engine::lifecycle::{
-    self, Announced, Cluster, Counts, Facts, Gauges, SnapshotConfigMap, SnapshotFact, Step,
+    self, Announced, Announcement, Cluster, Counts, Facts, Gauges, KindsNeeded, SnapshotConfigMap, SnapshotFact, Step,
 };
-use upgradeplan::engine::revert::RevertedFact;
 use upgradeplan::engine::snapshot::{digest, read_frozen, Frozen, Snapshot, SnapshotResource};
 use upgradeplan::engine::stage::ApprovalFact;
 use upgradeplan::engine::upgrade_budget::{self, BudgetFacts};
 use upgradeplan::engine::write::{ApprovalPatch, Attempt, BindingPatch, Release, RunPatch};
-use upgradeplan::send::{RunMemory, RunWrite, Sent};
+use upgradeplan::send::{Gather, Passed, RunMemory, RunWrite, Sent};
 use upgradeplan::time::to_jiff;
 
 use super::history::{Fault, UserAction};
@@ -272,15 +272,15 @@ pub fn revision_facts(revisions: &[String], terminating: &[String]) -> Vec<upgra
 }
 
 /// The controller's view of the caches for one step.
-struct View<'w> {
-    bindings: &'w [ResourceBinding],
-    revisions: &'w [String],
-    terminating: &'w [String],
-    freezes: &'w [Arc<UpgradeFreeze>],
-    health: &'w [Arc<HealthRecord>],
+struct View {
+    bindings: Vec<ResourceBinding>,
+    revisions: Vec<String>,
+    terminating: Vec<String>,
+    freezes: Vec<Arc<UpgradeFreeze>>,
+    health: Vec<Arc<HealthRecord>>,
 }
 
-impl Cluster for View<'_> {
+impl Cluster for View {
     fn binding(&self, namespace: &str, name: &str) -> Option<Arc<dyn BindingFacts>> {
         self.bindings
             .iter()
@@ -295,7 +295,7 @@ impl Cluster for View<'_> {
             .collect()
     }
     fn revisions_of(&self, promise: &str) -> Vec<upgradeplan::api::kratix::RevisionFact> {
-        let facts = revision_facts(self.revisions, self.terminating);
+        let facts = revision_facts(&self.revisions, &self.terminating);
         facts.into_iter().filter(|_| promise == PROMISE).collect()
     }
     fn health_records(&self, promise: &str) -> Vec<Arc<HealthRecord>> {
@@ -537,37 +537,41 @@ impl World {
 
     /// The world's budget as `run`'s step sees it over `bindings` (spec §13.8), as the controller
     /// gathers it (no starts are in flight between two steps here).
-    fn budget_facts(&self, run: &UpgradeRun, bindings: &[ResourceBinding]) -> Vec<BudgetFacts> {
-        let Some(budget) = &self.budget else {
-            return Vec::new();
-        };
-        let promise = &self.plan.spec.promise_ref.name;
-        if self.plan_deleted || !upgrade_budget::selects(budget, promise, self.plan.labels()) {
-            return Vec::new();
-        }
+    /// The facts of the budgets `selecting` for `run`, from the bindings as they are.
+    fn budget_facts(&self, run: &UpgradeRun, selecting: &[&UpgradeBudget]) -> Vec<BudgetFacts> {
         let runs: Vec<&UpgradeRun> = self.runs.iter().collect();
         let name = run.name_any();
+        let bindings = self.bindings();
         let working = upgrade_budget::in_flight_by_run(bindings.iter().map(|b| b as &dyn BindingFacts));
-        let others: Vec<upgradeplan::engine::upgrade_budget::BudgetRun> = upgrade_budget::runs_under(
-            &[budget],
-            &[&self.plan],
+        // The plans the caches hold: none once it is deleted.
+        let plans: Vec<&UpgradePlan> = (!self.plan_deleted).then_some(&self.plan).into_iter().collect();
+        let budget_runs = upgrade_budget::runs_under(
+            selecting,
+            &plans,
             &runs,
             |run| working.get(run).copied().unwrap_or(0),
             |_| 0,
-        )
-        .into_iter()
-        .map(|(_, r)| r)
-        .filter(|r| r.name != name)
-        .collect();
-        if trace() {
-            eprintln!("    budget facts for {name}: {others:?}");
-        }
-        vec![BudgetFacts {
-            name: budget.name_any(),
-            max: upgrade_budget::max_in_flight(budget),
-            others,
-            sent: 0,
-        }]
+        );
+        selecting
+            .iter()
+            .enumerate()
+            .map(|(i, budget)| {
+                let others: Vec<upgrade_budget::BudgetRun> = budget_runs
+                    .iter()
+                    .filter(|(selected, r)| selected[i] && r.name != name)
+                    .map(|(_, r)| r.clone())
+                    .collect();
+                if trace() {
+                    eprintln!("    budget facts for {name}: {others:?}");
+                }
+                BudgetFacts {
+                    name: budget.name_any(),
+                    max: upgrade_budget::max_in_flight(budget),
+                    others,
+                    sent: 0,
+                }
+            })
+            .collect()
     }
 
     /// Whether run `r` is woken when watch events about other objects are missed: its own object
@@ -606,24 +610,17 @@ impl World {
         }
     }
 
-    /// What a controller finds of the run `run` reverts (spec §13.7), as it gathers it: only for
-    /// a revert going on without its own snapshot; `Some(None)`: no run of that name.
-    fn reverted_of(&self, run: &UpgradeRun, own: &SnapshotFact) -> Option<Option<(UpgradeRun, SnapshotFact)>> {
-        let of = run.spec.revert_of.as_ref()?;
-        let ended = run.status.as_ref().is_some_and(|s| s.state.is_terminal());
-        if ended || !matches!(own, SnapshotFact::Absent) {
-            return None;
-        }
-        Some(self.runs.iter().find(|r| r.name_any() == of.name).map(|r| {
-            // Read from the ConfigMaps its status names, as the controller reads them.
+    /// The run named `name` a revert undoes (spec §13.7), with its snapshot read from the
+    /// ConfigMaps its status names, as the controller reads them (`None`: no run of that name).
+    fn reverted_named(&self, name: &str) -> Option<(Arc<UpgradeRun>, SnapshotFact)> {
+        self.runs.iter().find(|r| r.name_any() == name).map(|r| {
             let recorded = r.status.as_ref().is_some_and(|s| !s.resource_list_refs.is_empty());
-            let fact = if recorded {
-                self.snapshot_of(r)
-            } else {
-                SnapshotFact::Absent
+            let fact = match recorded {
+                true => self.snapshot_of(r),
+                false => SnapshotFact::Absent,
             };
-            (r.clone(), fact)
-        }))
+            (Arc::new(r.clone()), fact)
+        })
     }
 
     /// The snapshot ConfigMaps of `run` as a controller reads them back.
@@ -700,13 +697,13 @@ impl World {
     }
 
     /// The controller's view of the caches, with `bindings` as they show them.
-    fn view<'v>(&'v self, bindings: &'v [ResourceBinding]) -> View<'v> {
+    fn view(&self, bindings: Vec<ResourceBinding>) -> View {
         View {
             bindings,
-            revisions: &self.revisions,
-            terminating: &self.terminating,
-            freezes: &self.freezes,
-            health: &self.health,
+            revisions: self.revisions.clone(),
+            terminating: self.terminating.clone(),
+            freezes: self.freezes.clone(),
+            health: self.health.clone(),
         }
     }
 
@@ -1263,7 +1260,7 @@ impl World {
         if self.plan_deleted {
             return;
         }
-        let view = self.view(&self.lagging);
+        let view = self.view(self.lagging.clone());
         let runs: Vec<&UpgradeRun> = self.runs.iter().collect();
         let step = lifecycle::plan::step(&self.plan, &runs, true, &view, self.now);
         let deleted = step.delete_runs.clone();
@@ -1331,85 +1328,25 @@ impl World {
         };
         self.stale_copy = run.resource_version() != self.runs[i].resource_version();
         let runs_before = self.runs.clone();
-        let others: Vec<RunFacts> = self
-            .runs
-            .iter()
-            .filter(|r| r.name_any() != name)
-            .map(RunFacts::of)
-            .collect();
         let before = self.bindings();
         // Replaced by `before` once the step is done.
         let stale = std::mem::take(&mut self.lagging);
-        // Field by field: the step's tallies are written while the view is held.
-        let view = View {
-            bindings: if lagging { &stale } else { &before },
-            revisions: &self.revisions,
-            terminating: &self.terminating,
-            freezes: &self.freezes,
-            health: &self.health,
-        };
-        let gates = self.gate_readings();
-        let approvals = self.approvals_of(&name);
-        let snapshot = self.snapshot_of(&run);
-        let reverted_run = self.reverted_of(&run, &snapshot);
-        let reverted = RevertedFact::of(reverted_run.as_ref().map(|r| r.as_ref().map(|(run, s)| (run, s))));
-        // Decided once from the budgets as the controller's ledger has them: the caches and the
-        // starts this process sent that they do not show yet (here: caught up).
-        let budgets = self.budget_facts(&run, &before);
-        let facts = Facts {
-            plan: (!self.plan_deleted).then_some(&self.plan),
-            others: &others,
-            snapshot,
-            gates: &gates,
-            approvals: &approvals,
-            missing_kinds: &[],
-            reverted,
-            budgets: &budgets,
-            selector: None,
-            now: self.now,
-        };
-        let step = lifecycle::step(&run, &facts, &view);
-        // A plan edited since the run's snapshot: the same step from the plan as it was must be
-        // this step (spec §14.2: a plan edit mid-run changes nothing of the run), decided from the
-        // same facts.
-        if let (false, SnapshotFact::Found { frozen, .. }) = (self.plan_deleted, &facts.snapshot) {
-            if frozen.plan != self.plan.spec {
-                let unedited = UpgradePlan {
-                    spec: frozen.plan.clone(),
-                    ..self.plan.clone()
-                };
-                let facts = Facts {
-                    plan: Some(&unedited),
-                    snapshot: facts.snapshot.clone(),
-                    ..facts.clone()
-                };
-                self.tally.edited_plan_steps += 1;
-                checker.edit_changed_nothing(&name, &step, &lifecycle::step(&run, &facts, &view))?;
-            }
-        }
-        checker.revert_derived(self, &run, &step, view.bindings, reverted_run.as_ref())?;
-        self.tally.deadline_failures +=
-            checker.deadline_failures(&name, run.status.as_ref(), &step.status, view.bindings)?;
-        let derived = run.spec.revert_of.is_some() && !step.write_snapshot.is_empty();
-        self.tally.revert_snapshots += u64::from(derived);
-        self.tally.budgeted_steps += u64::from(!budgets.is_empty());
-        let held = step
-            .evaluation
-            .as_ref()
-            .is_some_and(|e| e.held_by.contains(&upgradeplan::engine::run::Blocked::BudgetExhausted));
-        self.tally.budget_holds += u64::from(held);
-        checker.before_writes(self, &run, &step)?;
-        // The controller's own send loop (`upgradeplan::send::carry_out`), each request applied
-        // to this world as the API server would, each memory the acting process's.
+        let view = self.view(if lagging { stale } else { before.clone() });
+        // The controller's own pass (`upgradeplan::send::pass`): the facts gathered from this
+        // world, the step checked once decided, and its writes sent through the controller's send
+        // loop, each request applied to this world as the API server would and each memory the
+        // acting process's.
         self.interrupt = match fault {
             Fault::Interrupted { after, by } => Some((after, by)),
             _ => None,
         };
         self.sends = 0;
+        let now = self.now;
         let sending = Sending {
             world: RefCell::new(self),
             checker: RefCell::new(checker),
-            step: &step,
+            view,
+            decided: RefCell::new(None),
             run: name.clone(),
             fault,
             requests: Cell::new(0),
@@ -1417,37 +1354,31 @@ impl World {
             failed: Cell::new(false),
             status_uncounted: Cell::new(false),
         };
-        let sent = futures::executor::block_on(upgradeplan::send::carry_out(&sending, &run, &step));
+        let passed = futures::executor::block_on(upgradeplan::send::pass(&sending, &run, now));
         let (crashed, failed) = (sending.crashed.get(), sending.failed.get());
-        let sent = match sent {
-            Ok(sent) => Some(sent),
+        let passed = match passed {
             Err(Stop::Violation(v)) => return Err(v),
-            Err(Stop::Crashed | Stop::Failed) => None,
+            other => other,
         };
         if crashed {
             self.tally.crashes += 1;
             *self.process() = Process::default();
             // The next process lists every object and reconciles each (`reconcile_all_on`).
             self.last_read.clear();
-        } else {
-            // The runs waiting for a budget unit this pass left free look at once (the
-            // controller sends them after its writes; a crash before that loses them).
-            for other in &step.wake_runs {
-                self.wakes.insert(other.clone(), self.now);
-            }
         }
         self.tally.write_errors += u64::from(failed && !crashed);
         // A failed request fails the pass (the error policy requeues it with backoff); a refused
         // one requeues it at once (after 200 ms).
-        let next = match sent {
-            None | Some(Sent::Again) => Some(self.now + Duration::seconds(1)),
-            Some(Sent::Released) => None,
-            Some(Sent::Done {
+        let next = match passed {
+            Ok(Passed::Waits(wait)) => Some(now + Duration::from_std(wait.after()).unwrap_or_default()),
+            Ok(Passed::Sent(Sent::Again)) | Err(_) => Some(now + Duration::seconds(1)),
+            Ok(Passed::Sent(Sent::Released)) => None,
+            Ok(Passed::Sent(Sent::Done {
                 wake_at,
                 progress_after,
-            }) => {
+            })) => {
                 self.tally.progress_deferred += u64::from(progress_after.is_some());
-                let progress = progress_after.map(|after| self.now + Duration::from_std(after).unwrap_or_default());
+                let progress = progress_after.map(|after| now + Duration::from_std(after).unwrap_or_default());
                 wake_at.into_iter().chain(progress).min()
             }
         };
@@ -1561,7 +1492,10 @@ impl From<Violation> for Stop {
 struct Sending<'w> {
     world: RefCell<&'w mut World>,
     checker: RefCell<&'w mut Checker>,
-    step: &'w Step,
+    /// The caches as the pass sees them (lagging, on a stale-cache fault).
+    view: View,
+    /// What the step decided that the world's answers are judged by: its snapshot and status.
+    decided: RefCell<Option<(Option<Arc<Frozen>>, UpgradeRunStatus)>>,
     /// The run whose step it is.
     run: String,
     fault: Fault,
@@ -1603,6 +1537,122 @@ impl Sending<'_> {
     fn publish(&self, run: &str, reason: &'static str, key: &str, note: String) -> Result<(), Stop> {
         let mut checker = self.checker.borrow_mut();
         Ok(self.world.borrow_mut().publish(run, reason, key, note, &mut checker)?)
+    }
+}
+
+/// The controller's gathering, from this world: its caches complete and caught up (a lagging
+/// cache is a fault of its own, in the pass's `view`).
+impl Gather for Sending<'_> {
+    fn cluster(&self) -> &dyn Cluster {
+        &self.view
+    }
+
+    fn awaits_own_writes(&self, _run: &UpgradeRun) -> bool {
+        false
+    }
+
+    fn plan(&self, name: &str) -> Option<Arc<UpgradePlan>> {
+        let world = self.world.borrow();
+        (!world.plan_deleted && world.plan.name_any() == name).then(|| Arc::new(world.plan.clone()))
+    }
+
+    fn others(&self, run: &UpgradeRun) -> Vec<RunFacts> {
+        let world = self.world.borrow();
+        let others = world.runs.iter().filter(|r| r.name_any() != run.name_any());
+        others.map(RunFacts::of).collect()
+    }
+
+    async fn snapshot(&self, run: &UpgradeRun) -> Result<SnapshotFact, Stop> {
+        Ok(self.world.borrow().snapshot_of(run))
+    }
+
+    fn kinds_needed(&self, _run: &UpgradeRun, _plan: Option<&UpgradePlanSpec>) -> KindsNeeded {
+        KindsNeeded::Known(Vec::new())
+    }
+
+    fn freezes_known(&self) -> bool {
+        true
+    }
+
+    fn budgets_known(&self) -> bool {
+        true
+    }
+
+    async fn gates(&self, _run: &UpgradeRun, _gates: &[Gate], _now: DateTime<Utc>) -> Vec<GateReading> {
+        self.world.borrow().gate_readings()
+    }
+
+    fn approvals(&self, run: &UpgradeRun) -> Vec<ApprovalFact> {
+        self.world.borrow().approvals_of(&run.name_any())
+    }
+
+    async fn reverted(&self, name: &str) -> Result<Option<(Arc<UpgradeRun>, SnapshotFact)>, Stop> {
+        Ok(self.world.borrow().reverted_named(name))
+    }
+
+    fn budgets(&self) -> Vec<Arc<UpgradeBudget>> {
+        self.world.borrow().budget.iter().cloned().map(Arc::new).collect()
+    }
+
+    async fn budget_facts(&self, run: &UpgradeRun, selecting: &[&UpgradeBudget]) -> Vec<BudgetFacts> {
+        // As the controller's ledger has them: the caches and the starts this process sent that
+        // they do not show yet (here: caught up).
+        self.world.borrow().budget_facts(run, selecting)
+    }
+
+    fn selector(&self) -> Option<&str> {
+        None
+    }
+
+    fn decided(&self, run: &UpgradeRun, facts: &Facts<'_>, step: &Step) -> Result<(), Stop> {
+        *self.decided.borrow_mut() = Some((step.frozen.clone(), step.status.clone()));
+        let name = self.run.as_str();
+        let mut world = self.world.borrow_mut();
+        let mut checker = self.checker.borrow_mut();
+        // A plan edited since the run's snapshot: the same step from the plan as it was must be
+        // this step (spec §14.2: a plan edit mid-run changes nothing of the run), decided from the
+        // same facts.
+        if let (Some(live), SnapshotFact::Found { frozen, .. }) = (facts.plan, &facts.snapshot) {
+            if frozen.plan != live.spec {
+                let unedited = UpgradePlan {
+                    spec: frozen.plan.clone(),
+                    ..live.clone()
+                };
+                let facts = Facts {
+                    plan: Some(&unedited),
+                    snapshot: facts.snapshot.clone(),
+                    ..facts.clone()
+                };
+                world.tally.edited_plan_steps += 1;
+                checker.edit_changed_nothing(name, step, &lifecycle::step(run, &facts, &self.view))?;
+            }
+        }
+        checker.revert_derived(&world, run, step, &self.view.bindings, &facts.reverted)?;
+        world.tally.deadline_failures +=
+            checker.deadline_failures(name, run.status.as_ref(), &step.status, &self.view.bindings)?;
+        let derived = run.spec.revert_of.is_some() && !step.write_snapshot.is_empty();
+        world.tally.revert_snapshots += u64::from(derived);
+        world.tally.budgeted_steps += u64::from(!facts.budgets.is_empty());
+        let held = step
+            .evaluation
+            .as_ref()
+            .is_some_and(|e| e.held_by.contains(&upgradeplan::engine::run::Blocked::BudgetExhausted));
+        world.tally.budget_holds += u64::from(held);
+        checker.before_writes(&world, run, step)?;
+        Ok(())
+    }
+
+    fn wake(&self, runs: &[String]) {
+        // The runs waiting for a budget unit this pass left free look at once (the controller
+        // sends them after its writes; a crashed process sends nothing).
+        if self.crashed.get() {
+            return;
+        }
+        let mut world = self.world.borrow_mut();
+        let now = world.now;
+        for other in runs {
+            world.wakes.insert(other.clone(), now);
+        }
     }
 }
 
@@ -1709,8 +1759,8 @@ impl upgradeplan::send::Shell for Sending<'_> {
 
     fn lost_starts(&self, run: &UpgradeRun, snapshot: &Snapshot, to: &str, announced: &Announced) -> Vec<String> {
         let world = self.world.borrow();
-        let bindings = world.bindings();
-        lifecycle::lost_start_announcements(run, snapshot, to, announced, &world.view(&bindings))
+        let view = world.view(world.bindings());
+        lifecycle::lost_start_announcements(run, snapshot, to, announced, &view)
     }
 
     async fn slot(&self) -> Self::Slot<'_> {
@@ -1739,7 +1789,7 @@ impl upgradeplan::send::Shell for Sending<'_> {
             r.binding.name_any() == patch.resource.binding
                 && r.binding.namespace().as_deref() == Some(patch.resource.namespace.as_str())
         }) else {
-            return Ok(false); // deleted since: the API server answers 404
+            return Ok(true); // deleted since: the API server answers 404, the next pass decides again
         };
         if patch.apply(&mut world.resources[i].binding).is_err() {
             world.tally.conflicts += 1;
@@ -1748,13 +1798,14 @@ impl upgradeplan::send::Shell for Sending<'_> {
         world.resources[i].binding.metadata.resource_version = world.version();
         let mut checker = self.checker.borrow_mut();
         // Judged by the snapshot as written (read back), not the step's own copy.
-        let written = world.frozen_of(name);
-        let frozen = self
-            .step
-            .frozen
-            .as_ref()
-            .expect("a step that patches bindings has its snapshot");
-        checker.patched(name, written.as_deref().unwrap_or(frozen), patch)?;
+        let decided = self.decided.borrow();
+        let Some(frozen) = world
+            .frozen_of(name)
+            .or_else(|| decided.as_ref().and_then(|(f, _)| f.clone()))
+        else {
+            return Ok(false); // a step patches bindings only from its snapshot
+        };
+        checker.patched(name, &frozen, patch)?;
         checker.sent_while_admitted(world, name, patch)?;
         checker.not_into_cleanup(name, patch, &world.terminating)?;
         match &patch.attempt {
@@ -1784,9 +1835,9 @@ impl upgradeplan::send::Shell for Sending<'_> {
         world.withheld = true;
     }
 
-    async fn event(&self, run: &UpgradeRun, _warning: bool, reason: &'static str, note: String) -> Result<(), Stop> {
+    async fn event(&self, run: &UpgradeRun, a: &Announcement) -> Result<(), Stop> {
         self.request(false)?;
-        self.publish(&run.name_any(), reason, "", note)
+        self.publish(&run.name_any(), a.reason, &a.key, a.note.clone())
     }
 
     async fn create_run(&self, revert: &UpgradeRun) -> Result<(), Stop> {
@@ -1798,9 +1849,11 @@ impl upgradeplan::send::Shell for Sending<'_> {
             return Ok(());
         }
         let name = self.run.as_str();
+        let decided = self.decided.borrow();
+        let status = decided.as_ref().map(|(_, status)| status.clone()).unwrap_or_default();
         self.checker
             .borrow_mut()
-            .revert_created(&world, name, &self.step.status, revert)?;
+            .revert_created(&world, name, &status, revert)?;
         world.tally.reverts_created += 1;
         let mut created = revert.clone();
         created.metadata.uid = Some(format!("{revert_name}-uid"));

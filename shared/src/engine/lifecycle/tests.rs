@@ -3167,8 +3167,8 @@ impl crate::send::Shell for Recording {
     async fn withheld(&self, _: &UpgradeRun, patches: &[&BindingPatch], why: &crate::engine::admitted::Ended) {
         self.note(format!("withheld {} ({why})", patches.len()));
     }
-    async fn event(&self, _: &UpgradeRun, _: bool, reason: &'static str, _: String) -> Result<(), Self::Error> {
-        self.note(format!("event {reason}"));
+    async fn event(&self, _: &UpgradeRun, a: &Announcement) -> Result<(), Self::Error> {
+        self.note(format!("event {}", a.reason));
         Ok(())
     }
     async fn create_run(&self, r: &UpgradeRun) -> Result<(), Self::Error> {
