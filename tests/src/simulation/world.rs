@@ -1329,9 +1329,13 @@ impl World {
         self.stale_copy = run.resource_version() != self.runs[i].resource_version();
         let runs_before = self.runs.clone();
         let before = self.bindings();
-        // Replaced by `before` once the step is done.
+        // Replaced by `before` once the step is done (kept aside only when the view lags).
         let stale = std::mem::take(&mut self.lagging);
-        let view = self.view(if lagging { stale } else { before.clone() });
+        let (seen, before) = match lagging {
+            true => (stale, Some(before)),
+            false => (before, None),
+        };
+        let view = self.view(seen);
         // The controller's own pass (`upgradeplan::send::pass`): the facts gathered from this
         // world, the step checked once decided, and its writes sent through the controller's send
         // loop, each request applied to this world as the API server would and each memory the
@@ -1356,6 +1360,7 @@ impl World {
         };
         let passed = futures::executor::block_on(upgradeplan::send::pass(&sending, &run, now));
         let (crashed, failed) = (sending.crashed.get(), sending.failed.get());
+        let before = before.unwrap_or(sending.view.bindings);
         let passed = match passed {
             Err(Stop::Violation(v)) => return Err(v),
             other => other,
