@@ -1,9 +1,11 @@
-//! How a step's writes are sent: the one send loop the controller runs against the API server
-//! and the simulation (spec §14.3) runs against its world. The engine decides every write
-//! ([`Step::writes`]); this loop only sends them in order through a [`Shell`], stops where the API
-//! server refuses a precondition, and withholds a start whose admission ended while it waited
-//! for its turn (spec §14.1). It performs no I/O of its own and takes no decision: what a write
-//! does is the shell's request, what to do when it is refused is here, once.
+//! A run's pass and the one send loop of its writes: the controller runs them against its caches
+//! and the API server, the simulation (spec §14.3) against its world. [`pass`] gathers the facts
+//! through a [`Gather`] shell, waits where a cache is not ready and takes the engine's step; the
+//! engine decides every write ([`Step::writes`]); [`carry_out`] only sends them in order through a
+//! [`Shell`], stops where the API server refuses a precondition, and withholds a start whose
+//! admission ended while it waited for its turn (spec §14.1). Neither performs I/O of its own:
+//! what a write does is the shell's request, what to do when it is refused is here, once. What a
+//! process remembers between passes is [`RunMemory`].
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
