@@ -19,7 +19,7 @@ use crate::events::{EventType, Publisher, CLUSTER_SCOPED_EVENTS_NAMESPACE};
 pub use upgradeplan::engine::snapshot::Frozen;
 
 /// How long a reconcile waits before retrying while the caches are still filling.
-pub const CACHE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+pub const CACHE_WAIT: std::time::Duration = upgradeplan::send::CACHE_WAIT;
 
 /// The key an object's reconciles are known by in [`Ctx::retries`] and the `reconciled key=…`
 /// log line tests and operators wait for: `run/NAME`, `plan/NAME`, `freeze/NAME`, `budget/NAME`

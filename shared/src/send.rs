@@ -155,6 +155,9 @@ pub trait Gather: Shell {
     fn wake(&self, runs: &[String]);
 }
 
+/// How long a reconcile waits before looking again while a cache is still filling.
+pub const CACHE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Why a pass waits instead of deciding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wait {
@@ -175,7 +178,7 @@ impl Wait {
         match self {
             Wait::OwnWrites => std::time::Duration::from_millis(100),
             Wait::KindList(_) => std::time::Duration::from_secs(5),
-            Wait::Freezes | Wait::Budgets => std::time::Duration::from_millis(200),
+            Wait::Freezes | Wait::Budgets => CACHE_WAIT,
         }
     }
 }
