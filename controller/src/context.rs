@@ -380,23 +380,19 @@ pub struct UnseenWrite {
 /// watch delay; a binding deleted meanwhile, or a watch re-listing, must not hold a run for long.
 pub const UNSEEN_FOR: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// What this process counts of runs (spec §9.1): each resource's result once per run (from the
-/// run's record), how long the upgrades it started took, runs superseded and ended.
+/// What this process observes of runs (spec §9.1): how long the upgrades it started took, and how
+/// long runs took. The counters of runs and outcomes are read from the runs at scrape time
+/// ([`upgradeplan::engine::counters`]).
 impl Ctx {
-    /// Counts what `step` of `run` finished.
+    /// Observes what `step` of `run` finished.
     pub fn count(&self, run: &UpgradeRun, counts: &Counts<'_>) {
         let plan = run.plan_name();
-        self.count_results(run, counts);
+        self.observe_durations(run, counts);
         if counts.superseded {
-            self.metrics.runs_superseded_total.with_label_values(&[plan]).inc();
             tracing::info!(run = %run.name_any(), "run superseded");
         }
         if let Some(end) = counts.ended {
             let result = end.result.as_str();
-            self.metrics
-                .runs_total
-                .with_label_values(&[plan, end.trigger.metric_label(), result])
-                .inc();
             if let Some(seconds) = end.seconds {
                 self.metrics
                     .run_duration
@@ -408,16 +404,9 @@ impl Ctx {
         }
     }
 
-    /// Counts the results the step's status records (once, whichever process wrote it), and how
-    /// long the upgrades this process started took.
-    fn count_results(&self, run: &UpgradeRun, counts: &Counts<'_>) {
+    /// How long the upgrades this process started took.
+    fn observe_durations(&self, run: &UpgradeRun, counts: &Counts<'_>) {
         let plan = run.plan_name();
-        for c in counts.results {
-            self.metrics
-                .resource_upgrades_total
-                .with_label_values(&[plan, &c.group, c.result.as_str()])
-                .inc_by(c.count);
-        }
         let Ok(mut runs) = self.resources.lock() else {
             return;
         };

@@ -4,9 +4,13 @@
 //! (kube-state-metrics' design): a plan or freeze that is gone has no series, so none can be stale
 //! and nothing has to be removed. What only a reconcile knows — the active run's evaluation, the
 //! gates' last readings, a refused run creation — it records per plan, and a scrape shows it only
-//! while that plan (and, for a run's, an active run of it) exists. Counters only grow; their series
-//! are created at 0 for every plan a scrape sees and dropped with it. No label carries a resource
-//! or run name.
+//! while that plan (and, for a run's, an active run of it) exists. The counters of runs and
+//! outcomes (`runs_total`, `runs_superseded_total`, `resource_upgrades_total`) are read at scrape
+//! time too, from the plan's runs and what its status keeps of deleted ones
+//! ([`upgradeplan::engine::counters`]): the same on every process that leads, whatever crashed
+//! before, so each run and outcome is counted exactly once (spec §14.2). The other counters and
+//! the durations are counted in memory and are created at 0 for every plan a scrape sees and
+//! dropped with it. No label carries a resource or run name.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -103,6 +107,9 @@ struct StateGauges {
     freeze_ready: IntGaugeVec,
     budget_in_flight: IntGaugeVec,
     budget_max_in_flight: IntGaugeVec,
+    runs_total: IntCounterVec,
+    runs_superseded_total: IntCounterVec,
+    resource_upgrades_total: IntCounterVec,
 }
 
 impl StateGauges {
@@ -135,10 +142,13 @@ impl StateGauges {
             freeze_ready: gauge(&n("freeze_ready"), "1 when the UpgradeFreeze can be evaluated (Ready=True); 0: it holds nothing.", &["freeze"]),
             budget_in_flight: gauge(&n("budget_in_flight"), "Resource upgrades in flight in the active runs of the plans the UpgradeBudget selects (verifying and retries included).", &["budget"]),
             budget_max_in_flight: gauge(&n("budget_max_in_flight"), "The UpgradeBudget's maxInFlight.", &["budget"]),
+            runs_total: counter(&n("runs_total"), "Runs that finished, by trigger and result (read from the plan's runs and what its status keeps of deleted ones).", &["plan", "trigger", "result"]),
+            runs_superseded_total: counter(&n("runs_superseded_total"), "Runs superseded by a newer run of the same plan.", &["plan"]),
+            resource_upgrades_total: counter(&n("resource_upgrades_total"), "Resource upgrades that ended, by result (succeeded, failed, skipped); a health-checked group's successes once its verdicts are final.", &["plan", "group", "result"]),
         }
     }
 
-    fn collectors(&self) -> [&dyn Collector; 27] {
+    fn collectors(&self) -> [&dyn Collector; 30] {
         [
             &self.plan_info,
             &self.plan_phase,
@@ -167,6 +177,9 @@ impl StateGauges {
             &self.freeze_ready,
             &self.budget_in_flight,
             &self.budget_max_in_flight,
+            &self.runs_total,
+            &self.runs_superseded_total,
+            &self.resource_upgrades_total,
         ]
     }
 
@@ -224,6 +237,7 @@ impl StateGauges {
                 .with_label_values(&[plan, &r.run, &r.state, &r.reason])
                 .set(1);
         }
+        self.counters(plan, s);
         for g in &s.groups {
             let group = g.name.as_str();
             self.window_open
@@ -245,6 +259,35 @@ impl StateGauges {
             }
             if let Some(t) = g.next_close {
                 self.window_next_close.with_label_values(&[plan, group]).set(t);
+            }
+        }
+    }
+
+    /// The plan's counters as its runs and status record them (spec §14.2): every series from the
+    /// moment the plan is seen, at 0 until something counts, so that `increase()` sees the first
+    /// failure; a group's series stay while a run of the plan, or its status, counts them.
+    fn counters(&self, plan: &str, s: &PlanSample) {
+        let c = &s.counters;
+        for trigger in TRIGGERS {
+            for result in RESULTS {
+                let n = c.runs.get(&(trigger.to_string(), result.to_string()));
+                self.runs_total
+                    .with_label_values(&[plan, trigger, result])
+                    .inc_by(n.copied().unwrap_or(0));
+            }
+        }
+        self.runs_superseded_total
+            .with_label_values(&[plan])
+            .inc_by(c.superseded);
+        let counted = c.resources.keys().map(|(g, _)| g.as_str());
+        let groups: std::collections::BTreeSet<&str> =
+            s.groups.iter().map(|g| g.name.as_str()).chain(counted).collect();
+        for group in groups {
+            for result in RESOURCE_RESULTS {
+                let n = c.resources.get(&(group.to_string(), result.to_string()));
+                self.resource_upgrades_total
+                    .with_label_values(&[plan, group, result])
+                    .inc_by(n.copied().unwrap_or(0));
             }
         }
     }
@@ -286,10 +329,7 @@ type CountedSeries = (Counted, Vec<String>);
 /// The counters (and histograms) labelled by plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Counted {
-    Runs,
-    RunsSuperseded,
     TriggersMissed,
-    ResourceUpgrades,
     RunDuration,
     ResourceUpgradeDuration,
     GateEvaluations,
@@ -298,10 +338,7 @@ enum Counted {
 /// The counters and histograms labelled by plan (clones share their values with [`Metrics`]'s).
 #[derive(Clone)]
 struct PlanCounters {
-    runs_total: IntCounterVec,
-    runs_superseded_total: IntCounterVec,
     run_duration: HistogramVec,
-    resource_upgrades_total: IntCounterVec,
     resource_upgrade_duration: HistogramVec,
     gate_evaluations_total: IntCounterVec,
     triggers_missed_total: IntCounterVec,
@@ -313,16 +350,6 @@ impl PlanCounters {
             1.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0, 86400.0,
         ];
         PlanCounters {
-            runs_total: counter(
-                &n("runs_total"),
-                "Runs that finished, by trigger and result.",
-                &["plan", "trigger", "result"],
-            ),
-            runs_superseded_total: counter(
-                &n("runs_superseded_total"),
-                "Runs superseded by a newer run of the same plan.",
-                &["plan"],
-            ),
             triggers_missed_total: counter(
                 &n("triggers_missed_total"),
                 "Triggers found past the plan's startingDeadline: recorded, not run.",
@@ -333,11 +360,6 @@ impl PlanCounters {
                 "Duration of finished runs, from snapshot to end.",
                 &["plan", "result"],
                 long_buckets.clone(),
-            ),
-            resource_upgrades_total: counter(
-                &n("resource_upgrades_total"),
-                "Resource upgrades that ended, by result (succeeded, failed, skipped).",
-                &["plan", "group", "result"],
             ),
             resource_upgrade_duration: histogram(
                 &n("resource_upgrade_duration_seconds"),
@@ -353,13 +375,10 @@ impl PlanCounters {
         }
     }
 
-    fn collectors(&self) -> [&dyn Collector; 7] {
+    fn collectors(&self) -> [&dyn Collector; 4] {
         [
-            &self.runs_total,
-            &self.runs_superseded_total,
             &self.triggers_missed_total,
             &self.run_duration,
-            &self.resource_upgrades_total,
             &self.resource_upgrade_duration,
             &self.gate_evaluations_total,
         ]
@@ -368,10 +387,7 @@ impl PlanCounters {
     /// The counter, or the histogram, of `c`.
     fn of(&self, c: Counted) -> Result<&IntCounterVec, &HistogramVec> {
         match c {
-            Counted::Runs => Ok(&self.runs_total),
-            Counted::RunsSuperseded => Ok(&self.runs_superseded_total),
             Counted::TriggersMissed => Ok(&self.triggers_missed_total),
-            Counted::ResourceUpgrades => Ok(&self.resource_upgrades_total),
             Counted::RunDuration => Err(&self.run_duration),
             Counted::ResourceUpgradeDuration => Err(&self.resource_upgrade_duration),
             Counted::GateEvaluations => Ok(&self.gate_evaluations_total),
@@ -468,25 +484,11 @@ impl PlanSeries {
     fn init_counters<'a>(&self, plan: &str, groups: impl Iterator<Item = &'a str>) {
         let mut counted = lock(&self.counted);
         let known = counted.entry(plan.to_string()).or_default();
-        let mut wanted: Vec<CountedSeries> = vec![
-            (Counted::RunsSuperseded, vec![plan.to_string()]),
-            (Counted::TriggersMissed, vec![plan.to_string()]),
-        ];
-        for trigger in TRIGGERS {
-            for result in RESULTS {
-                wanted.push((Counted::Runs, vec![plan.into(), trigger.into(), result.into()]));
-            }
-        }
+        let mut wanted: Vec<CountedSeries> = vec![(Counted::TriggersMissed, vec![plan.to_string()])];
         for result in RESULTS {
             wanted.push((Counted::RunDuration, vec![plan.into(), result.into()]));
         }
         for group in groups {
-            for result in RESOURCE_RESULTS {
-                wanted.push((
-                    Counted::ResourceUpgrades,
-                    vec![plan.into(), group.into(), result.into()],
-                ));
-            }
             wanted.push((Counted::ResourceUpgradeDuration, vec![plan.into(), group.into()]));
         }
         for (c, labels) in wanted {
@@ -542,11 +544,8 @@ impl Collector for Shared {
 pub struct Metrics {
     pub registry: Registry,
     build_info: IntGaugeVec,
-    pub runs_total: IntCounterVec,
-    pub runs_superseded_total: IntCounterVec,
     pub triggers_missed_total: IntCounterVec,
     pub run_duration: HistogramVec,
-    pub resource_upgrades_total: IntCounterVec,
     pub resource_upgrade_duration: HistogramVec,
     gate_evaluations_total: IntCounterVec,
     pub reconcile_total: IntCounterVec,
@@ -572,11 +571,8 @@ impl Metrics {
         r.register(Box::new(Shared(plans.clone()))).expect("unique metrics");
         let m = Metrics {
             build_info: register(&r, gauge(&n("build_info"), "Always 1; the controller's version.", &["version"])),
-            runs_total: counters.runs_total,
-            runs_superseded_total: counters.runs_superseded_total,
             triggers_missed_total: counters.triggers_missed_total,
             run_duration: counters.run_duration,
-            resource_upgrades_total: counters.resource_upgrades_total,
             resource_upgrade_duration: counters.resource_upgrade_duration,
             gate_evaluations_total: counters.gate_evaluations_total,
             reconcile_total: register(&r, counter("controller_runtime_reconcile_total", "Reconciles per controller and result.", &["controller", "result"])),
@@ -1023,12 +1019,21 @@ mod tests {
         ] {
             assert!(text.contains(series), "{series} missing:\n{text}");
         }
-        // A counter keeps its count from scrape to scrape.
-        m.runs_total.with_label_values(&["p", "scheduled", "Failed"]).inc();
+        // The counters are what the plan's runs and status record, at every scrape.
+        let mut counted = upgradeplan::engine::counters::Counters::default();
+        counted.runs.insert(("scheduled".into(), "Failed".into()), 1);
+        counted.resources.insert(("renamed".into(), "failed".into()), 2);
+        let sample = PlanSample {
+            counters: counted,
+            ..sample
+        };
         m.set_run_create_failing("p", false);
         lock(&state).as_mut().unwrap().plans = vec![("p".into(), sample.clone())];
         let text = m.render();
         assert!(text.contains(r#"upgradeplan_runs_total{plan="p",result="Failed",trigger="scheduled"} 1"#));
+        // A group no longer in the plan keeps its series while something counts it.
+        assert!(text.contains(r#"upgradeplan_resource_upgrades_total{group="renamed",plan="p",result="failed"} 2"#));
+        assert!(text.contains(r#"upgradeplan_resource_upgrades_total{group="renamed",plan="p",result="skipped"} 0"#));
         assert!(text.contains(r#"upgradeplan_plan_run_create_failing{plan="p"} 0"#));
         assert!(!text.contains("upgradeplan_plan_last_run_info{"), "no lastRun, no info");
         m.set_run(

@@ -15,7 +15,7 @@ use upgradeplan::engine::lifecycle::{
     plan::{PlanEvent, ScheduledRun},
 };
 
-use crate::context::{apply_status, Ctx};
+use crate::context::{apply_status_at, Ctx};
 use crate::error::{Error, Result};
 use crate::events::EventType;
 
@@ -44,7 +44,9 @@ pub async fn reconcile(plan: Arc<UpgradePlan>, ctx: Arc<Ctx>) -> Result<Action> 
             publish(&ctx, &plan, PlanEvent::run_create_failed(run, &e.short())).await;
             let refused = step.status_when_refused(plan.status.as_ref());
             if plan.status.as_ref() != Some(&refused) {
-                if let Err(write) = apply_status::<UpgradePlan>(&ctx.client, &name, &refused).await {
+                let version = plan.resource_version();
+                let written = apply_status_at::<UpgradePlan>(&ctx.client, &name, &refused, version.as_deref()).await;
+                if let Err(write) = written {
                     tracing::warn!(plan = %name, error = %write, "status of a refused trigger not written");
                 }
             }
@@ -62,8 +64,17 @@ pub async fn reconcile(plan: Arc<UpgradePlan>, ctx: Arc<Ctx>) -> Result<Action> 
             Err(e) => return Err(Error::Kube(e)),
         }
     }
+    // Written on the plan as read: `deletedRuns` adds to what the status held, so a status
+    // computed from a stale copy would drop what a newer write kept (spec §14.2).
     if plan.status.as_ref() != Some(&step.status) {
-        apply_status::<UpgradePlan>(&ctx.client, &name, &step.status).await?;
+        let version = plan.resource_version();
+        match apply_status_at::<UpgradePlan>(&ctx.client, &name, &step.status, version.as_deref()).await {
+            Err(Error::Kube(kube::Error::Api(e))) if e.code == 409 => {
+                tracing::debug!(plan = %name, "status computed from a stale copy of the plan; looking again");
+                return Ok(Action::requeue(crate::context::CACHE_WAIT));
+            }
+            other => other?,
+        }
     }
     for e in step.events {
         if e.reason == lifecycle::plan::events::TRIGGER_MISSED {

@@ -354,6 +354,52 @@ pub struct UpgradePlanStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
+    /// What the plan's deleted runs counted: the counters (`upgradeplan_runs_total`,
+    /// `upgradeplan_runs_superseded_total`, `upgradeplan_resource_upgrades_total`) are read from
+    /// the plan's runs at scrape time, and a run lets go of its finalizer only once its counts
+    /// are kept here, so that they never move back (spec §14.2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted_runs: Option<DeletedRunCounts>,
+}
+
+/// The counts of a plan's deleted runs, summed.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeletedRunCounts {
+    /// UIDs of runs counted here that are still being deleted (not counted from the run too).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uids: Vec<String>,
+    /// Runs that ended, by trigger (`scheduled`, `manual`, `revert`) and result.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<DeletedRunCount>,
+    /// Runs superseded.
+    #[serde(default, skip_serializing_if = "super::run::is_zero")]
+    pub superseded: i64,
+    /// Resource outcomes, by group and result (`succeeded`, `failed`, `skipped`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<DeletedResourceCount>,
+}
+
+/// Runs of one trigger and result.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct DeletedRunCount {
+    /// How the runs came to be: `scheduled`, `manual` or `revert`.
+    pub trigger: String,
+    /// How they ended: `Completed`, `Failed` or `Cancelled`.
+    pub result: String,
+    /// How many.
+    pub count: i64,
+}
+
+/// Resource outcomes of one group and result.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct DeletedResourceCount {
+    /// The rollout group's name.
+    pub group: String,
+    /// `succeeded`, `failed` or `skipped`.
+    pub result: String,
+    /// How many.
+    pub count: i64,
 }
 
 /// Plan phases.

@@ -200,6 +200,10 @@ pub struct GroupStatus {
     /// Resources upgraded and waiting for their health check (counted in flight).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub verifying: i64,
+    /// The group has a health check (spec §13.2): until its verdicts are final a success can be
+    /// taken back, so `upgradeplan_resource_upgrades_total` counts its successes only then.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub health_checked: bool,
     /// Where the group stands (spec §13.4); absent in runs recorded before phases existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<GroupPhase>,
@@ -313,7 +317,7 @@ impl GroupPhase {
     }
 }
 
-fn is_zero(n: &i64) -> bool {
+pub(super) fn is_zero(n: &i64) -> bool {
     *n == 0
 }
 

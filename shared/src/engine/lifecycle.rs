@@ -59,8 +59,8 @@ pub const KIND_POLL: chrono::Duration = chrono::Duration::seconds(30);
 /// missed watch event can cost (kube-rs's reference controller requeues as often).
 pub const RESYNC: Duration = Duration::minutes(5);
 
-/// How long a deleted run waits for its plan to record its result before the finalizer is
-/// released anyway (a plan whose reconcile keeps failing must not pin the run for ever).
+/// How long a deleted run waits for its plan to record its result and keep its counts before the
+/// finalizer is released anyway (a plan whose reconcile keeps failing must not pin the run for ever).
 pub const RECORD_GRACE: Duration = Duration::seconds(60);
 
 /// How soon a deleted run that waits for its plan looks again (the plan's status change also
@@ -259,7 +259,7 @@ pub enum Gauges {
 }
 
 /// One resource's result, listed by every pass that moves its group's counts (for its duration;
-/// what is counted is [`ResultCount`]).
+/// the counters read the run's status, [`super::counters`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceResult {
     /// The group's index in the snapshot.
@@ -269,69 +269,7 @@ pub struct ResourceResult {
     pub result: Finished,
 }
 
-/// How many of a group's resources finished with `result` since the status the step read: what
-/// `upgradeplan_resource_upgrades_total` adds once the step's status is written. Counted from the
-/// run's record, not from a process's memory, so a restarted controller (which lists a group's
-/// results again when its counts move) counts each outcome once (spec §14.2).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResultCount {
-    /// The group's name (a run cancelled or superseded counts without its snapshot at hand).
-    pub group: String,
-    pub result: Finished,
-    pub count: u64,
-}
-
-/// What each group's counts gained from `previous` to `now` (groups matched by position and name;
-/// one not recorded before counts from zero). A health-checked group's successes count once its
-/// verdicts are final ([`verdicts_final`]): until then a success can be taken back and given
-/// again (spec §13.2), and counting each gain would count it twice.
-pub fn results_since(
-    previous: &UpgradeRunStatus,
-    now: &UpgradeRunStatus,
-    health_checked: &dyn Fn(&str) -> bool,
-) -> Vec<ResultCount> {
-    let by_result = |status: &UpgradeRunStatus, g: &GroupStatus| {
-        let succeeded = if !health_checked(&g.name) || verdicts_final(status, g) {
-            g.succeeded
-        } else {
-            0
-        };
-        [
-            (Finished::Succeeded, succeeded),
-            (Finished::Failed, g.failed),
-            (Finished::Skipped, g.skipped),
-        ]
-    };
-    let mut counts = Vec::new();
-    for (i, g) in now.rollout_groups.iter().enumerate() {
-        let before = previous
-            .rollout_groups
-            .get(i)
-            .filter(|b| b.name == g.name)
-            .map(|b| by_result(previous, b));
-        for (k, (result, is)) in by_result(now, g).into_iter().enumerate() {
-            let was = before.map_or(0, |b| b[k].1);
-            let count = u64::try_from(is - was).unwrap_or(0);
-            if count > 0 {
-                let group = g.name.clone();
-                counts.push(ResultCount { group, result, count });
-            }
-        }
-    }
-    counts
-}
-
-/// Whether a group's counts can no longer change: the group completed (or failed), or the run
-/// ended or was superseded there. Before that, a health-checked group's success can still be
-/// taken back (spec §13.2).
-pub fn verdicts_final(run: &UpgradeRunStatus, group: &GroupStatus) -> bool {
-    run.state.is_terminal()
-        || run.superseded_by.is_some()
-        || matches!(
-            group.phase,
-            Some(GroupPhase::Soaking | GroupPhase::Completed | GroupPhase::Failed)
-        )
-}
+pub use super::counters::verdicts_final;
 
 /// The output of [`step`], in the order the controller applies it.
 #[derive(Debug, Clone)]
@@ -362,8 +300,6 @@ pub struct Step {
     pub announce: Vec<Announcement>,
     /// The resources that finished, for their durations (a process times only what it started).
     pub results: Vec<ResourceResult>,
-    /// What the results add to `upgradeplan_resource_upgrades_total`.
-    pub result_counts: Vec<ResultCount>,
     pub gauges: Gauges,
     /// The run was superseded in this step (`upgradeplan_runs_superseded_total`).
     pub newly_superseded: bool,
@@ -495,9 +431,6 @@ pub enum Write<'s> {
 /// What a step counts (spec §14.2), resolved: the shell adds each to its counter as it is.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Counts<'s> {
-    /// What each group's counts gained in the status written
-    /// (`upgradeplan_resource_upgrades_total`).
-    pub results: &'s [ResultCount],
     /// The resources that succeeded, with their groups' names: a process observes the durations
     /// of those it started (`upgradeplan_resource_upgrade_duration_seconds`).
     pub succeeded: Vec<(&'s Arc<SnapshotResource>, &'s str)>,
@@ -534,7 +467,6 @@ impl Step {
             .iter()
             .partition::<Vec<_>, _>(|r| r.result == Finished::Succeeded);
         Counts {
-            results: &self.result_counts,
             succeeded: succeeded.into_iter().map(|r| (&r.resource, group(r.group))).collect(),
             ended_otherwise: ended_otherwise.into_iter().map(|r| &r.resource).collect(),
             superseded: self.newly_superseded,
@@ -610,7 +542,6 @@ impl Step {
             to: String::new(),
             announce: Vec::new(),
             results: Vec::new(),
-            result_counts: Vec::new(),
             gauges: Gauges::Keep,
             newly_superseded: false,
             finished: None,
@@ -689,19 +620,21 @@ fn metadata_patch(run: &UpgradeRun, plan: &UpgradePlan, resumed: bool, now: Date
     }
 }
 
-/// Whether a deleted run may let go: its plan recorded its result (or never will: no plan, a plan
-/// being deleted, a run that does not write `lastRun`), or the grace period is over.
+/// Whether a deleted run may let go: its plan recorded its result and keeps its counts (or never
+/// will: no plan, a plan being deleted, a run that does not write `lastRun` and counted
+/// nothing), or the grace period is over.
 fn plan_recorded(run: &UpgradeRun, plan: Option<&UpgradePlan>, now: DateTime<Utc>) -> bool {
-    let Some(mine) = last_run_of(run) else { return true };
     let Some(plan) = plan else { return true };
     if plan.metadata.deletion_timestamp.is_some() {
         return true;
     }
-    let recorded = plan
-        .status
-        .as_ref()
-        .and_then(|s| s.last_run.as_ref())
-        .is_some_and(|l| l.name == mine.name || l.finished_at > mine.finished_at);
+    let last_run_recorded = last_run_of(run).is_none_or(|mine| {
+        plan.status
+            .as_ref()
+            .and_then(|s| s.last_run.as_ref())
+            .is_some_and(|l| l.name == mine.name || l.finished_at > mine.finished_at)
+    });
+    let recorded = last_run_recorded && super::counters::kept(run, Some(plan));
     let deleted = run
         .metadata
         .deletion_timestamp
@@ -732,18 +665,17 @@ pub fn step(run: &UpgradeRun, facts: &Facts<'_>, cluster: &dyn Cluster) -> Step 
         out.binding_patches = BindingPatch::of_evaluation(eval, &out.to, run_name(run), facts.now);
     }
     out.admitted = admitted(run, &out, facts, cluster);
-    // Counted once the step's end is known: a run ending here makes its last verdicts final.
+    // The status says which groups are health-checked, so that the counters read from it count
+    // their successes only once final (kept as recorded when the snapshot is not at hand).
     let compiled = match (&out.frozen, &facts.snapshot) {
         (Some(frozen), _) | (None, SnapshotFact::Found { frozen, .. }) => Some(&frozen.compiled),
         _ => None,
     };
-    let health_checked = |group: &str| {
-        compiled
-            .and_then(|c| c.group(group))
-            .is_some_and(|g| g.health_timeout.is_some())
-    };
-    let unrecorded = UpgradeRunStatus::default();
-    out.result_counts = results_since(run.status.as_ref().unwrap_or(&unrecorded), &out.status, &health_checked);
+    if let Some(compiled) = compiled {
+        for g in &mut out.status.rollout_groups {
+            g.health_checked = compiled.group(&g.name).is_some_and(|c| c.health_timeout.is_some());
+        }
+    }
     out
 }
 
@@ -816,9 +748,13 @@ fn cancelled(out: &mut Step, run: &UpgradeRun, facts: &Facts<'_>) -> ControlFlow
     if run.metadata.deletion_timestamp.is_some() {
         // A dormant run (superseded, or a preview never resumed; spec §5.2) did nothing it could
         // be cancelled from: deleting it is a quiet clean-up — no Cancelled state, event,
-        // runs_total or duration sample, and lastRun is untouched. Its snapshot goes.
+        // runs_total or duration sample, and lastRun is untouched. Its snapshot goes once the
+        // plan keeps what it counted before (a superseded run's outcomes).
         if superseded_by(run).is_some() || is_preview(run) {
-            out.release = Some(Release::of(run));
+            out.release = plan_recorded(run, facts.plan, now).then(|| Release::of(run));
+            if out.release.is_none() {
+                out.wake_at = Some(now + RECORD_POLL);
+            }
             return ControlFlow::Break(());
         }
         // Cancel = delete. The finalizer goes on a later pass, once the plan recorded it.

@@ -7,6 +7,7 @@ pub mod admitted;
 pub mod budget;
 pub mod compile;
 pub mod concurrency;
+pub mod counters;
 pub mod cron;
 pub mod forecast;
 pub mod freeze;

@@ -79,6 +79,10 @@ fn main() -> anyhow::Result<()> {
         "(Resource Requests: {} created, {} deleted, {} bindings deleted after their delete workflows, {} created again under their name, {} of them while a run was under way)",
         t.requests_created, t.requests_deleted, t.bindings_deleted, t.requests_recreated, t.recreated_mid_run
     );
+    println!(
+        "(counters: read from the runs at every action; {} runs deleted after their plan kept their counts, {} let go before it did)",
+        t.deleted_kept, t.released_unkept
+    );
     let elapsed = started.elapsed().as_secs_f64();
     println!(
         "({:.1} s: {:.0} histories/s, {:.0} steps/s)",

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 use upgradeplan::api::{reasons, ConditionStatus, UpgradeRun, UpgradeRunStatus, SUPERSEDED_BY_ANNOTATION};
+use upgradeplan::engine::counters::Counters;
 use upgradeplan::engine::freeze::{hold_at, holding};
 use upgradeplan::engine::lifecycle::{SnapshotConfigMap, Step};
 use upgradeplan::engine::snapshot::Frozen;
@@ -471,6 +472,8 @@ pub struct Checker {
     /// asks of Kratix later puts the binding back in flight, but not as that start (its Failed
     /// outcome stands, spec §13.1), and it took no unit from any budget.
     failed_upgrades: std::collections::BTreeSet<(String, String, String)>,
+    /// What each run of the plan counted as last seen, by UID (kept after the run is gone).
+    run_counts: BTreeMap<String, Counters>,
 }
 
 /// Whether `b`'s upgrade to `to` is verified by `records`, read literally from spec §13.2: its
@@ -975,56 +978,42 @@ impl Checker {
         Ok(())
     }
 
-    /// After a step's counting: no counter above what the run's status records.
-    pub fn counted(&self, world: &World, run: &UpgradeRun) -> Result<(), Violation> {
-        self.counts_agree(world, run, false)
-    }
-
-    /// `exact`: the counters equal the status (no crash cut their counting off); else at most it.
-    fn counts_agree(&self, world: &World, run: &UpgradeRun, exact: bool) -> Result<(), Violation> {
-        let name = run.name_any();
-        let Some(current) = world.runs.iter().find(|r| r.name_any() == name) else {
+    /// After a step's counting, and after every action: what a scrape reads
+    /// ([`upgradeplan::engine::counters::of_plan`]) is every outcome and end the plan's runs ever
+    /// recorded, each once — a run gone counts what it last recorded — and no run's counts moved
+    /// back, so no counter did (spec §14.2: counters once across crashes and failovers). Runs let
+    /// go before their plan kept their counts (past `RECORD_GRACE`) leave the sum.
+    pub fn counters_exact(&mut self, world: &World) -> Result<(), Violation> {
+        use upgradeplan::engine::counters::{of_plan, of_run, run_key};
+        if world.plan_deleted {
             return Ok(());
-        };
-        let status = current.status.clone().unwrap_or_default();
-        let exact = exact && !world.metrics.cut_off.contains(&name);
-        let off = |counted: u64, recorded: u64| if exact { counted != recorded } else { counted > recorded };
-        // A health-checked group's successes are counted once its verdicts are final (spec
-        // §13.2: until the group completes a success can be taken back and given again): the
-        // group completed or failed, or the run ended or was superseded there.
-        let health_checked: Vec<String> = world.frozen_of(&name).map_or_else(Vec::new, |f| {
-            let checked = f.plan.rollout_groups.iter().filter(|g| g.health_check.is_some());
-            checked.map(|g| g.name.clone()).collect()
-        });
-        let run_final = status.state.is_terminal() || status.superseded_by.is_some();
-        for g in &status.rollout_groups {
-            use upgradeplan::api::GroupPhase::{Completed, Failed, Soaking};
-            let group_final = run_final || matches!(g.phase, Some(Soaking | Completed | Failed));
-            let succeeded = if health_checked.contains(&g.name) && !group_final {
-                0
-            } else {
-                g.succeeded
-            };
-            for (result, recorded) in [("succeeded", succeeded), ("failed", g.failed), ("skipped", g.skipped)] {
-                let key = (name.clone(), g.name.clone(), result);
-                let counted = world.metrics.upgrades.get(&key).copied().unwrap_or(0);
-                if off(counted, u64::try_from(recorded).unwrap_or(0)) {
-                    return violation(
-                        Invariant::EachOnce,
-                        format!(
-                            "run {name} group {}: {counted} {result} counted, {recorded} recorded",
-                            g.name
-                        ),
-                    );
-                }
+        }
+        for run in &world.runs {
+            let now = of_run(run);
+            if let Some(back) = self
+                .run_counts
+                .get(&run_key(run))
+                .and_then(|was| was.moved_back_in(&now))
+            {
+                return violation(
+                    Invariant::EachOnce,
+                    format!("run {}: what it counts moved back ({back})", run.name_any()),
+                );
+            }
+            self.run_counts.insert(run_key(run), now);
+        }
+        let mut expected = Counters::default();
+        for (key, counts) in &self.run_counts {
+            if !world.released_unkept.contains(key) {
+                expected.add(counts);
             }
         }
-        let ends = world.metrics.runs.get(&name).copied().unwrap_or(0);
-        let ended = u64::from(status.state.is_terminal());
-        if off(ends, ended) {
+        let runs: Vec<&UpgradeRun> = world.runs.iter().collect();
+        let scraped = of_plan(&world.plan, &runs);
+        if scraped != expected {
             return violation(
                 Invariant::EachOnce,
-                format!("run {name} ({:?}): its end counted {ends} times", status.state),
+                format!("a scrape reads {scraped:?}, the plan's runs recorded {expected:?}"),
             );
         }
         Ok(())
@@ -1334,6 +1323,7 @@ impl Checker {
     /// After every action: each active run's groups within their limits, and every run's
     /// upgrades Kratix works on within the budget.
     pub fn after_action(&mut self, world: &World) -> Result<(), Violation> {
+        self.counters_exact(world)?;
         self.learn_verifications(world);
         self.learn_failures(world);
         let (mut under_budget, mut budget_in_flight) = (Vec::new(), 0);
@@ -1462,9 +1452,9 @@ impl Checker {
 
     /// Once the world has settled: every run ended, or says why it waits; its counters say what
     /// its status records.
-    pub fn settled(&self, world: &World) -> Result<(), Violation> {
+    pub fn settled(&mut self, world: &World) -> Result<(), Violation> {
+        self.counters_exact(world)?;
         for run in &world.runs {
-            self.counts_agree(world, run, true)?;
             let status = run.status.clone().unwrap_or_default();
             let name = run.name_any();
             if status.state == upgradeplan::api::RunState::Failed

@@ -132,7 +132,8 @@ pub struct World {
     withheld: bool,
     /// The Events published about each run, in order.
     pub events: Vec<Published>,
-    pub metrics: Metrics,
+    /// Runs (by UID) let go before their plan kept their counts (past `RECORD_GRACE`).
+    pub released_unkept: BTreeSet<String>,
     next_version: u64,
     runs_made: usize,
 }
@@ -153,18 +154,6 @@ pub struct Published {
 /// What the controller process remembers (its `Ctx`'s [`RunMemory`]), lost when it crashes:
 /// the next process starts from the API server's objects alone.
 type Process = RunMemory;
-
-/// The controller's counters, summed over every process (as `increase()` sums across restarts).
-#[derive(Clone, Debug, Default)]
-pub struct Metrics {
-    /// `upgradeplan_resource_upgrades_total` by (run, group, result).
-    pub upgrades: BTreeMap<(String, String, &'static str), u64>,
-    /// `upgradeplan_runs_total` by run.
-    pub runs: BTreeMap<String, u64>,
-    /// Runs whose counting a crash cut off (between their status write and counting it): the
-    /// counters may fall short for them, never exceed.
-    pub cut_off: BTreeSet<String>,
-}
 
 /// What a history did: evidence that the simulation exercises what it checks.
 #[derive(Clone, Debug, Default)]
@@ -198,6 +187,10 @@ pub struct Tally {
     pub stale_run_writes: u64,
     /// Resources failed on a `progressDeadline`.
     pub deadline_failures: u64,
+    /// Runs let go before their plan kept their counts (`RECORD_GRACE` passed).
+    pub released_unkept: u64,
+    /// Runs deleted whose counts their plan's status keeps (`status.deletedRuns`).
+    pub deleted_kept: u64,
     /// Steps whose sending a watch event interrupted, and the starts their sender then withheld.
     pub interrupted_sends: u64,
     pub starts_withheld: u64,
@@ -255,6 +248,8 @@ impl Tally {
         self.requests_created += other.requests_created;
         self.requests_recreated += other.requests_recreated;
         self.recreated_mid_run += other.recreated_mid_run;
+        self.released_unkept += other.released_unkept;
+        self.deleted_kept += other.deleted_kept;
     }
 }
 
@@ -529,7 +524,7 @@ impl World {
             interrupt: None,
             withheld: false,
             events: Vec::new(),
-            metrics: Metrics::default(),
+            released_unkept: BTreeSet::new(),
             next_version: 2,
             runs_made: 0,
         }
@@ -1356,7 +1351,6 @@ impl World {
             requests: Cell::new(0),
             crashed: Cell::new(false),
             failed: Cell::new(false),
-            status_uncounted: Cell::new(false),
         };
         let passed = futures::executor::block_on(upgradeplan::send::pass(&sending, &run, now));
         let (crashed, failed) = (sending.crashed.get(), sending.failed.get());
@@ -1457,21 +1451,6 @@ impl World {
         self.events.push(event);
         Ok(())
     }
-
-    /// `Ctx::count`: the results the step's status records, the run's end once.
-    fn count(&mut self, run: &UpgradeRun, counts: &Counts<'_>) {
-        let name = run.name_any();
-        for c in counts.results {
-            *self
-                .metrics
-                .upgrades
-                .entry((name.clone(), c.group.clone(), c.result.as_str()))
-                .or_default() += c.count;
-        }
-        if counts.ended.is_some() {
-            *self.metrics.runs.entry(name.clone()).or_default() += 1;
-        }
-    }
 }
 
 /// Why the simulated process stopped sending a step.
@@ -1510,8 +1489,6 @@ struct Sending<'w> {
     crashed: Cell<bool>,
     /// A request failed: the pass ends there.
     failed: Cell<bool>,
-    /// The step's status is written and its counts not yet: a crash now loses them.
-    status_uncounted: Cell<bool>,
 }
 
 impl Sending<'_> {
@@ -1526,9 +1503,6 @@ impl Sending<'_> {
         match self.fault {
             Fault::CrashAfter(at) if at == k => {
                 self.crashed.set(true);
-                if self.status_uncounted.get() {
-                    self.world.borrow_mut().metrics.cut_off.insert(self.run.clone());
-                }
                 Err(Stop::Crashed)
             }
             Fault::WriteFails(at) if at == k && fallible => {
@@ -1932,7 +1906,6 @@ impl upgradeplan::send::Shell for Sending<'_> {
                 }
             }
         }
-        self.status_uncounted.set(true);
         if !world.lagging_step {
             world.tally.plugin_views += 1;
             checker.viewed(world, &name)?;
@@ -1940,12 +1913,12 @@ impl upgradeplan::send::Shell for Sending<'_> {
         Ok(RunWrite::Taken(version))
     }
 
-    fn count(&self, run: &UpgradeRun, counts: &Counts<'_>) -> Result<(), Stop> {
+    /// `Ctx::count` observes durations, which the simulation does not model; the counters are
+    /// read from the runs, checked after every write of a run and every action.
+    fn count(&self, _run: &UpgradeRun, _counts: &Counts<'_>) -> Result<(), Stop> {
         self.request(false)?;
-        self.status_uncounted.set(false);
-        let mut world = self.world.borrow_mut();
-        world.count(run, counts);
-        Ok(self.checker.borrow_mut().counted(&world, run)?)
+        let world = self.world.borrow();
+        Ok(self.checker.borrow_mut().counters_exact(&world)?)
     }
 
     async fn release(&self, run: &UpgradeRun, release: &Release) -> Result<bool, Stop> {
@@ -1960,6 +1933,17 @@ impl upgradeplan::send::Shell for Sending<'_> {
         }
         world.runs[i].metadata.resource_version = world.version();
         if world.runs[i].finalizers().is_empty() && world.runs[i].metadata.deletion_timestamp.is_some() {
+            let plan = (!world.plan_deleted).then_some(&world.plan);
+            let key = upgradeplan::engine::counters::run_key(&world.runs[i]);
+            let deleted = plan
+                .and_then(|p| p.status.as_ref())
+                .and_then(|s| s.deleted_runs.as_ref());
+            if deleted.is_some_and(|d| d.uids.contains(&key)) {
+                world.tally.deleted_kept += 1;
+            } else if !upgradeplan::engine::counters::kept(&world.runs[i], plan) {
+                world.released_unkept.insert(key);
+                world.tally.released_unkept += 1;
+            }
             world.runs.remove(i);
             world.snapshots.remove(&name);
             world.read_back.remove(&name);

@@ -112,6 +112,10 @@ pub struct PlanGauges {
     /// its budget when it completed), while that run still exists.
     pub last_run_failed_resources: Option<i64>,
     pub groups: Vec<GroupGauges>,
+    /// `upgradeplan_runs_total`, `upgradeplan_runs_superseded_total` and
+    /// `upgradeplan_resource_upgrades_total`, read from the plan's runs and its status
+    /// ([`crate::engine::counters`]).
+    pub counters: crate::engine::counters::Counters,
 }
 
 /// A run named in an info series: its name, a state or result, and the reason.
@@ -197,6 +201,7 @@ pub fn step(
     status.phase = summary.phase;
     status.active_run_ref = summary.active_run_ref;
     status.last_run = summary.last_run;
+    status.deleted_runs = crate::engine::counters::keep_deleted(previous.deleted_runs.as_ref(), runs);
     status.observed_generation = generation;
 
     let freezes = holding(
@@ -442,6 +447,7 @@ pub fn gauges_of(
             .and_then(|r| r.status.as_ref())
             .map(|s| s.rollout_groups.iter().map(|g| g.failed).sum())
     });
+    gauges.counters = crate::engine::counters::of_plan(plan, runs);
     gauges.last_failure = runs
         .iter()
         .filter_map(|r| last_run_of(r))
@@ -547,6 +553,7 @@ fn gauges(
         active_run: None,
         last_failure: None,
         last_run_failed_resources: None,
+        counters: Default::default(),
         last_finished: status
             .last_run
             .as_ref()

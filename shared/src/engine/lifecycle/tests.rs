@@ -721,6 +721,9 @@ fn deleting_cancels_and_lets_go_once_the_plan_recorded_it() {
         last_run: last_run_of(&run),
         ..Default::default()
     });
+    let s = pass(&run, Some(&plan), &[], &world, t(2) + Duration::seconds(2));
+    assert!(s.release.is_none(), "and keeps its counts first (spec §14.2)");
+    plan.status.as_mut().unwrap().deleted_runs = crate::engine::counters::keep_deleted(None, &[&run]);
     assert!(pass(&run, Some(&plan), &[], &world, t(2) + Duration::seconds(2))
         .release
         .is_some());
@@ -739,6 +742,7 @@ fn deleting_cancels_and_lets_go_once_the_plan_recorded_it() {
             reason: String::new(),
             message: String::new(),
         }),
+        deleted_runs: crate::engine::counters::keep_deleted(None, &[&run]),
         ..Default::default()
     });
     assert!(pass(&run, Some(&plan), &[], &world, t(2) + Duration::seconds(3))
@@ -774,14 +778,28 @@ fn deleting_a_dormant_run_is_a_quiet_clean_up() {
     let mut w = world.clone();
     apply(&mut preview, &s, &mut w);
     assert!(is_preview(&preview), "a preview, snapshotted, not resumed");
-    for (what, run) in [
-        ("superseded", recorded),
-        ("asked to stand down", requested),
-        ("preview", preview),
+    // A superseded run lets go once its plan keeps what it counted (its supersede, its
+    // outcomes); a preview, which counted nothing, at once.
+    for (what, run, counted) in [
+        ("superseded", recorded, true),
+        ("asked to stand down", requested, true),
+        ("preview", preview, false),
     ] {
         let before = run.status.clone().unwrap_or_default();
-        let s = pass(&gone(run), Some(&plan), &[], &w, t(4));
-        assert!(s.release.is_some(), "{what}: lets go at once");
+        let run = gone(run);
+        let s = pass(&run, Some(&plan), &[], &w, t(4));
+        assert_eq!(
+            s.release.is_none(),
+            counted,
+            "{what}: waits for its plan to keep its counts"
+        );
+        let mut keeping = plan.clone();
+        keeping.status = Some(UpgradePlanStatus {
+            deleted_runs: crate::engine::counters::keep_deleted(None, &[&run]),
+            ..Default::default()
+        });
+        let s = pass(&run, Some(&keeping), &[], &w, t(4));
+        assert!(s.release.is_some(), "{what}: lets go once kept");
         assert_eq!(s.status, before, "{what}: its status is left as it was");
         assert!(
             s.announce.is_empty() && s.finished.is_none(),
@@ -1270,10 +1288,12 @@ fn results_and_resource_warnings_are_listed_by_the_passes_that_move_a_groups_cou
         v.sort();
         v
     };
+    // What the counters read from the status the step writes (`counters::group_outcomes`).
     let counted = |s: &Step| -> Vec<(String, &'static str, u64)> {
-        s.result_counts
-            .iter()
-            .map(|c| (c.group.clone(), c.result.as_str(), c.count))
+        let groups = s.status.rollout_groups.iter();
+        groups
+            .flat_map(|g| crate::engine::counters::group_outcomes(&s.status, g).map(|(r, n)| (g.name.clone(), r, n)))
+            .filter(|(_, _, n)| *n > 0)
             .collect()
     };
     let failures = |s: &Step| {
@@ -1305,10 +1325,9 @@ fn results_and_resource_warnings_are_listed_by_the_passes_that_move_a_groups_cou
 
     // r1 succeeds; a pass that is not carried out (a crash before its status) is listed again by
     // the next, with every finished resource of the group (publishing once is the caller's).
-    // What the counter adds is what the status gains over the status as read: a restarted
-    // controller, which remembers nothing, counts the earlier failure once, not again (found by
-    // the simulation, seed 14725835423619445087: a crash, then `resource_upgrades_total`
-    // counted a group's first success twice).
+    // The counters read the status, not a process's memory: a restarted controller counts the
+    // earlier failure once, not again (found by the simulation, seed 14725835423619445087: a
+    // crash, then `resource_upgrades_total` counted a group's first success twice).
     Arc::make_mut(&mut world.bindings[1])
         .status
         .get_or_insert_with(Default::default)
@@ -1317,140 +1336,15 @@ fn results_and_resource_warnings_are_listed_by_the_passes_that_move_a_groups_cou
     let both = vec![(failed_binding, "failed"), (succeeded_binding, "succeeded")];
     let lost = pass(&run, Some(&plan), &[], &world, t(5));
     assert_eq!(listed(&lost), both);
-    assert_eq!(counted(&lost), [("all".to_string(), "succeeded", 1)]);
+    let both_counted = [("all".to_string(), "succeeded", 1), ("all".to_string(), "failed", 1)];
+    assert_eq!(counted(&lost), both_counted);
     let s = pass(&run, Some(&plan), &[], &world, t(6));
     assert_eq!(listed(&s), both);
-    assert_eq!(
-        counted(&s),
-        [("all".to_string(), "succeeded", 1)],
-        "the failure was counted when recorded"
-    );
+    assert_eq!(counted(&s), both_counted, "the failure once");
     assert_eq!(failures(&s), 1, "announced again; published once by the caller");
     apply(&mut run, &s, &mut world);
     let s = pass(&run, Some(&plan), &[], &world, t(7));
-    assert_eq!((listed(&s).len(), counted(&s).len()), (0, 0));
-}
-
-/// What each group's counts gained since the status as read, by result; a health-checked
-/// group's successes once its verdicts are final.
-#[test]
-fn results_since_table() {
-    let g = |name: &str, (succeeded, failed, skipped): (i64, i64, i64)| GroupStatus {
-        name: name.into(),
-        succeeded,
-        failed,
-        skipped,
-        ..Default::default()
-    };
-    let phased = |name: &str, counts: (i64, i64, i64), phase: GroupPhase| GroupStatus {
-        phase: Some(phase),
-        ..g(name, counts)
-    };
-    let status = |state: RunState, groups: Vec<GroupStatus>| UpgradeRunStatus {
-        state,
-        rollout_groups: groups,
-        ..Default::default()
-    };
-    let going = |groups| status(RunState::InProgress, groups);
-    let superseded = |groups| UpgradeRunStatus {
-        superseded_by: Some("plan-2".into()),
-        ..going(groups)
-    };
-    use GroupPhase::{Completed, InProgress, Soaking};
-    type Case = (
-        &'static str,
-        UpgradeRunStatus,
-        UpgradeRunStatus,
-        Vec<(&'static str, Finished, u64)>,
-    );
-    let cases: Vec<Case> = vec![
-        (
-            "nothing recorded, nothing finished",
-            going(vec![]),
-            going(vec![g("dev", (0, 0, 0))]),
-            vec![],
-        ),
-        (
-            "first results",
-            going(vec![g("dev", (0, 0, 0))]),
-            going(vec![g("dev", (2, 1, 0))]),
-            vec![("dev", Finished::Succeeded, 2), ("dev", Finished::Failed, 1)],
-        ),
-        (
-            "only the gain",
-            going(vec![g("dev", (2, 1, 1)), g("prod", (0, 0, 0))]),
-            going(vec![g("dev", (3, 1, 1)), g("prod", (0, 0, 2))]),
-            vec![("dev", Finished::Succeeded, 1), ("prod", Finished::Skipped, 2)],
-        ),
-        (
-            "a group not recorded before counts from zero",
-            going(vec![g("dev", (1, 0, 0))]),
-            going(vec![g("dev", (1, 0, 0)), g("prod", (1, 0, 0))]),
-            vec![("prod", Finished::Succeeded, 1)],
-        ),
-        (
-            "a different group at that place counts from zero",
-            going(vec![g("old", (5, 0, 0))]),
-            going(vec![g("dev", (1, 0, 0))]),
-            vec![("dev", Finished::Succeeded, 1)],
-        ),
-        (
-            "counts never added back",
-            going(vec![g("dev", (2, 0, 0))]),
-            going(vec![g("dev", (1, 0, 0))]),
-            vec![],
-        ),
-        (
-            "health-checked: successes wait while the group is in progress; failures do not",
-            going(vec![phased("checked", (0, 0, 0), InProgress)]),
-            going(vec![phased("checked", (2, 1, 1), InProgress)]),
-            vec![("checked", Finished::Failed, 1), ("checked", Finished::Skipped, 1)],
-        ),
-        // Seed 4576991584951943221's shape: a success taken back (Kratix re-ran the resource)
-        // and given again was counted twice.
-        (
-            "health-checked: a success taken back and given again is not counted on the way",
-            going(vec![phased("checked", (1, 0, 0), InProgress)]),
-            going(vec![phased("checked", (2, 0, 0), InProgress)]),
-            vec![],
-        ),
-        (
-            "health-checked: every success once the group completes",
-            going(vec![phased("checked", (2, 0, 0), InProgress)]),
-            going(vec![phased("checked", (3, 0, 0), Soaking)]),
-            vec![("checked", Finished::Succeeded, 3)],
-        ),
-        (
-            "health-checked: nothing again after it completed",
-            going(vec![phased("checked", (3, 0, 0), Soaking)]),
-            going(vec![phased("checked", (3, 0, 0), Completed)]),
-            vec![],
-        ),
-        (
-            "health-checked: the successes of a run ended mid-group",
-            going(vec![phased("checked", (2, 0, 0), InProgress)]),
-            status(RunState::Cancelled, vec![phased("checked", (2, 0, 0), InProgress)]),
-            vec![("checked", Finished::Succeeded, 2)],
-        ),
-        (
-            "health-checked: the successes of a run superseded mid-group",
-            going(vec![phased("checked", (2, 0, 0), InProgress)]),
-            superseded(vec![phased("checked", (2, 0, 0), InProgress)]),
-            vec![("checked", Finished::Succeeded, 2)],
-        ),
-        (
-            "a group without a health check counts as it goes beside one that waits",
-            going(vec![g("dev", (1, 0, 0)), phased("checked", (0, 0, 0), InProgress)]),
-            going(vec![g("dev", (2, 0, 0)), phased("checked", (1, 0, 0), InProgress)]),
-            vec![("dev", Finished::Succeeded, 1)],
-        ),
-    ];
-    let health_checked = |group: &str| group == "checked";
-    for (case, previous, now, want) in cases {
-        let counts = results_since(&previous, &now, &health_checked);
-        let got: Vec<_> = counts.iter().map(|c| (c.group.as_str(), c.result, c.count)).collect();
-        assert_eq!(got, want, "{case}");
-    }
+    assert_eq!((listed(&s).len(), counted(&s)), (0, both_counted.to_vec()));
 }
 
 /// Found by the simulation (seed 10882467515227819153: a reconcile handed a copy of the run one
@@ -2284,9 +2178,9 @@ fn run_to_end(run: &mut UpgradeRun, plan: &UpgradePlan, world: &mut World, from:
     panic!("run did not end");
 }
 
-/// What a step counts leaves it resolved (`Write::Count`): the groups' gains, each success with
-/// its group's name, the run's end with its trigger and duration; a step that moved nothing
-/// counts nothing.
+/// What a step observes leaves it resolved (`Write::Count`): each success with its group's name
+/// (for its duration), the run's end with its trigger and duration; a step that moved nothing
+/// observes nothing.
 #[test]
 fn a_step_counts_its_results_and_its_end_as_data() {
     let plan = two_group_plan(None);
@@ -2296,10 +2190,6 @@ fn a_step_counts_its_results_and_its_end_as_data() {
     let counted = |s: &Step| {
         s.writes(None, false).into_iter().find_map(|w| match w {
             Write::Count(c) => Some((
-                c.results
-                    .iter()
-                    .map(|r| (r.group.clone(), r.result, r.count))
-                    .collect::<Vec<_>>(),
                 c.succeeded
                     .iter()
                     .map(|(r, g)| (r.name.clone(), g.to_string()))
@@ -2309,12 +2199,7 @@ fn a_step_counts_its_results_and_its_end_as_data() {
             _ => None,
         })
     };
-    let (results, succeeded, ended) = counted(&end).expect("the last step counts");
-    assert_eq!(
-        results,
-        [("prod".to_string(), Finished::Succeeded, 2)],
-        "prod's two successes, once"
-    );
+    let (succeeded, ended) = counted(&end).expect("the last step counts");
     assert_eq!(
         succeeded,
         [
@@ -2334,11 +2219,8 @@ fn a_step_counts_its_results_and_its_end_as_data() {
     );
     // The run as that step left it: nothing moves, nothing counts.
     let again = pass(&up, Some(&plan), &[], &world, t(40));
-    let (results, succeeded, ended) = counted(&again).unwrap_or_default();
-    assert!(
-        results.is_empty() && succeeded.is_empty() && ended.is_none(),
-        "{results:?} {succeeded:?} {ended:?}"
-    );
+    let (succeeded, ended) = counted(&again).unwrap_or_default();
+    assert!(succeeded.is_empty() && ended.is_none(), "{succeeded:?} {ended:?}");
 }
 
 fn patched(step: &Step) -> Vec<(String, String, bool)> {
