@@ -915,3 +915,106 @@ async fn lease_expiry_follows_the_local_observation_not_the_holders_clock() {
     eprintln!("lease clock skew: took over {took:?} from a dead holder whose clock ran 10 minutes ahead");
     env.teardown().await.unwrap();
 }
+
+/// One sample of the exposition `text`: the series `series` (name and labels as the controller
+/// writes them, labels sorted), if exported.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Spec §14.2: the counters of runs and outcomes are read from the runs and the plan's status,
+/// not from a process's memory — a controller killed and started again shows the same counts,
+/// and a deleted run lets go only once its plan's `status.deletedRuns` keeps its counts, so no
+/// counter moves back when it goes.
+#[tokio::test]
+async fn counters_stand_across_a_kill_and_a_deleted_run() {
+    let mut env = TestEnv::new("counted").await.unwrap();
+    env.promise_with_revisions(&["v1.0.0", TO], TO).await.unwrap();
+    let ns = env.namespace("apps").await.unwrap();
+    env.start_sim(SIM, &[]).unwrap();
+    for name in ["a", "b", "c"] {
+        env.resource(&ns, name, &[], "v1.0.0").await.unwrap();
+    }
+    let addr = format!("127.0.0.1:{}", upgradeplan_e2e::harness::free_port().unwrap());
+    let metrics = upgradeplan_e2e::harness::MetricsEndpoint {
+        addr: addr.clone(),
+        token: None,
+        ca_file: None,
+    };
+    let mut controller = env.start_controller(&["--metrics-addr", &addr]).await.unwrap();
+    let plan = env
+        .create_plan(
+            "counted",
+            json!({"upgradePath": {"from": ["v1.0.0"], "to": TO},
+                   "rolloutGroups": [{"name": "all", "selectors": {"matchAll": true}}]}),
+        )
+        .await
+        .unwrap();
+    // Two runs: the first upgrades the three, the second finds nothing left to do.
+    let mut runs = vec![];
+    for i in 1..=2 {
+        let run = env.create_run(&format!("{plan}-{i}"), &plan, false).await.unwrap();
+        env.wait_run(&run, Duration::from_secs(90), "completed", |r| {
+            r.status.as_ref().is_some_and(|s| s.state == RunState::Completed)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", controller.log_text()));
+        runs.push(run);
+    }
+    let ends = format!(r#"upgradeplan_runs_total{{plan="{plan}",result="Completed",trigger="manual"}}"#);
+    let successes = format!(r#"upgradeplan_resource_upgrades_total{{group="all",plan="{plan}",result="succeeded"}}"#);
+    let counted = || async {
+        let text = metrics.scrape().await.unwrap_or_default();
+        (sample(&text, &ends), sample(&text, &successes))
+    };
+    let want = (Some(2.0), Some(3.0));
+    let read = |label: &'static str| {
+        let counted = &counted;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let got = counted().await;
+                if got == want || Instant::now() > deadline {
+                    println!("{label}: runs_total {:?}, resource_upgrades_total {:?}", got.0, got.1);
+                    return got;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    assert_eq!(read("before the kill").await, want, "{}", controller.log_text());
+
+    // Killed and started again: the new process counts nothing itself, and shows the same.
+    controller.kill().await;
+    let controller = env.start_controller(&["--metrics-addr", &addr]).await.unwrap();
+    assert_eq!(read("after the kill").await, want, "{}", controller.log_text());
+
+    // The first run deleted: it lets go once its plan keeps its counts, and the counters stay.
+    env.runs().delete(&runs[0], &Default::default()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while env.runs().get_opt(&runs[0]).await.unwrap().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "run {} not released\n{}",
+            runs[0],
+            controller.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let kept = env
+        .plans()
+        .get(&plan)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .deleted_runs
+        .unwrap();
+    assert_eq!(
+        (kept.runs.len(), kept.runs[0].count, kept.resources[0].count),
+        (1, 1, 3),
+        "the plan keeps the deleted run's end and its three successes: {kept:?}"
+    );
+    assert_eq!(read("after the deletion").await, want, "{}", controller.log_text());
+}

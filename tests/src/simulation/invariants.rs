@@ -476,6 +476,50 @@ pub struct Checker {
     run_counts: BTreeMap<String, Counters>,
 }
 
+/// What `run` counts, read literally from spec §9.1 and §13.2 rather than through the engine's
+/// `counters::of_run`: its end by trigger and result, whether it was superseded, and each group's
+/// failures and skips, and its successes unless its frozen plan health-checks the group and the
+/// group's verdicts are not final yet (the group completed, soaks or failed, or the run's status
+/// says it ended or was superseded).
+fn recorded_counts(world: &World, run: &UpgradeRun) -> Counters {
+    use upgradeplan::api::GroupPhase::{Completed, Failed, Soaking};
+    let mut counts = Counters::default();
+    let Some(status) = &run.status else {
+        return counts;
+    };
+    let name = run.name_any();
+    if status.state.is_terminal() {
+        let trigger = upgradeplan::engine::admission::TriggerKind::of(run).metric_label();
+        counts
+            .runs
+            .insert((trigger.to_string(), status.state.as_str().to_string()), 1);
+    }
+    let superseded = status.superseded_by.is_some() || run.annotations().contains_key(SUPERSEDED_BY_ANNOTATION);
+    counts.superseded = u64::from(superseded);
+    let health_checked: Vec<String> = world.frozen_of(&name).map_or_else(Vec::new, |f| {
+        let checked = f.plan.rollout_groups.iter().filter(|g| g.health_check.is_some());
+        checked.map(|g| g.name.clone()).collect()
+    });
+    // Final once the run's own status says it ended or was superseded (a newer run's annotation
+    // alone does not end its verdicts: its own reconcile records them).
+    let run_final = status.state.is_terminal() || status.superseded_by.is_some();
+    for g in &status.rollout_groups {
+        let group_final = run_final || matches!(g.phase, Some(Soaking | Completed | Failed));
+        let succeeded = if health_checked.contains(&g.name) && !group_final {
+            0
+        } else {
+            g.succeeded
+        };
+        for (result, n) in [("succeeded", succeeded), ("failed", g.failed), ("skipped", g.skipped)] {
+            if n > 0 {
+                let n = u64::try_from(n).unwrap_or(0);
+                counts.resources.insert((g.name.clone(), result.to_string()), n);
+            }
+        }
+    }
+    counts
+}
+
 /// Whether `b`'s upgrade to `to` is verified by `records`, read literally from spec §13.2: its
 /// records whose check ran no earlier than the upgrade completed (the `UpgradeSucceeded=True`
 /// transition, to the second; without it the start annotation), the worst state of them
@@ -980,16 +1024,16 @@ impl Checker {
 
     /// After a step's counting, and after every action: what a scrape reads
     /// ([`upgradeplan::engine::counters::of_plan`]) is every outcome and end the plan's runs ever
-    /// recorded, each once — a run gone counts what it last recorded — and no run's counts moved
+    /// recorded ([`recorded_counts`]), each once — a run gone counts what it last recorded — and no run's counts moved
     /// back, so no counter did (spec §14.2: counters once across crashes and failovers). Runs let
     /// go before their plan kept their counts (past `RECORD_GRACE`) leave the sum.
     pub fn counters_exact(&mut self, world: &World) -> Result<(), Violation> {
-        use upgradeplan::engine::counters::{of_plan, of_run, run_key};
+        use upgradeplan::engine::counters::{of_plan, run_key};
         if world.plan_deleted {
             return Ok(());
         }
         for run in &world.runs {
-            let now = of_run(run);
+            let now = recorded_counts(world, run);
             if let Some(back) = self
                 .run_counts
                 .get(&run_key(run))
