@@ -22,6 +22,7 @@
 #   TESTENV_API_PORT     kube-apiserver secure port (16443)
 #   TESTENV_ETCD_PORT    etcd client port (12379); the peer port is this + 1
 #   TESTENV_K8S_VERSION  the Kubernetes release to install and start (default: tests/k8s/go.mod's)
+#   TESTENV_APISERVER_ARGS  more kube-apiserver flags, split on spaces (e.g. --feature-gates=...)
 #   UPGRADEPLAN_CACHE    where built binaries are kept (~/.cache/upgradeplan)
 #   TESTENV_NODE=1       also a node: kube-scheduler, containerd (CRI) with runc and a kubelet, registered
 #                        as node $NODE_NAME, ServiceAccount tokens mounted in pods, and a private Docker
@@ -278,7 +279,7 @@ POLICY
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$RUN/pki/sa.pub" --service-account-signing-key-file "$RUN/pki/sa.key" \
     --service-cluster-ip-range 10.96.0.0/24 --authorization-mode RBAC --endpoint-reconciler-type none \
-    --profiling=false --v=1
+    --profiling=false --v=1 ${TESTENV_APISERVER_ARGS:-}
 }
 
 curl_admin() { curl -fsS --max-time 2 --cacert "$RUN/pki/ca.crt" --cert "$RUN/pki/admin.crt" --key "$RUN/pki/admin.key" "$@"; }
