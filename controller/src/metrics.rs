@@ -50,7 +50,7 @@ pub struct State {
 }
 
 /// Reads the [`State`] at scrape time; `None` while the caches are not filled or another replica
-/// leads (then only counters and controller health are shown).
+/// leads (then only the counters kept in memory and controller health are shown).
 pub type StateSource = Box<dyn Fn() -> Option<State> + Send + Sync>;
 
 fn gauge(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
