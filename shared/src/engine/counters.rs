@@ -122,10 +122,12 @@ pub fn verdicts_final(run: &UpgradeRunStatus, group: &GroupStatus) -> bool {
 }
 
 /// The group's outcomes as counted: failures and skips as recorded, successes too unless the
-/// group is health-checked and its verdicts are not final yet.
-pub fn group_outcomes(run: &UpgradeRunStatus, group: &GroupStatus) -> [(&'static str, u64); 3] {
+/// group is health-checked and its verdicts are not final yet. `superseded`: a newer run asked the
+/// run to stand down (its annotation, before its own status records it): from then on its own
+/// reconcile evaluates nothing, so its verdicts are final.
+pub fn group_outcomes(run: &UpgradeRunStatus, group: &GroupStatus, superseded: bool) -> [(&'static str, u64); 3] {
     let count = |n: i64| u64::try_from(n).unwrap_or(0);
-    let succeeded = if !group.health_checked || verdicts_final(run, group) {
+    let succeeded = if !group.health_checked || superseded || verdicts_final(run, group) {
         count(group.succeeded)
     } else {
         0
@@ -140,7 +142,13 @@ pub fn group_outcomes(run: &UpgradeRunStatus, group: &GroupStatus) -> [(&'static
 /// What one run counts, from its status: its end (by trigger and result), whether it was
 /// superseded, and its groups' outcomes.
 pub fn of_run(run: &UpgradeRun) -> Counters {
-    let mut counters = Counters::default();
+    // Superseded by the newer run's annotation, whether or not its own status says so yet: the
+    // count must not wait for a write a deleted run may never make.
+    let superseded = superseded_by(run).is_some();
+    let mut counters = Counters {
+        superseded: u64::from(superseded),
+        ..Counters::default()
+    };
     let Some(status) = &run.status else {
         return counters;
     };
@@ -151,9 +159,8 @@ pub fn of_run(run: &UpgradeRun) -> Counters {
         );
         counters.runs.insert(key, 1);
     }
-    counters.superseded = u64::from(superseded_by(run).is_some());
     for g in &status.rollout_groups {
-        for (result, n) in group_outcomes(status, g) {
+        for (result, n) in group_outcomes(status, g, superseded) {
             if n > 0 {
                 *counters
                     .resources

@@ -479,13 +479,15 @@ pub struct Checker {
 /// What `run` counts, read literally from spec §9.1 and §13.2 rather than through the engine's
 /// `counters::of_run`: its end by trigger and result, whether it was superseded, and each group's
 /// failures and skips, and its successes unless its frozen plan health-checks the group and the
-/// group's verdicts are not final yet (the group completed, soaks or failed, or the run's status
-/// says it ended or was superseded).
+/// group's verdicts are not final yet (the group completed, soaks or failed, or the run ended or
+/// was superseded).
 fn recorded_counts(world: &World, run: &UpgradeRun) -> Counters {
     use upgradeplan::api::GroupPhase::{Completed, Failed, Soaking};
-    let mut counts = Counters::default();
-    let Some(status) = &run.status else {
-        return counts;
+    let status = run.status.clone().unwrap_or_default();
+    let superseded = status.superseded_by.is_some() || run.annotations().contains_key(SUPERSEDED_BY_ANNOTATION);
+    let mut counts = Counters {
+        superseded: u64::from(superseded),
+        ..Counters::default()
     };
     let name = run.name_any();
     if status.state.is_terminal() {
@@ -494,15 +496,13 @@ fn recorded_counts(world: &World, run: &UpgradeRun) -> Counters {
             .runs
             .insert((trigger.to_string(), status.state.as_str().to_string()), 1);
     }
-    let superseded = status.superseded_by.is_some() || run.annotations().contains_key(SUPERSEDED_BY_ANNOTATION);
-    counts.superseded = u64::from(superseded);
     let health_checked: Vec<String> = world.frozen_of(&name).map_or_else(Vec::new, |f| {
         let checked = f.plan.rollout_groups.iter().filter(|g| g.health_check.is_some());
         checked.map(|g| g.name.clone()).collect()
     });
-    // Final once the run's own status says it ended or was superseded (a newer run's annotation
-    // alone does not end its verdicts: its own reconcile records them).
-    let run_final = status.state.is_terminal() || status.superseded_by.is_some();
+    // Final once the run ended or was superseded (by the newer run's annotation: from then on the
+    // run's own reconcile evaluates nothing, it only records the supersede).
+    let run_final = status.state.is_terminal() || superseded;
     for g in &status.rollout_groups {
         let group_final = run_final || matches!(g.phase, Some(Soaking | Completed | Failed));
         let succeeded = if health_checked.contains(&g.name) && !group_final {

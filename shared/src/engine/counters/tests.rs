@@ -149,8 +149,21 @@ fn a_runs_counts_table() {
             1,
         ),
         (
-            "superseded by annotation before its status says so",
-            annotated(run("r", Going, vec![]), SUPERSEDED_BY_ANNOTATION, "r2"),
+            "superseded by annotation before its status says so: its verdicts are final too (it evaluates nothing more)",
+            annotated(run("r", Going, vec![checked_going.clone()]), SUPERSEDED_BY_ANNOTATION, "r2"),
+            vec![],
+            vec![("canary", "failed", 1), ("canary", "succeeded", 3)],
+            1,
+        ),
+        (
+            // Found by the simulation (seed 10398605680532304385): superseded, deleted and kept
+            // before it had any status, then its reconcile wrote one; the kept count missed it.
+            "superseded by annotation before it has a status at all",
+            {
+                let mut r = annotated(run("r", Going, vec![]), SUPERSEDED_BY_ANNOTATION, "r2");
+                r.status = None;
+                r
+            },
             vec![],
             vec![],
             1,

@@ -1292,7 +1292,9 @@ fn results_and_resource_warnings_are_listed_by_the_passes_that_move_a_groups_cou
     let counted = |s: &Step| -> Vec<(String, &'static str, u64)> {
         let groups = s.status.rollout_groups.iter();
         groups
-            .flat_map(|g| crate::engine::counters::group_outcomes(&s.status, g).map(|(r, n)| (g.name.clone(), r, n)))
+            .flat_map(|g| {
+                crate::engine::counters::group_outcomes(&s.status, g, false).map(|(r, n)| (g.name.clone(), r, n))
+            })
             .filter(|(_, _, n)| *n > 0)
             .collect()
     };
